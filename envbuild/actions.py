@@ -1,0 +1,130 @@
+"""The actions a plan is made of: plain data that a thin executor carries out and a renderer prints.
+
+Every action can describe itself as one line of shell, so `--dry-run` and the golden tests show
+exactly what a build will do.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Union
+
+
+def _quote_all(argv: tuple[str, ...]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run a host command. `env` adds to (never replaces) the executor's environment."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str | None = None
+
+    def describe(self) -> str:
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env)
+        cwd = f"cd {shlex.quote(self.cwd)} && " if self.cwd else ""
+        return cwd + (prefix + " " if prefix else "") + _quote_all(self.argv)
+
+
+@dataclass(frozen=True)
+class WriteFile:
+    path: str
+    content: str
+    mode: int = 0o644
+
+    def describe(self) -> str:
+        lines = self.content.count("\n") + (0 if self.content.endswith("\n") else 1)
+        return f"write {self.path} (mode {self.mode:04o}, {lines} lines)"
+
+
+@dataclass(frozen=True)
+class MergeJson:
+    """Merge keys into a JSON object file (created when missing); later keys win."""
+
+    path: str
+    values: tuple[tuple[str, str], ...]
+
+    def describe(self) -> str:
+        keys = ", ".join(k for k, _ in self.values)
+        return f"merge into {self.path}: {keys}"
+
+
+@dataclass(frozen=True)
+class CopyTree:
+    """Copy a directory tree preserving owners, modes, links and xattrs (cp -a)."""
+
+    src: str
+    dest: str
+
+    def describe(self) -> str:
+        return f"cp -a --reflink=auto {shlex.quote(self.src)} {shlex.quote(self.dest)}"
+
+
+@dataclass(frozen=True)
+class CopyFile:
+    src: str
+    dest: str
+    mode: int | None = None
+
+    def describe(self) -> str:
+        mode = f" (mode {self.mode:04o})" if self.mode is not None else ""
+        return f"copy {shlex.quote(self.src)} -> {shlex.quote(self.dest)}{mode}"
+
+
+@dataclass(frozen=True)
+class MakeDirs:
+    paths: tuple[str, ...]
+
+    def describe(self) -> str:
+        return "mkdir -p " + _quote_all(self.paths)
+
+
+@dataclass(frozen=True)
+class Touch:
+    """Create empty files (mount points for single-file binds)."""
+
+    paths: tuple[str, ...]
+
+    def describe(self) -> str:
+        return "touch " + _quote_all(self.paths)
+
+
+@dataclass(frozen=True)
+class Remove:
+    paths: tuple[str, ...]
+
+    def describe(self) -> str:
+        return "rm -rf " + _quote_all(self.paths)
+
+
+@dataclass(frozen=True)
+class Rename:
+    """Atomic rename: a result appears only once complete."""
+
+    src: str
+    dest: str
+
+    def describe(self) -> str:
+        return f"mv -T {shlex.quote(self.src)} {shlex.quote(self.dest)}"
+
+
+Action = Union[Run, WriteFile, MergeJson, CopyTree, CopyFile, MakeDirs, Touch, Remove, Rename]
+
+
+@dataclass(frozen=True)
+class Step:
+    """A named group of actions shown as one line of progress.
+
+    `skip_if_exists`: the step is done already when this path exists (a cache entry's completion
+    marker); the executor then skips it. `cleanup`: actions run if the step fails, so a failed step
+    leaves no half-made result behind.
+    """
+
+    name: str
+    title: str
+    actions: tuple[Action, ...]
+    skip_if_exists: str | None = None
+    cleanup: tuple[Action, ...] = field(default=())

@@ -1,0 +1,213 @@
+"""Thin executor: carries out a BuildPlan's actions on this machine, with progress and a log file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import TextIO
+
+from envbuild.actions import (
+    Action,
+    CopyFile,
+    CopyTree,
+    MakeDirs,
+    MergeJson,
+    Remove,
+    Rename,
+    Run,
+    Step,
+    Touch,
+    WriteFile,
+)
+from envbuild.buildplan import BuildPlan
+from envbuild.errors import EnvbuildError, ToolError
+from envbuild.render import redact
+
+_TAIL_LINES = 25
+
+
+class StepFailed(ToolError):
+    pass
+
+
+class BuildExecutor:
+    """Runs steps in order. A failed step runs its cleanup actions, and the work directory is removed
+    unless `keep_work`; the log file keeps every line the tools printed."""
+
+    def __init__(self, log_path: Path, *, verbose: bool = False, keep_work: bool = False,
+                 out: TextIO | None = None) -> None:
+        self.log_path = log_path
+        self.verbose = verbose
+        self.keep_work = keep_work
+        self.out = out or sys.stderr
+        self._tail: deque[str] = deque(maxlen=_TAIL_LINES)
+
+    def execute(self, plan: BuildPlan) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            self._log = log
+            total = len(plan.steps)
+            started = time.monotonic()
+            for number, step in enumerate(plan.steps, 1):
+                try:
+                    self._run_step(step, number, total)
+                except BaseException:
+                    self._fail(plan, step)
+                    raise
+            self._say(f"built {plan.output} in {time.monotonic() - started:.0f} s (log: {self.log_path})")
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def _run_step(self, step: Step, number: int, total: int) -> None:
+        label = f"[{number}/{total}] {step.title}"
+        if step.skip_if_exists and os.path.exists(step.skip_if_exists):
+            self._say(f"{label}: cached")
+            self._log.write(f"\n=== {label}: cached ({step.skip_if_exists})\n")
+            return
+        self._log.write(f"\n=== {label}\n")
+        self._log.flush()
+        started = time.monotonic()
+        with _Progress(label, self.out, enabled=not self.verbose):
+            if self.verbose:
+                self._say(f"{label} ...")
+            for action in step.actions:
+                self._log.write(f"$ {redact(action.describe())}\n")
+                self._log.flush()
+                self._do(step, action)
+        self._say(f"{label}: done in {time.monotonic() - started:.1f} s")
+
+    def _fail(self, plan: BuildPlan, step: Step) -> None:
+        for action in step.cleanup:
+            try:
+                self._do(step, action)
+            except Exception as exc:  # noqa: BLE001 - cleanup must not hide the original failure
+                self._log.write(f"cleanup failed: {exc}\n")
+        if self.keep_work:
+            self._say(f"kept the work directory for inspection: {plan.work_dir}")
+        else:
+            shutil.rmtree(plan.work_dir, ignore_errors=True)
+        self._log.flush()
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def _do(self, step: Step, action: Action) -> None:
+        if isinstance(action, Run):
+            self._run(step, action)
+        elif isinstance(action, WriteFile):
+            path = Path(action.path)
+            path.write_text(action.content, encoding="utf-8")
+            path.chmod(action.mode)
+        elif isinstance(action, MergeJson):
+            path = Path(action.path)
+            data = {}
+            if path.exists():
+                try:
+                    data = json.loads(path.read_text(encoding="utf-8") or "{}")
+                except json.JSONDecodeError:
+                    data = {}  # the base's labels file is unreadable; ours replaces it
+            data.update(dict(action.values))
+            path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        elif isinstance(action, CopyTree):
+            self._run(step, Run(("cp", "-a", "--reflink=auto", action.src, action.dest)))
+        elif isinstance(action, CopyFile):
+            if os.path.isdir(action.src):
+                self._run(step, Run(("cp", "-a", "--reflink=auto", "-T", action.src, action.dest)))
+            else:
+                shutil.copy2(action.src, action.dest)
+            if action.mode is not None:
+                os.chmod(action.dest, action.mode)
+        elif isinstance(action, MakeDirs):
+            for path in action.paths:
+                os.makedirs(path, exist_ok=True)
+        elif isinstance(action, Touch):
+            for path in action.paths:
+                Path(path).touch()
+        elif isinstance(action, Remove):
+            for path in action.paths:
+                if os.path.islink(path) or os.path.isfile(path):
+                    os.unlink(path)
+                elif os.path.isdir(path):
+                    shutil.rmtree(path)
+        elif isinstance(action, Rename):
+            os.replace(action.src, action.dest)
+        else:  # pragma: no cover - the Action union is closed
+            raise TypeError(f"unknown action {action!r}")
+
+    def _run(self, step: Step, action: Run) -> None:
+        env = dict(os.environ)
+        env.update(dict(action.env))
+        self._tail.clear()
+        try:
+            process = subprocess.Popen(
+                action.argv, env=env, cwd=action.cwd, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+            )
+        except FileNotFoundError:
+            raise StepFailed(
+                f"step {step.name!r}: {action.argv[0]} is not installed (or not on PATH)",
+                _install_hint(action.argv[0]),
+            ) from None
+        assert process.stdout is not None
+        for line in process.stdout:
+            self._log.write(line)
+            self._tail.append(line.rstrip("\n"))
+            if self.verbose:
+                self.out.write(line)
+                self.out.flush()
+        code = process.wait()
+        self._log.flush()
+        if code != 0:
+            tail = "\n".join("    " + redact(x) for x in self._tail)
+            raise StepFailed(
+                f"step {step.name!r} failed: {Path(action.argv[0]).name} exited with status {code}\n"
+                f"  command: {redact(action.describe())}\n  last lines of output:\n{tail}",
+                f"read the full log {self.log_path}; rerun with -v to watch the tools' output",
+            )
+
+
+def _install_hint(program: str) -> str:
+    name = Path(program).name
+    if name == "debootstrap":
+        return "install debootstrap (apt-get install debootstrap), or use a docker://, oras:// or localimage: base"
+    if name in ("apptainer", "singularity"):
+        return "load or install apptainer/singularity (provision/install.sh on a test machine)"
+    return f"install {name} or fix PATH"
+
+
+class _Progress:
+    """A one-line ticking timer on a terminal; silent when output is not a terminal."""
+
+    def __init__(self, label: str, out: TextIO, *, enabled: bool) -> None:
+        self.label = label
+        self.out = out
+        self.enabled = enabled and out.isatty()
+        self._status = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.console import Console
+
+            self._status = Console(file=self.out).status(self.label)
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.__exit__(None, None, None)
+
+
+def ensure_can_write(path: Path) -> None:
+    directory = path.parent
+    if not directory.is_dir():
+        raise EnvbuildError(f"output directory {directory} does not exist", "create it or choose another -o path")
+    if not os.access(directory, os.W_OK):
+        raise EnvbuildError(f"cannot write to {directory}", "choose an output path you can write (-o)")

@@ -1,0 +1,1 @@
+"""Command-line front ends: `envbuild` and `envrun`."""

@@ -1,0 +1,69 @@
+"""Error types that the CLIs turn into a clear message and an exit code (never a traceback)."""
+
+from __future__ import annotations
+
+
+class EnvbuildError(Exception):
+    """A failure the user can act on. `hint` says how to fix it."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def render(self) -> str:
+        text = f"error: {self.message}"
+        if self.hint:
+            text += f"\n  fix: {self.hint}"
+        return text
+
+
+class UsageError(EnvbuildError):
+    """Bad input from the command line or a spec: exit code 2, like click's usage errors."""
+
+    exit_code = 2
+
+
+class SpecError(UsageError):
+    """One or more problems in a spec file, each located at file:line:column."""
+
+    def __init__(self, problems: list[SpecProblem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(p.render() for p in problems))
+
+    def render(self) -> str:
+        count = len(self.problems)
+        head = f"error: {count} problem{'s' if count != 1 else ''} in spec"
+        return head + "\n" + "\n".join(p.render() for p in self.problems)
+
+
+class SpecProblem:
+    """One located problem: where (file, line, column, field path), what, and how to fix it."""
+
+    def __init__(
+        self, file: str, line: int, column: int, field: str, message: str, hint: str | None = None
+    ) -> None:
+        self.file = file
+        self.line = line
+        self.column = column
+        self.field = field
+        self.message = message
+        self.hint = hint
+
+    def render(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}"
+        text = f"{where}: {self.field or '(top level)'}: {self.message}"
+        if self.hint:
+            text += f"\n    fix: {self.hint}"
+        return text
+
+    def __repr__(self) -> str:
+        return f"SpecProblem({self.render()!r})"
+
+
+class ToolError(EnvbuildError):
+    """An external tool (apptainer, debootstrap, pip, srun) failed."""
+
+    exit_code = 1
