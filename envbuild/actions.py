@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Union
 
 
 def _quote_all(argv: tuple[str, ...]) -> str:
@@ -111,7 +110,7 @@ class Rename:
         return f"mv -T {shlex.quote(self.src)} {shlex.quote(self.dest)}"
 
 
-Action = Union[Run, WriteFile, MergeJson, CopyTree, CopyFile, MakeDirs, Touch, Remove, Rename]
+Action = Run | WriteFile | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename
 
 
 @dataclass(frozen=True)

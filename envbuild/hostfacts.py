@@ -78,7 +78,9 @@ def find_uv() -> str | None:
     return shutil.which("uv")
 
 
-def host_debian_mirror(sources_dir: Path = Path("/etc/apt/sources.list.d"), sources_list: Path = Path("/etc/apt/sources.list")) -> str | None:
+def host_debian_mirror(
+    sources_dir: Path = Path("/etc/apt/sources.list.d"), sources_list: Path = Path("/etc/apt/sources.list")
+) -> str | None:
     """The Debian archive the host's apt uses (not the security archive), or None."""
     for path in sorted(sources_dir.glob("*.sources")):
         try:
