@@ -207,7 +207,9 @@ class _Progress:
 
 def ensure_can_write(path: Path) -> None:
     directory = path.parent
-    if not directory.is_dir():
-        raise EnvbuildError(f"output directory {directory} does not exist", "create it or choose another -o path")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EnvbuildError(f"cannot create output directory {directory}: {exc.strerror}", "choose another -o path") from None
     if not os.access(directory, os.W_OK):
         raise EnvbuildError(f"cannot write to {directory}", "choose an output path you can write (-o)")

@@ -160,6 +160,9 @@ def _base_steps(request: BuildRequest, work: str, sandbox: str) -> list[Step]:
             Run(tuple(argv)),
             # The downloaded .debs are not part of the environment.
             Run(("find", f"{partial}/var/cache/apt/archives", "-name", "*.deb", "-delete")),
+            # debootstrap writes no /etc/hosts; without one the runtime cannot bind the host's, and
+            # `localhost` (torchrun --standalone's rendezvous) does not resolve inside the container.
+            WriteFile(f"{partial}/etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
         )
         title = f"debootstrap {base.ref} (cached after the first build)"
     else:
@@ -221,11 +224,18 @@ class _PackageSources:
         binds: list[_Bind] = []
         counter = iter(range(1000))
 
-        def inside(location: str) -> str:
+        def inside(location: str, *, is_index: bool = False) -> str:
             host = local_path_of(location)
             if host is None:
                 return location
             mount = f"{HOST_MOUNT}/src{next(counter)}"
+            if is_index:
+                # A local "simple" index links its files relatively (../../files/x.whl,
+                # ../../packages/...): bind the index's parent so those links resolve inside.
+                host = host.rstrip("/") or "/"
+                parent, leaf = host.rsplit("/", 1) if "/" in host.lstrip("/") else ("/", host.lstrip("/"))
+                binds.append(_Bind(parent or "/", mount))
+                return f"file://{mount}/{leaf}"
             binds.append(_Bind(host, mount))
             return ("file://" + mount) if location.startswith("file://") else mount
 
@@ -241,8 +251,8 @@ class _PackageSources:
             client_cert = f"{HOST_MOUNT}/client-cert.pem"
             binds.append(_Bind(pip.client_cert, client_cert, is_file=True))
         return cls(
-            index_url=inside(pip.index_url) if pip.index_url else None,
-            extra_index_urls=tuple(inside(x) for x in extras),
+            index_url=inside(pip.index_url, is_index=True) if pip.index_url else None,
+            extra_index_urls=tuple(inside(x, is_index=True) for x in extras),
             find_links=tuple(inside(x) for x in pip.find_links),
             trusted_hosts=pip.trusted_hosts, no_index=pip.no_index, cert=cert, client_cert=client_cert,
             binds=tuple(binds), shown=shown,
@@ -390,9 +400,10 @@ def _exec(request: BuildRequest, sandbox: str, command: list[str], *, writable: 
           binds: list[_Bind] | None = None, env: list[tuple[str, str]] | None = None) -> Run:
     runtime = request.facts.runtime
     # --cleanenv: the host's environment (a venv's VIRTUAL_ENV, PYTHONPATH, PIP_*) must not leak
-    # into the build. --no-mount home,cwd,tmp: nothing of the host's home, working directory or /tmp
-    # is written into (or left as an empty mount point in) the image.
-    argv = [runtime.path, "exec", "--cleanenv", "--no-mount", "home,cwd,tmp", "--pwd", "/"]
+    # into the build. --no-mount: nothing of the host's home or working directory is written into
+    # (or left as an empty mount point in) the image; writable steps also use the image's own /tmp,
+    # while read-only test runs keep the host's /tmp, as every later run of the image will.
+    argv = [runtime.path, "exec", "--cleanenv", "--no-mount", "home,cwd,tmp" if writable else "home,cwd", "--pwd", "/"]
     if writable:
         argv.append("--writable")
     for bind in binds or []:

@@ -1,0 +1,71 @@
+"""`envrun`: run a command (torchrun, python, ...) inside an envbuild image, optionally under srun."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from envbuild import __version__
+from envbuild.cli.common import reports_errors
+from envbuild.errors import UsageError
+from envbuild.hostfacts import require_runtime
+from envbuild.launchplan import LaunchRequest, plan_launch
+from envbuild.systems import resolve_recipe
+
+
+@click.command(context_settings={
+    "help_option_names": ["-h", "--help"], "ignore_unknown_options": True, "allow_interspersed_args": False,
+})
+@click.version_option(__version__, prog_name="envrun")
+@click.option("--image", envvar="ENVRUN_IMAGE", metavar="IMG", help="the .sif image (or $ENVRUN_IMAGE)")
+@click.option("--bind", "-B", "binds", multiple=True, metavar="SRC[:DEST[:OPTS]]", help="extra bind mount (repeatable)")
+@click.option("--system", metavar="NAME", help="system recipe (default: $ENVBUILD_SYSTEM or detected)")
+@click.option("--dry-run", is_flag=True, help="print the launch as a runnable shell script and run nothing")
+@click.option("--explain", is_flag=True, help="say why each setting was chosen, then run")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@reports_errors
+def main(image: str | None, binds: tuple[str, ...], system: str | None, dry_run: bool, explain: bool,
+         command: tuple[str, ...]) -> None:
+    """Run COMMAND inside IMG. Examples:
+
+    \b
+      envrun --image env.sif srun torchrun train.py --lr 3e-4
+      envrun --image env.sif torchrun train.py
+      envrun --image env.sif python -c 'import torch; print(torch.__version__)'
+    """
+    if not image:
+        raise UsageError("no image given", "pass --image IMG.sif or set ENVRUN_IMAGE")
+    image_path = Path(image).absolute()
+    if not image_path.exists():
+        raise UsageError(f"image {image} does not exist", "build it with `envbuild build SPEC -o IMG.sif` or fix the path")
+    for bind in binds:
+        source = bind.split(":", 1)[0]
+        if not Path(source).exists():
+            raise UsageError(f"bind source {source} does not exist", "check the path given to --bind")
+    recipe, why = resolve_recipe(system, os.environ)
+    runtime = require_runtime()
+    plan = plan_launch(LaunchRequest(
+        command=command, image=str(image_path), recipe=recipe, runtime=runtime, cwd=os.getcwd(),
+        binds=binds, environ=dict(os.environ),
+    ))
+    if dry_run or explain:
+        notes = [f"system {recipe.name}: {why}", *plan.reasons]
+        click.echo("\n".join(f"# {n}" for n in notes), err=not dry_run)
+    if dry_run:
+        click.echo(plan.script(), nl=False)
+        return
+    env = dict(os.environ)
+    env.update(dict(plan.env))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(plan.argv[0], list(plan.argv), env)  # noqa: S606 - argv passed as words, deliberately no shell
+    except FileNotFoundError:
+        raise UsageError(f"{plan.argv[0]} is not on PATH", "load Slurm / apptainer or fix PATH") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Shared fixtures. Markers (pyproject.toml): apptainer, slurm, slow, gpu. CI provisions every tool
+and runs them all; a missing tool makes the marked tests fail, not skip, unless
+ENVBUILD_ALLOW_SKIP=1 is set (for a quick unit-only run on a laptop)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _missing(tool: str) -> bool:
+    return shutil.which(tool) is None
+
+
+def _slurm_up() -> bool:
+    if _missing("sinfo"):
+        return False
+    result = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
+    return result.returncode == 0 and any(s.strip().rstrip("*") in ("idle", "mixed", "allocated") for s in result.stdout.split())
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    problems = []
+    if item.get_closest_marker("apptainer") and _missing("apptainer") and _missing("singularity"):
+        problems.append("apptainer is not installed (run provision/install.sh)")
+    if item.get_closest_marker("slurm") and not _slurm_up():
+        problems.append("the local Slurm is not up (run provision/cluster.sh start)")
+    if problems:
+        message = "; ".join(problems)
+        if os.environ.get("ENVBUILD_ALLOW_SKIP") == "1":
+            pytest.skip(message)
+        pytest.fail(message, pytrace=False)
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO

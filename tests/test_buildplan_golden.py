@@ -1,0 +1,109 @@
+"""The build plan is pure: fixed inputs give the same plan, compared with files in tests/golden/.
+
+Regenerate after an intended change with: ENVBUILD_UPDATE_GOLDEN=1 pytest tests/test_buildplan_golden.py
+and review the diff."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from envbuild.actions import MergeJson, Run, WriteFile
+from envbuild.buildplan import env_script
+from envbuild.hostpip import PipSettings
+from envbuild.render import redact, render_build_plan
+from tests.plan_fixtures import FIXED_FACTS, fixed_plan
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("ENVBUILD_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path}; run with ENVBUILD_UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+
+
+@pytest.mark.parametrize("spec", ["local-cpu-pytorch", "lumi-pytorch"])
+def test_plan_matches_golden(spec: str) -> None:
+    check_golden(f"{spec}.plan.txt", render_build_plan(fixed_plan(f"envs/{spec}.yaml")))
+
+
+def test_plan_with_pip_installer_golden() -> None:
+    facts = replace(FIXED_FACTS, uv=None)
+    check_golden("local-cpu-pytorch.pip.plan.txt", render_build_plan(fixed_plan("envs/local-cpu-pytorch.yaml", facts=facts)))
+
+
+def all_actions(plan):
+    return [a for step in plan.steps for a in step.actions]
+
+
+def test_plan_is_deterministic() -> None:
+    assert fixed_plan("envs/local-cpu-pytorch.yaml") == fixed_plan("envs/local-cpu-pytorch.yaml")
+
+
+def test_local_recipe_adds_no_torch_index_but_lumi_gets_rocm_index() -> None:
+    local = render_build_plan(fixed_plan("envs/local-cpu-pytorch.yaml"))
+    lumi = render_build_plan(fixed_plan("envs/lumi-pytorch.yaml"))
+    assert "download.pytorch.org" not in local
+    assert "--extra-index-url https://download.pytorch.org/whl/rocm6.3 --extra-index-url file:///.envbuild-host/src0/simple" in lumi
+
+
+def test_host_sources_are_bound_and_rewritten() -> None:
+    install = next(s for s in fixed_plan("envs/local-cpu-pytorch.yaml").steps if s.name == "install")
+    run = next(a for a in install.actions if isinstance(a, Run))
+    argv = list(run.argv)
+    # the index's parent is bound, so ../../files links resolve inside
+    assert "/opt/pypi:/.envbuild-host/src0:ro" in argv
+    assert "/opt/wheels:/.envbuild-host/src1:ro" in argv
+    assert "/etc/ssl/certs/ca-certificates.crt:/.envbuild-host/ca-bundle.pem:ro" in argv
+    assert ("APPTAINERENV_SSL_CERT_FILE", "/.envbuild-host/ca-bundle.pem") in run.env
+    assert ("APPTAINERENV_https_proxy", "http://proxy.invalid:3128") in run.env
+    assert argv[-3:] == ["torch==2.13.0", "transformers", "lightning"]
+    assert "--cleanenv" in argv and "--writable" in argv
+
+
+def test_remote_index_is_passed_unchanged_and_credentials_redacted() -> None:
+    facts = replace(FIXED_FACTS, pip=PipSettings(index_url="https://user:s3cret@pypi.site/simple"))
+    plan = fixed_plan("envs/local-cpu-pytorch.yaml", facts=facts)
+    text = render_build_plan(plan)
+    assert "s3cret" not in text and "https://***@pypi.site/simple" in text
+    assert redact("see https://a:b@h/x and http://h2/y") == "see https://***@h/x and http://h2/y"
+
+
+def test_image_configuration_files() -> None:
+    plan = fixed_plan("envs/local-cpu-pytorch.yaml")
+    writes = {a.path: a for a in all_actions(plan) if isinstance(a, WriteFile)}
+    sandbox = plan.sandbox
+    script = writes[f"{sandbox}/.singularity.d/env/90-envbuild.sh"].content
+    assert "export VIRTUAL_ENV=/opt/envbuild/venv" in script
+    assert "export TOKENIZERS_PARALLELISM=false" in script
+    record = json.loads(writes[f"{sandbox}/.envbuild/build.json"].content)
+    assert record["requirements"] == ["torch==2.13.0", "transformers", "lightning"]
+    labels = dict(next(a for a in all_actions(plan) if isinstance(a, MergeJson)).values)
+    assert labels["org.envbuild.spec-name"] == "local-cpu-pytorch"
+    assert labels["maintainer"] == "envbuild"
+
+
+def test_env_values_are_literal_in_the_script() -> None:
+    from envbuild.specload import load_spec_text
+
+    spec = load_spec_text("name: x\nbase: debootstrap:bookworm\nenv:\n  A: \"$HOME; rm -rf /\"\n  B: \"it's\"\n").spec
+    script = env_script(spec, "1", "0" * 64)
+    assert "export A='$HOME; rm -rf /'" in script
+    assert "export B='it'\"'\"'s'" in script
+
+
+def test_keep_work_drops_the_clean_step() -> None:
+    names = [s.name for s in fixed_plan("envs/local-cpu-pytorch.yaml", keep_work=True).steps]
+    assert "clean" not in names and names[-1] == "squash"
+
+
+def test_sandbox_dir_base_is_copied_not_cached() -> None:
+    plan = fixed_plan("envs/local-cpu-pytorch.yaml")
+    assert plan.steps[0].skip_if_exists and plan.steps[0].skip_if_exists.startswith("/cache/envbuild/bases/debootstrap-bookworm-")
