@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The checkout's own Python environment: .venv with envbuild (editable) and its test tools.
+# Uses the host's pip configuration (index URLs, find-links, certificates) like any pip install.
+# Fast when nothing changed: pyproject.toml's hash is remembered in .venv.
+set -euo pipefail
+LOG_TAG=python-env
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
+REPO=$(cd "$HERE/.." && pwd)
+VENV=$REPO/.venv
+STAMP=$VENV/.envbuild-pyproject.sha256
+
+python=${PYTHON:-python3}
+command -v "$python" >/dev/null || die "no $python on PATH (apt-get install python3 python3-venv)"
+want=$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1)
+if [[ -x $VENV/bin/python && -f $STAMP && $(cat "$STAMP") == "$want" ]] && "$VENV/bin/python" -c 'import envbuild' 2>/dev/null; then
+    log "up to date: $VENV"
+    exit 0
+fi
+t0=$(now)
+if [[ ! -x $VENV/bin/python ]]; then
+    "$python" -m venv "$VENV" || die "cannot create $VENV (on Debian: apt-get install python3-venv)"
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$REPO[test]"
+printf '%s\n' "$want" >"$STAMP"
+log "installed envbuild and test tools into $VENV in $(elapsed "$t0") s"
