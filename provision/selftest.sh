@@ -139,6 +139,30 @@ test_multi() {
         srun -N1 -n1 -w node1 bash -c 'exec 3<>/dev/tcp/node2/6818 && echo connected'
     expect "srun -N2 apptainer exec SIF hostname" 'node2' \
         srun -N2 -n2 apptainer exec "$SIF" python3 -c 'import socket; print(socket.gethostname())'
+    # What torch's c10d rendezvous needs: rank 0 serves on its node, the other
+    # node connects to it by hostname, from inside the container.
+    local py
+    py=$(mktemp /tmp/envbuild-selftest-XXXXXX.py)
+    cat >"$py" <<'EOF'
+import os, socket, time
+rank, host = int(os.environ["SLURM_PROCID"]), socket.gethostname()
+if rank == 0:
+    srv = socket.create_server(("0.0.0.0", 29511))
+    srv.settimeout(20)
+    conn, addr = srv.accept()
+    print(f"rank0 on {host} got {conn.recv(100).decode()!r} from {addr[0]}")
+else:
+    for _ in range(100):
+        try:
+            conn = socket.create_connection(("node1", 29511), timeout=2)
+            break
+        except OSError:
+            time.sleep(0.1)
+    conn.sendall(f"hello from {host}".encode())
+EOF
+    expect "rendezvous-style TCP from node2 to node1 by name, in the container" \
+        "rank0 on node1 got 'hello from node2'" srun -N2 -n2 apptainer exec "$SIF" python3 "$py"
+    rm -f "$py"
 }
 
 need_root
