@@ -97,7 +97,7 @@ fast_path() {
     log "  $ver (sid deb $(stamp_get apptainer_deb), glibc $(stamp_get glibc_deb) in $GLIBC_DIR)"
     log "  slurm $(slurm_version), $(munged --version 2>&1 | head -n1)"
     log "  singularity -> $(readlink -f "$(command -v singularity)" 2>/dev/null || echo missing)"
-    log "  root capabilities: $(stamp_get root_caps)"
+    log "  root capabilities ('file' mode): $(stamp_get root_caps | tr ',' '\n' | grep -c .) granted, not in bounding set: $(stamp_get not_bound)"
     log "done in $(elapsed "$T0") s (nothing to do; --force to redo)"
     return 0
 }
@@ -160,106 +160,125 @@ else
 fi
 
 # --- 2. apptainer + glibc from sid ----------------------------------------
-T=$(now)
-mkdir -p "$SID_DIR"/{sources.list.d,preferences.d,lists/partial,cache/archives/partial,debs}
-# Same mirror and keyring as the system's main stanza, suite sid.
-debian_stanza_for_suite sid >"$SID_DIR/sources.list.d/sid.sources"
-log "sid source (derived from $DEBIAN_SOURCES): $(awk '/^URIs:/ { print $2 }' "$SID_DIR/sources.list.d/sid.sources")"
-apt-get "${SID_APT[@]}" update >/dev/null
-rm -f "$SID_DIR"/debs/*.deb
-(cd "$SID_DIR/debs" && apt-get "${SID_APT[@]}" download apptainer libc6 >/dev/null)
-APPTAINER_DEB=$(compgen -G "$SID_DIR/debs/apptainer_*.deb" | head -n1)
-LIBC_DEB=$(compgen -G "$SID_DIR/debs/libc6_*.deb" | head -n1)
-[[ -n $APPTAINER_DEB && -n $LIBC_DEB ]] || die "apt-get download from sid produced no apptainer/libc6 .deb"
-APPTAINER_DEB_VER=$(dpkg-deb -f "$APPTAINER_DEB" Version)
-LIBC_DEB_VER=$(dpkg-deb -f "$LIBC_DEB" Version)
-log "downloaded apptainer $APPTAINER_DEB_VER and libc6 $LIBC_DEB_VER from sid in $(elapsed "$T") s"
+# Everything apptainer needs from sid; sets APPTAINER_DEB_VER, LIBC_DEB_VER,
+# APPTAINER_DEPS.
+install_apptainer_from_sid() {
+    local f rel lib found bin listing
+    T=$(now)
+    mkdir -p "$SID_DIR"/{sources.list.d,preferences.d,lists/partial,cache/archives/partial,debs}
+    # Same mirror and keyring as the system's main stanza, suite sid.
+    debian_stanza_for_suite sid >"$SID_DIR/sources.list.d/sid.sources"
+    log "sid source (derived from $DEBIAN_SOURCES): $(awk '/^URIs:/ { print $2 }' "$SID_DIR/sources.list.d/sid.sources")"
+    apt-get "${SID_APT[@]}" update >/dev/null
+    rm -f "$SID_DIR"/debs/*.deb
+    (cd "$SID_DIR/debs" && apt-get "${SID_APT[@]}" download apptainer libc6 >/dev/null)
+    APPTAINER_DEB=$(compgen -G "$SID_DIR/debs/apptainer_*.deb" | head -n1)
+    LIBC_DEB=$(compgen -G "$SID_DIR/debs/libc6_*.deb" | head -n1)
+    [[ -n $APPTAINER_DEB && -n $LIBC_DEB ]] || die "apt-get download from sid produced no apptainer/libc6 .deb"
+    APPTAINER_DEB_VER=$(dpkg-deb -f "$APPTAINER_DEB" Version)
+    LIBC_DEB_VER=$(dpkg-deb -f "$LIBC_DEB" Version)
+    log "downloaded apptainer $APPTAINER_DEB_VER and libc6 $LIBC_DEB_VER from sid in $(elapsed "$T") s"
 
-# Apptainer's runtime Depends (minus libc6, which we supply privately), taken
-# from bookworm. Version constraints are dropped: bookworm's libseccomp2 2.5.4
-# and libsqlite3-0 3.40 satisfy them; a future sid could need more, which the
-# loader check below would catch.
-mapfile -t APPTAINER_DEPS < <(
-    dpkg-deb -f "$APPTAINER_DEB" Depends | tr ',' '\n' |
-        sed -E 's/\(.*\)//; s/\|.*//; s/:any//; s/[[:space:]]//g' |
-        grep -v -x -e '' -e libc6 | sort -u
-)
-log "apptainer Depends (w/o libc6): ${APPTAINER_DEPS[*]}"
-mapfile -t MISSING < <(missing_packages "${APPTAINER_DEPS[@]}")
-if [[ ${#MISSING[@]} -gt 0 ]]; then
-    apt_install_bookworm "${MISSING[@]}"
-fi
-
-WORK=$(mktemp -d /tmp/envbuild-install.XXXXXX)
-dpkg-deb -x "$APPTAINER_DEB" "$WORK/apptainer"
-dpkg-deb -x "$LIBC_DEB" "$WORK/libc"
-
-# Private glibc: every shared object sid's libc6 ships (libc, ld.so, libm,
-# libpthread, nss, ...) plus the host libraries apptainer links against. The
-# host copies must sit next to the private libc too, because apptainer's
-# unsquashfs sandbox sets LD_LIBRARY_PATH to host library dirs that it does
-# not mount, and DT_RPATH resolves from this dir first.
-T=$(now)
-rm -rf "$GLIBC_DIR.new"
-mkdir -p "$GLIBC_DIR.new"
-cp -a "$WORK/libc/usr/lib/$MULTIARCH"/*.so* "$GLIBC_DIR.new/"
-[[ -e $GLIBC_DIR.new/$LDSO ]] || die "sid libc6 has no $LDSO"
-for lib in libseccomp.so.2 libsqlite3.so.0; do
-    found=$(compgen -G "/usr/lib/$MULTIARCH/$lib*" || true)
-    [[ -n $found ]] || die "host lacks $lib (package missing?)"
-    # shellcheck disable=SC2086 # intentional word splitting of the glob list
-    cp -a $found "$GLIBC_DIR.new/"
-done
-
-# Patch the two dynamically linked executables: interpreter -> private ld.so,
-# DT_RPATH (not RUNPATH: RUNPATH loses to LD_LIBRARY_PATH, which apptainer
-# sets for its sandboxed helpers) -> private glibc dir.
-for bin in "${PATCHED_BINS[@]}"; do
-    f=$WORK/apptainer$bin
-    [[ -f $f ]] || die "package lacks $bin"
-    patchelf --set-interpreter "$GLIBC_DIR/$LDSO" --force-rpath --set-rpath "$GLIBC_DIR" "$f"
-done
-
-# Install: private glibc first, then the files of the package. The binaries
-# are replaced with --remove-destination (unlink + create) so a running
-# apptainer never sees a half-written file ("text file busy" otherwise).
-if [[ -d $GLIBC_DIR ]]; then
-    mv "$GLIBC_DIR" "$GLIBC_DIR.old"
-fi
-mkdir -p "$APPTAINER_LIBEXEC"
-mv "$GLIBC_DIR.new" "$GLIBC_DIR"
-rm -rf "$GLIBC_DIR.old"
-cp -a --remove-destination "$WORK/apptainer/usr/." /usr/
-cp -a "$WORK/apptainer/var/." /var/
-# /etc/apptainer are conffiles: like dpkg, keep an admin's (or our earlier)
-# edits; only add files that are missing. dpkg -x runs no maintainer
-# scripts; the postinst only registers the singularity alternative (below).
-while IFS= read -r -d '' f; do
-    rel=${f#"$WORK/apptainer"}
-    if [[ -d $f ]]; then
-        mkdir -p "$rel"
-    elif [[ ! -e $rel ]]; then
-        cp -a "$f" "$rel"
-    elif ! cmp -s "$f" "$rel"; then
-        cp -a "$f" "$rel.sid-dist" # for reference, like dpkg's .dpkg-dist
+    # Apptainer's runtime Depends (minus libc6, which we supply privately), taken
+    # from bookworm. Version constraints are dropped: bookworm's libseccomp2 2.5.4
+    # and libsqlite3-0 3.40 satisfy them; a future sid could need more, which the
+    # loader check below would catch.
+    mapfile -t APPTAINER_DEPS < <(
+        dpkg-deb -f "$APPTAINER_DEB" Depends | tr ',' '\n' |
+            sed -E 's/\(.*\)//; s/\|.*//; s/:any//; s/[[:space:]]//g' |
+            grep -v -x -e '' -e libc6 | sort -u
+    )
+    log "apptainer Depends (w/o libc6): ${APPTAINER_DEPS[*]}"
+    mapfile -t MISSING < <(missing_packages "${APPTAINER_DEPS[@]}")
+    if [[ ${#MISSING[@]} -gt 0 ]]; then
+        T=$(now)
+        apt_install_bookworm "${MISSING[@]}"
+        log "apptainer dependencies installed in $(elapsed "$T") s"
     fi
-done < <(find "$WORK/apptainer/etc" -print0)
-log "apptainer files installed in $(elapsed "$T") s"
 
-# Loader check: every library the patched binaries need must resolve, and libc
-# must come from the private dir. Uses the private ld.so in list mode.
-for bin in "${PATCHED_BINS[@]}"; do
-    listing=$("$GLIBC_DIR/$LDSO" --list "$bin") || die "loader check failed for $bin"
-    if grep -q 'not found' <<<"$listing"; then
-        printf '%s\n' "$listing" >&2
-        die "$bin has unresolved libraries"
+    WORK=$(mktemp -d /tmp/envbuild-install.XXXXXX)
+    dpkg-deb -x "$APPTAINER_DEB" "$WORK/apptainer"
+    dpkg-deb -x "$LIBC_DEB" "$WORK/libc"
+
+    # Private glibc: every shared object sid's libc6 ships (libc, ld.so, libm,
+    # libpthread, nss, ...) plus the host's copies of the other libraries the
+    # binaries link (libseccomp, libsqlite3), so that all of them resolve from
+    # this one dir via DT_RPATH whatever LD_LIBRARY_PATH says (apptainer
+    # re-executes itself with LD_LIBRARY_PATH=/lib/<triplet>:/lib64 to run its
+    # sandboxed unsquashfs for `build --sandbox`).
+    T=$(now)
+    rm -rf "$GLIBC_DIR.new"
+    mkdir -p "$GLIBC_DIR.new"
+    cp -a "$WORK/libc/usr/lib/$MULTIARCH"/*.so* "$GLIBC_DIR.new/"
+    [[ -e $GLIBC_DIR.new/$LDSO ]] || die "sid libc6 has no $LDSO"
+    for lib in libseccomp.so.2 libsqlite3.so.0; do
+        found=$(compgen -G "/usr/lib/$MULTIARCH/$lib*" || true)
+        [[ -n $found ]] || die "host lacks $lib (package missing?)"
+        # shellcheck disable=SC2086 # intentional word splitting of the glob list
+        cp -a $found "$GLIBC_DIR.new/"
+    done
+
+    # Patch the two dynamically linked executables: interpreter -> private ld.so,
+    # DT_RPATH (not RUNPATH: RUNPATH loses to LD_LIBRARY_PATH, which apptainer
+    # sets for its sandboxed helpers) -> private glibc dir.
+    for bin in "${PATCHED_BINS[@]}"; do
+        f=$WORK/apptainer$bin
+        [[ -f $f ]] || die "package lacks $bin"
+        patchelf --set-interpreter "$GLIBC_DIR/$LDSO" --force-rpath --set-rpath "$GLIBC_DIR" "$f"
+    done
+
+    # Install: private glibc first, then the files of the package. The binaries
+    # are replaced with --remove-destination (unlink + create) so a running
+    # apptainer never sees a half-written file ("text file busy" otherwise).
+    if [[ -d $GLIBC_DIR ]]; then
+        mv "$GLIBC_DIR" "$GLIBC_DIR.old"
     fi
-    grep -q "libc.so.6 => $GLIBC_DIR/libc.so.6" <<<"$listing" || {
-        printf '%s\n' "$listing" >&2
-        die "$bin does not take libc from $GLIBC_DIR"
-    }
-    log "$bin: interpreter $(patchelf --print-interpreter "$bin"), libs: $(awk '/=>/ { printf "%s ", $3 }' <<<"$listing")"
-done
+    mkdir -p "$APPTAINER_LIBEXEC"
+    mv "$GLIBC_DIR.new" "$GLIBC_DIR"
+    rm -rf "$GLIBC_DIR.old"
+    cp -a --remove-destination "$WORK/apptainer/usr/." /usr/
+    cp -a "$WORK/apptainer/var/." /var/
+    # /etc/apptainer are conffiles: like dpkg, keep an admin's (or our earlier)
+    # edits; only add files that are missing. dpkg -x runs no maintainer
+    # scripts; the postinst only registers the singularity alternative (below).
+    while IFS= read -r -d '' f; do
+        rel=${f#"$WORK/apptainer"}
+        if [[ -d $f ]]; then
+            mkdir -p "$rel"
+        elif [[ ! -e $rel ]]; then
+            cp -a "$f" "$rel"
+        elif ! cmp -s "$f" "$rel"; then
+            cp -a "$f" "$rel.sid-dist" # for reference, like dpkg's .dpkg-dist
+        fi
+    done < <(find "$WORK/apptainer/etc" -print0)
+    log "apptainer files installed in $(elapsed "$T") s"
+
+    # Loader check: every library the patched binaries need must resolve, and libc
+    # must come from the private dir. Uses the private ld.so in list mode.
+    for bin in "${PATCHED_BINS[@]}"; do
+        listing=$("$GLIBC_DIR/$LDSO" --list "$bin") || die "loader check failed for $bin"
+        if grep -q 'not found' <<<"$listing"; then
+            printf '%s\n' "$listing" >&2
+            die "$bin has unresolved libraries"
+        fi
+        grep -q "libc.so.6 => $GLIBC_DIR/libc.so.6" <<<"$listing" || {
+            printf '%s\n' "$listing" >&2
+            die "$bin does not take libc from $GLIBC_DIR"
+        }
+        log "$bin: interpreter $(patchelf --print-interpreter "$bin"), libs: $(awk '/=>/ { printf "%s ", $3 }' <<<"$listing")"
+    done
+}
+
+# A dpkg-managed apptainer (e.g. a later backport) is left alone: overwriting
+# its files would fight dpkg.
+if [[ -z $(missing_packages apptainer) ]]; then
+    APPTAINER_DEB_VER="dpkg $(dpkg-query -W -f='${Version}' apptainer)"
+    LIBC_DEB_VER="system $(dpkg-query -W -f='${Version}' libc6)"
+    APPTAINER_DEPS=()
+    log "apptainer is installed as a Debian package ($APPTAINER_DEB_VER); not replacing it"
+else
+    install_apptainer_from_sid
+fi
 
 APPTAINER_VERSION_OUT=$(apptainer --version) || die "apptainer --version fails after install"
 log "$APPTAINER_VERSION_OUT"
@@ -285,7 +304,8 @@ mapfile -t NOT_BOUND < <(comm -23 <(printf '%s\n' "${AVAIL[@]}") <(printf '%s\n'
 GRANT_CSV=$(IFS=,; printf '%s' "${GRANT[*]}")
 # Sync root's list to exactly GRANT: add what is missing, drop what the
 # bounding set no longer holds (e.g. from an install on another kernel).
-mapfile -t HAVE < <(apptainer capability list root | sed -n 's/^root \[user\]: //p' | tr ',' '\n' | grep . | sort -u)
+# (`capability list` exits non-zero with FATAL when root has none yet.)
+mapfile -t HAVE < <(apptainer capability list root 2>/dev/null | sed -n 's/^root \[user\]: //p' | tr ',' '\n' | grep . | sort -u)
 mapfile -t ADD < <(comm -23 <(printf '%s\n' "${GRANT[@]}") <(printf '%s\n' "${HAVE[@]}") | grep .)
 mapfile -t DROP < <(comm -13 <(printf '%s\n' "${GRANT[@]}") <(printf '%s\n' "${HAVE[@]}") | grep .)
 # `capability add` prints two "may escalate privilege" warnings per cap;
@@ -320,6 +340,7 @@ glibc_deb=$LIBC_DEB_VER
 apptainer_version_out=$APPTAINER_VERSION_OUT
 bookworm_deps=${APPTAINER_DEPS[*]}
 root_caps=$GRANT_CSV
+not_bound=${NOT_BOUND[*]:-none}
 slurm=$(slurm_version)
 EOF
 mv "$STAMP.tmp" "$STAMP"
