@@ -3,7 +3,7 @@
 # Uses the host's pip configuration (index URLs, find-links, certificates) like any pip install.
 # Fast when nothing changed: pyproject.toml's hash is remembered in .venv.
 set -euo pipefail
-LOG_TAG=python-env
+LOG_TAG="python-env"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$HERE/lib.sh"
@@ -22,6 +22,6 @@ t0=$(now)
 if [[ ! -x $VENV/bin/python ]]; then
     "$python" -m venv "$VENV" || die "cannot create $VENV (on Debian: apt-get install python3-venv)"
 fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$REPO[test]"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "${REPO}[test]"
 printf '%s\n' "$want" >"$STAMP"
 log "installed envbuild and test tools into $VENV in $(elapsed "$t0") s"

@@ -41,3 +41,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def build_cache() -> Path:
+    """A cache shared by the tests that really build (base rootfs, uv cache). Kept between runs
+    on purpose: the second CI run on a machine also exercises cache reuse."""
+    path = Path(os.environ.get("ENVBUILD_TEST_CACHE", "/var/tmp/envbuild-test-cache"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run_cli(args: list[str], *, env_extra: dict[str, str] | None = None, timeout: int = 1800,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run bin/envbuild or bin/envrun as a user would, capturing output."""
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or REPO)

@@ -1,0 +1,105 @@
+"""Cold build of envs/local-cpu-pytorch.yaml with envbuild against the manual way, side by side.
+
+The manual way is what users do today (LUMI/CSC course material, cotainr's method by hand):
+    debootstrap (or pull) a base into a sandbox dir
+    apptainer exec --writable sandbox python3 -m venv /opt/venv
+    apptainer exec --writable sandbox /opt/venv/bin/pip install torch==2.13.0 transformers lightning
+    apptainer build image.sif sandbox/            (default compression)
+Both start cold: empty envbuild cache and empty pip/uv caches, so both download and debootstrap.
+Prints each phase, the total times, the ratio envbuild/manual and the image sizes.
+
+    .venv/bin/python bench/build_vs_manual.py [--keep] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from envbuild.hostfacts import host_debian_mirror  # noqa: E402
+from envbuild.hostpip import read_host_pip_settings  # noqa: E402
+
+PACKAGES = ["torch==2.13.0", "transformers", "lightning"]
+
+
+def timed(label: str, argv: list[str], results: dict[str, float], env: dict[str, str] | None = None) -> None:
+    started = time.monotonic()
+    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    results[label] = time.monotonic() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{label} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    print(f"  {label:<34} {results[label]:7.1f} s", flush=True)
+
+
+def manual(work: Path) -> tuple[float, int]:
+    """The by-hand method, with pip honouring the host's pip configuration the way a user would set it up."""
+    print("manual (debootstrap + exec --writable pip install + apptainer build):", flush=True)
+    results: dict[str, float] = {}
+    sandbox = work / "manual-sandbox"
+    image = work / "manual.sif"
+    cmd = ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates", "bookworm", str(sandbox)]
+    mirror = host_debian_mirror()
+    if mirror:
+        cmd.append(mirror)
+    timed("debootstrap", cmd, results)
+    (sandbox / "etc/hosts").write_text("127.0.0.1\tlocalhost\n")
+    timed("venv", ["apptainer", "exec", "--writable", "--no-home", str(sandbox), "python3", "-m", "venv", "/opt/venv"], results)
+    pip = read_host_pip_settings()
+    binds, args = [], []
+    for n, location in enumerate(pip.find_links):
+        binds += ["--bind", f"{location}:/mnt/links{n}"]
+        args += ["--find-links", f"/mnt/links{n}"]
+        (sandbox / f"mnt/links{n}").mkdir(parents=True, exist_ok=True)
+    if pip.cert:
+        (sandbox / "mnt/ca.pem").touch()
+        binds += ["--bind", f"{pip.cert}:/mnt/ca.pem"]
+        args += ["--cert", "/mnt/ca.pem"]
+    timed("pip install", ["apptainer", "exec", "--writable", "--no-home", *binds, str(sandbox),
+                          "/opt/venv/bin/pip", "install", "--no-cache-dir", *args, *PACKAGES], results)
+    timed("apptainer build (default gzip)", ["apptainer", "build", "--force", str(image), str(sandbox)], results)
+    total = sum(results.values())
+    print(f"  {'total':<34} {total:7.1f} s", flush=True)
+    return total, image.stat().st_size
+
+
+def with_envbuild(work: Path) -> tuple[float, int]:
+    print("envbuild build (cold cache):", flush=True)
+    image = work / "envbuild.sif"
+    env = dict(os.environ, ENVBUILD_CACHE_DIR=str(work / "envbuild-cache"))
+    results: dict[str, float] = {}
+    timed("envbuild build", [str(REPO / "bin/envbuild"), "build", str(REPO / "envs/local-cpu-pytorch.yaml"), "-o", str(image)],
+          results, env=env)
+    return results["envbuild build"], image.stat().st_size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=None, help="scratch dir (default: a temp dir under /var/tmp)")
+    parser.add_argument("--keep", action="store_true", help="keep images and sandboxes")
+    args = parser.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="envbuild-bench-", dir="/var/tmp"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        manual_s, manual_size = manual(work)
+        envbuild_s, envbuild_size = with_envbuild(work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print()
+    print(f"{'':<22}{'time (s)':>10}{'image (MiB)':>14}")
+    print(f"{'manual':<22}{manual_s:>10.1f}{manual_size / 2**20:>14.0f}")
+    print(f"{'envbuild':<22}{envbuild_s:>10.1f}{envbuild_size / 2**20:>14.0f}")
+    print(f"ratio envbuild/manual: time {envbuild_s / manual_s:.2f}x, size {envbuild_size / manual_size:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test suite, as CI runs it: provision what the tests need (apptainer, squashfs-tools,
+# debootstrap, Slurm + munge, the checkout's .venv), then lint and run every test marker.
+#   bash tests/run.sh [pytest args]      (as root on Debian bookworm)
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+bash provision/all.sh
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,130 @@
+"""Real builds with apptainer: a small image end to end, failures that lose nothing, the cache."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+pytestmark = pytest.mark.apptainer
+ENVBUILD = str(REPO / "bin" / "envbuild")
+
+SMALL_SPEC = """\
+name: small
+system: local
+base: debootstrap:bookworm
+python:
+  packages: [six==1.16.0]
+env:
+  GREETING: "hello; $HOME stays literal"
+labels:
+  team: tests
+files:
+  - {src: data/hello.txt, dest: /opt/data/hello.txt, mode: '0600'}
+post:
+  - echo built > /opt/data/post-marker
+tests:
+  - python -c "import six; assert six.__version__ == '1.16.0'"
+  - test -f /opt/data/hello.txt
+"""
+
+
+def exec_in(image: Path, *command: str) -> str:
+    result = subprocess.run(["apptainer", "exec", str(image), *command], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def small_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
+    work = tmp_path_factory.mktemp("small")
+    (work / "data").mkdir()
+    (work / "data" / "hello.txt").write_text("hello from the host\n")
+    spec = work / "small.yaml"
+    spec.write_text(SMALL_SPEC)
+    image = work / "out" / "small.sif"
+    result = run_cli([ENVBUILD, "build", str(spec), "-o", str(image)], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    return spec, image, result
+
+
+def test_small_image_contents(small_image) -> None:
+    spec, image, result = small_image
+    assert image.is_file()
+    assert "[8/9] write small.sif: done" in result.stderr or "write small.sif: done" in result.stderr
+    assert exec_in(image, "python", "-c", "import six, sys; print(six.__version__, sys.prefix)").split() == [
+        "1.16.0", "/opt/envbuild/venv"]
+    assert exec_in(image, "sh", "-c", 'printf %s "$GREETING"') == "hello; $HOME stays literal"
+    assert exec_in(image, "cat", "/opt/data/hello.txt") == "hello from the host\n"
+    assert exec_in(image, "stat", "-c", "%a", "/opt/data/hello.txt").strip() == "600"
+    assert exec_in(image, "cat", "/opt/data/post-marker") == "built\n"
+    assert exec_in(image, "cat", "/.envbuild/spec.yaml") == spec.read_text()
+    assert "six==1.16.0" in exec_in(image, "cat", "/.envbuild/pip-freeze.txt").split()
+    # build-time mounts are gone from the image
+    assert exec_in(image, "sh", "-c", "test -e /.envbuild-host && echo present || echo absent").strip() == "absent"
+
+
+def test_small_image_labels(small_image) -> None:
+    _, image, _ = small_image
+    out = subprocess.run(["apptainer", "inspect", "--json", "--labels", str(image)], capture_output=True, text=True, check=True)
+    labels = json.loads(out.stdout)["data"]["attributes"]["labels"]
+    assert labels["org.envbuild.spec-name"] == "small"
+    assert len(labels["org.envbuild.spec-sha256"]) == 64
+    assert labels["team"] == "tests"
+
+
+def test_log_file_kept(small_image) -> None:
+    _, image, _ = small_image
+    log = image.with_name("small.sif.build.log")
+    assert "=== [1/9]" in log.read_text()
+
+
+def test_rebuild_reuses_cached_base(small_image, build_cache: Path) -> None:
+    spec, image, _ = small_image
+    before = image.stat().st_mtime_ns
+    result = run_cli([ENVBUILD, "build", str(spec), "-o", str(image)], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
+    assert result.returncode == 0, result.stderr
+    assert "debootstrap bookworm (cached after the first build): cached" in result.stderr
+    assert image.stat().st_mtime_ns != before
+
+
+def test_failing_spec_test_loses_nothing(small_image, build_cache: Path) -> None:
+    spec, image, _ = small_image
+    failing = spec.with_name("failing.yaml")
+    failing.write_text(SMALL_SPEC.replace("name: small", "name: failing") + "  - python -c 'raise SystemExit(3)'\n")
+    target = image  # an existing, good image at the output path must survive a failed build
+    before = target.read_bytes()[:4096], target.stat().st_size
+    result = run_cli([ENVBUILD, "build", str(failing), "-o", str(target)], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
+    assert result.returncode == 1
+    assert "error: step 'test' failed: apptainer exited with status 3" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (target.read_bytes()[:4096], target.stat().st_size) == before
+    assert not list(target.parent.glob("*.partial-*"))
+    assert not list((build_cache / "work").glob("failing-*")), "work directory left behind"
+
+
+def test_dry_run_runs_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "never.sif"
+    result = run_cli([ENVBUILD, "build", str(REPO / "envs/lumi-pytorch.yaml"), "--dry-run", "-o", str(out)])
+    assert result.returncode == 0, result.stderr
+    assert "--extra-index-url https://download.pytorch.org/whl/rocm6.3" in result.stdout
+    assert not out.exists()
+
+
+def test_bad_spec_exit_code_2_without_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(textwrap.dedent("""\
+        name: bad
+        base: debootstrap:bookworm
+        python:
+          pytorch: {version: '2.13.0', variant: cuda}
+        """))
+    result = run_cli([ENVBUILD, "build", str(bad)])
+    assert result.returncode == 2
+    assert f"{bad}:4:" in result.stderr and "python.pytorch.variant" in result.stderr
+    assert "Traceback" not in result.stderr
