@@ -41,7 +41,7 @@ LABELS_FILE = "/.singularity.d/labels.json"
 # Always in a debootstrap base: a Python that can make venvs, and CA certificates for HTTPS.
 DEBOOTSTRAP_ALWAYS = ("python3", "python3-venv", "ca-certificates")
 # Bump when the layout of cached bases changes, so old cache entries are not reused.
-BASE_LAYOUT_VERSION = 1
+BASE_LAYOUT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -145,50 +145,67 @@ def _base_steps(request: BuildRequest, work: str, sandbox: str) -> list[Step]:
     base = spec.base
     prepare = (Remove((work,)), MakeDirs((work,)))
     if base.kind == "localimage" and request.base_path and not request.base_path.endswith((".sif", ".simg", ".img")):
-        # A sandbox directory is copied as it is; there is nothing to cache.
-        return [Step("sandbox", f"copy base sandbox {request.base_path}", (*prepare, CopyTree(request.base_path, sandbox)))]
+        # A sandbox directory: not cached (it can change under us); unpacked like any other source.
+        argv = (*_sandbox_build(request), sandbox, request.base_path)
+        return [Step("sandbox", f"copy base sandbox {request.base_path}", (*prepare, Run(argv)))]
 
     entry = f"{facts.cache_dir}/bases/{base_cache_key(base, facts, request.base_fingerprint)}"
     partial, rootfs, marker = f"{entry}/rootfs.partial", f"{entry}/rootfs", f"{entry}/complete"
     if base.kind == "debootstrap":
         include = ",".join(dict.fromkeys((*DEBOOTSTRAP_ALWAYS, *base.include)))
-        argv = ["debootstrap", "--variant=minbase", f"--include={include}", base.ref, partial]
+        tree = f"{entry}/debootstrap.partial"
+        argv = ["debootstrap", "--variant=minbase", f"--include={include}", base.ref, tree]
         mirror = base.mirror or facts.debian_mirror
         if mirror:
             argv.append(mirror)
         fetch: tuple[Action, ...] = (
+            Remove((tree,)),
             Run(tuple(argv)),
             # The downloaded .debs are not part of the environment.
-            Run(("find", f"{partial}/var/cache/apt/archives", "-name", "*.deb", "-delete")),
+            Run(("find", f"{tree}/var/cache/apt/archives", "-name", "*.deb", "-delete")),
             # debootstrap writes no /etc/hosts; without one the runtime cannot bind the host's, and
             # `localhost` (torchrun --standalone's rendezvous) does not resolve inside the container.
-            WriteFile(f"{partial}/etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+            WriteFile(f"{tree}/etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+            # Through the runtime once, so the tree gets the runtime's /.singularity.d skeleton (its
+            # env scripts set the default PATH); the runtime adds it only where none exists.
+            Run((*_sandbox_build(request), partial, tree)),
+            Remove((tree,)),
         )
+        cleanup: tuple[Action, ...] = (Remove((partial, tree)),)
         title = f"debootstrap {base.ref} (cached after the first build)"
     else:
         source = request.base_path if base.kind == "localimage" else base.ref
-        argv = [facts.runtime.path, "build", "--force", "--sandbox"]
-        if not request.as_root:
-            argv.append("--fix-perms")  # an unprivileged user must own every file to write into the sandbox
-        fetch = (Run((*argv, partial, str(source))),)
+        fetch = (Run((*_sandbox_build(request), partial, str(source))),)
+        cleanup = (Remove((partial,)),)
         title = f"unpack base {base.describe()} (cached after the first build)"
     ensure = Step(
         "base", title,
         (Remove((partial,)), MakeDirs((entry,)), *fetch, Rename(partial, rootfs), WriteFile(marker, base.describe() + "\n")),
-        skip_if_exists=marker, cleanup=(Remove((partial,)),),
+        skip_if_exists=marker, cleanup=cleanup,
     )
     copy = Step("sandbox", "copy the base into a fresh sandbox", (*prepare, CopyTree(rootfs, sandbox)))
     return [ensure, copy]
+
+
+def _sandbox_build(request: BuildRequest) -> tuple[str, ...]:
+    argv = [request.facts.runtime.path, "build", "--force", "--sandbox"]
+    if not request.as_root:
+        argv.append("--fix-perms")  # an unprivileged user must own every file to write into the sandbox
+    return tuple(argv)
 
 
 # --- python ---------------------------------------------------------------------------------------
 
 
 def _venv_step(request: BuildRequest, sandbox: str) -> Step:
-    interpreter = request.spec.python.interpreter
+    interpreter = shlex.quote(request.spec.python.interpreter)
+    # A base built by envbuild already has the venv: install into it instead of re-creating it
+    # (its `python3` would be the venv's own interpreter).
+    script = (f"if [ -x {VENV_PREFIX}/bin/python ]; then echo 'reusing the base image venv {VENV_PREFIX}'; "
+              f"else {interpreter} -m venv {VENV_PREFIX}; fi")
     return Step(
         "venv", f"create the venv at {VENV_PREFIX}",
-        (_exec(request, sandbox, [interpreter, "-m", "venv", VENV_PREFIX], writable=True),),
+        (_exec(request, sandbox, ["/bin/sh", "-ec", script], writable=True),),
     )
 
 

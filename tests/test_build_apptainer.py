@@ -60,6 +60,7 @@ def test_small_image_contents(small_image) -> None:
     assert exec_in(image, "python", "-c", "import six, sys; print(six.__version__, sys.prefix)").split() == [
         "1.16.0", "/opt/envbuild/venv"]
     assert exec_in(image, "sh", "-c", 'printf %s "$GREETING"') == "hello; $HOME stays literal"
+    assert exec_in(image, "sh", "-c", "echo $PATH").strip().split(":")[:2] == ["/opt/envbuild/venv/bin", "/usr/local/sbin"]
     assert exec_in(image, "cat", "/opt/data/hello.txt") == "hello from the host\n"
     assert exec_in(image, "stat", "-c", "%a", "/opt/data/hello.txt").strip() == "600"
     assert exec_in(image, "cat", "/opt/data/post-marker") == "built\n"
@@ -128,3 +129,29 @@ def test_bad_spec_exit_code_2_without_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert f"{bad}:4:" in result.stderr and "python.pytorch.variant" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_local_sif_base_layers_on_top(small_image, build_cache: Path, tmp_path: Path) -> None:
+    """A .sif base (how LUMI users start from the site's images) is unpacked to a cached sandbox."""
+    _, base_image, _ = small_image
+    spec = tmp_path / "derived.yaml"
+    spec.write_text(textwrap.dedent(f"""\
+        name: derived
+        base: localimage:{base_image}
+        python:
+          packages: [idna==3.10]
+        tests:
+          - python -c "import idna"
+        """))
+    image = tmp_path / "derived.sif"
+    result = run_cli([ENVBUILD, "build", str(spec), "-o", str(image)], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"unpack base localimage:{base_image}" in result.stderr
+    assert "reusing the base image venv" in image.with_name("derived.sif.build.log").read_text()
+    # the base's files and the new package are both there
+    assert exec_in(image, "cat", "/opt/data/post-marker") == "built\n"
+    assert exec_in(image, "python", "-c", "import idna, six; print('ok')").strip() == "ok"
+    labels = json.loads(subprocess.run(["apptainer", "inspect", "--json", "--labels", str(image)],
+                                       capture_output=True, text=True, check=True).stdout)["data"]["attributes"]["labels"]
+    assert labels["org.envbuild.spec-name"] == "derived"
+    assert labels["team"] == "tests"  # merged from the base image's labels
