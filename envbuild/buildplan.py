@@ -37,6 +37,8 @@ HOST_MOUNT = "/.envbuild-host"
 # Where the image records how it was made.
 RECORD_DIR = "/.envbuild"
 ENV_SCRIPT = "/.singularity.d/env/90-envbuild.sh"
+# Apptainer's and SingularityCE's default PATH inside a container.
+DEFAULT_CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LABELS_FILE = "/.singularity.d/labels.json"
 # Always in a debootstrap base: a Python that can make venvs, and CA certificates for HTTPS.
 DEBOOTSTRAP_ALWAYS = ("python3", "python3-venv", "ca-certificates")
@@ -362,6 +364,9 @@ def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
         f"# Written by envbuild {version} for {spec.name} (spec sha256 {spec_sha256[:16]}).",
         "# Sourced by apptainer/singularity at container start. Values are literal (no $ expansion).",
         f"export VIRTUAL_ENV={shlex.quote(VENV_PREFIX)}",
+        # The runtime starts these scripts with an empty PATH and fills in its default only if they
+        # leave it empty, so the default must be spelled out here.
+        f"PATH=${{PATH:-{DEFAULT_CONTAINER_PATH}}}",
         f'case ":$PATH:" in *":{VENV_PREFIX}/bin:"*) ;; *) PATH="{VENV_PREFIX}/bin:$PATH" ;; esac',
         "export PATH",
     ]
