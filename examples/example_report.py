@@ -1,0 +1,53 @@
+"""The one machine-readable line each example prints per rank: `EXAMPLE_REPORT {json}`.
+
+Tests grep for the prefix and parse the rest as JSON, so the line must be a single line and every value
+JSON-serialisable. The launch facts (threads, tokenizer parallelism, CPU binding) are what envrun tunes,
+so every example reports them the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+REPORT_PREFIX = "EXAMPLE_REPORT "
+
+
+def launch_facts() -> dict[str, Any]:
+    return {
+        "host": socket.gethostname(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM"),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def parameter_agreement(parameters: Iterable[torch.Tensor]) -> dict[str, Any]:
+    """Checksum of this rank's parameters and whether every rank holds exactly the same values.
+
+    Must be called on every rank (it all-gathers). The tensor stays on the parameters' device because
+    NCCL only gathers GPU tensors.
+    """
+    flat = torch.cat([p.detach().reshape(-1).float() for p in parameters])
+    max_diff = 0.0
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, flat)
+        max_diff = max(float((other - flat).abs().max()) for other in gathered)
+    return {
+        "param_count": flat.numel(),
+        "param_checksum": float(flat.double().sum()),
+        "params_agree": max_diff == 0.0,
+        "param_max_diff": max_diff,
+    }
+
+
+def emit_report(fields: Mapping[str, Any]) -> None:
+    print(REPORT_PREFIX + json.dumps(dict(fields), sort_keys=True), flush=True)
