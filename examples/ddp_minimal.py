@@ -85,14 +85,15 @@ def main(argv: list[str] | None = None) -> int:
         "param_checksum": round(float(flat.double().sum()), 10),
         "params_agree": agree,
     }
+    # One write per line: under `python -u` (as torchrun starts ranks) print() writes the text and the
+    # newline separately, and lines of concurrent ranks would interleave.
     if args.json:
-        print("DDP_REPORT " + json.dumps(report, sort_keys=True), flush=True)
+        line = "DDP_REPORT " + json.dumps(report, sort_keys=True)
     else:
-        print(
-            f"rank {rank}/{world} local {local_rank} on {report['host']}: loss {first_loss:.4f} -> {last_loss:.4f}, "
-            f"checksum {report['param_checksum']:.6f}, cpus {report['cpu_affinity']}",
-            flush=True,
-        )
+        line = (f"rank {rank}/{world} local {local_rank} on {report['host']}: loss {first_loss:.4f} -> {last_loss:.4f}, "
+                f"checksum {report['param_checksum']:.6f}, cpus {report['cpu_affinity']}")
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
     dist.barrier()
     if rank == 0:
         verdict = "PARAMETERS AGREE" if agree else f"PARAMETERS DIFFER (max difference {max_diff})"

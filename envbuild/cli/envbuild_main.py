@@ -14,6 +14,7 @@ from envbuild import __version__
 from envbuild.buildexec import BuildExecutor, ensure_can_write
 from envbuild.buildplan import BuildPlan, BuildRequest, plan_build
 from envbuild.cli.common import reports_errors
+from envbuild.cli.inventory_cmds import diff, inspect, packages
 from envbuild.errors import SpecError, UsageError
 from envbuild.hostfacts import gather_host_facts
 from envbuild.recipes import load_recipe
@@ -97,6 +98,9 @@ def schema() -> None:
     """Print the JSON Schema of the spec format (for editors)."""
     click.echo(json.dumps(spec_json_schema(), indent=2))
 
+
+for _command in (packages, diff, inspect):
+    main.add_command(_command)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,122 @@
+"""`envbuild packages`, `envbuild diff`, `envbuild inspect`: what is inside images, read from the files."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import click
+
+from envbuild.cli.common import reports_errors
+from envbuild.errors import UsageError
+from envbuild.hostfacts import default_cache_dir
+from envbuild.inventory.cache import InventoryCache
+from envbuild.inventory.diff import diff_images, diff_to_dict, render_diff
+from envbuild.inventory.errors import ImageFormatError
+from envbuild.inventory.facts import ImageFacts, read_image_facts
+from envbuild.inventory.image import read_inventory
+from envbuild.inventory.inspect_report import inspect_to_dict, render_inspect
+from envbuild.inventory.pyenvs import Inventory
+from envbuild.inventory.report import ImageResult, package_rows, render_json, render_matrix, render_table
+from envbuild.inventory.runtime import read_inventory_via_runtime
+
+_NO_CACHE_HELP = "read the images again instead of using the index cache (~/.cache/envbuild/inventory)"
+
+
+def _cache(no_cache: bool) -> InventoryCache:
+    return InventoryCache(None if no_cache else default_cache_dir() / "inventory")
+
+
+def _inventory(path: str, cache: InventoryCache) -> Inventory:
+    inventory = cache.load(path)
+    if inventory is None:
+        inventory = read_inventory(path)
+        cache.store(path, inventory)
+    return inventory
+
+
+def _warn_problems(path: str, inventory: Inventory) -> None:
+    for problem in inventory.problems:
+        click.echo(f"warning: {path}: {problem.path}: {problem.message}", err=True)
+
+
+@click.command()
+@click.argument("images", nargs=-1, required=True)
+@click.option("--grep", "pattern", metavar="REGEX", help="only packages whose name matches (Python regex, case-insensitive)")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+@click.option("--matrix", "as_matrix", is_flag=True, help="one row per package, one column per image, versions in the cells")
+@click.option("--no-cache", is_flag=True, help=_NO_CACHE_HELP)
+@click.option("--via-runtime", is_flag=True, help="start each image with apptainer/singularity instead of reading the file "
+                                                   "(for encrypted images; slower; never cached)")
+@reports_errors
+def packages(images: tuple[str, ...], pattern: str | None, as_json: bool, as_matrix: bool, no_cache: bool,
+             via_runtime: bool) -> None:
+    """List the Python packages (pip and conda) in every environment of IMAGES (.sif files or sandbox
+    directories), without starting containers. Exit 1 when an image could not be read; the others are listed."""
+    try:
+        regex = re.compile(pattern, re.IGNORECASE) if pattern else None
+    except re.error as exc:
+        raise UsageError(f"--grep {pattern!r} is not a valid regular expression: {exc}",
+                         "use Python regex syntax, e.g. --grep '^torch' or --grep 'lightning|transformers'") from None
+    cache = _cache(no_cache or via_runtime)
+    results = []
+    for path in images:
+        try:
+            inventory = read_inventory_via_runtime(path) if via_runtime else _inventory(path, cache)
+        except ImageFormatError as exc:
+            click.echo(exc.render(), err=True)
+            results.append(ImageResult(path, error=exc.message))
+            continue
+        _warn_problems(path, inventory)
+        results.append(ImageResult(path, inventory))
+    rows = package_rows(results, regex)
+    readable = [r.path for r in results if r.inventory is not None]
+    if as_json:
+        click.echo(render_json(results, rows, with_matrix=as_matrix), nl=False)
+    elif as_matrix:
+        click.echo(render_matrix(rows, readable), nl=False)
+    else:
+        click.echo(render_table(rows), nl=False)
+    failed = len(results) - len(readable)
+    if failed:
+        click.echo(f"{failed} of {len(results)} image{'s' if len(results) != 1 else ''} could not be read", err=True)
+        sys.exit(1)
+
+
+def _facts(path: str, cache: InventoryCache) -> ImageFacts:
+    facts = read_image_facts(path, cache.load(path))
+    cache.store(path, facts.inventory)
+    return facts
+
+
+@click.command()
+@click.argument("image_a")
+@click.argument("image_b")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click.option("--no-cache", is_flag=True, help=_NO_CACHE_HELP)
+@reports_errors
+def diff(image_a: str, image_b: str, as_json: bool, no_cache: bool) -> None:
+    """What changed from IMAGE_A to IMAGE_B: packages per environment, environment variables, labels."""
+    cache = _cache(no_cache)
+    result = diff_images(_facts(image_a, cache), _facts(image_b, cache))
+    if as_json:
+        click.echo(json.dumps(diff_to_dict(result), indent=2))
+    else:
+        click.echo(render_diff(result), nl=False)
+
+
+@click.command()
+@click.argument("image")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click.option("--no-cache", is_flag=True, help=_NO_CACHE_HELP)
+@reports_errors
+def inspect(image: str, as_json: bool, no_cache: bool) -> None:
+    """Labels, start scripts, runscript, embedded envbuild spec and lock, partitions, compression, sizes
+    and Python environments of IMAGE, read from the file."""
+    facts = _facts(image, _cache(no_cache))
+    _warn_problems(image, facts.inventory)
+    if as_json:
+        click.echo(json.dumps(inspect_to_dict(facts), indent=2))
+    else:
+        click.echo(render_inspect(facts), nl=False)

@@ -1,0 +1,61 @@
+"""envrun's optional configuration: data directories to bind and variables such as HF_HOME/TORCH_HOME,
+globally or per system. File: $ENVRUN_CONFIG, else ~/.config/envbuild/envrun.yaml.
+
+    binds: [/scratch/project_465000000/data]
+    env: {HF_HOME: /scratch/project_465000000/hf-cache}
+    systems:
+      lumi-g: {env: {TORCH_HOME: /flash/project_465000000/torch}}
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from envbuild.errors import UsageError
+from envbuild.yamlsource import load_yaml_file
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SystemSettings(_Strict):
+    binds: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+
+
+class EnvrunConfig(SystemSettings):
+    systems: dict[str, SystemSettings] = {}
+
+    def for_system(self, name: str) -> SystemSettings:
+        extra = self.systems.get(name, SystemSettings())
+        return SystemSettings(binds=(*self.binds, *extra.binds), env={**self.env, **extra.env})
+
+
+def config_path(environ: Mapping[str, str]) -> Path:
+    if environ.get("ENVRUN_CONFIG"):
+        return Path(environ["ENVRUN_CONFIG"])
+    base = environ.get("XDG_CONFIG_HOME") or str(Path(environ.get("HOME", str(Path.home()))) / ".config")
+    return Path(base) / "envbuild" / "envrun.yaml"
+
+
+def load_envrun_config(environ: Mapping[str, str] | None = None) -> EnvrunConfig:
+    environ = os.environ if environ is None else environ
+    path = config_path(environ)
+    if not path.exists():
+        if environ.get("ENVRUN_CONFIG"):
+            raise UsageError(f"ENVRUN_CONFIG names {path}, which does not exist", "fix or unset ENVRUN_CONFIG")
+        return EnvrunConfig()
+    document = load_yaml_file(path)
+    try:
+        return EnvrunConfig.model_validate(document.data or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = tuple(first["loc"])
+        pos = document.position_of(loc)
+        raise UsageError(f"{path}:{pos.line}:{pos.column}: {'.'.join(map(str, loc))}: {first['msg']}",
+                         "see `envrun --help` for the config format") from None

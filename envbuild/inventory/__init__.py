@@ -1,0 +1,3 @@
+"""Image inventory: what is inside .sif images (Python environments, packages, labels, scripts),
+read straight from the file: SIF header -> squashfs partition -> a few directories and metadata files.
+No container is started and no runtime is needed, except for the optional `--via-runtime` path."""

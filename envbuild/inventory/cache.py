@@ -1,0 +1,80 @@
+"""Remembered inventories, one small JSON file per image, keyed by what changes when the file does:
+(real path, size, mtime in ns, inode). A rebuilt or copied-over image gets a new key, so an entry is
+never stale; entries of deleted images are just never read again (`rm -r` the directory to tidy)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from envbuild.inventory.pyenvs import Environment, Inventory, Package, Problem
+
+# Bump when the walk or the stored shape changes, so older entries are ignored.
+INDEX_FORMAT = 1
+
+
+def inventory_to_dict(inventory: Inventory) -> dict[str, Any]:
+    return {
+        "environments": [asdict(e) for e in inventory.environments],
+        "packages": [asdict(p) for p in inventory.packages],
+        "problems": [asdict(p) for p in inventory.problems],
+    }
+
+
+def inventory_from_dict(data: dict[str, Any]) -> Inventory:
+    return Inventory(
+        environments=[Environment(**{**e, "site_dirs": tuple(e["site_dirs"])}) for e in data["environments"]],
+        packages=[Package(**p) for p in data["packages"]],
+        problems=[Problem(**p) for p in data["problems"]],
+    )
+
+
+class InventoryCache:
+    """`directory` None disables the cache (--no-cache)."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+
+    def _entry(self, path: str) -> Path | None:
+        if self.directory is None:
+            return None
+        try:
+            real = os.path.realpath(path)
+            stat = os.stat(real)
+        except OSError:
+            return None
+        if not os.path.isfile(real):  # sandbox directories change without their own mtime changing
+            return None
+        key = f"{INDEX_FORMAT}\0{real}\0{stat.st_size}\0{stat.st_mtime_ns}\0{stat.st_ino}"
+        return self.directory / (hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32] + ".json")
+
+    def load(self, path: str) -> Inventory | None:
+        entry = self._entry(path)
+        if entry is None:
+            return None
+        try:
+            return inventory_from_dict(json.loads(entry.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # missing or unreadable entry: read the image again
+
+    def store(self, path: str, inventory: Inventory) -> None:
+        entry = self._entry(path)
+        if entry is None:
+            return
+        # A cache that cannot be written (read-only home, full disk) only costs speed, never the listing.
+        with contextlib.suppress(OSError):
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-", suffix=".json")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    json.dump(inventory_to_dict(inventory), handle)
+                os.replace(temp, entry)
+            except OSError:
+                os.unlink(temp)
+                raise

@@ -1,0 +1,117 @@
+"""Everything `inspect` and `diff` report about one image, read from the file: SIF objects and the
+partition's compression, labels, start scripts, runscript, the embedded envbuild spec/record/lock,
+and the Python environments."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from envbuild.inventory.envscripts import exported_variables
+from envbuild.inventory.image import OpenImage, guarded, open_image
+from envbuild.inventory.pyenvs import Inventory, take_inventory
+from envbuild.inventory.sif import read_object
+
+TEXT_LIMIT = 1024 * 1024  # scripts and specs are small; a bigger file is shown cut
+ENV_DIR = "/.singularity.d/env"
+FILES = {
+    "labels": "/.singularity.d/labels.json",
+    "runscript": "/.singularity.d/runscript",
+    "deffile": "/.singularity.d/Singularity",
+    "spec": "/.envbuild/spec.yaml",
+    "build_record": "/.envbuild/build.json",
+    "lock": "/.envbuild/lock",
+    "pip_freeze": "/.envbuild/pip-freeze.txt",
+}
+
+
+@dataclass
+class ImageFacts:
+    path: str
+    file_size: int = 0
+    sif: dict[str, Any] | None = None  # header fields; None for a sandbox directory
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    env_scripts: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+    runscript: str | None = None
+    deffile: str | None = None
+    envbuild: dict[str, Any] = field(default_factory=dict)
+    inventory: Inventory = field(default_factory=Inventory)
+
+
+def _text(image: OpenImage, path: str) -> str | None:
+    data = image.tree.read(path, TEXT_LIMIT)
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+def _partition_details(image: OpenImage) -> dict[str, Any]:
+    if image.fs is None:
+        return {}
+    block = image.fs.superblock
+    return {"compression": block.compression, "block_size": block.block_size, "inodes": block.inodes,
+            "bytes_used": block.bytes_used, "created_at": block.mkfs_time}
+
+
+def _sif_labels(image: OpenImage) -> dict[str, str]:
+    """Labels from the metadata object apptainer writes into the SIF, for images without labels.json."""
+    if image.layout is None:
+        return {}
+    for obj in image.layout.objects:
+        if obj.data_type == "generic-json":
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                labels = json.loads(read_object(image.layout, obj))["data"]["attributes"]["labels"]
+                if isinstance(labels, dict):
+                    return {str(k): str(v) for k, v in labels.items()}
+    return {}
+
+
+def _read_facts(image: OpenImage, inventory: Inventory | None) -> ImageFacts:
+    facts = ImageFacts(path=image.path, inventory=inventory if inventory is not None else take_inventory(image.tree))
+    if image.layout is not None:
+        header = image.layout.header
+        facts.file_size = image.layout.file_size
+        facts.sif = {"version": header.version, "arch": header.arch, "id": header.image_id,
+                     "created_at": header.created_at, "modified_at": header.modified_at}
+        for obj in image.layout.objects:
+            entry: dict[str, Any] = {"id": obj.id, "type": obj.data_type, "offset": obj.offset, "size": obj.size}
+            if obj.name:
+                entry["name"] = obj.name
+            if obj.data_type == "partition":
+                entry.update(fs_type=obj.fs_type, part_type=obj.part_type, arch=obj.arch)
+                if obj == image.partition:
+                    entry.update(_partition_details(image))
+            facts.objects.append(entry)
+    labels_text = _text(image, FILES["labels"])
+    labels: Any = None
+    if labels_text:
+        with contextlib.suppress(ValueError):
+            labels = json.loads(labels_text)
+    facts.labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else _sif_labels(image)
+    for name, kind in sorted((image.tree.children(ENV_DIR) or {}).items()):
+        if name.endswith(".sh") and kind in ("file", "symlink"):
+            facts.env_scripts[name] = _text(image, f"{ENV_DIR}/{name}") or ""
+    facts.environment = exported_variables(list(facts.env_scripts.items()))
+    facts.runscript = _text(image, FILES["runscript"])
+    facts.deffile = _text(image, FILES["deffile"])
+    record_text = _text(image, FILES["build_record"])
+    record: Any = None
+    if record_text:
+        with contextlib.suppress(ValueError):
+            record = json.loads(record_text)
+    freeze = _text(image, FILES["pip_freeze"])
+    facts.envbuild = {
+        "spec": _text(image, FILES["spec"]),
+        "build_record": record,
+        "lock": _text(image, FILES["lock"]),
+        "pip_freeze_lines": None if freeze is None else len([line for line in freeze.splitlines() if line.strip()]),
+    }
+    return facts
+
+
+def read_image_facts(path: str, inventory: Inventory | None = None) -> ImageFacts:
+    """All facts about the image at `path`; pass `inventory` when a cache already has it."""
+    with open_image(path) as image:
+        return guarded(path, lambda: _read_facts(image, inventory))

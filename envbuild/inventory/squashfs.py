@@ -1,0 +1,371 @@
+"""A small read-only squashfs 4.0 reader: list directories, follow symlinks, read the start of files.
+
+Written for the inventory, which reads a few hundred directories and small files out of images of
+many GiB, so it decompresses only the metadata blocks it touches (cached) and stops reading a file at
+`limit`. Format reference: the Linux kernel's Documentation/filesystems/squashfs.rst and
+fs/squashfs/squashfs_fs.h. All numbers are little-endian.
+
+Why not a library from PyPI: measured on the 389 MiB reference image (listing the pruned tree and
+reading 51 METADATA files), dissect.squashfs took 0.35 s (0.19 s of it import) and is AGPL-licensed;
+PySquashfsImage took 0.76 s because it scans the whole tree when opening. This reader needs ~0.03 s.
+"""
+
+from __future__ import annotations
+
+import lzma
+import os
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from envbuild.inventory.errors import ImageFormatError
+
+SQUASHFS_MAGIC = 0x73717368  # "hsqs"
+_SUPERBLOCK = struct.Struct("<5I6H8Q")
+_INODE_BASE = struct.Struct("<4H2I")
+_DIR_INODE = struct.Struct("<IIHHI")  # start block, nlink, listing size, offset, parent
+_LDIR_INODE = struct.Struct("<4IHHI")  # nlink, listing size, start block, parent, index count, offset, xattr
+_REG_INODE = struct.Struct("<4I")  # blocks start, fragment, fragment offset, size
+_LREG_INODE = struct.Struct("<3Q4I")  # blocks start, size, sparse, nlink, fragment, fragment offset, xattr
+_SYMLINK_INODE = struct.Struct("<2I")  # nlink, target length
+_DIR_HEADER = struct.Struct("<3I")  # entries - 1, inode block, base inode number
+_DIR_ENTRY = struct.Struct("<HhHH")  # inode offset, inode number delta, type, name length - 1
+_FRAGMENT_ENTRY = struct.Struct("<QII")
+
+METADATA_SIZE = 8192
+_METADATA_UNCOMPRESSED = 0x8000
+_DATA_UNCOMPRESSED = 1 << 24
+_NO_FRAGMENT = 0xFFFFFFFF
+_FLAG_COMPRESSOR_OPTIONS = 0x0400
+_MAX_SYMLINK_HOPS = 40
+_MAX_BLOCK = 1 << 20  # squashfs blocks are at most 1 MiB
+
+COMPRESSIONS = {1: "gzip", 2: "lzma", 3: "lzo", 4: "xz", 5: "lz4", 6: "zstd"}
+_KINDS = {1: "dir", 2: "file", 3: "symlink", 8: "dir", 9: "file", 10: "symlink"}
+
+# Everything a damaged image can make the decoders raise; turned into one clear per-image error.
+DECODE_ERRORS = (struct.error, zlib.error, lzma.LZMAError, ValueError, IndexError, KeyError, OverflowError, RuntimeError)
+
+
+@dataclass(frozen=True)
+class Superblock:
+    inodes: int
+    mkfs_time: int
+    block_size: int
+    fragments: int
+    compression: str
+    block_log: int
+    flags: int
+    ids: int
+    major: int
+    minor: int
+    root_inode: int
+    bytes_used: int
+    id_table_start: int
+    xattr_id_table_start: int
+    inode_table_start: int
+    directory_table_start: int
+    fragment_table_start: int
+    export_table_start: int
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One name in a directory listing: its inode reference and what kind of file it is."""
+
+    name: str
+    ref: int
+    kind: str  # dir | file | symlink | other
+
+
+@dataclass(frozen=True)
+class Inode:
+    kind: str
+    mode: int
+    mtime: int
+    size: int = 0  # file size, or directory listing size
+    start: int = 0  # first data block (file) or listing block (directory)
+    offset: int = 0  # listing offset (directory) or offset in the fragment (file)
+    fragment: int = _NO_FRAGMENT
+    tail_ref: tuple[int, int] = (0, 0)  # (block, offset) right after the fixed part: a file's block sizes
+    target: str = ""  # symlink
+
+
+def parse_superblock(raw: bytes, where: str) -> Superblock:
+    if len(raw) < _SUPERBLOCK.size:
+        raise ImageFormatError(where, "the squashfs partition is shorter than its superblock",
+                               "the image is truncated: copy or download it again")
+    (magic, inodes, mkfs_time, block_size, fragments, compression, block_log, flags, ids, major, minor,
+     *tables) = _SUPERBLOCK.unpack_from(raw)
+    if magic != SQUASHFS_MAGIC:
+        raise ImageFormatError(where, "the system partition is not a squashfs file system (bad magic)",
+                               "the image is damaged, or its partition is encrypted or ext3: try --via-runtime")
+    if major != 4:
+        raise ImageFormatError(where, f"squashfs version {major}.{minor} is not supported (only 4.x)",
+                               "rebuild the image with a current apptainer/mksquashfs")
+    if block_size != 1 << block_log or not 4096 <= block_size <= 1 << 20:
+        raise ImageFormatError(where, f"squashfs block size {block_size} is invalid", "the image is damaged")
+    return Superblock(inodes, mkfs_time, block_size, fragments, COMPRESSIONS.get(compression, f"unknown({compression})"),
+                      block_log, flags, ids, major, minor, *tables)
+
+
+def _decompressor(name: str, where: str) -> Callable[[bytes, int], bytes]:
+    """A function (compressed, wanted) -> bytes for the image's compression. It returns at least the
+    first `wanted` bytes (all of them when the block is shorter); where the codec can stop early it
+    does, because a file's first bytes are often all the inventory needs of a 128 KiB block."""
+    if name == "gzip":
+        return lambda data, wanted: zlib.decompressobj().decompress(data, wanted)
+    if name in ("xz", "lzma"):
+        form = lzma.FORMAT_XZ if name == "xz" else lzma.FORMAT_ALONE
+        return lambda data, wanted: lzma.LZMADecompressor(form).decompress(data, max_length=wanted)
+    if name == "zstd":
+        try:
+            import zstandard
+        except ImportError:
+            raise ImageFormatError(where, "uses zstd compression and the Python module zstandard is missing",
+                                   "pip install zstandard (a dependency of envbuild), or use --via-runtime") from None
+        decompressor = zstandard.ZstdDecompressor()
+        return lambda data, wanted: decompressor.stream_reader(data).read(wanted)
+    if name == "lz4":
+        try:
+            import lz4.block
+        except ImportError:
+            raise ImageFormatError(where, "uses lz4 compression and the Python module lz4 is missing",
+                                   "pip install lz4 (a dependency of envbuild), or use --via-runtime") from None
+        return lambda data, _wanted: lz4.block.decompress(data, uncompressed_size=_MAX_BLOCK)
+    raise ImageFormatError(where, f"uses {name} compression, which envbuild cannot read",
+                           "use --via-runtime, or rebuild with gzip, xz, lz4 or zstd (apptainer build --mksquashfs-args)")
+
+
+class Squashfs:
+    """A squashfs file system stored at `offset` in the file `path`, `length` bytes long."""
+
+    def __init__(self, path: str, offset: int = 0, length: int | None = None) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDONLY)
+        try:
+            self._base = offset
+            self._length = length if length is not None else os.fstat(self._fd).st_size - offset
+            self.superblock = parse_superblock(self._read(0, _SUPERBLOCK.size), path)
+            if self.superblock.bytes_used > self._length:
+                raise ImageFormatError(path, f"the squashfs says it is {self.superblock.bytes_used} bytes but only "
+                                             f"{self._length} are there", "the image is truncated: copy or download it again")
+            self._decompress = _decompressor(self.superblock.compression, path)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._metadata_cache: dict[int, tuple[bytes, int]] = {}
+        self._data_cache: dict[int, tuple[bytes, bool]] = {}  # position -> (bytes, whole block?)
+        self._fragment_index: tuple[int, ...] | None = None
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Squashfs:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- raw access -------------------------------------------------------------------------
+
+    def _read(self, position: int, count: int) -> bytes:
+        if position < 0 or position + count > self._length:
+            raise ImageFormatError(self.path, f"a squashfs pointer leads to byte {position}, outside the {self._length}-byte "
+                                              "partition", "the image is truncated or damaged: copy or download it again")
+        data = os.pread(self._fd, count, self._base + position)
+        if len(data) != count:
+            raise ImageFormatError(self.path, f"the file ends before byte {self._base + position + count}",
+                                   "the image is truncated: copy or download it again")
+        return data
+
+    def _metadata_block(self, position: int) -> tuple[bytes, int]:
+        """The decompressed metadata block at `position`, and the position of the next one."""
+        cached = self._metadata_cache.get(position)
+        if cached is not None:
+            return cached
+        (word,) = struct.unpack("<H", self._read(position, 2))
+        size = word & ~_METADATA_UNCOMPRESSED
+        if not 0 < size <= METADATA_SIZE:
+            raise ImageFormatError(self.path, f"bad metadata block header at squashfs byte {position}", "the image is damaged")
+        data = self._read(position + 2, size)
+        if not word & _METADATA_UNCOMPRESSED:
+            data = self._decompress(data, METADATA_SIZE + 1)
+        result = (data, position + 2 + size)
+        self._metadata_cache[position] = result
+        return result
+
+    def _metadata(self, position: int, offset: int, count: int) -> tuple[bytes, int, int]:
+        """`count` bytes of a metadata stream that may run over block ends; returns (bytes, next position, next offset)."""
+        block, next_position = self._metadata_block(position)
+        if offset + count <= len(block):
+            return block[offset:offset + count], position, offset + count
+        parts = [block[offset:]]
+        remaining = count - len(parts[0])
+        while remaining > 0:
+            position = next_position
+            block, next_position = self._metadata_block(position)
+            parts.append(block[:remaining])
+            remaining -= len(parts[-1])
+            offset = len(parts[-1])
+        return b"".join(parts), position, offset
+
+    # -- inodes and directories -------------------------------------------------------------
+
+    @property
+    def root_ref(self) -> int:
+        return self.superblock.root_inode
+
+    def inode(self, ref: int) -> Inode:
+        """Decode the inode that the reference (block << 16 | offset, relative to the inode table) points at."""
+        position = self.superblock.inode_table_start + (ref >> 16)
+        raw, position, offset = self._metadata(position, ref & 0xFFFF, _INODE_BASE.size)
+        inode_type, mode, _uid, _gid, mtime, _number = _INODE_BASE.unpack(raw)
+        kind = _KINDS.get(inode_type, "other")
+        if inode_type == 1:
+            raw, position, offset = self._metadata(position, offset, _DIR_INODE.size)
+            start, _nlink, size, listing_offset, _parent = _DIR_INODE.unpack(raw)
+            return Inode(kind, mode, mtime, size=size, start=start, offset=listing_offset)
+        if inode_type == 8:
+            raw, position, offset = self._metadata(position, offset, _LDIR_INODE.size)
+            _nlink, size, start, _parent, _count, listing_offset, _xattr = _LDIR_INODE.unpack(raw)
+            return Inode(kind, mode, mtime, size=size, start=start, offset=listing_offset)
+        if inode_type == 2:
+            raw, position, offset = self._metadata(position, offset, _REG_INODE.size)
+            start, fragment, fragment_offset, size = _REG_INODE.unpack(raw)
+            return Inode(kind, mode, mtime, size=size, start=start, offset=fragment_offset, fragment=fragment,
+                         tail_ref=(position, offset))
+        if inode_type == 9:
+            raw, position, offset = self._metadata(position, offset, _LREG_INODE.size)
+            start, size, _sparse, _nlink, fragment, fragment_offset, _xattr = _LREG_INODE.unpack(raw)
+            return Inode(kind, mode, mtime, size=size, start=start, offset=fragment_offset, fragment=fragment,
+                         tail_ref=(position, offset))
+        if inode_type in (3, 10):
+            raw, position, offset = self._metadata(position, offset, _SYMLINK_INODE.size)
+            _nlink, length = _SYMLINK_INODE.unpack(raw)
+            if length > 4096:
+                raise ImageFormatError(self.path, f"symlink target of {length} bytes", "the image is damaged")
+            raw, _, _ = self._metadata(position, offset, length)
+            return Inode(kind, mode, mtime, size=length, target=raw.decode("utf-8", errors="surrogateescape"))
+        return Inode(kind, mode, mtime)
+
+    def listdir(self, directory: Inode) -> list[Entry]:
+        """The entries of a directory inode, in the image's (sorted) order; "." and ".." are not stored."""
+        if directory.kind != "dir":
+            raise ImageFormatError(self.path, "listing something that is not a directory", "the image is damaged")
+        if directory.size <= 3:  # an empty directory's listing size is 3
+            return []
+        raw, _, _ = self._metadata(self.superblock.directory_table_start + directory.start, directory.offset, directory.size - 3)
+        entries = []
+        position = 0
+        end = len(raw)
+        while position < end:
+            count, block, _base = _DIR_HEADER.unpack_from(raw, position)
+            position += _DIR_HEADER.size
+            if count >= 256:  # mksquashfs writes at most 256 entries per header
+                raise ImageFormatError(self.path, "bad directory header", "the image is damaged")
+            for _ in range(count + 1):
+                offset, _delta, entry_type, name_length = _DIR_ENTRY.unpack_from(raw, position)
+                position += _DIR_ENTRY.size
+                name = raw[position:position + name_length + 1].decode("utf-8", errors="surrogateescape")
+                position += name_length + 1
+                entries.append(Entry(name, block << 16 | offset, _KINDS.get(entry_type, "other")))
+        return entries
+
+    def lookup(self, path: str, *, follow_last: bool = True) -> Inode | None:
+        """The inode at an absolute path inside the image, following symlinks; None when it does not exist."""
+        return self._lookup(path, follow_last, hops=0)
+
+    def _lookup(self, path: str, follow_last: bool, hops: int) -> Inode | None:
+        names = [n for n in path.split("/") if n and n != "."]
+        node = self.inode(self.root_ref)
+        walked: list[str] = []
+        for index, name in enumerate(names):
+            if name == "..":
+                walked = walked[:-1]
+                node = self._lookup("/" + "/".join(walked), True, hops) or node
+                continue
+            if node.kind != "dir":
+                return None
+            match = next((e for e in self.listdir(node) if e.name == name), None)
+            if match is None:
+                return None
+            node = self.inode(match.ref)
+            last = index == len(names) - 1
+            if node.kind == "symlink" and (follow_last or not last):
+                if hops >= _MAX_SYMLINK_HOPS:
+                    return None
+                base = "" if node.target.startswith("/") else "/" + "/".join(walked)
+                resolved = self._lookup(f"{base}/{node.target}", True, hops + 1)
+                if resolved is None:
+                    return None
+                node = resolved
+            walked.append(name)
+        return node
+
+    # -- file data --------------------------------------------------------------------------
+
+    def _data_block(self, position: int, word: int, wanted: int) -> bytes:
+        """At least the first `wanted` bytes of the data block at `position` (fewer only if the block is shorter)."""
+        size = word & ~_DATA_UNCOMPRESSED
+        cached = self._data_cache.get(position)
+        if cached is not None and (cached[1] or len(cached[0]) >= wanted):
+            return cached[0]
+        if size > self.superblock.block_size:
+            raise ImageFormatError(self.path, f"data block of {size} bytes at squashfs byte {position}", "the image is damaged")
+        raw = self._read(position, size)
+        if word & _DATA_UNCOMPRESSED:
+            data, whole = raw, True
+        else:
+            data = self._decompress(raw, wanted)
+            whole = len(data) < wanted
+        if len(self._data_cache) > 32:  # small files share fragment blocks; keep a few, not the image
+            self._data_cache.clear()
+        self._data_cache[position] = (data, whole)
+        return data
+
+    def _fragment(self, index: int) -> tuple[int, int]:
+        if index >= self.superblock.fragments:
+            raise ImageFormatError(self.path, f"fragment {index} of {self.superblock.fragments}", "the image is damaged")
+        if self._fragment_index is None:
+            blocks = (self.superblock.fragments * _FRAGMENT_ENTRY.size + METADATA_SIZE - 1) // METADATA_SIZE
+            raw = self._read(self.superblock.fragment_table_start, 8 * blocks)
+            self._fragment_index = struct.unpack(f"<{blocks}Q", raw)
+        byte = index * _FRAGMENT_ENTRY.size
+        raw, _, _ = self._metadata(self._fragment_index[byte // METADATA_SIZE], byte % METADATA_SIZE, _FRAGMENT_ENTRY.size)
+        start, size, _unused = _FRAGMENT_ENTRY.unpack(raw)
+        return start, size
+
+    def read(self, inode: Inode, limit: int | None = None) -> bytes:
+        """The first `limit` bytes of a regular file (all of it when None)."""
+        if inode.kind != "file":
+            raise ImageFormatError(self.path, "reading something that is not a regular file", "the image is damaged")
+        want = inode.size if limit is None else min(inode.size, limit)
+        block_size = self.superblock.block_size
+        has_fragment = inode.fragment != _NO_FRAGMENT
+        full_blocks = inode.size // block_size if has_fragment else (inode.size + block_size - 1) // block_size
+        needed_blocks = min(full_blocks, (want + block_size - 1) // block_size)
+        parts: list[bytes] = []
+        got = 0
+        if needed_blocks:
+            raw, _, _ = self._metadata(*inode.tail_ref, 4 * needed_blocks)
+            position = inode.start
+            for word in struct.unpack(f"<{needed_blocks}I", raw):
+                if word == 0:  # a sparse block: zeros, stored as nothing
+                    parts.append(bytes(min(block_size, inode.size - got)))
+                else:
+                    parts.append(self._data_block(position, word, min(block_size, want - got)))
+                    position += word & ~_DATA_UNCOMPRESSED
+                got += len(parts[-1])
+        if got < want and has_fragment:
+            start, word = self._fragment(inode.fragment)
+            tail = min(inode.size - full_blocks * block_size, want - got)
+            block = self._data_block(start, word, inode.offset + tail)
+            parts.append(block[inode.offset:inode.offset + tail])
+        data = b"".join(parts)[:want]
+        if len(data) != want:
+            raise ImageFormatError(self.path, f"a file of {inode.size} bytes yielded {len(data)}", "the image is damaged")
+        return data
