@@ -110,7 +110,22 @@ class Rename:
         return f"mv -T {shlex.quote(self.src)} {shlex.quote(self.dest)}"
 
 
-Action = Run | WriteFile | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename
+@dataclass(frozen=True)
+class WriteRunWrappers:
+    """Write `dest/<command>` wrapper scripts for the executables found in `venv_bin` (known only once
+    the packages are installed), each exec'ing into `image` like envrun does on system `system`."""
+
+    venv_bin: str
+    dest: str
+    image: str
+    system: str
+    runtime_name: str
+
+    def describe(self) -> str:
+        return f"write run wrappers for the commands in {self.venv_bin} to {self.dest}/ (system {self.system})"
+
+
+Action = WriteRunWrappers | Run | WriteFile | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from envbuild.actions import (
     Step,
     Touch,
     WriteFile,
+    WriteRunWrappers,
 )
 from envbuild.buildplan import BuildPlan
 from envbuild.errors import EnvbuildError, ToolError
@@ -139,8 +140,27 @@ class BuildExecutor:
                     shutil.rmtree(path)
         elif isinstance(action, Rename):
             os.replace(action.src, action.dest)
+        elif isinstance(action, WriteRunWrappers):
+            self._write_wrappers(action)
         else:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown action {action!r}")
+
+    def _write_wrappers(self, action: WriteRunWrappers) -> None:
+        from envbuild.recipes import load_recipe
+        from envbuild.wrappers import render_wrapper, wrapped_commands
+
+        entries = [e.name for e in os.scandir(action.venv_bin) if os.access(e.path, os.X_OK) and not e.is_dir()]
+        recipe = load_recipe(action.system)
+        dest = Path(action.dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        names = wrapped_commands(entries)
+        for name in names:
+            target = dest / name
+            partial = dest / f".{name}.partial"
+            partial.write_text(render_wrapper(name, action.image, recipe, action.runtime_name), encoding="utf-8")
+            partial.chmod(0o755)
+            os.replace(partial, target)
+        self._log.write(f"wrote {len(names)} wrappers: {' '.join(names)}\n")
 
     def _run(self, step: Step, action: Run) -> None:
         env = dict(os.environ)

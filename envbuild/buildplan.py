@@ -26,6 +26,7 @@ from envbuild.actions import (
     Step,
     Touch,
     WriteFile,
+    WriteRunWrappers,
 )
 from envbuild.hostfacts import HostFacts
 from envbuild.hostpip import local_path_of
@@ -111,6 +112,12 @@ def plan_build(request: BuildRequest) -> BuildPlan:
         Step("squash", f"write {PurePosixPath(request.output).name}",
              (Run((facts.runtime.path, "build", "--force", partial, sandbox)), Rename(partial, request.output)),
              cleanup=(Remove((partial,)),))
+    )
+    out_dir = str(PurePosixPath(request.output).parent)
+    steps.append(
+        Step("wrappers", f"write run wrappers to {out_dir}/bin",
+             (WriteRunWrappers(f"{sandbox}{VENV_PREFIX}/bin", f"{out_dir}/bin", request.output, spec.system,
+                               facts.runtime.name),))
     )
     if not request.keep_work:
         steps.append(Step("clean", "remove the build sandbox", (Remove((work,)),)))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import textwrap
 from pathlib import Path
@@ -56,7 +58,7 @@ def small_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> 
 def test_small_image_contents(small_image) -> None:
     spec, image, result = small_image
     assert image.is_file()
-    assert "[9/10] write small.sif: done in" in result.stderr
+    assert re.search(r"\[\d+/\d+\] write small.sif: done in", result.stderr)
     assert exec_in(image, "python", "-c", "import six, sys; print(six.__version__, sys.prefix)").split() == [
         "1.16.0", "/opt/envbuild/venv"]
     assert exec_in(image, "sh", "-c", 'printf %s "$GREETING"') == "hello; $HOME stays literal"
@@ -82,7 +84,7 @@ def test_small_image_labels(small_image) -> None:
 def test_log_file_kept(small_image) -> None:
     _, image, _ = small_image
     log = image.with_name("small.sif.build.log")
-    assert "=== [1/10] debootstrap bookworm" in log.read_text()
+    assert re.search(r"=== \[1/\d+\] debootstrap bookworm", log.read_text())
 
 
 def test_rebuild_reuses_cached_base(small_image, build_cache: Path) -> None:
@@ -155,3 +157,23 @@ def test_local_sif_base_layers_on_top(small_image, build_cache: Path, tmp_path: 
                                        capture_output=True, text=True, check=True).stdout)["data"]["attributes"]["labels"]
     assert labels["org.envbuild.spec-name"] == "derived"
     assert labels["team"] == "tests"  # merged from the base image's labels
+
+
+def test_run_wrappers_exec_into_the_image(small_image, tmp_path: Path) -> None:
+    _, image, _ = small_image
+    bindir = image.parent / "bin"
+    names = set(os.listdir(bindir))
+    assert {"python", "python3", "pip"} <= names
+    assert not any(n.startswith("activate") for n in names)
+    (tmp_path / "here.txt").write_text("x")
+    result = subprocess.run(
+        [str(bindir / "python"), "-c", "import os, six, sys; print(six.__version__, os.getcwd(), os.listdir('.'), sys.argv[1:])",
+         "a b", "$HOME", "it's"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"1.16.0 {tmp_path} ['here.txt'] ['a b', '$HOME', \"it's\"]"
+    code = "import os; print(os.environ['TOKENIZERS_PARALLELISM'], os.environ['OMP_NUM_THREADS'])"
+    env = subprocess.run([str(bindir / "python"), "-c", code],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "3"})
+    assert env.stdout.split() == ["false", "3"]

@@ -101,7 +101,7 @@ def test_env_values_are_literal_in_the_script() -> None:
 
 def test_keep_work_drops_the_clean_step() -> None:
     names = [s.name for s in fixed_plan("envs/local-cpu-pytorch.yaml", keep_work=True).steps]
-    assert "clean" not in names and names[-1] == "squash"
+    assert "clean" not in names and names[-2:] == ["squash", "wrappers"]
 
 
 def test_sandbox_dir_base_is_copied_not_cached() -> None:

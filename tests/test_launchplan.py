@@ -209,3 +209,16 @@ def test_host_shim_derives_ranks_from_slurm(tasks_per_node: str, node_id: str, e
     assert (got["RANK"], got["LOCAL_RANK"], got["WORLD_SIZE"], got["LOCAL_WORLD_SIZE"]) == ("5", "1", "8", expected)
     assert got["MASTER_ADDR"] == "jwb0097i"
     assert got["MASTER_PORT"] == str(20000 + (11112222 * 16) % 40000)
+
+
+def test_wrapper_passes_arguments_and_uses_caller_cwd() -> None:
+    from envbuild.wrappers import render_wrapper, wrapped_commands
+
+    script = render_wrapper("torchrun", "/img/env.sif", load_recipe("lumi-g"))
+    assert script.startswith("#!/bin/sh\n")
+    assert 'exec "$runtime" exec --bind "$PWD" --pwd "$PWD" $binds "$image"' in script
+    assert script.rstrip().endswith('envrun-task torchrun "$@"')
+    assert ': "${OMP_NUM_THREADS:=7}"; export OMP_NUM_THREADS' in script
+    assert "--no-python" not in script  # the caller's torchrun options come first, untouched
+    assert wrapped_commands(["pip", "activate", "Activate.ps1", "transformers", "python", "torchrun"]) == [
+        "pip", "python", "torchrun", "transformers"]
