@@ -58,3 +58,22 @@ def run_cli(args: list[str], *, env_extra: dict[str, str] | None = None, timeout
     env = dict(os.environ)
     env.update(env_extra or {})
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or REPO)
+
+
+@pytest.fixture(scope="session")
+def reference_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> Path:
+    """The reference image built from envs/local-cpu-pytorch.yaml, once per test session."""
+    image = tmp_path_factory.mktemp("reference") / "local-cpu-pytorch.sif"
+    result = run_cli([str(REPO / "bin/envbuild"), "build", str(REPO / "envs/local-cpu-pytorch.yaml"), "-o", str(image)],
+                     env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)}, timeout=2400)
+    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    return image
+
+
+def reports(output: str, tag: str = "DDP_REPORT") -> list[dict]:
+    """The per-rank JSON reports an example printed, sorted by rank."""
+    import json
+    import re
+
+    found = [json.loads(m.group(1)) for m in re.finditer(tag + r" (\{.*\})$", output, re.M)]
+    return sorted(found, key=lambda r: r["rank"])

@@ -3,51 +3,57 @@ job in it under the real local Slurm through envrun. Nothing is mocked."""
 
 from __future__ import annotations
 
-import json
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, reports, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.apptainer, pytest.mark.slurm]
+ENVRUN = str(REPO / "bin/envrun")
 
 
-@pytest.fixture(scope="module")
-def reference_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> Path:
-    image = tmp_path_factory.mktemp("reference") / "local-cpu-pytorch.sif"
-    result = run_cli([str(REPO / "bin/envbuild"), "build", str(REPO / "envs/local-cpu-pytorch.yaml"), "-o", str(image)],
-                     env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)}, timeout=2400)
-    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
-    return image
+def check_two_ranks_agree(output: str) -> list[dict]:
+    found = reports(output)
+    assert [r["rank"] for r in found] == [0, 1]
+    assert all(r["world_size"] == 2 and r["backend"] == "gloo" for r in found)
+    assert all(r["params_agree"] for r in found)
+    assert len({r["param_checksum"] for r in found}) == 1
+    assert all(r["omp_num_threads"] == "1" and r["tokenizers_parallelism"] == "false" for r in found)
+    assert found[0]["last_loss"] < found[0]["first_loss"]
+    assert "PARAMETERS AGREE" in output
+    return found
 
 
-def ddp_reports(output: str) -> list[dict]:
-    return [json.loads(line.split(" ", 1)[1]) for line in output.splitlines() if line.startswith("DDP_REPORT ")]
-
-
-def test_srun_torchrun_two_ranks_agree(reference_image: Path) -> None:
-    result = run_cli([str(REPO / "bin/envrun"), "--image", str(reference_image), "srun", "torchrun",
+def test_srun_torchrun_one_task_two_processes(reference_image: Path) -> None:
+    result = run_cli([ENVRUN, "--image", str(reference_image), "srun", "torchrun",
                       "examples/ddp_minimal.py", "--steps", "20", "--json"], timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    reports = sorted(ddp_reports(result.stdout), key=lambda r: r["rank"])
-    assert [r["rank"] for r in reports] == [0, 1]
-    assert all(r["world_size"] == 2 and r["backend"] == "gloo" for r in reports)
-    assert all(r["params_agree"] for r in reports)
-    assert len({r["param_checksum"] for r in reports}) == 1
-    assert all(r["omp_num_threads"] == "1" and r["tokenizers_parallelism"] == "false" for r in reports)
-    assert reports[0]["last_loss"] < reports[0]["first_loss"]
-    assert "PARAMETERS AGREE" in result.stdout
+    found = check_two_ranks_agree(result.stdout)
+    assert [r["cpu_affinity"] for r in found] == [[0], [1]], "each rank pinned to its own core"
+
+
+def test_srun_python_two_tasks(reference_image: Path) -> None:
+    result = run_cli([ENVRUN, "--image", str(reference_image), "srun", "python",
+                      "examples/ddp_minimal.py", "--steps", "20", "--json"], timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = check_two_ranks_agree(result.stdout)
+    assert [r["local_rank"] for r in found] == [0, 1]
+    assert [r["cpu_affinity"] for r in found] == [[0], [1]], "srun binds each task to its own core"
 
 
 def test_crashing_rank_fails_promptly(reference_image: Path, tmp_path: Path) -> None:
     script = tmp_path / "crash.py"
     script.write_text(
-        "import os, time, torch.distributed as dist\n"
+        "import time, torch.distributed as dist\n"
         "dist.init_process_group('gloo')\n"
         "if dist.get_rank() == 1: raise SystemExit('rank 1 fails on purpose')\n"
         "time.sleep(600)\n"
     )
-    result = run_cli([str(REPO / "bin/envrun"), "--image", str(reference_image), "--bind", str(tmp_path),
-                      "srun", "torchrun", str(script)], timeout=300)
-    assert result.returncode != 0
+    for form in ("torchrun", "python"):
+        started = time.monotonic()
+        result = run_cli([ENVRUN, "--image", str(reference_image), "--bind", str(tmp_path), "srun", form, str(script)],
+                         timeout=300)
+        assert result.returncode != 0, form
+        assert time.monotonic() - started < 120, f"{form}: the surviving rank was not stopped promptly"
