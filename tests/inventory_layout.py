@@ -162,3 +162,30 @@ def build_sif(root: Path, image: Path, compression: str = "gzip") -> Path:
     result = subprocess.run([*command, str(image), str(root)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     return image
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "inventory"
+FIXTURE_COMPRESSIONS = ("gzip", "zstd")
+
+
+def fixture_image(compression: str) -> Path:
+    """A committed SIF of `lay_out(root, "a")`, so the reader is tested where apptainer is not installed."""
+    return FIXTURES / f"layout-a.{compression}.sif"
+
+
+def regenerate_fixtures(work: Path) -> None:
+    """Rebuild the committed fixtures after changing lay_out: `.venv/bin/python -m tests.inventory_layout`."""
+    root = work / "layout-a"
+    lay_out(root, "a")
+    FIXTURES.mkdir(parents=True, exist_ok=True)
+    for compression in FIXTURE_COMPRESSIONS:
+        build_sif(root, fixture_image(compression), compression)
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        regenerate_fixtures(Path(scratch))
+    for compression in FIXTURE_COMPRESSIONS:
+        print(fixture_image(compression), fixture_image(compression).stat().st_size)

@@ -41,7 +41,8 @@ def open_image(path: str) -> Iterator[OpenImage]:
                                "use --via-runtime, or convert it: apptainer build new.sif old.sif")
     fs = guarded(path, lambda: Squashfs(path, partition.offset, partition.size))
     try:
-        yield OpenImage(path=path, tree=SquashfsTree(fs), layout=layout, partition=partition, fs=fs)
+        tree = guarded(path, lambda: SquashfsTree(fs))
+        yield OpenImage(path=path, tree=tree, layout=layout, partition=partition, fs=fs)
     finally:
         fs.close()
 

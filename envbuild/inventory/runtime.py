@@ -17,7 +17,8 @@ from envbuild.inventory.trees import ListedTree
 _NO_FIND = 97
 
 # Output lines: "D path" directory, "F path" file, "L path" symlink, "C path" then "|line"... the
-# header of that metadata file. Paths with a newline in them are not supported.
+# header of that metadata file (or the whole conda record, for one not named <name>-<version>-<build>.json,
+# whose name cannot be parsed). Paths with a newline in them are not supported.
 LISTING_SCRIPT = r"""
 PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 if [ -n "${WITH_CONDA:-}" ]; then eval "$WITH_CONDA" >/dev/null 2>&1 || true; fi
@@ -31,11 +32,14 @@ while IFS= read -r p; do
   case "$p" in
     *.dist-info) f="$p/METADATA" ;;
     *.egg-info) if [ -d "$p" ] && [ ! -L "$p" ]; then f="$p/PKG-INFO"; else f="$p"; fi ;;
+    */conda-meta/*-*-*.json) continue ;;
+    */conda-meta/*.json) echo "C $p"; sed -e 's/^/|/' "$p"; echo; continue ;;
     *) continue ;;
   esac
   [ -f "$f" ] || continue
   echo "C $f"
   sed -n -e '/^$/q' -e 's/^/|/p' "$f"
+  echo  # in case the file does not end in a newline
 done
 """
 

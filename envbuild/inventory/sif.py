@@ -98,13 +98,14 @@ def _cstring(raw: bytes) -> str:
 
 def parse_header(raw: bytes, path: str) -> SifHeader:
     """Decode the 128-byte global header; reject files that are not SIF version 01."""
+    if raw[32:42] != MAGIC:
+        what = "an empty file" if not raw else "no SIF_MAGIC in the header"
+        raise ImageFormatError(path, f"not a SIF image ({what})",
+                               "give a .sif image built by apptainer or singularity (old .simg/ext3 images are not read)")
     if len(raw) < _HEADER.size:
         raise ImageFormatError(path, f"the file is {len(raw)} bytes, shorter than a SIF header ({_HEADER.size} bytes)",
-                               "give a .sif image built by apptainer or singularity")
-    launch, magic, version, arch, ident, *numbers = _HEADER.unpack_from(raw)
-    if magic != MAGIC:
-        raise ImageFormatError(path, "not a SIF image (no SIF_MAGIC in the header)",
-                               "give a .sif image; old .simg/ext3 images and sandbox directories are not read here")
+                               "the file is truncated: copy or download it again")
+    launch, _magic, version, arch, ident, *numbers = _HEADER.unpack_from(raw)
     if _cstring(version) != "01":
         raise ImageFormatError(path, f"SIF version {_cstring(version)!r} is not supported (only 01)",
                                "convert the image with a current apptainer: apptainer build new.sif old.sif")

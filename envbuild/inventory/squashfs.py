@@ -44,8 +44,9 @@ _MAX_BLOCK = 1 << 20  # squashfs blocks are at most 1 MiB
 COMPRESSIONS = {1: "gzip", 2: "lzma", 3: "lzo", 4: "xz", 5: "lz4", 6: "zstd"}
 _KINDS = {1: "dir", 2: "file", 3: "symlink", 8: "dir", 9: "file", 10: "symlink"}
 
-# Everything a damaged image can make the decoders raise; turned into one clear per-image error.
-DECODE_ERRORS = (struct.error, zlib.error, lzma.LZMAError, ValueError, IndexError, KeyError, OverflowError, RuntimeError)
+# What a damaged image can make the parsing raise besides our own errors (codec errors are caught
+# where blocks are decompressed); image.py turns these into one clear per-image error.
+DECODE_ERRORS = (struct.error, ValueError, IndexError, KeyError, OverflowError, UnicodeError, RecursionError)
 
 
 @dataclass(frozen=True)
@@ -110,15 +111,19 @@ def parse_superblock(raw: bytes, where: str) -> Superblock:
                       block_log, flags, ids, major, minor, *tables)
 
 
-def _decompressor(name: str, where: str) -> Callable[[bytes, int], bytes]:
-    """A function (compressed, wanted) -> bytes for the image's compression. It returns at least the
-    first `wanted` bytes (all of them when the block is shorter); where the codec can stop early it
-    does, because a file's first bytes are often all the inventory needs of a 128 KiB block."""
+Decompress = Callable[[bytes, int], bytes]
+
+
+def _decompressor(name: str, where: str) -> tuple[Decompress, tuple[type[Exception], ...]]:
+    """A function (compressed, wanted) -> bytes for the image's compression, and the errors it raises
+    on damaged data. It returns at least the first `wanted` bytes (all of them when the block is
+    shorter); where the codec can stop early it does, because a file's first bytes are often all the
+    inventory needs of a 128 KiB block."""
     if name == "gzip":
-        return lambda data, wanted: zlib.decompressobj().decompress(data, wanted)
+        return (lambda data, wanted: zlib.decompressobj().decompress(data, wanted)), (zlib.error,)
     if name in ("xz", "lzma"):
         form = lzma.FORMAT_XZ if name == "xz" else lzma.FORMAT_ALONE
-        return lambda data, wanted: lzma.LZMADecompressor(form).decompress(data, max_length=wanted)
+        return (lambda data, wanted: lzma.LZMADecompressor(form).decompress(data, max_length=wanted)), (lzma.LZMAError,)
     if name == "zstd":
         try:
             import zstandard
@@ -126,14 +131,14 @@ def _decompressor(name: str, where: str) -> Callable[[bytes, int], bytes]:
             raise ImageFormatError(where, "uses zstd compression and the Python module zstandard is missing",
                                    "pip install zstandard (a dependency of envbuild), or use --via-runtime") from None
         decompressor = zstandard.ZstdDecompressor()
-        return lambda data, wanted: decompressor.stream_reader(data).read(wanted)
+        return (lambda data, wanted: decompressor.stream_reader(data).read(wanted)), (zstandard.ZstdError,)
     if name == "lz4":
         try:
             import lz4.block
         except ImportError:
             raise ImageFormatError(where, "uses lz4 compression and the Python module lz4 is missing",
                                    "pip install lz4 (a dependency of envbuild), or use --via-runtime") from None
-        return lambda data, _wanted: lz4.block.decompress(data, uncompressed_size=_MAX_BLOCK)
+        return (lambda data, _wanted: lz4.block.decompress(data, uncompressed_size=_MAX_BLOCK)), (lz4.block.LZ4BlockError,)
     raise ImageFormatError(where, f"uses {name} compression, which envbuild cannot read",
                            "use --via-runtime, or rebuild with gzip, xz, lz4 or zstd (apptainer build --mksquashfs-args)")
 
@@ -151,7 +156,7 @@ class Squashfs:
             if self.superblock.bytes_used > self._length:
                 raise ImageFormatError(path, f"the squashfs says it is {self.superblock.bytes_used} bytes but only "
                                              f"{self._length} are there", "the image is truncated: copy or download it again")
-            self._decompress = _decompressor(self.superblock.compression, path)
+            self._decompressor, self._codec_errors = _decompressor(self.superblock.compression, path)
         except BaseException:
             os.close(self._fd)
             raise
@@ -182,6 +187,13 @@ class Squashfs:
                                    "the image is truncated: copy or download it again")
         return data
 
+    def _decompress(self, data: bytes, wanted: int, position: int) -> bytes:
+        try:
+            return self._decompressor(data, wanted)
+        except self._codec_errors as exc:
+            raise ImageFormatError(self.path, f"the compressed block at squashfs byte {position} is damaged ({exc})",
+                                   "the file is corrupt: copy or download it again") from None
+
     def _metadata_block(self, position: int) -> tuple[bytes, int]:
         """The decompressed metadata block at `position`, and the position of the next one."""
         cached = self._metadata_cache.get(position)
@@ -193,7 +205,7 @@ class Squashfs:
             raise ImageFormatError(self.path, f"bad metadata block header at squashfs byte {position}", "the image is damaged")
         data = self._read(position + 2, size)
         if not word & _METADATA_UNCOMPRESSED:
-            data = self._decompress(data, METADATA_SIZE + 1)
+            data = self._decompress(data, METADATA_SIZE + 1, position)
         result = (data, position + 2 + size)
         self._metadata_cache[position] = result
         return result
@@ -320,7 +332,7 @@ class Squashfs:
         if word & _DATA_UNCOMPRESSED:
             data, whole = raw, True
         else:
-            data = self._decompress(raw, wanted)
+            data = self._decompress(raw, wanted, position)
             whole = len(data) < wanted
         if len(self._data_cache) > 32:  # small files share fragment blocks; keep a few, not the image
             self._data_cache.clear()
