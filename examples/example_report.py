@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -50,4 +51,8 @@ def parameter_agreement(parameters: Iterable[torch.Tensor]) -> dict[str, Any]:
 
 
 def emit_report(fields: Mapping[str, Any]) -> None:
-    print(REPORT_PREFIX + json.dumps(dict(fields), sort_keys=True), flush=True)
+    """Write the line with one write(2): print() may issue the text and its newline as two writes, and
+    then ranks finishing together splice their lines. A pipe write up to PIPE_BUF (4 KiB) is atomic."""
+    line = REPORT_PREFIX + json.dumps(dict(fields), sort_keys=True) + "\n"
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), line.encode())
