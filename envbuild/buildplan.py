@@ -13,6 +13,7 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from envbuild.actions import (
     Action,
@@ -30,8 +31,10 @@ from envbuild.actions import (
 )
 from envbuild.hostfacts import HostFacts
 from envbuild.hostpip import local_path_of
-from envbuild.recipes import Recipe
 from envbuild.spec import VENV_PREFIX, BaseImage, Spec
+
+if TYPE_CHECKING:
+    from envbuild.recipeschema import Recipe
 
 # Build-time mount points inside the sandbox (host pip sources, caches, tools); removed before squashing.
 HOST_MOUNT = "/.envbuild-host"

@@ -12,28 +12,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from envbuild.errors import UsageError
-from envbuild.yamlsource import load_yaml_file
 
+if TYPE_CHECKING:
+    from envbuild.envrunconfigschema import EnvrunConfig
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SystemSettings(_Strict):
-    binds: tuple[str, ...] = ()
-    env: dict[str, str] = {}
-
-
-class EnvrunConfig(SystemSettings):
-    systems: dict[str, SystemSettings] = {}
-
-    def for_system(self, name: str) -> SystemSettings:
-        extra = self.systems.get(name, SystemSettings())
-        return SystemSettings(binds=(*self.binds, *extra.binds), env={**self.env, **extra.env})
+# What an absent config means; a plain object so that envrun needs no pydantic for it.
+EMPTY = SimpleNamespace(binds=(), env={})
 
 
 def config_path(environ: Mapping[str, str]) -> Path:
@@ -44,6 +32,11 @@ def config_path(environ: Mapping[str, str]) -> Path:
 
 
 def load_envrun_config(environ: Mapping[str, str] | None = None) -> EnvrunConfig:
+    from pydantic import ValidationError
+
+    from envbuild.envrunconfigschema import EnvrunConfig
+    from envbuild.yamlsource import load_yaml_file
+
     environ = os.environ if environ is None else environ
     path = config_path(environ)
     if not path.exists():

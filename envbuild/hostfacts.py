@@ -38,14 +38,20 @@ class HostFacts:
     as_root: bool = True
 
 
-def find_runtime(environ: dict[str, str] | None = None) -> Runtime | None:
+def find_runtime(environ: dict[str, str] | None = None, *, probe: bool = True) -> Runtime | None:
+    """apptainer, else singularity, on PATH ($ENVBUILD_RUNTIME overrides). `probe` asks the program
+    which it is (`singularity` is often apptainer); without it the resolved file name decides, which
+    costs no process start (envrun's launch path)."""
     environ = dict(os.environ) if environ is None else environ
     override = environ.get("ENVBUILD_RUNTIME")
     candidates = [override] if override else ["apptainer", "singularity"]
     for candidate in candidates:
         path = shutil.which(candidate)
         if path:
-            return Runtime(path=path, name=_runtime_name(path))
+            if probe:
+                return Runtime(path=path, name=_runtime_name(path))
+            resolved = os.path.basename(os.path.realpath(path))
+            return Runtime(path=path, name="apptainer" if "apptainer" in resolved else "singularity")
     return None
 
 
@@ -58,8 +64,8 @@ def _runtime_name(path: str) -> str:
     return "apptainer" if "apptainer" in out.lower() else "singularity"
 
 
-def require_runtime() -> Runtime:
-    runtime = find_runtime()
+def require_runtime(*, probe: bool = True) -> Runtime:
+    runtime = find_runtime(probe=probe)
     if runtime is None:
         raise UsageError(
             "neither apptainer nor singularity is on PATH",

@@ -16,10 +16,13 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from envbuild.errors import UsageError
 from envbuild.hostfacts import Runtime
-from envbuild.recipes import Recipe
+
+if TYPE_CHECKING:
+    from envbuild.recipeschema import Recipe
 
 # srun options that take their value as the next word (`-n 2`, `--nodes 2`). Others are flags,
 # or take their value after '=' (`--exclusive=user`), which is unambiguous.

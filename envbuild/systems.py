@@ -5,8 +5,12 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from envbuild.recipes import Recipe, available_recipes, load_recipe
+from envbuild.recipes import available_recipes, load_recipe
+
+if TYPE_CHECKING:
+    from envbuild.recipeschema import Recipe
 
 DEFAULT_SYSTEM = "local"
 

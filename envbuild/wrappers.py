@@ -5,10 +5,13 @@ container feels like a normal install. srun can launch them directly (`srun bin/
 from __future__ import annotations
 
 import shlex
+from typing import TYPE_CHECKING
 
 from envbuild.hostfacts import Runtime
 from envbuild.launchplan import TASK_SHIM_NAME, LaunchRequest, plan_launch
-from envbuild.recipes import Recipe
+
+if TYPE_CHECKING:
+    from envbuild.recipeschema import Recipe
 
 # Always wrapped when present in the image's venv; every other console script there is wrapped too.
 ALWAYS = ("python", "python3", "pip", "torchrun", "accelerate")

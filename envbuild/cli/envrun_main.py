@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from envbuild import __version__
 from envbuild.cli.common import reports_errors
-from envbuild.envrunconfig import load_envrun_config
 from envbuild.errors import UsageError
 from envbuild.hostfacts import require_runtime
 from envbuild.launchplan import LaunchRequest, plan_launch
@@ -47,7 +47,7 @@ def main(image: str | None, binds: tuple[str, ...], system: str | None, dry_run:
     if not image_path.exists():
         raise UsageError(f"image {image} does not exist", "build it with `envbuild build SPEC -o IMG.sif` or fix the path")
     recipe, why = resolve_recipe(system, os.environ)
-    settings = load_envrun_config().for_system(recipe.name)
+    settings = _config_for(recipe.name)
     all_binds = (*settings.binds, *binds)
     for bind in all_binds:
         source = bind.split(":", 1)[0]
@@ -55,7 +55,7 @@ def main(image: str | None, binds: tuple[str, ...], system: str | None, dry_run:
             raise UsageError(f"bind source {source} does not exist", "check the path given to --bind (or in the envrun config)")
     missing = tuple(b for b in (*recipe.binds, *recipe.multinode_binds) if not Path(b.split(":", 1)[0]).exists())
     plan = plan_launch(LaunchRequest(
-        command=command, image=str(image_path), recipe=recipe, runtime=require_runtime(), cwd=os.getcwd(),
+        command=command, image=str(image_path), recipe=recipe, runtime=require_runtime(probe=False), cwd=os.getcwd(),
         binds=all_binds, env=tuple(settings.env.items()), environ=dict(os.environ), missing_recipe_binds=missing,
         system_reason=why,
     ))
@@ -74,6 +74,17 @@ def main(image: str | None, binds: tuple[str, ...], system: str | None, dry_run:
         os.execvpe(plan.argv[0], list(plan.argv), env)  # noqa: S606 - argv passed as words, deliberately no shell
     except FileNotFoundError:
         raise UsageError(f"{plan.argv[0]} is not on PATH", "load Slurm / apptainer or fix PATH") from None
+
+
+def _config_for(system: str) -> Any:
+    """The envrun config's binds and env for `system`; validated (pydantic) only when a file exists."""
+    from envbuild.envrunconfig import EMPTY, config_path
+
+    if not config_path(os.environ).exists() and not os.environ.get("ENVRUN_CONFIG"):
+        return EMPTY
+    from envbuild.envrunconfig import load_envrun_config
+
+    return load_envrun_config().for_system(system)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+"""envrun's added start-up latency over a bare `apptainer exec IMG true`, side by side in one run.
+
+Alternates the variants run by run (so drifting machine load hits both alike) and prints medians,
+the added latency and the ratio. Goal (issue 3): envrun adds under 50 ms median.
+
+    .venv/bin/python bench/envrun_latency.py [IMAGE] [--runs 21]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def timed(argv: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("image", nargs="?", default=str(REPO / "build/local-cpu-pytorch.sif"))
+    parser.add_argument("--runs", type=int, default=21)
+    args = parser.parse_args()
+    image = os.path.abspath(args.image)
+    variants = {
+        "apptainer exec IMG true": ["apptainer", "exec", image, "true"],
+        "envrun --image IMG true": [str(REPO / "bin/envrun"), "--image", image, "true"],
+        "installed envrun (.venv/bin/envrun)": [str(REPO / ".venv/bin/envrun"), "--image", image, "true"],
+    }
+    wrapper = Path(image).parent / "bin" / "python"
+    if wrapper.exists():
+        variants["run wrapper bin/python -c pass"] = [str(wrapper), "-c", "pass"]
+        variants["apptainer exec IMG python -c pass"] = ["apptainer", "exec", image, "python", "-c", "pass"]
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for argv in variants.values():  # warm the page cache once
+        timed(argv)
+    for _ in range(args.runs):
+        for name, argv in variants.items():
+            times[name].append(timed(argv))
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    print(f"{'variant':<40}{'median (ms)':>12}{'p90 (ms)':>10}")
+    for name, values in times.items():
+        p90 = sorted(values)[int(0.9 * (len(values) - 1))]
+        print(f"{name:<40}{medians[name] * 1000:>12.1f}{p90 * 1000:>10.1f}")
+    base = medians["apptainer exec IMG true"]
+    for name in ("envrun --image IMG true", "installed envrun (.venv/bin/envrun)"):
+        added = (medians[name] - base) * 1000
+        print(f"{name}: +{added:.1f} ms over bare apptainer exec ({medians[name] / base:.2f}x)")
+    if "run wrapper bin/python -c pass" in medians:
+        added = (medians["run wrapper bin/python -c pass"] - medians["apptainer exec IMG python -c pass"]) * 1000
+        print(f"run wrapper: +{added:.1f} ms over bare apptainer exec IMG python")
+
+
+if __name__ == "__main__":
+    main()

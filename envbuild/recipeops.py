@@ -1,0 +1,107 @@
+"""What a recipe computes (processes per node, rank cores, CPU masks, wheel index), shared by the
+validated pydantic model and the light view that envrun loads from the JSON cache.
+
+Kept free of pydantic and YAML on purpose: envrun's start-up must stay far below the container's own
+start-up time, and importing pydantic alone costs about 100 ms.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+
+def parse_core_list(text: str) -> tuple[int, ...]:
+    """'1-7' -> (1..7); '0,2,4-5' -> (0, 2, 4, 5)."""
+    cores: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not re.fullmatch(r"\d+(-\d+)?", part):
+            raise ValueError(f"{text!r} is not a core list like '1-7' or '0,2,4-5'")
+        low, _, high = part.partition("-")
+        cores.extend(range(int(low), int(high or low) + 1))
+    return tuple(cores)
+
+
+def cores_to_mask(cores: tuple[int, ...], width: int) -> str:
+    """Cores -> srun's mask_cpu hex form, zero-padded to the node's core count: (1..7), 64 -> 0x00000000000000fe."""
+    value = sum(1 << core for core in cores)
+    return f"0x{value:0{max(1, (width + 3) // 4)}x}"
+
+
+class NodeMethods:
+    usable_cores: int | None
+    cores: int
+
+    @property
+    def usable(self) -> int:
+        return self.usable_cores or self.cores
+
+
+class RecipeMethods:
+    node: Any
+    pytorch: Any
+    processes_per_node: int | None
+
+    def pytorch_index_for(self, wheel_tag: str) -> str | None:
+        """The wheel index URL for a PyTorch variant, or None when the host's pip configuration decides."""
+        if self.pytorch.index == "host":
+            return None
+        return self.pytorch.index.replace("{tag}", wheel_tag)
+
+    def processes(self) -> int:
+        """Training processes per node: one per GPU, else the recipe's CPU process count."""
+        return self.node.gpus or self.processes_per_node or 1
+
+    def rank_cores(self, local_rank: int, per_node: int) -> tuple[int, ...]:
+        """The cores local rank `local_rank` of `per_node` ranks should run on."""
+        if self.node.gpu_cores and per_node <= self.node.gpus:
+            return tuple(self.node.gpu_cores[local_rank])
+        usable = self.node.usable
+        share = max(1, usable // per_node)
+        start = (local_rank * share) % usable
+        return tuple(range(start, start + share))
+
+    def cpu_masks(self, per_node: int) -> tuple[str, ...]:
+        return tuple(cores_to_mask(self.rank_cores(r, per_node), self.node.cores) for r in range(per_node))
+
+
+# --- the light view ---------------------------------------------------------------------------------
+
+MODEL_KEY = "__model__"
+
+
+class View:
+    """Read-only attribute access over a validated, JSON-dumped model."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        for key, value in data.items():
+            if key != MODEL_KEY:
+                object.__setattr__(self, key, from_json(value))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("recipe views are read-only")
+
+
+class NodeView(View, NodeMethods):
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__(data)
+        # JSON object keys are strings; GPU indexes are ints in the model.
+        object.__setattr__(self, "gpu_cores", {int(k): tuple(v) for k, v in data.get("gpu_cores", {}).items()})
+
+
+class RecipeView(View, RecipeMethods):
+    pass
+
+
+_VIEWS = {"Node": NodeView, "Recipe": RecipeView}
+
+
+def from_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        if MODEL_KEY in value:
+            return _VIEWS.get(value[MODEL_KEY], View)(value)
+        return {key: from_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return tuple(from_json(item) for item in value)
+    return value

@@ -1,0 +1,61 @@
+"""Recipes: every file validates, derived CPU masks match the sites' documented ones, and the cached
+light view (what envrun loads) computes exactly what the validated model does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envbuild.recipeops import cores_to_mask, from_json, parse_core_list
+from envbuild.recipes import available_recipes, load_recipe, recipes_dir, validate_recipe_file
+from envbuild.recipeschema import dump_for_cache
+
+NAMES = available_recipes()
+
+
+def test_all_systems_present() -> None:
+    assert set(NAMES) >= {"lumi-g", "lumi-c", "puhti", "mahti", "juwels-booster", "local"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_recipe_validates_and_cites_sources(name: str) -> None:
+    path = recipes_dir() / f"{name}.yaml"
+    recipe = validate_recipe_file(path, name)
+    assert recipe.name == name
+    if name != "local":
+        assert "https://" in path.read_text(), "site facts must cite their public source"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cached_view_matches_model(name: str) -> None:
+    model = validate_recipe_file(recipes_dir() / f"{name}.yaml", name)
+    view = from_json(dump_for_cache(model))
+    per_node = model.processes()
+    assert view.processes() == per_node
+    assert view.node.usable == model.node.usable
+    assert view.cpu_masks(per_node) == model.cpu_masks(per_node)
+    assert [view.rank_cores(r, per_node) for r in range(per_node)] == [model.rank_cores(r, per_node) for r in range(per_node)]
+    assert view.env == model.env and view.binds == model.binds
+    assert view.pytorch_index_for("cu126") == model.pytorch_index_for("cu126")
+
+
+def test_lumi_masks_are_the_documented_ones() -> None:
+    # LUMI docs (distribution-binding): GCD 0..7 -> cores 49-55, 57-63, 17-23, 25-31, 1-7, 9-15, 33-39, 41-47
+    documented = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,"
+                  "0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000")
+    assert ",".join(load_recipe("lumi-g").cpu_masks(8)) == documented
+    assert cores_to_mask(parse_core_list("1-7"), 64) == "0x00000000000000fe"
+
+
+def test_core_list_errors() -> None:
+    with pytest.raises(ValueError, match="not a core list"):
+        parse_core_list("1-x")
+
+
+def test_broken_recipe_is_located(tmp_path: Path) -> None:
+    from envbuild.errors import UsageError
+
+    (tmp_path / "bad.yaml").write_text("name: bad\nnode:\n  gpus: -1\n  cores: 4\n")
+    with pytest.raises(UsageError, match=r"bad.yaml:3:3: node.gpus: Input should be greater than or equal to 0"):
+        load_recipe("bad", tmp_path)
