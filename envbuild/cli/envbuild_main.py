@@ -14,7 +14,7 @@ from envbuild import __version__
 from envbuild.buildexec import BuildExecutor, ensure_can_write
 from envbuild.buildplan import BuildPlan, BuildRequest, plan_build
 from envbuild.cli.common import reports_errors
-from envbuild.cli.inventory_cmds import diff, inspect, packages
+from envbuild.cli.inventory_cmds import diff_command, inspect_command, packages_command
 from envbuild.errors import SpecError, UsageError
 from envbuild.hostfacts import gather_host_facts
 from envbuild.recipes import load_recipe
@@ -99,7 +99,7 @@ def schema() -> None:
     click.echo(json.dumps(spec_json_schema(), indent=2))
 
 
-for _command in (packages, diff, inspect):
+for _command in (packages_command, diff_command, inspect_command):
     main.add_command(_command)
 
 if __name__ == "__main__":

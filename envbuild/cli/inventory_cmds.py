@@ -10,7 +10,7 @@ import click
 
 from envbuild.cli.common import reports_errors
 from envbuild.errors import UsageError
-from envbuild.hostfacts import default_cache_dir
+from envbuild.hostfacts import default_cache_dir, require_runtime
 from envbuild.inventory.cache import InventoryCache
 from envbuild.inventory.diff import diff_images, diff_to_dict, render_diff
 from envbuild.inventory.errors import ImageFormatError
@@ -41,7 +41,7 @@ def _warn_problems(path: str, inventory: Inventory) -> None:
         click.echo(f"warning: {path}: {problem.path}: {problem.message}", err=True)
 
 
-@click.command()
+@click.command("packages")
 @click.argument("images", nargs=-1, required=True)
 @click.option("--grep", "pattern", metavar="REGEX", help="only packages whose name matches (Python regex, case-insensitive)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
@@ -50,7 +50,7 @@ def _warn_problems(path: str, inventory: Inventory) -> None:
 @click.option("--via-runtime", is_flag=True, help="start each image with apptainer/singularity instead of reading the file "
                                                    "(for encrypted images; slower; never cached)")
 @reports_errors
-def packages(images: tuple[str, ...], pattern: str | None, as_json: bool, as_matrix: bool, no_cache: bool,
+def packages_command(images: tuple[str, ...], pattern: str | None, as_json: bool, as_matrix: bool, no_cache: bool,
              via_runtime: bool) -> None:
     """List the Python packages (pip and conda) in every environment of IMAGES (.sif files or sandbox
     directories), without starting containers. Exit 1 when an image could not be read; the others are listed."""
@@ -60,10 +60,11 @@ def packages(images: tuple[str, ...], pattern: str | None, as_json: bool, as_mat
         raise UsageError(f"--grep {pattern!r} is not a valid regular expression: {exc}",
                          "use Python regex syntax, e.g. --grep '^torch' or --grep 'lightning|transformers'") from None
     cache = _cache(no_cache or via_runtime)
+    runtime = require_runtime() if via_runtime else None
     results = []
     for path in images:
         try:
-            inventory = read_inventory_via_runtime(path) if via_runtime else _inventory(path, cache)
+            inventory = read_inventory_via_runtime(path, runtime.path) if runtime else _inventory(path, cache)
         except ImageFormatError as exc:
             click.echo(exc.render(), err=True)
             results.append(ImageResult(path, error=exc.message))
@@ -90,13 +91,13 @@ def _facts(path: str, cache: InventoryCache) -> ImageFacts:
     return facts
 
 
-@click.command()
+@click.command("diff")
 @click.argument("image_a")
 @click.argument("image_b")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @click.option("--no-cache", is_flag=True, help=_NO_CACHE_HELP)
 @reports_errors
-def diff(image_a: str, image_b: str, as_json: bool, no_cache: bool) -> None:
+def diff_command(image_a: str, image_b: str, as_json: bool, no_cache: bool) -> None:
     """What changed from IMAGE_A to IMAGE_B: packages per environment, environment variables, labels."""
     cache = _cache(no_cache)
     result = diff_images(_facts(image_a, cache), _facts(image_b, cache))
@@ -106,12 +107,12 @@ def diff(image_a: str, image_b: str, as_json: bool, no_cache: bool) -> None:
         click.echo(render_diff(result), nl=False)
 
 
-@click.command()
+@click.command("inspect")
 @click.argument("image")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @click.option("--no-cache", is_flag=True, help=_NO_CACHE_HELP)
 @reports_errors
-def inspect(image: str, as_json: bool, no_cache: bool) -> None:
+def inspect_command(image: str, as_json: bool, no_cache: bool) -> None:
     """Labels, start scripts, runscript, embedded envbuild spec and lock, partitions, compression, sizes
     and Python environments of IMAGE, read from the file."""
     facts = _facts(image, _cache(no_cache))

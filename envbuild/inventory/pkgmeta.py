@@ -67,10 +67,3 @@ def parse_conda_meta_json(data: bytes) -> tuple[str, str] | None:
         return name, version
     return None
 
-
-def distribution_stem(dirname: str) -> str:
-    """`torch-2.3.0.dist-info` -> `torch-2.3.0`; used only to name a distribution whose metadata is unreadable."""
-    for suffix in (".dist-info", ".egg-info"):
-        if dirname.endswith(suffix):
-            return dirname[: -len(suffix)]
-    return dirname

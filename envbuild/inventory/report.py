@@ -106,7 +106,7 @@ def render_json(results: list[ImageResult], rows: list[Row], *, with_matrix: boo
         images.append(entry)
     document: dict[str, Any] = {"images": images}
     if with_matrix:
-        document["matrix"] = matrix(rows, [r.path for r in results])
+        document["matrix"] = matrix(rows, [r.path for r in results if r.inventory is not None])
     else:
         document["packages"] = [
             {"image": r.image, "environment": r.environment, "name": r.package, "version": r.version, "source": r.source}

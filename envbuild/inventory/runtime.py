@@ -7,6 +7,7 @@ so both paths give the same rows. The script evaluates $WITH_CONDA first, as use
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 from envbuild.hostfacts import require_runtime
@@ -75,17 +76,19 @@ def parse_listing(output: str) -> ListedTree:
     return tree
 
 
-def read_inventory_via_runtime(image: str, timeout: int = 600) -> Inventory:
-    runtime = require_runtime()
+def read_inventory_via_runtime(image: str, runtime: str | None = None, timeout: int = 600) -> Inventory:
+    """Start `image` once with `runtime` (apptainer or singularity; found on PATH when None) and list it."""
+    runtime = runtime or require_runtime().path
+    name = os.path.basename(runtime)
     try:
-        proc = subprocess.run(runtime_command(runtime.path, image), capture_output=True, timeout=timeout)
+        proc = subprocess.run(runtime_command(runtime, image), capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise ImageFormatError(image, f"{runtime.name} exec did not finish in {timeout} s", "check that the image starts") from None
+        raise ImageFormatError(image, f"{name} exec did not finish in {timeout} s", "check that the image starts") from None
     stderr = proc.stderr.decode("utf-8", "replace").strip()
     if proc.returncode == _NO_FIND:
         raise ImageFormatError(image, "the image has no `find` command, which --via-runtime needs",
                                "list it without --via-runtime (reads the file directly)")
     if proc.returncode != 0:
         last = stderr.splitlines()[-1] if stderr else f"exit code {proc.returncode}"
-        raise ImageFormatError(image, f"{runtime.name} exec failed: {last}", "check that `apptainer exec IMAGE true` works")
+        raise ImageFormatError(image, f"{name} exec failed: {last}", f"check that `{name} exec IMAGE true` works")
     return take_inventory(parse_listing(proc.stdout.decode("utf-8", "surrogateescape")))
