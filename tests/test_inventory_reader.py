@@ -199,6 +199,7 @@ def test_conda_meta_names() -> None:
 def test_exported_variables() -> None:
     scripts = [
         ("99-late.sh", "export FOO=late\n"),
+        ("99-base.sh", "PS1=Apptainer>\n"),  # apptainer's own: not the image's settings
         ("90-environment.sh", "#!/bin/sh\nexport FOO=bar\nexport SPACED=\"two words\"\nPLAIN=1\n"
                               "case x in *) PATH=\"/x:$PATH\" ;; esac\nexport PATH\nexport RAW=$HOME/x # comment\n"),
     ]

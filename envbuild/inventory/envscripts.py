@@ -21,9 +21,13 @@ def _unquote(value: str) -> str:
 
 
 def exported_variables(scripts: list[tuple[str, str]]) -> dict[str, str]:
-    """NAME -> value from (script name, text) pairs; a later script overrides an earlier one, as at run time."""
+    """NAME -> value from (script name, text) pairs; a later script overrides an earlier one, as at run
+    time. apptainer's own scripts are left out: they set the runtime's plumbing (PS1, SCIF_*, the
+    user's PATH), the same in every image of an apptainer version, and would only blur a comparison."""
     variables: dict[str, str] = {}
-    for _name, text in sorted(scripts):
+    for name, text in sorted(scripts):
+        if name in STOCK_SCRIPTS:
+            continue
         for line in text.splitlines():
             match = _ASSIGNMENT.match(line)
             if match:
