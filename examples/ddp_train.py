@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from example_report import emit_report, launch_facts, parameter_agreement
-from launch_env import current_layout, fill_torch_env_from_slurm
+from launch_env import current_layout, fill_single_process_env, fill_torch_env_from_slurm
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     fill_torch_env_from_slurm()
+    fill_single_process_env()
     layout = current_layout()
     use_cuda = torch.cuda.is_available()
     backend = "nccl" if use_cuda else "gloo"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
@@ -96,3 +97,18 @@ def fill_torch_env_from_slurm(environ: MutableMapping[str, str] | None = None) -
     for name in set_names:
         env[name] = derived[name]
     return set_names
+
+
+def fill_single_process_env(environ: MutableMapping[str, str] | None = None) -> bool:
+    """Make a plain `python x.py` (no launcher at all) a job of one, so the same env:// code path runs."""
+    env = os.environ if environ is None else environ
+    if "RANK" in env:
+        return False
+    with socket.socket() as probe:  # any free port; nobody else has to find it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    defaults = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    for name, value in defaults.items():
+        env.setdefault(name, value)
+    return True
