@@ -336,10 +336,12 @@ class _Planner:
                 self.note("c10d rendezvous: torchrun --nnodes=$SLURM_STEP_NUM_NODES --rdzv-id=$SLURM_JOB_ID "
                           f"--rdzv-endpoint=<first node>{suffix}:<20000 + job id based port> (as PET_* variables, "
                           "so options you give torchrun still win)")
-            # Lightning picks SLURMEnvironment whenever SLURM_NTASKS is set and would take the world size
-            # from it (1 launcher per node); without it, it sees torchrun's ranks (TorchElasticEnvironment).
+            # Lightning versions that try SLURMEnvironment first pick it whenever SLURM_NTASKS is set and take
+            # the world size from it (1 launcher per node); without it they see torchrun's ranks
+            # (TorchElasticEnvironment). SLURM_NTASKS counts launchers here, not ranks, so it misleads anyway.
             lines.append("unset SLURM_NTASKS SLURM_NPROCS")
-            self.note("SLURM_NTASKS unset inside the step: Lightning would take the world size from it instead of torchrun's ranks")
+            self.note("SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that "
+                      "check Slurm first would take the world size from it instead of torchrun's")
         else:
             lines += [
                 *where,

@@ -4,7 +4,7 @@
 # --cpus-per-task=56: the node's usable cores go to torchrun's processes (recipe lumi-g: node.usable_cores)
 # --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
 # c10d rendezvous: torchrun --nnodes=$SLURM_STEP_NUM_NODES --rdzv-id=$SLURM_JOB_ID --rdzv-endpoint=<first node>:<20000 + job id based port> (as PET_* variables, so options you give torchrun still win)
-# SLURM_NTASKS unset inside the step: Lightning would take the world size from it instead of torchrun's ranks
+# SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that check Slurm first would take the world size from it instead of torchrun's
 # $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images)
 # MIOPEN_USER_DB_PATH=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipe lumi-g (env), expanded in each task
 # MIOPEN_CUSTOM_CACHE_DIR=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipe lumi-g (env), expanded in each task

@@ -4,7 +4,7 @@
 # --cpus-per-task=128: the node's usable cores go to torchrun's processes (recipe mahti: node.usable_cores)
 # --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
 # c10d rendezvous: torchrun --nnodes=$SLURM_STEP_NUM_NODES --rdzv-id=$SLURM_JOB_ID --rdzv-endpoint=<first node>:<20000 + job id based port> (as PET_* variables, so options you give torchrun still win)
-# SLURM_NTASKS unset inside the step: Lightning would take the world size from it instead of torchrun's ranks
+# SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that check Slurm first would take the world size from it instead of torchrun's
 # $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images)
 # --nproc-per-node=4: 4 GPUs per node (recipe mahti)
 # per-rank CPU affinity 0:0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31;1:32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63;2:64,65,66,67,68,69,70,71,72,73,74,75,76,77,78,79,80,81,82,83,84,85,86,87,88,89,90,91,92,93,94,95;3:96,97,98,99,100,101,102,103,104,105,106,107,108,109,110,111,112,113,114,115,116,117,118,119,120,121,122,123,124,125,126,127 (recipe mahti: usable cores split evenly), applied before each rank's Python starts

@@ -3,7 +3,7 @@
 # --ntasks-per-node=1: torchrun starts the training processes itself, one launcher per node
 # --cpus-per-task=40: the node's usable cores go to torchrun's processes (recipe puhti: node.usable_cores)
 # --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
-# SLURM_NTASKS unset inside the step: Lightning would take the world size from it instead of torchrun's ranks
+# SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that check Slurm first would take the world size from it instead of torchrun's
 # $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images)
 # --nproc-per-node=4: 4 GPUs per node (recipe puhti)
 # --standalone: one node, so torchrun hosts its own rendezvous on a free port
