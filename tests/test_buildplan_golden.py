@@ -64,7 +64,7 @@ def test_host_sources_are_bound_and_rewritten() -> None:
     assert "/etc/ssl/certs/ca-certificates.crt:/.envbuild-host/ca-bundle.pem:ro" in argv
     assert ("APPTAINERENV_SSL_CERT_FILE", "/.envbuild-host/ca-bundle.pem") in run.env
     assert ("APPTAINERENV_https_proxy", "http://proxy.invalid:3128") in run.env
-    assert argv[-3:] == ["torch==2.13.0", "transformers", "lightning"]
+    assert argv[-4:] == ["torch==2.13.0", "transformers", "lightning", "accelerate"]
     assert "--cleanenv" in argv and "--writable" in argv
 
 
@@ -84,7 +84,7 @@ def test_image_configuration_files() -> None:
     assert "export VIRTUAL_ENV=/opt/envbuild/venv" in script
     assert "export TOKENIZERS_PARALLELISM=false" in script
     record = json.loads(writes[f"{sandbox}/.envbuild/build.json"].content)
-    assert record["requirements"] == ["torch==2.13.0", "transformers", "lightning"]
+    assert record["requirements"] == ["torch==2.13.0", "transformers", "lightning", "accelerate"]
     labels = dict(next(a for a in all_actions(plan) if isinstance(a, MergeJson)).values)
     assert labels["org.envbuild.spec-name"] == "local-cpu-pytorch"
     assert labels["maintainer"] == "envbuild"
