@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,14 +13,16 @@ from envbuild.cli.common import reports_errors
 from envbuild.errors import UsageError
 from envbuild.hostfacts import default_cache_dir, require_runtime
 from envbuild.inventory.cache import InventoryCache
-from envbuild.inventory.diff import diff_images, diff_to_dict, render_diff
 from envbuild.inventory.errors import ImageFormatError
-from envbuild.inventory.facts import ImageFacts, read_image_facts
 from envbuild.inventory.image import read_inventory
-from envbuild.inventory.inspect_report import inspect_to_dict, render_inspect
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.report import ImageResult, package_rows, render_json, render_matrix, render_table
-from envbuild.inventory.runtime import read_inventory_via_runtime
+
+if TYPE_CHECKING:
+    from envbuild.inventory.facts import ImageFacts
+
+# diff, inspect and --via-runtime import their modules when used: `packages` is meant to answer in a
+# fraction of the time a container takes to start, so its start-up stays small.
 
 _NO_CACHE_HELP = "read the images again instead of using the index cache (~/.cache/envbuild/inventory)"
 
@@ -61,6 +64,8 @@ def packages_command(images: tuple[str, ...], pattern: str | None, as_json: bool
                          "use Python regex syntax, e.g. --grep '^torch' or --grep 'lightning|transformers'") from None
     cache = _cache(no_cache or via_runtime)
     runtime = require_runtime() if via_runtime else None
+    if runtime:
+        from envbuild.inventory.runtime import read_inventory_via_runtime
     results = []
     for path in images:
         try:
@@ -86,6 +91,8 @@ def packages_command(images: tuple[str, ...], pattern: str | None, as_json: bool
 
 
 def _facts(path: str, cache: InventoryCache) -> ImageFacts:
+    from envbuild.inventory.facts import read_image_facts
+
     facts = read_image_facts(path, cache.load(path))
     cache.store(path, facts.inventory)
     return facts
@@ -99,6 +106,8 @@ def _facts(path: str, cache: InventoryCache) -> ImageFacts:
 @reports_errors
 def diff_command(image_a: str, image_b: str, as_json: bool, no_cache: bool) -> None:
     """What changed from IMAGE_A to IMAGE_B: packages per environment, environment variables, labels."""
+    from envbuild.inventory.diff import diff_images, diff_to_dict, render_diff
+
     cache = _cache(no_cache)
     result = diff_images(_facts(image_a, cache), _facts(image_b, cache))
     if as_json:
@@ -115,6 +124,8 @@ def diff_command(image_a: str, image_b: str, as_json: bool, no_cache: bool) -> N
 def inspect_command(image: str, as_json: bool, no_cache: bool) -> None:
     """Labels, start scripts, runscript, embedded envbuild spec and lock, partitions, compression, sizes
     and Python environments of IMAGE, read from the file."""
+    from envbuild.inventory.inspect_report import inspect_to_dict, render_inspect
+
     facts = _facts(image, _cache(no_cache))
     _warn_problems(image, facts.inventory)
     if as_json:

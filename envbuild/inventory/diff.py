@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from packaging.utils import canonicalize_name
-
 from envbuild.inventory.facts import ImageFacts
+from envbuild.inventory.pkgmeta import canonical_name
 from envbuild.inventory.pyenvs import Package
 
 
@@ -53,7 +52,7 @@ def _package_map(packages: list[Package], prefix: str) -> dict[str, str]:
     for p in packages:
         if p.environment != prefix:
             continue
-        ident = (canonicalize_name(p.name), p.source)
+        ident = (canonical_name(p.name), p.source)
         key = names.setdefault(ident, f"{p.name} ({p.source})")
         result[key] = f"{result[key]},{p.version}" if key in result else p.version
     return result

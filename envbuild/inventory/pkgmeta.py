@@ -9,6 +9,9 @@
 from __future__ import annotations
 
 import json
+import re
+
+_NAME_SEPARATORS = re.compile(r"[-_.]+")
 
 # Name and Version are the first fields every build backend writes; 8 KiB holds them with room to spare.
 HEAD_BYTES = 8 * 1024
@@ -67,3 +70,8 @@ def parse_conda_meta_json(data: bytes) -> tuple[str, str] | None:
         return name, version
     return None
 
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalised name, under which `Foo_Bar`, `foo-bar` and `foo.bar` are one package."""
+    return _NAME_SEPARATORS.sub("-", name).lower()

@@ -8,9 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.utils import canonicalize_name
-
 from envbuild.inventory.cache import inventory_to_dict
+from envbuild.inventory.pkgmeta import canonical_name
 from envbuild.inventory.pyenvs import Inventory
 
 ABSENT = "-"
@@ -45,7 +44,7 @@ def package_rows(results: list[ImageResult], pattern: re.Pattern[str] | None = N
             for p in result.inventory.packages
             if pattern is None or pattern.search(p.name)
         ]
-        rows += sorted(image_rows, key=lambda r: (r.environment, canonicalize_name(r.package), r.source))
+        rows += sorted(image_rows, key=lambda r: (r.environment, canonical_name(r.package), r.source))
     return rows
 
 
@@ -75,7 +74,7 @@ def matrix(rows: list[Row], images: list[str]) -> dict[str, dict[str, str]]:
     cells: dict[str, dict[str, list[str]]] = {}
     display: dict[str, str] = {}
     for row in rows:
-        key = canonicalize_name(row.package)
+        key = canonical_name(row.package)
         display.setdefault(key, row.package)
         versions = cells.setdefault(key, {}).setdefault(row.image, [])
         if row.version not in versions:

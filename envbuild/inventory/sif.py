@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import struct
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +95,12 @@ def _cstring(raw: bytes) -> str:
     return raw.split(b"\x00", 1)[0].decode("utf-8", errors="replace")
 
 
+def _uuid_text(raw: bytes) -> str:
+    # The uuid module would do this too, but importing it costs more than the whole header parse.
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
 def parse_header(raw: bytes, path: str) -> SifHeader:
     """Decode the 128-byte global header; reject files that are not SIF version 01."""
     if raw[32:42] != MAGIC:
@@ -112,7 +117,7 @@ def parse_header(raw: bytes, path: str) -> SifHeader:
     created, modified, free, total, desc_offset, desc_size, data_offset, data_size = numbers
     return SifHeader(
         launch_script=_cstring(launch), version=_cstring(version), arch=ARCHES.get(_cstring(arch), "unknown"),
-        image_id=str(uuid.UUID(bytes=ident)), created_at=created, modified_at=modified,
+        image_id=_uuid_text(ident), created_at=created, modified_at=modified,
         descriptors_free=free, descriptors_total=total, descriptors_offset=desc_offset,
         descriptors_size=desc_size, data_offset=data_offset, data_size=data_size,
     )
