@@ -5,9 +5,10 @@ many GiB, so it decompresses only the metadata blocks it touches (cached) and st
 `limit`. Format reference: the Linux kernel's Documentation/filesystems/squashfs.rst and
 fs/squashfs/squashfs_fs.h. All numbers are little-endian.
 
-Why not a library from PyPI: measured on the 389 MiB reference image (listing the pruned tree and
-reading 51 METADATA files), dissect.squashfs took 0.35 s (0.19 s of it import) and is AGPL-licensed;
-PySquashfsImage took 0.76 s because it scans the whole tree when opening. This reader needs ~0.03 s.
+Why not a library from PyPI: measured on the 389 MiB reference image, doing this inventory's walk
+(153 directory listings, 51 METADATA files): this reader 0.04 s; dissect.squashfs 1.12 0.35 s plus
+0.15-0.2 s to import, and it is AGPL-3.0 (envbuild is MIT); PySquashfsImage
+0.9.0 1.0 s, because it reads the whole directory tree when it opens an image.
 """
 
 from __future__ import annotations
