@@ -84,6 +84,17 @@ def test_via_runtime_gives_the_same_rows_on_the_conda_layout(synthetic) -> None:
     assert started.stdout == direct.stdout
 
 
+def test_an_embedded_overlay_is_pointed_out(synthetic, tmp_path: Path) -> None:
+    images, expected = synthetic
+    image = tmp_path / "with-overlay.sif"
+    image.write_bytes(images["gzip"].read_bytes())
+    created = subprocess.run(["apptainer", "overlay", "create", "--sparse", "--size", "64", str(image)], capture_output=True, text=True)
+    assert created.returncode == 0, created.stderr
+    inventory = read_inventory(str(image))
+    assert as_set(inventory) == expected
+    assert any("overlay" in p.path and "--via-runtime" in p.message for p in inventory.problems)
+
+
 def test_via_runtime_on_an_image_without_a_shell(tmp_path: Path) -> None:
     root = tmp_path / "root"
     lay_out(root, "b")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from envbuild.inventory.errors import ImageFormatError
-from envbuild.inventory.pyenvs import Inventory, take_inventory
+from envbuild.inventory.pyenvs import Inventory, Problem, take_inventory
 from envbuild.inventory.sif import SifLayout, SifObject, read_sif_layout
 from envbuild.inventory.squashfs import DECODE_ERRORS, Squashfs
 from envbuild.inventory.trees import DirectoryTree, SquashfsTree, Tree
@@ -35,7 +35,8 @@ def open_image(path: str) -> Iterator[OpenImage]:
     layout = read_sif_layout(path)
     partition = layout.primary_partition()
     if partition.fs_type == "encrypted-squashfs":
-        raise ImageFormatError(path, "the root file system is encrypted", "list it with --via-runtime (the runtime decrypts it)")
+        raise ImageFormatError(path, "the root file system is encrypted",
+                               "envbuild packages --via-runtime lists it (the runtime decrypts it)")
     if partition.fs_type != "squashfs":
         raise ImageFormatError(path, f"the root file system is {partition.fs_type}, not squashfs",
                                "use --via-runtime, or convert it: apptainer build new.sif old.sif")
@@ -59,4 +60,12 @@ def guarded(path: str, action: Callable[[], T]) -> T:
 def read_inventory(path: str) -> Inventory:
     """Environments and packages of one image, read from the file."""
     with open_image(path) as image:
-        return guarded(path, lambda: take_inventory(image.tree))
+        inventory = guarded(path, lambda: take_inventory(image.tree))
+        for obj in image.layout.objects if image.layout else ():
+            if obj.data_type == "partition" and obj.part_type == "overlay":
+                # A writable overlay (apptainer overlay create IMG.sif) is an ext3 file system on top
+                # of the squashfs; what was installed into it is only visible to the runtime.
+                inventory.problems.append(Problem(
+                    f"SIF object {obj.id} ({obj.fs_type} overlay, {obj.size} bytes)",
+                    "packages installed into the embedded overlay are not read from the file: compare with --via-runtime"))
+        return inventory
