@@ -34,7 +34,6 @@ from envbuild.inventory.sif import read_sif_layout  # noqa: E402
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 COMPRESSIONS = ("gzip", "zstd -Xcompression-level 3", "lz4")
-VENV_SITE = "opt/envbuild/venv/lib/python3.11/site-packages"
 
 
 def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -42,6 +41,9 @@ def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
 
 
 def make_variants(reference: Path, count: int, work: Path) -> list[Path]:
+    images = [work / f"variant-{number}.sif" for number in range(1, count + 1)]
+    if all(image.is_file() for image in images):  # made by an earlier run with the same --workdir
+        return images
     part = read_sif_layout(reference).primary_partition()
     rootfs = work / "rootfs"
     if not rootfs.is_dir():
@@ -50,10 +52,7 @@ def make_variants(reference: Path, count: int, work: Path) -> list[Path]:
         if done.returncode != 0:
             raise SystemExit(f"unsquashfs failed:\n{done.stderr[-2000:]}")
     site = next((rootfs / "opt/envbuild/venv/lib").glob("python3*/site-packages"))
-    images = []
-    for number in range(1, count + 1):
-        image = work / f"variant-{number}.sif"
-        images.append(image)
+    for number, image in enumerate(images, 1):
         if image.is_file():
             continue
         for old in site.glob("bench_variant_*.dist-info"):
