@@ -5,25 +5,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from envbuild.errors import UsageError
 from envbuild.hostpip import PipSettings, read_host_pip_settings
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """The container runtime: apptainer or singularity (SingularityCE), found at run time."""
-
-    path: str
-    name: str  # "apptainer" or "singularity"
-
-    @property
-    def env_prefix(self) -> str:
-        """Variables with this prefix reach the container even under --cleanenv."""
-        return "APPTAINERENV_" if self.name == "apptainer" else "SINGULARITYENV_"
+from envbuild.runtime import Runtime, default_cache_dir, find_runtime, require_runtime
 
 
 @dataclass(frozen=True)
@@ -36,42 +22,6 @@ class HostFacts:
     envbuild_version: str
     proxy_env: tuple[tuple[str, str], ...] = ()  # http(s)_proxy etc., passed into builds (which run with --cleanenv)
     as_root: bool = True
-
-
-def find_runtime(environ: dict[str, str] | None = None, *, probe: bool = True) -> Runtime | None:
-    """apptainer, else singularity, on PATH ($ENVBUILD_RUNTIME overrides). `probe` asks the program
-    which it is (`singularity` is often apptainer); without it the resolved file name decides, which
-    costs no process start (envrun's launch path)."""
-    environ = dict(os.environ) if environ is None else environ
-    override = environ.get("ENVBUILD_RUNTIME")
-    candidates = [override] if override else ["apptainer", "singularity"]
-    for candidate in candidates:
-        path = shutil.which(candidate)
-        if path:
-            if probe:
-                return Runtime(path=path, name=_runtime_name(path))
-            resolved = os.path.basename(os.path.realpath(path))
-            return Runtime(path=path, name="apptainer" if "apptainer" in resolved else "singularity")
-    return None
-
-
-def _runtime_name(path: str) -> str:
-    # `singularity` is often a symlink to apptainer; what matters is which program answers.
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        out = ""
-    return "apptainer" if "apptainer" in out.lower() else "singularity"
-
-
-def require_runtime(*, probe: bool = True) -> Runtime:
-    runtime = find_runtime(probe=probe)
-    if runtime is None:
-        raise UsageError(
-            "neither apptainer nor singularity is on PATH",
-            "load the site's module (e.g. `module load apptainer`) or run provision/install.sh on a test machine",
-        )
-    return runtime
 
 
 def find_uv() -> str | None:
@@ -111,14 +61,6 @@ def host_debian_mirror(
     except (OSError, StopIteration):
         pass
     return None
-
-
-def default_cache_dir(environ: dict[str, str] | None = None) -> Path:
-    environ = dict(os.environ) if environ is None else environ
-    if environ.get("ENVBUILD_CACHE_DIR"):
-        return Path(environ["ENVBUILD_CACHE_DIR"])
-    base = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME", str(Path.home()))) / ".cache")
-    return Path(base) / "envbuild"
 
 
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "all_proxy")

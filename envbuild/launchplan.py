@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from envbuild.errors import UsageError
-from envbuild.hostfacts import Runtime
+from envbuild.runtime import Runtime
 
 if TYPE_CHECKING:
     from envbuild.recipeschema import Recipe

@@ -38,7 +38,7 @@ def available_recipes(directory: Path | None = None) -> list[str]:
 
 
 def _cache_file(name: str, content: bytes) -> Path:
-    from envbuild.hostfacts import default_cache_dir
+    from envbuild.runtime import default_cache_dir
 
     digest = hashlib.sha256(content + __version__.encode()).hexdigest()[:20]
     return default_cache_dir() / "recipes" / f"{name}-{digest}.json"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from envbuild.hostfacts import Runtime
 from envbuild.launchplan import TASK_SHIM_NAME, LaunchRequest, plan_launch
+from envbuild.runtime import Runtime
 
 if TYPE_CHECKING:
     from envbuild.recipeschema import Recipe

@@ -7,20 +7,21 @@ import os
 import sys
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from envbuild import __version__
-from envbuild.buildexec import BuildExecutor, ensure_can_write
-from envbuild.buildplan import BuildPlan, BuildRequest, plan_build
 from envbuild.cli.common import reports_errors
 from envbuild.cli.inventory_cmds import diff_command, inspect_command, packages_command
-from envbuild.errors import SpecError, UsageError
-from envbuild.hostfacts import gather_host_facts
-from envbuild.recipes import load_recipe
-from envbuild.render import render_build_plan
-from envbuild.schema import spec_json_schema
-from envbuild.specload import LoadedSpec, load_spec
+from envbuild.errors import UsageError
+
+if TYPE_CHECKING:
+    from envbuild.buildplan import BuildPlan
+    from envbuild.specload import LoadedSpec
+
+# The build machinery (pydantic models, planners) is imported inside the commands that use it:
+# `envbuild packages` over many images should not pay for it at every start.
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -39,6 +40,10 @@ def main() -> None:
 @reports_errors
 def build(spec: Path, output: Path | None, dry_run: bool, verbose: bool, keep_work: bool, log_path: Path | None) -> None:
     """Build SPEC (a YAML file) into a SIF image."""
+    from envbuild.buildexec import BuildExecutor, ensure_can_write
+    from envbuild.render import render_build_plan
+    from envbuild.specload import load_spec
+
     loaded = load_spec(spec)
     output = (output or Path(f"{loaded.spec.name}.sif")).absolute()
     if output.suffix != ".sif":
@@ -58,6 +63,10 @@ def build(spec: Path, output: Path | None, dry_run: bool, verbose: bool, keep_wo
 
 
 def _plan(loaded: LoadedSpec, output: Path, *, keep_work: bool, need_runtime: bool) -> BuildPlan:
+    from envbuild.buildplan import BuildRequest, plan_build
+    from envbuild.hostfacts import gather_host_facts
+    from envbuild.recipes import load_recipe
+
     spec = loaded.spec
     recipe = load_recipe(spec.system)
     facts = gather_host_facts(need_runtime=need_runtime)
@@ -81,6 +90,9 @@ def _plan(loaded: LoadedSpec, output: Path, *, keep_work: bool, need_runtime: bo
 @reports_errors
 def validate(specs: tuple[Path, ...]) -> None:
     """Check spec files; print each problem with file:line and how to fix it."""
+    from envbuild.errors import SpecError
+    from envbuild.specload import load_spec
+
     failed = 0
     for path in specs:
         try:
@@ -96,6 +108,8 @@ def validate(specs: tuple[Path, ...]) -> None:
 @main.command()
 def schema() -> None:
     """Print the JSON Schema of the spec format (for editors)."""
+    from envbuild.schema import spec_json_schema
+
     click.echo(json.dumps(spec_json_schema(), indent=2))
 
 
