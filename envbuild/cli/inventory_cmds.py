@@ -11,12 +11,12 @@ import click
 
 from envbuild.cli.common import reports_errors
 from envbuild.errors import UsageError
-from envbuild.hostfacts import default_cache_dir, require_runtime
 from envbuild.inventory.cache import InventoryCache
 from envbuild.inventory.errors import ImageFormatError
 from envbuild.inventory.image import read_inventory
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.report import ImageResult, package_rows, render_json, render_matrix, render_table
+from envbuild.runtime import default_cache_dir, require_runtime
 
 if TYPE_CHECKING:
     from envbuild.inventory.facts import ImageFacts
