@@ -287,10 +287,9 @@ class _PackageSources:
             binds=tuple(binds), shown=shown,
         )
 
-    def pip_args(self) -> list[str]:
-        args: list[str] = []
-        if self.no_index:
-            args.append("--no-index")
+    def _index_args(self, trusted_host_flag: str) -> list[str]:
+        """Flags both installers spell alike, plus the one they name differently."""
+        args: list[str] = ["--no-index"] if self.no_index else []
         if self.index_url:
             args += ["--index-url", self.index_url]
         for url in self.extra_index_urls:
@@ -298,7 +297,11 @@ class _PackageSources:
         for link in self.find_links:
             args += ["--find-links", link]
         for host in self.trusted_hosts:
-            args += ["--trusted-host", host]
+            args += [trusted_host_flag, host]
+        return args
+
+    def pip_args(self) -> list[str]:
+        args = self._index_args("--trusted-host")
         if self.cert:
             args += ["--cert", self.cert]
         if self.client_cert:
@@ -306,21 +309,10 @@ class _PackageSources:
         return args
 
     def uv_args(self) -> list[str]:
-        args: list[str] = []
-        if self.no_index:
-            args.append("--no-index")
-        if self.index_url:
-            args += ["--index-url", self.index_url]
-        for url in self.extra_index_urls:
-            args += ["--extra-index-url", url]
-        for link in self.find_links:
-            args += ["--find-links", link]
-        for host in self.trusted_hosts:
-            args += ["--allow-insecure-host", host]
+        # uv takes certificates from SSL_CERT_FILE / SSL_CLIENT_CERT (set by the install step).
         # The host's configuration was written for pip, which takes the best version from all
         # indexes; uv's default (first index that has the package) would silently differ.
-        args += ["--index-strategy", "unsafe-best-match"]
-        return args
+        return [*self._index_args("--allow-insecure-host"), "--index-strategy", "unsafe-best-match"]
 
 
 def _torch_index(request: BuildRequest) -> str | None:
