@@ -250,7 +250,7 @@ class _Planner:
             if cpus is None:
                 argv.append(f"--cpus-per-task={usable}")
                 self.note(f"--cpus-per-task={usable}: the node's usable cores go to torchrun's processes "
-                          f"(recipe {recipe.name}: node.usable_cores)")
+                          f"({recipe.cite(_cores_field(recipe))})")
             elif cpus.isdigit() and int(cpus) > usable:
                 raise UsageError(f"--cpus-per-task={cpus} is more than the {usable} usable cores of a {recipe.name} node",
                                  f"ask for at most {usable}")
@@ -259,7 +259,7 @@ class _Planner:
             if not has_option(opts, "-n", "--ntasks", "--ntasks-per-node"):
                 argv.append(f"--ntasks-per-node={per_node}")
                 self.note(f"--ntasks-per-node={per_node}: one task per " + ("GPU" if recipe.node.gpus else "training process")
-                          + f" (recipe {recipe.name})")
+                          + f" ({recipe.cite('node.gpus' if recipe.node.gpus else 'processes_per_node')})")
                 tasks = str(per_node)
             if recipe.node.gpus and tasks and tasks.isdigit() and int(tasks) > recipe.node.gpus:
                 raise UsageError(f"{tasks} tasks per node but a {recipe.name} node has {recipe.node.gpus} GPUs",
@@ -268,7 +268,8 @@ class _Planner:
             per_task = self.cores_per_process(int(tasks) if tasks and tasks.isdigit() else per_node)
             if cpus is None:
                 argv.append(f"--cpus-per-task={per_task}")
-                self.note(f"--cpus-per-task={per_task}: {usable} usable cores / {tasks or per_node} tasks per node (recipe {recipe.name})")
+                self.note(f"--cpus-per-task={per_task}: {usable} usable cores / {tasks or per_node} tasks per node "
+                          f"({recipe.cite(_cores_field(recipe))})")
                 cpus = str(per_task)
             if tasks and tasks.isdigit() and cpus.isdigit() and int(tasks) * int(cpus) > usable:
                 raise UsageError(f"{tasks} tasks x {cpus} cores is more than the {usable} usable cores of a {recipe.name} node",
@@ -281,14 +282,14 @@ class _Planner:
         for target, source in recipe.launch.srun_env_from.items():
             if source in self.environ and target not in self.environ:
                 self.env.append((target, self.environ[source]))
-                self.note(f"{target}=${source}: recipe {recipe.name} (launch.srun_env_from)")
+                self.note(f"{target}=${source}: {recipe.cite('launch.srun_env_from.' + target)}")
         return argv
 
     def cpu_bind(self, tasks_per_node: int) -> str:
         recipe = self.recipe
         if recipe.node.gpu_cores and tasks_per_node <= recipe.node.gpus and self.full_node():
             masks = ",".join(recipe.cpu_masks(tasks_per_node))
-            self.note(f"--cpu-bind=mask_cpu:...: each task on the cores closest to its GPU (recipe {recipe.name}: node.gpu_cores)")
+            self.note(f"--cpu-bind=mask_cpu:...: each task on the cores closest to its GPU ({recipe.cite('node.gpu_cores')})")
             return f"--cpu-bind=mask_cpu:{masks}"
         self.note("--cpu-bind=cores: each task pinned to its own --cpus-per-task cores")
         return "--cpu-bind=cores"
@@ -355,7 +356,7 @@ class _Planner:
             ]
             for name, source in recipe.launch.per_task_gpu_env.items():
                 lines.append(f'export {name}="${source}"')
-                self.note(f"{name}=${source} in each task: recipe {recipe.name} (launch.per_task_gpu_env)")
+                self.note(f"{name}=${source} in each task: {recipe.cite('launch.per_task_gpu_env.' + name)}")
             self.note("RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, "
                       "SLURM_STEP_TASKS_PER_NODE; MASTER_ADDR = first node of the step"
                       + (f" + '{suffix}'" if suffix else "") + " (host's scontrol), MASTER_PORT from the job id")
@@ -371,7 +372,7 @@ class _Planner:
         for key, value in self.recipe.env.items():
             if "$" in value and key not in self.environ:
                 lines.append(f'export {key}="${{{key}-{value}}}"')
-                self.note(f"{key}={value}: recipe {self.recipe.name} (env), expanded in each task")
+                self.note(f"{key}={value}: {self.recipe.cite('env.' + key)}, expanded in each task")
         lines.append('exec "$@"')
         return ["/bin/sh", "-c", "\n".join(lines), TASK_SHIM_NAME]
 
@@ -387,7 +388,8 @@ class _Planner:
         if not _torchrun_has(own, "--nproc-per-node"):
             added.append(f"--nproc-per-node={per_node}")
             self.note(f"--nproc-per-node={per_node}: " + (f"{recipe.node.gpus} GPUs per node" if recipe.node.gpus
-                      else f"{per_node} CPU processes per node") + f" (recipe {recipe.name})")
+                      else f"{per_node} CPU processes per node")
+                      + f" ({recipe.cite('node.gpus' if recipe.node.gpus else 'processes_per_node')})")
         elif recipe.node.gpus and per_node > recipe.node.gpus:
             raise UsageError(f"--nproc-per-node={per_node} but a {recipe.name} node has {recipe.node.gpus} GPUs",
                              f"use at most {recipe.node.gpus}")
@@ -428,9 +430,10 @@ class _Planner:
             'os.execvp(sys.argv[2], sys.argv[2:])\' "$ENVRUN_RANK_CORES" "$py" -u "$@"'
         )
         self.env.append(("ENVRUN_RANK_CORES", table))
-        self.note(f"per-rank CPU affinity {table} (recipe {self.recipe.name}: "
-                  + ("node.gpu_cores" if self.recipe.node.gpu_cores and per_node <= self.recipe.node.gpus
-                     else "usable cores split evenly") + "), applied before each rank's Python starts")
+        uses_map = self.recipe.node.gpu_cores and per_node <= self.recipe.node.gpus
+        self.note(f"per-rank CPU affinity {table} ("
+                  + (self.recipe.cite("node.gpu_cores") if uses_map else "usable cores split evenly, " + self.recipe.cite(_cores_field(self.recipe)))
+                  + "), applied before each rank's Python starts")
         return ["/bin/sh", "-c", script, "envrun-rank", *(["-m"] if module else [])]
 
     # -- container and environment ------------------------------------------------------------------------
@@ -439,14 +442,14 @@ class _Planner:
         request, recipe = self.request, self.recipe
         argv = [request.runtime.path, "exec", *recipe.runtime.flags]
         if recipe.runtime.flags:
-            self.note(f"{' '.join(recipe.runtime.flags)}: recipe {recipe.name} (runtime.flags)")
+            self.note(f"{' '.join(recipe.runtime.flags)}: {recipe.cite('runtime.flags')}")
         multinode = self.parsed.srun_opts is not None and not self.single_node()
         recipe_binds = [*recipe.binds, *(recipe.multinode_binds if multinode else ())]
         present = [b for b in recipe_binds if b not in request.missing_recipe_binds]
         for bind in dict.fromkeys([request.cwd, *present, *request.binds]):
             argv += ["--bind", bind]
         if present:
-            self.note(f"binds {', '.join(present)}: recipe {recipe.name}")
+            self.note(f"binds {', '.join(present)}: {recipe.cite('binds')}")
         if request.missing_recipe_binds:
             self.note(f"skipped recipe binds missing on this host: {', '.join(request.missing_recipe_binds)}")
         argv += ["--pwd", request.cwd, request.image]
@@ -458,11 +461,15 @@ class _Planner:
             threads = self.cores_per_process(per_node)
             self.env.append(("OMP_NUM_THREADS", str(threads)))
             self.note(f"OMP_NUM_THREADS={threads}: {recipe.node.usable} usable cores / {per_node} processes per node "
-                      f"(recipe {recipe.name})")
+                      f"({recipe.cite(_cores_field(recipe))})")
         if "TOKENIZERS_PARALLELISM" not in environ:
             self.env.append(("TOKENIZERS_PARALLELISM", "false"))
             self.note("TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork")
         for key, value in [*recipe.env.items(), *self.request.env]:
             if key not in environ and not (key in recipe.env and "$" in value):
                 self.env.append((key, value))
-                self.note(f"{key}: recipe {recipe.name} (env)" if key in recipe.env else f"{key}: envrun config")
+                self.note(f"{key}: {recipe.cite('env.' + key)}" if key in recipe.env else f"{key}: envrun config")
+
+
+def _cores_field(recipe: Recipe) -> str:
+    return "node.usable_cores" if recipe.node.usable_cores else "node.cores"

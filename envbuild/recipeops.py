@@ -62,6 +62,16 @@ class RecipeMethods:
         start = (local_rank * share) % usable
         return tuple(range(start, start + share))
 
+    def cite(self, field: str) -> str:
+        """Where a setting comes from: 'recipes/lumi-g.yaml:27 node.gpu_cores' (line when known)."""
+        source = getattr(self, "source", None) or {}
+        path = source.get("file")
+        line = source.get("lines", {}).get(field)
+        if path and line:
+            parts = path.rsplit("/", 2)
+            return f"{'/'.join(parts[-2:])}:{line} {field}"
+        return f"recipe {getattr(self, 'name', '?')}: {field}"
+
     def cpu_masks(self, per_node: int) -> tuple[str, ...]:
         return tuple(cores_to_mask(self.rank_cores(r, per_node), self.node.cores) for r in range(per_node))
 
@@ -69,6 +79,7 @@ class RecipeMethods:
 # --- the light view ---------------------------------------------------------------------------------
 
 MODEL_KEY = "__model__"
+SOURCE_KEY = "__source__"  # {"file": path, "lines": {"node.gpu_cores": 27, ...}}
 
 
 class View:
@@ -76,7 +87,7 @@ class View:
 
     def __init__(self, data: dict[str, Any]) -> None:
         for key, value in data.items():
-            if key != MODEL_KEY:
+            if key not in (MODEL_KEY, SOURCE_KEY):
                 object.__setattr__(self, key, from_json(value))
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -91,7 +102,9 @@ class NodeView(View, NodeMethods):
 
 
 class RecipeView(View, RecipeMethods):
-    pass
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__(data)
+        object.__setattr__(self, "source", data.get(SOURCE_KEY, {}))
 
 
 _VIEWS = {"Node": NodeView, "Recipe": RecipeView}

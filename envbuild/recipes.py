@@ -15,10 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from envbuild import __version__
 from envbuild.errors import UsageError
-from envbuild.recipeops import RecipeView, from_json
+from envbuild.recipeops import SOURCE_KEY, RecipeView, from_json
 
 if TYPE_CHECKING:
     from envbuild.recipeschema import Recipe
+
+# Bump when the cached JSON's layout changes, so older cache files are not read.
+CACHE_FORMAT = 2
 
 
 def recipes_dir() -> Path:
@@ -40,11 +43,11 @@ def available_recipes(directory: Path | None = None) -> list[str]:
 def _cache_file(name: str, content: bytes) -> Path:
     from envbuild.runtime import default_cache_dir
 
-    digest = hashlib.sha256(content + __version__.encode()).hexdigest()[:20]
+    digest = hashlib.sha256(content + f"{__version__}/{CACHE_FORMAT}".encode()).hexdigest()[:20]
     return default_cache_dir() / "recipes" / f"{name}-{digest}.json"
 
 
-def load_recipe(name: str, directory: Path | None = None) -> Recipe | RecipeView:
+def load_recipe(name: str, directory: Path | None = None) -> RecipeView:
     """The validated recipe `name`: from the JSON cache when the file is unchanged, else validated now."""
     directory = directory or recipes_dir()
     path = directory / f"{name}.yaml"
@@ -61,18 +64,32 @@ def load_recipe(name: str, directory: Path | None = None) -> Recipe | RecipeView
         return from_json(json.loads(cache.read_text(encoding="utf-8")))
     except (OSError, ValueError):
         pass
-    recipe = validate_recipe_file(path, name)
-    _write_cache(cache, recipe)
-    return recipe
+    data = _cacheable(path, name)
+    _write_cache(cache, data)
+    return from_json(data)
 
 
-def validate_recipe_file(path: Path, name: str) -> Recipe:
+def _cacheable(path: Path, name: str) -> dict[str, Any]:
+    """The validated recipe as JSON data, with the line of every field for `envrun --explain`."""
+    from envbuild.recipeschema import dump_for_cache
+    from envbuild.yamlsource import load_yaml_file
+
+    document = load_yaml_file(path)
+    data = dump_for_cache(validate_recipe_file(path, name, document))
+    data[SOURCE_KEY] = {
+        "file": str(path),
+        "lines": {".".join(map(str, loc)): pos.line for loc, pos in document.positions.items() if loc},
+    }
+    return data
+
+
+def validate_recipe_file(path: Path, name: str, document: Any = None) -> Recipe:
     from pydantic import ValidationError
 
     from envbuild.recipeschema import Recipe
     from envbuild.yamlsource import load_yaml_file
 
-    document = load_yaml_file(path)
+    document = document or load_yaml_file(path)
     try:
         recipe = Recipe.model_validate(document.data)
     except ValidationError as exc:
@@ -86,14 +103,12 @@ def validate_recipe_file(path: Path, name: str) -> Recipe:
     return recipe
 
 
-def _write_cache(cache: Path, recipe: Any) -> None:
+def _write_cache(cache: Path, data: dict[str, Any]) -> None:
     """Best effort: an unwritable cache only costs speed."""
-    from envbuild.recipeschema import dump_for_cache
-
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         partial = cache.with_name(f".{cache.name}.{os.getpid()}")
-        partial.write_text(json.dumps(dump_for_cache(recipe)), encoding="utf-8")
+        partial.write_text(json.dumps(data), encoding="utf-8")
         os.replace(partial, cache)
     except OSError:
         pass

@@ -59,3 +59,12 @@ def test_broken_recipe_is_located(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("name: bad\nnode:\n  gpus: -1\n  cores: 4\n")
     with pytest.raises(UsageError, match=r"bad.yaml:3:3: node.gpus: Input should be greater than or equal to 0"):
         load_recipe("bad", tmp_path)
+
+
+def test_explain_cites_recipe_file_and_line() -> None:
+    recipe = load_recipe("lumi-g")
+    text = (recipes_dir() / "lumi-g.yaml").read_text().splitlines()
+    cited = recipe.cite("node.gpu_cores")
+    where, field = cited.split(" ")
+    assert where.startswith("recipes/lumi-g.yaml:") and field == "node.gpu_cores"
+    assert text[int(where.rsplit(":", 1)[1]) - 1].strip().startswith("gpu_cores:")
