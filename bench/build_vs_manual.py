@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from envbuild.hostfacts import host_debian_mirror  # noqa: E402
 from envbuild.hostpip import read_host_pip_settings  # noqa: E402
 
-PACKAGES = ["torch==2.13.0", "transformers", "lightning"]
+PACKAGES = ["torch==2.13.0", "transformers", "lightning", "accelerate"]  # as envs/local-cpu-pytorch.yaml
 
 
 def timed(label: str, argv: list[str], results: dict[str, float], env: dict[str, str] | None = None) -> None:
@@ -52,18 +52,25 @@ def manual(work: Path) -> tuple[float, int]:
         cmd.append(mirror)
     timed("debootstrap", cmd, results)
     (sandbox / "etc/hosts").write_text("127.0.0.1\tlocalhost\n")
-    timed("venv", ["apptainer", "exec", "--writable", "--no-home", str(sandbox), "python3", "-m", "venv", "/opt/venv"], results)
+    timed("venv", ["apptainer", "exec", "--writable", "--no-home", "--cleanenv", str(sandbox), "python3", "-m", "venv", "/opt/venv"],
+          results)
+    # The same package sources envbuild uses (the host's pip configuration), bound at their own paths;
+    # --cleanenv keeps the host's PIP_* variables (host paths) out, as envbuild does.
     pip = read_host_pip_settings()
     binds, args = [], []
-    for n, location in enumerate(pip.find_links):
-        binds += ["--bind", f"{location}:/mnt/links{n}"]
-        args += ["--find-links", f"/mnt/links{n}"]
-        (sandbox / f"mnt/links{n}").mkdir(parents=True, exist_ok=True)
+    local_dirs = [p for p in pip.find_links if "://" not in p]
+    local_dirs += [u[len("file://"):].rsplit("/", 1)[0] for u in pip.extra_index_urls if u.startswith("file://")]
+    for directory in dict.fromkeys(local_dirs):
+        (sandbox / directory.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        binds += ["--bind", f"{directory}:{directory}:ro"]
+    for link in pip.find_links:
+        args += ["--find-links", link]
+    for url in pip.extra_index_urls:
+        args += ["--extra-index-url", url]
     if pip.cert:
-        (sandbox / "mnt/ca.pem").touch()
-        binds += ["--bind", f"{pip.cert}:/mnt/ca.pem"]
-        args += ["--cert", "/mnt/ca.pem"]
-    timed("pip install", ["apptainer", "exec", "--writable", "--no-home", *binds, str(sandbox),
+        binds += ["--bind", f"{pip.cert}:/etc/ssl/certs/ca-certificates.crt:ro"]
+        args += ["--cert", "/etc/ssl/certs/ca-certificates.crt"]
+    timed("pip install", ["apptainer", "exec", "--writable", "--no-home", "--cleanenv", *binds, str(sandbox),
                           "/opt/venv/bin/pip", "install", "--no-cache-dir", *args, *PACKAGES], results)
     timed("apptainer build (default gzip)", ["apptainer", "build", "--force", str(image), str(sandbox)], results)
     total = sum(results.values())

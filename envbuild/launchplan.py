@@ -432,7 +432,8 @@ class _Planner:
         self.env.append(("ENVRUN_RANK_CORES", table))
         uses_map = self.recipe.node.gpu_cores and per_node <= self.recipe.node.gpus
         self.note(f"per-rank CPU affinity {table} ("
-                  + (self.recipe.cite("node.gpu_cores") if uses_map else "usable cores split evenly, " + self.recipe.cite(_cores_field(self.recipe)))
+                  + (self.recipe.cite("node.gpu_cores") if uses_map
+                     else "usable cores split evenly, " + self.recipe.cite(_cores_field(self.recipe)))
                   + "), applied before each rank's Python starts")
         return ["/bin/sh", "-c", script, "envrun-rank", *(["-m"] if module else [])]
 
