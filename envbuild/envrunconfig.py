@@ -10,35 +10,37 @@ globally or per system. File: $ENVRUN_CONFIG, else ~/.config/envbuild/envrun.yam
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
 
 from envbuild.errors import UsageError
 
+TYPE_CHECKING = False  # pathlib and typing stay off envrun's start-up path
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from envbuild.envrunconfigschema import EnvrunConfig
 
 # What an absent config means; a plain object so that envrun needs no pydantic for it.
 EMPTY = SimpleNamespace(binds=(), env={})
 
 
-def config_path(environ: Mapping[str, str]) -> Path:
+def config_path(environ: Mapping[str, str]) -> str:
     if environ.get("ENVRUN_CONFIG"):
-        return Path(environ["ENVRUN_CONFIG"])
-    base = environ.get("XDG_CONFIG_HOME") or str(Path(environ.get("HOME", str(Path.home()))) / ".config")
-    return Path(base) / "envbuild" / "envrun.yaml"
+        return environ["ENVRUN_CONFIG"]
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".config")
+    return os.path.join(base, "envbuild", "envrun.yaml")
 
 
 def load_envrun_config(environ: Mapping[str, str] | None = None) -> EnvrunConfig:
+    from pathlib import Path
+
     from pydantic import ValidationError
 
     from envbuild.envrunconfigschema import EnvrunConfig
     from envbuild.yamlsource import load_yaml_file
 
     environ = os.environ if environ is None else environ
-    path = config_path(environ)
+    path = Path(config_path(environ))
     if not path.exists():
         if environ.get("ENVRUN_CONFIG"):
             raise UsageError(f"ENVRUN_CONFIG names {path}, which does not exist", "fix or unset ENVRUN_CONFIG")

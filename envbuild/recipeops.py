@@ -7,12 +7,15 @@ start-up time, and importing pydantic alone costs about 100 ms.
 
 from __future__ import annotations
 
-import re
-from typing import Any
+TYPE_CHECKING = False  # neither typing nor re on envrun's start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def parse_core_list(text: str) -> tuple[int, ...]:
     """'1-7' -> (1..7); '0,2,4-5' -> (0, 2, 4, 5)."""
+    import re
+
     cores: list[int] = []
     for part in str(text).split(","):
         part = part.strip()
@@ -88,7 +91,7 @@ class View:
     def __init__(self, data: dict[str, Any]) -> None:
         for key, value in data.items():
             if key not in (MODEL_KEY, SOURCE_KEY):
-                object.__setattr__(self, key, from_json(value))
+                object.__setattr__(self, key, from_cached(value))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("recipe views are read-only")
@@ -110,11 +113,11 @@ class RecipeView(View, RecipeMethods):
 _VIEWS = {"Node": NodeView, "Recipe": RecipeView}
 
 
-def from_json(value: Any) -> Any:
+def from_cached(value: Any) -> Any:
     if isinstance(value, dict):
         if MODEL_KEY in value:
             return _VIEWS.get(value[MODEL_KEY], View)(value)
-        return {key: from_json(item) for key, item in value.items()}
+        return {key: from_cached(item) for key, item in value.items()}
     if isinstance(value, list):
-        return tuple(from_json(item) for item in value)
+        return tuple(from_cached(item) for item in value)
     return value

@@ -1,58 +1,77 @@
 """System recipes: per-site knowledge (GPUs, cores, binds, env, wheel indexes, launch rules) kept as
 data in recipes/*.yaml, each fact citing its public source in a comment there.
 
-Loading validates a recipe once (pydantic, envbuild.recipeschema) and caches the result as JSON keyed by
-the file's content; later loads read the JSON into a light view, so envrun starts without pydantic/YAML.
+Loading validates a recipe once (pydantic, envbuild.recipeschema) and caches the result keyed by the
+file's content; later loads read the cache into a light view, so envrun starts without pydantic/YAML.
+The cache is envbuild's private file in `marshal` form: unlike json (whose decoder imports re) it costs
+no import, and the key includes the Python version, the only one whose marshal format it must read.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import marshal
 import os
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+import sys
+import zlib
 
 from envbuild import __version__
 from envbuild.errors import UsageError
-from envbuild.recipeops import SOURCE_KEY, RecipeView, from_json
+from envbuild.recipeops import SOURCE_KEY, RecipeView, from_cached
 
+TYPE_CHECKING = False  # pathlib, typing and hashlib stay out of envrun's start-up
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
     from envbuild.recipeschema import Recipe
 
 # Bump when the cached JSON's layout changes, so older cache files are not read.
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 
 
 def recipes_dir() -> Path:
     """$ENVBUILD_RECIPES, else the recipes shipped inside the package, else the checkout's recipes/."""
+    from pathlib import Path
+
+    return Path(_recipes_dir_path())
+
+
+def _recipes_dir_path() -> str:
     override = os.environ.get("ENVBUILD_RECIPES")
     if override:
-        return Path(override)
-    packaged = Path(__file__).with_name("_recipes")
-    if packaged.is_dir():
+        return override
+    here = os.path.dirname(os.path.abspath(__file__))
+    packaged = os.path.join(here, "_recipes")
+    if os.path.isdir(packaged):
         return packaged
-    return Path(__file__).resolve().parent.parent / "recipes"
+    return os.path.join(os.path.dirname(os.path.realpath(here)), "recipes")
 
 
-def available_recipes(directory: Path | None = None) -> list[str]:
-    directory = directory or recipes_dir()
-    return sorted(p.stem for p in directory.glob("*.yaml"))
-
-
-def _cache_file(name: str, content: bytes) -> Path:
-    from envbuild.runtime import default_cache_dir
-
-    digest = hashlib.sha256(content + f"{__version__}/{CACHE_FORMAT}".encode()).hexdigest()[:20]
-    return default_cache_dir() / "recipes" / f"{name}-{digest}.json"
-
-
-def load_recipe(name: str, directory: Path | None = None) -> RecipeView:
-    """The validated recipe `name`: from the JSON cache when the file is unchanged, else validated now."""
-    directory = directory or recipes_dir()
-    path = directory / f"{name}.yaml"
+def available_recipes(directory: Path | str | None = None) -> list[str]:
+    directory = str(directory or _recipes_dir_path())
     try:
-        content = path.read_bytes()
+        return sorted(entry[: -len(".yaml")] for entry in os.listdir(directory) if entry.endswith(".yaml"))
+    except OSError:
+        return []
+
+
+def _cache_file(name: str, content: bytes) -> str:
+    from envbuild.runtime import cache_dir_path
+
+    # crc32 rather than sha256: the key only has to notice an edited file, and hashlib's import costs
+    # envrun 5 ms. The size and the version make accidental reuse of a stale entry practically impossible.
+    stamp = f"{__version__}/{CACHE_FORMAT}/{sys.version_info[0]}.{sys.version_info[1]}".encode()
+    key = f"{zlib.crc32(content):08x}{len(content):x}-{zlib.crc32(stamp):08x}"
+    return os.path.join(cache_dir_path(), "recipes", f"{name}-{key}.marshal")
+
+
+def load_recipe(name: str, directory: Path | str | None = None) -> RecipeView:
+    """The validated recipe `name`: from the JSON cache when the file is unchanged, else validated now."""
+    directory = str(directory or _recipes_dir_path())
+    path = os.path.join(directory, f"{name}.yaml")
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read()
     except OSError:
         known = ", ".join(available_recipes(directory)) or "none"
         raise UsageError(
@@ -61,12 +80,15 @@ def load_recipe(name: str, directory: Path | None = None) -> RecipeView:
         ) from None
     cache = _cache_file(name, content)
     try:
-        return from_json(json.loads(cache.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
+        with open(cache, "rb") as handle:
+            return from_cached(marshal.load(handle))  # noqa: S302 - our own cache file in the user's cache dir
+    except (OSError, ValueError, EOFError, TypeError):
         pass
-    data = _cacheable(path, name)
+    from pathlib import Path
+
+    data = _cacheable(Path(path), name)
     _write_cache(cache, data)
-    return from_json(data)
+    return from_cached(data)
 
 
 def _cacheable(path: Path, name: str) -> dict[str, Any]:
@@ -103,12 +125,13 @@ def validate_recipe_file(path: Path, name: str, document: Any = None) -> Recipe:
     return recipe
 
 
-def _write_cache(cache: Path, data: dict[str, Any]) -> None:
+def _write_cache(cache: str, data: dict[str, Any]) -> None:
     """Best effort: an unwritable cache only costs speed."""
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache.with_name(f".{cache.name}.{os.getpid()}")
-        partial.write_text(json.dumps(data), encoding="utf-8")
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        partial = os.path.join(os.path.dirname(cache), f".{os.path.basename(cache)}.{os.getpid()}")
+        with open(partial, "wb") as handle:
+            marshal.dump(data, handle)
         os.replace(partial, cache)
     except OSError:
         pass

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.recipeops import cores_to_mask, from_json, parse_core_list
+from envbuild.recipeops import cores_to_mask, from_cached, parse_core_list
 from envbuild.recipes import available_recipes, load_recipe, recipes_dir, validate_recipe_file
 from envbuild.recipeschema import dump_for_cache
 
@@ -30,7 +30,7 @@ def test_recipe_validates_and_cites_sources(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_cached_view_matches_model(name: str) -> None:
     model = validate_recipe_file(recipes_dir() / f"{name}.yaml", name)
-    view = from_json(dump_for_cache(model))
+    view = from_cached(dump_for_cache(model))
     per_node = model.processes()
     assert view.processes() == per_node
     assert view.node.usable == model.node.usable
@@ -68,3 +68,27 @@ def test_explain_cites_recipe_file_and_line() -> None:
     where, field = cited.split(" ")
     assert where.startswith("recipes/lumi-g.yaml:") and field == "node.gpu_cores"
     assert text[int(where.rsplit(":", 1)[1]) - 1].strip().startswith("gpu_cores:")
+
+
+@pytest.mark.parametrize(
+    ("environ", "hostname", "expected"),
+    [
+        ({"ENVBUILD_SYSTEM": "mahti"}, "nid001", "mahti"),
+        ({"SLURM_CLUSTER_NAME": "lumi"}, "whatever", "lumi-g"),
+        ({"SLURM_CLUSTER_NAME": "envbuild-local"}, "nid001", "local"),
+        ({}, "nid001234", "lumi-g"),
+        ({}, "r01g02", "puhti"),
+        ({}, "jwb0097", "juwels-booster"),
+        ({}, "laptop", "local"),
+    ],
+)
+def test_system_detection(environ: dict[str, str], hostname: str, expected: str) -> None:
+    from envbuild.systems import detect_system
+
+    assert detect_system(environ, hostname)[0] == expected
+
+
+def test_literal_prefix_of_hostname_patterns() -> None:
+    from envbuild.systems import _literal_prefix
+
+    assert [_literal_prefix(p) for p in ("^nid\\d+", "^puhti-", "nid.*", "^ab?c", "^x{2}")] == ["nid", "puhti-", "", "a", ""]
