@@ -323,7 +323,8 @@ class _Planner:
         for rule in self.recipe.launch.forbidden_srun_options:
             used = [name for name in rule.options if has_option(opts, name)]
             if used and not (rule.unless and any(word == rule.unless for word in opts)):
-                fix = f"request GPUs per node ({self.recipe.launch.gpu_request or '--gpus-per-node'}) instead"
+                request = (self.recipe.launch.gpu_request or "--gpus-per-node={gpus}").replace("{gpus}", str(self.recipe.node.gpus))
+                fix = f"request GPUs per node ({request}) instead"
                 if rule.unless:
                     fix += f", or add {rule.unless}"
                 raise UsageError(f"{used[0]} on {self.recipe.name}: {rule.why}", fix)

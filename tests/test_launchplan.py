@@ -116,7 +116,7 @@ def test_juwels_master_addr_suffix_and_srun_cpus() -> None:
 def test_lumi_refuses_per_task_gpu_flags(flag: str) -> None:
     with pytest.raises(UsageError, match="per-task GPU cgroups") as info:
         plan("srun", flag, "python", "train.py", system="lumi-g", environ=LUMI_FULL_NODE)
-    assert "--gres-flags=allow-task-sharing" in info.value.hint
+    assert info.value.hint == "request GPUs per node (--gpus-per-node=8) instead, or add --gres-flags=allow-task-sharing"
     plan("srun", flag, "--gres-flags=allow-task-sharing", "python", "train.py", system="lumi-g", environ=LUMI_FULL_NODE)
 
 
