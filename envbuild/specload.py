@@ -191,9 +191,3 @@ def _host_problems(document: LocatedDocument, loaded: LoadedSpec) -> list[SpecPr
         elif image.is_file() and image.suffix not in (".sif", ".simg", ".img"):
             add(("base",), f"{image} is a file but not a .sif image", "use a .sif file or a sandbox directory")
     return problems
-
-
-def require_file(path: Path) -> Path:
-    if not path.exists():
-        raise UsageError(f"{path}: no such file", "check the path")
-    return path

@@ -104,6 +104,6 @@ def test_keep_work_drops_the_clean_step() -> None:
     assert "clean" not in names and names[-2:] == ["squash", "wrappers"]
 
 
-def test_sandbox_dir_base_is_copied_not_cached() -> None:
+def test_debootstrap_base_is_cached_per_reference() -> None:
     plan = fixed_plan("envs/local-cpu-pytorch.yaml")
     assert plan.steps[0].skip_if_exists and plan.steps[0].skip_if_exists.startswith("/cache/envbuild/bases/debootstrap-bookworm-")
