@@ -153,14 +153,20 @@ class BuildExecutor:
         recipe = load_recipe(action.system)
         dest = Path(action.dest)
         dest.mkdir(parents=True, exist_ok=True)
-        names = wrapped_commands(entries)
-        for name in names:
+        names, kept = [], []
+        for name in wrapped_commands(entries):
             target = dest / name
+            if not is_replaceable_wrapper(target):
+                kept.append(name)  # someone else's file: never overwrite it
+                continue
             partial = dest / f".{name}.partial"
             partial.write_text(render_wrapper(name, action.image, recipe, action.runtime_name), encoding="utf-8")
             partial.chmod(0o755)
             os.replace(partial, target)
+            names.append(name)
         self._log.write(f"wrote {len(names)} wrappers: {' '.join(names)}\n")
+        if kept:
+            self._say(f"warning: kept existing files in {dest} that envbuild did not write: {' '.join(kept)}")
 
     def _run(self, step: Step, action: Run) -> None:
         env = dict(os.environ)
@@ -192,6 +198,21 @@ class BuildExecutor:
                 f"  command: {redact(action.describe())}\n  last lines of output:\n{tail}",
                 f"read the full log {self.log_path}; rerun with -v to watch the tools' output",
             )
+
+
+def is_replaceable_wrapper(path: Path) -> bool:
+    """A wrapper may replace `path` only when nothing is there or envbuild wrote it."""
+    from envbuild.wrappers import GENERATED_MARK
+
+    if not path.exists() and not path.is_symlink():
+        return True
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return GENERATED_MARK in handle.read(1024)
+    except OSError:
+        return False
 
 
 def _install_hint(program: str) -> str:

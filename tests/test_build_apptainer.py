@@ -36,6 +36,9 @@ tests:
 """
 
 
+USERS_OWN_PIP = "#!/bin/sh\necho my own pip\n"
+
+
 def exec_in(image: Path, *command: str) -> str:
     result = subprocess.run(["apptainer", "exec", str(image), *command], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -50,6 +53,9 @@ def small_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> 
     spec = work / "small.yaml"
     spec.write_text(SMALL_SPEC)
     image = work / "out" / "small.sif"
+    # a script of the user's own where the wrappers go: the build must leave it alone
+    (work / "out" / "bin").mkdir(parents=True)
+    (work / "out" / "bin" / "pip").write_text(USERS_OWN_PIP)
     result = run_cli([ENVBUILD, "build", str(spec), "-o", str(image)], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
     assert result.returncode == 0, result.stdout + result.stderr
     return spec, image, result
@@ -164,6 +170,8 @@ def test_run_wrappers_exec_into_the_image(small_image, tmp_path: Path) -> None:
     bindir = image.parent / "bin"
     names = set(os.listdir(bindir))
     assert {"python", "python3", "pip"} <= names
+    assert (bindir / "pip").read_text() == USERS_OWN_PIP, "a file envbuild did not write was replaced"
+    assert "kept existing files" in small_image[2].stderr and "pip" in small_image[2].stderr
     assert not any(n.startswith("activate") for n in names)
     (tmp_path / "here.txt").write_text("x")
     result = subprocess.run(

@@ -222,3 +222,19 @@ def test_wrapper_passes_arguments_and_uses_caller_cwd() -> None:
     assert "--no-python" not in script  # the caller's torchrun options come first, untouched
     assert wrapped_commands(["pip", "activate", "Activate.ps1", "transformers", "python", "torchrun"]) == [
         "pip", "python", "torchrun", "transformers"]
+
+
+def test_wrappers_never_replace_files_envbuild_did_not_write(tmp_path) -> None:
+    from envbuild.buildexec import is_replaceable_wrapper
+    from envbuild.wrappers import render_wrapper
+
+    ours = tmp_path / "python"
+    ours.write_text(render_wrapper("python", "/img/env.sif", load_recipe("local")))
+    theirs = tmp_path / "envrun"
+    theirs.write_text("#!/usr/bin/env bash\nexec something\n")
+    link = tmp_path / "pip"
+    link.symlink_to(theirs)
+    assert is_replaceable_wrapper(tmp_path / "absent")
+    assert is_replaceable_wrapper(ours)
+    assert not is_replaceable_wrapper(theirs)
+    assert not is_replaceable_wrapper(link)
