@@ -125,7 +125,19 @@ class WriteRunWrappers:
         return f"write run wrappers for the commands in {self.venv_bin} to {self.dest}/ (system {self.system})"
 
 
-Action = WriteRunWrappers | Run | WriteFile | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename
+@dataclass(frozen=True)
+class RecordDigest:
+    """Write the content digest ("sha256:...") of a file or a whole tree (envbuild.treedigest) to `dest`."""
+
+    path: str
+    dest: str
+
+    def describe(self) -> str:
+        return f"record the sha256 of {shlex.quote(self.path)} in {shlex.quote(self.dest)}"
+
+
+Action = (WriteRunWrappers | Run | WriteFile | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename
+          | RecordDigest)
 
 
 @dataclass(frozen=True)
@@ -134,7 +146,9 @@ class Step:
 
     `skip_if_exists`: the step is done already when this path exists (a cache entry's completion
     marker); the executor then skips it. `cleanup`: actions run if the step fails, so a failed step
-    leaves no half-made result behind.
+    leaves no half-made result behind. `lock`: (kind, entry name) of the store entry the step fills;
+    the executor holds that entry's lock while it checks `skip_if_exists` and runs the step, so
+    concurrent builds of the same layer wait for one another instead of both building it.
     """
 
     name: str
@@ -142,3 +156,4 @@ class Step:
     actions: tuple[Action, ...]
     skip_if_exists: str | None = None
     cleanup: tuple[Action, ...] = field(default=())
+    lock: tuple[str, str] | None = None

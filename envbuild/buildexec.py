@@ -18,6 +18,7 @@ from envbuild.actions import (
     CopyTree,
     MakeDirs,
     MergeJson,
+    RecordDigest,
     Remove,
     Rename,
     Run,
@@ -26,7 +27,7 @@ from envbuild.actions import (
     WriteFile,
     WriteRunWrappers,
 )
-from envbuild.buildplan import BuildPlan
+from envbuild.buildplan import BasePlan, BuildPlan
 from envbuild.errors import EnvbuildError, ToolError
 from envbuild.render import redact
 
@@ -41,32 +42,50 @@ class BuildExecutor:
     """Runs steps in order. A failed step runs its cleanup actions, and the work directory is removed
     unless `keep_work`; the log file keeps every line the tools printed."""
 
-    def __init__(self, log_path: Path, *, verbose: bool = False, keep_work: bool = False,
+    def __init__(self, log_path: Path, *, store_root: Path, verbose: bool = False, keep_work: bool = False,
                  out: TextIO | None = None) -> None:
         self.log_path = log_path
+        self.store_root = store_root
         self.verbose = verbose
         self.keep_work = keep_work
         self.out = out or sys.stderr
         self._tail: deque[str] = deque(maxlen=_TAIL_LINES)
 
     def execute(self, plan: BuildPlan) -> None:
+        started = time.monotonic()
+        self.execute_steps(plan.steps, plan.work_dir, "build")
+        self._say(f"built {plan.output} in {time.monotonic() - started:.0f} s (log: {self.log_path})")
+
+    def execute_base(self, plan: BasePlan) -> None:
+        self.execute_steps(plan.steps, None, "base")
+
+    def execute_steps(self, steps: tuple[Step, ...], work_dir: str | None, phase: str) -> None:
+        """Run `steps` in order; a failure runs the step's cleanup and removes `work_dir` (unless keep_work)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a", encoding="utf-8") as log:
             self._log = log
-            total = len(plan.steps)
-            started = time.monotonic()
-            for number, step in enumerate(plan.steps, 1):
+            total = len(steps)
+            for number, step in enumerate(steps, 1):
                 try:
-                    self._run_step(step, number, total)
+                    self._run_step(step, f"{phase} {number}/{total}")
                 except BaseException:
-                    self._fail(plan, step)
+                    self._fail(work_dir, step)
                     raise
-            self._say(f"built {plan.output} in {time.monotonic() - started:.0f} s (log: {self.log_path})")
 
     # -- steps ------------------------------------------------------------------------------------
 
-    def _run_step(self, step: Step, number: int, total: int) -> None:
-        label = f"[{number}/{total}] {step.title}"
+    def _run_step(self, step: Step, position: str) -> None:
+        label = f"[{position}] {step.title}"
+        if step.lock is None:
+            self._run_unlocked(step, label)
+            return
+        from envbuild.store import entry_lock
+
+        kind, name = step.lock
+        with entry_lock(self.store_root, kind, name, on_wait=lambda message: self._say(f"{label}: {message}")):
+            self._run_unlocked(step, label)
+
+    def _run_unlocked(self, step: Step, label: str) -> None:
         if step.skip_if_exists and os.path.exists(step.skip_if_exists):
             self._say(f"{label}: cached")
             self._log.write(f"\n=== {label}: cached ({step.skip_if_exists})\n")
@@ -83,16 +102,18 @@ class BuildExecutor:
                 self._do(step, action)
         self._say(f"{label}: done in {time.monotonic() - started:.1f} s")
 
-    def _fail(self, plan: BuildPlan, step: Step) -> None:
+    def _fail(self, work_dir: str | None, step: Step) -> None:
         for action in step.cleanup:
             try:
                 self._do(step, action)
             except Exception as exc:  # noqa: BLE001 - cleanup must not hide the original failure
                 self._log.write(f"cleanup failed: {exc}\n")
-        if self.keep_work:
-            self._say(f"kept the work directory for inspection: {plan.work_dir}")
+        if work_dir is None:
+            pass
+        elif self.keep_work:
+            self._say(f"kept the work directory for inspection: {work_dir}")
         else:
-            shutil.rmtree(plan.work_dir, ignore_errors=True)
+            shutil.rmtree(work_dir, ignore_errors=True)
         self._log.flush()
 
     def _say(self, text: str) -> None:
@@ -140,6 +161,10 @@ class BuildExecutor:
                     shutil.rmtree(path)
         elif isinstance(action, Rename):
             os.replace(action.src, action.dest)
+        elif isinstance(action, RecordDigest):
+            from envbuild.treedigest import main as record_digest
+
+            record_digest([action.path, action.dest])
         elif isinstance(action, WriteRunWrappers):
             self._write_wrappers(action)
         else:  # pragma: no cover - the Action union is closed
@@ -149,7 +174,7 @@ class BuildExecutor:
         from envbuild.recipes import load_recipe
         from envbuild.wrappers import render_wrapper, wrapped_commands
 
-        entries = [e.name for e in os.scandir(action.venv_bin) if os.access(e.path, os.X_OK) and not e.is_dir()]
+        entries = _venv_commands(action.venv_bin)
         recipe = load_recipe(action.system)
         dest = Path(action.dest)
         dest.mkdir(parents=True, exist_ok=True)
@@ -198,6 +223,19 @@ class BuildExecutor:
                 f"  command: {redact(action.describe())}\n  last lines of output:\n{tail}",
                 f"read the full log {self.log_path}; rerun with -v to watch the tools' output",
             )
+
+
+def _venv_commands(venv_bin: str) -> list[str]:
+    """Executables in the venv's bin/: from a sandbox directory, or read from a finished image (a
+    cached image reused for a new output has no sandbox)."""
+    if os.path.isdir(venv_bin):
+        return [e.name for e in os.scandir(venv_bin) if os.access(e.path, os.X_OK) and not e.is_dir()]
+    from envbuild.inventory.image import open_image
+    from envbuild.spec import VENV_PREFIX
+
+    with open_image(venv_bin) as image:
+        children = image.tree.children(f"{VENV_PREFIX}/bin") or {}
+    return [name for name, kind in children.items() if kind in ("file", "symlink")]
 
 
 def is_replaceable_wrapper(path: Path) -> bool:

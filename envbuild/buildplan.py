@@ -21,6 +21,7 @@ from envbuild.actions import (
     CopyTree,
     MakeDirs,
     MergeJson,
+    RecordDigest,
     Remove,
     Rename,
     Run,
@@ -31,6 +32,7 @@ from envbuild.actions import (
 )
 from envbuild.hostfacts import HostFacts
 from envbuild.hostpip import local_path_of
+from envbuild.layers import StorePaths, entry_name, env_compat_key, env_key, env_readable, image_key, installer_identity
 from envbuild.spec import VENV_PREFIX, BaseImage, Spec
 
 if TYPE_CHECKING:
@@ -63,9 +65,43 @@ class BuildRequest:
     output: str  # absolute path of the .sif to produce
     build_id: str  # unique per build (names the work dir and the partial image)
     base_path: str | None = None  # localimage: absolute host path of the .sif or sandbox dir
-    base_fingerprint: str = ""  # localimage .sif: size and mtime, so a changed file is not served from cache
+    base_fingerprint: str = ""  # localimage: .sif size and mtime / sandbox tree digest, so a changed base is not served from cache
     as_root: bool = True
     keep_work: bool = False
+    # Known once the base is in the store (the base plan has run); "" while planning a dry run.
+    base_digest: str = ""
+    recipe_digest: str = ""
+    file_digests: tuple[tuple[str, str], ...] = ()  # (files[].src, content digest), for the image key
+    # --locked: the lock as `requirements.txt` text with hashes, its text, and the Python it targets.
+    locked_requirements: str | None = None
+    lock_text: str = ""
+    lock_sha256: str = ""
+    lock_python: str = ""  # major.minor, checked against the base's interpreter before installing
+    env_parent: str | None = None  # a complete env entry (store name) to install the difference on top of
+    compression: str = "gzip"
+    source_date_epoch: int | None = None
+    built_at: str = ""  # ISO-8601 time recorded in the image
+
+
+@dataclass(frozen=True)
+class BasePlan:
+    """Getting the base root filesystem into the store (cached across builds) and its digest recorded."""
+
+    entry: str
+    rootfs: str
+    digest_file: str
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class Layers:
+    base_entry: str
+    env_entry: str
+    env_key: str
+    env_compat: str
+    env_parent: str | None
+    image_entry: str
+    image_key: str
 
 
 @dataclass(frozen=True)
@@ -77,32 +113,49 @@ class BuildPlan:
     installer: str
     requirements: tuple[str, ...]
     package_sources: tuple[str, ...]  # index URLs and find-links as given on the host (credentials redacted when shown)
+    layers: Layers
+    store_image: str  # the finished image in the store, copied to `output`
     steps: tuple[Step, ...]
 
 
-def plan_build(request: BuildRequest) -> BuildPlan:
+def plan_layers(request: BuildRequest) -> Layers:
     spec, facts = request.spec, request.facts
+    installer = _choose_installer(spec, facts)
+    base_entry = base_cache_key(spec.base, facts, request.base_fingerprint)
+    env = env_key(request, installer, base_entry)
+    image = image_key(request, env)
+    return Layers(
+        base_entry=base_entry, env_entry=entry_name(env_readable(request), env), env_key=env,
+        env_compat=env_compat_key(request, installer, base_entry),
+        env_parent=request.env_parent, image_entry=entry_name(spec.name[:40], image), image_key=image,
+    )
+
+
+def plan_build(request: BuildRequest) -> BuildPlan:
+    """The build after the base is in the store: env layer (cached) -> sandbox -> user layer -> image
+    in the store -> copy to the output."""
+    spec, facts = request.spec, request.facts
+    store = StorePaths(str(facts.cache_dir))
+    layers = plan_layers(request)
     work = f"{facts.cache_dir}/work/{spec.name}-{request.build_id}"
     sandbox = f"{work}/sandbox"
     installer = _choose_installer(spec, facts)
     requirements = tuple(spec.python.requirements())
     sources = _PackageSources.from_request(request)
 
-    steps: list[Step] = []
-    steps += _base_steps(request, work, sandbox)
-    steps.append(_venv_step(request, sandbox))
-    if requirements:
-        steps.append(_install_step(request, sandbox, installer, requirements, sources))
-    steps.append(_configure_step(request, sandbox, installer))
+    steps: list[Step] = [_env_step(request, layers, store, installer, sources)]
+    env_rootfs = f"{store.env(layers.env_entry)}/rootfs"
+    steps.append(Step("sandbox", "copy the env layer into a fresh sandbox",
+                      (Remove((work,)), MakeDirs((work,)), CopyTree(env_rootfs, sandbox))))
+    steps.append(_configure_step(request, sandbox, installer, layers))
     if spec.post:
         steps.append(
             Step("post", f"run {len(spec.post)} post command(s)",
                  tuple(_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=True) for cmd in spec.post))
         )
     steps.append(
-        Step("record", "record installed packages",
-             (_exec(request, sandbox, ["/bin/sh", "-ec", f"{VENV_PREFIX}/bin/python -m pip freeze --all > {RECORD_DIR}/pip-freeze.txt"],
-                    writable=True),
+        Step("record", "record every Python environment's packages",
+             (_exec(request, sandbox, [f"{VENV_PREFIX}/bin/python", "-c", RECORD_ENVIRONMENTS_SCRIPT], writable=True),
               Remove((f"{sandbox}{HOST_MOUNT}",))))
     )
     if spec.tests:
@@ -110,24 +163,77 @@ def plan_build(request: BuildRequest) -> BuildPlan:
             Step("test", f"run {len(spec.tests)} test(s) inside the image",
                  tuple(_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=False) for cmd in spec.tests))
         )
-    partial = f"{request.output}.partial-{request.build_id}"
+    entry = store.image(layers.image_entry)
+    store_image = f"{entry}/image.sif"
+    partial = f"{store_image}.partial-{request.build_id}"
+    from envbuild.squash import squash_actions
+
+    squash = squash_actions(sandbox, partial, compression=request.compression, source_date_epoch=request.source_date_epoch,
+                            runtime_path=facts.runtime.path, work_dir=work, all_root=not request.as_root,
+                            python=facts.python or None)
     steps.append(
-        Step("squash", f"write {PurePosixPath(request.output).name}",
-             (Run((facts.runtime.path, "build", "--force", partial, sandbox)), Rename(partial, request.output)),
+        Step("squash", f"write the image ({request.compression}) into the store",
+             (Remove((f"{entry}/complete",)), MakeDirs((entry,)), *squash, Rename(partial, store_image),
+              WriteFile(f"{entry}/meta.json", _meta_json(request, "image", layers.image_key, layers.env_entry)),
+              WriteFile(f"{entry}/complete", f"{spec.name}\n")),
              cleanup=(Remove((partial,)),))
     )
-    out_dir = str(PurePosixPath(request.output).parent)
+    output_partial = f"{request.output}.partial-{request.build_id}"
     steps.append(
-        Step("wrappers", f"write run wrappers to {out_dir}/bin",
-             (WriteRunWrappers(f"{sandbox}{VENV_PREFIX}/bin", f"{out_dir}/bin", request.output, spec.system,
-                               facts.runtime.name),))
+        Step("output", f"copy the image to {request.output}",
+             (CopyFile(store_image, output_partial), Rename(output_partial, request.output)),
+             cleanup=(Remove((output_partial,)),))
     )
+    steps.append(wrappers_step(request, f"{sandbox}{VENV_PREFIX}/bin"))
     if not request.keep_work:
         steps.append(Step("clean", "remove the build sandbox", (Remove((work,)),)))
     return BuildPlan(
         name=spec.name, output=request.output, work_dir=work, sandbox=sandbox, installer=installer,
-        requirements=requirements, package_sources=sources.shown, steps=tuple(steps),
+        requirements=requirements, package_sources=sources.shown, layers=layers, store_image=store_image,
+        steps=tuple(steps),
     )
+
+
+def wrappers_step(request: BuildRequest, venv_bin: str) -> Step:
+    out_dir = str(PurePosixPath(request.output).parent)
+    return Step("wrappers", f"write run wrappers to {out_dir}/bin",
+                (WriteRunWrappers(venv_bin, f"{out_dir}/bin", request.output, request.spec.system,
+                                  request.facts.runtime.name),))
+
+
+# name==version of every distribution in the running interpreter's environment, one per line.
+FREEZE_SCRIPT = ("import importlib.metadata as m; "
+                 "print(chr(10).join(sorted({d.metadata['Name'] + '==' + d.version for d in m.distributions() if d.metadata['Name']})))")
+# The same, written to the file named by the first argument.
+FREEZE_TO_FILE_SCRIPT = ("import importlib.metadata as m, sys; "
+                         "open(sys.argv[1], 'w').write(''.join(sorted({d.metadata['Name'] + '==' + d.version + chr(10) "
+                         "for d in m.distributions() if d.metadata['Name']})))")
+
+
+# Runs inside the image with the venv's Python: adds `environments` (name==version of every Python
+# environment found: the venv, the system Python, conda) to the build record. importlib.metadata is
+# used rather than `pip freeze`, which a base's Python may lack.
+RECORD_ENVIRONMENTS_SCRIPT = f"""\
+import glob, json, os, subprocess
+LIST = {FREEZE_SCRIPT!r}
+found = {{}}
+candidates = ["{VENV_PREFIX}/bin/python", "/usr/bin/python3", "/usr/local/bin/python3", "/opt/conda/bin/python"]
+candidates += sorted(glob.glob("/opt/conda/envs/*/bin/python"))
+for python in candidates:
+    if os.path.exists(python):
+        out = subprocess.run([python, "-I", "-c", LIST], capture_output=True, text=True)
+        if out.returncode == 0:
+            found[python] = out.stdout.split()
+record_file = "{RECORD_DIR}/build.json"
+with open(record_file) as handle:
+    record = json.load(handle)
+record["environments"] = found
+with open(record_file, "w") as handle:
+    json.dump(record, handle, indent=2, sort_keys=True)
+    handle.write("\\n")
+with open("{RECORD_DIR}/pip-freeze.txt", "w") as handle:
+    handle.write("".join(line + "\\n" for line in found.get("{VENV_PREFIX}/bin/python", [])))
+"""
 
 
 def _choose_installer(spec: Spec, facts: HostFacts) -> str:
@@ -152,17 +258,13 @@ def base_cache_key(base: BaseImage, facts: HostFacts, fingerprint: str = "") -> 
     return f"{base.kind}-{readable}-{digest}"
 
 
-def _base_steps(request: BuildRequest, work: str, sandbox: str) -> list[Step]:
+def plan_base(request: BuildRequest) -> BasePlan:
+    """Steps that put the base root filesystem into the store once and record its content digest."""
     spec, facts = request.spec, request.facts
     base = spec.base
-    prepare = (Remove((work,)), MakeDirs((work,)))
-    if base.kind == "localimage" and request.base_path and not request.base_path.endswith((".sif", ".simg", ".img")):
-        # A sandbox directory: not cached (it can change under us); unpacked like any other source.
-        argv = (*_sandbox_build(request), sandbox, request.base_path)
-        return [Step("sandbox", f"copy base sandbox {request.base_path}", (*prepare, Run(argv)))]
-
-    entry = f"{facts.cache_dir}/bases/{base_cache_key(base, facts, request.base_fingerprint)}"
-    partial, rootfs, marker = f"{entry}/rootfs.partial", f"{entry}/rootfs", f"{entry}/complete"
+    name = base_cache_key(base, facts, request.base_fingerprint)
+    entry = StorePaths(str(facts.cache_dir)).base(name)
+    partial, rootfs, marker, digest_file = f"{entry}/rootfs.partial", f"{entry}/rootfs", f"{entry}/complete", f"{entry}/digest"
     if base.kind == "debootstrap":
         include = ",".join(dict.fromkeys((*DEBOOTSTRAP_ALWAYS, *base.include)))
         tree = f"{entry}/debootstrap.partial"
@@ -190,13 +292,76 @@ def _base_steps(request: BuildRequest, work: str, sandbox: str) -> list[Step]:
         fetch = (Run((*_sandbox_build(request), partial, str(source))),)
         cleanup = (Remove((partial,)),)
         title = f"unpack base {base.describe()} (cached after the first build)"
+    # A local .sif is identified by its own bytes (what `sha256sum` shows); every other base by the
+    # content of the unpacked tree (docker layers arrive in no canonical form).
+    digest_of = request.base_path if (base.kind == "localimage" and request.base_path and _is_sif(request.base_path)) else rootfs
     ensure = Step(
         "base", title,
-        (Remove((partial,)), MakeDirs((entry,)), *fetch, Rename(partial, rootfs), WriteFile(marker, base.describe() + "\n")),
-        skip_if_exists=marker, cleanup=cleanup,
+        (Remove((partial, rootfs, digest_file)), MakeDirs((entry,)), *fetch, Rename(partial, rootfs),
+         RecordDigest(digest_of, digest_file),
+         WriteFile(f"{entry}/meta.json", _meta_json(request, "base", name, None)),
+         WriteFile(marker, base.describe() + "\n")),
+        skip_if_exists=marker, cleanup=cleanup, lock=("base", name),
     )
-    copy = Step("sandbox", "copy the base into a fresh sandbox", (*prepare, CopyTree(rootfs, sandbox)))
-    return [ensure, copy]
+    # Entries made before digests were recorded get theirs on first use.
+    digest = Step("base-digest", "record the base's content digest", (RecordDigest(digest_of, digest_file),),
+                  skip_if_exists=digest_file, lock=("base", name))
+    return BasePlan(entry=entry, rootfs=rootfs, digest_file=digest_file, steps=(ensure, digest))
+
+
+def _is_sif(path: str) -> bool:
+    return path.endswith((".sif", ".simg", ".img"))
+
+
+def _env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer: str, sources: _PackageSources) -> Step:
+    """The env layer: the base (or a parent env layer) plus the venv with every requirement installed."""
+    entry = store.env(layers.env_entry)
+    partial, rootfs = f"{entry}/rootfs.partial", f"{entry}/rootfs"
+    start = f"{store.env(layers.env_parent)}/rootfs" if layers.env_parent else f"{store.base(layers.base_entry)}/rootfs"
+    actions: list[Action] = [Remove((partial, rootfs)), MakeDirs((entry,)), CopyTree(start, partial)]
+    actions += _venv_actions(request, partial)
+    requirements = tuple(request.spec.python.requirements())
+    if request.locked_requirements is not None or requirements:
+        actions += _install_actions(request, partial, installer, requirements, sources)
+    freeze_inside = f"{HOST_MOUNT}/freeze.txt"
+    freeze = f"{partial}{freeze_inside}"
+    actions += [
+        MakeDirs((f"{partial}{HOST_MOUNT}",)),
+        _exec(request, partial, [f"{VENV_PREFIX}/bin/python", "-I", "-c", FREEZE_TO_FILE_SCRIPT, freeze_inside], writable=True),
+        Rename(freeze, f"{entry}/freeze.txt"),
+        Remove((f"{partial}{HOST_MOUNT}",)),
+        Rename(partial, rootfs),
+        WriteFile(f"{entry}/meta.json", _meta_json(request, "env", layers.env_key, layers.env_parent or layers.base_entry,
+                                                   compat=layers.env_compat, installer=installer)),
+        WriteFile(f"{entry}/complete", f"{request.spec.name}\n"),
+    ]
+    what = f"install the difference on top of env layer {layers.env_parent}" if layers.env_parent else "create the venv and install"
+    return Step("env", f"Python env layer: {what} (cached after the first build)", tuple(actions),
+                skip_if_exists=f"{entry}/complete", cleanup=(Remove((partial,)),), lock=("env", layers.env_entry))
+
+
+def _meta_json(request: BuildRequest, kind: str, key: str, parent: str | None, **extra: str) -> str:
+    """The store entry's description (envbuild cache ls; parent choice for env layers)."""
+    spec = request.spec
+    record: dict[str, object] = {
+        "kind": kind, "key": key, "created": request.built_at, "spec": spec.name, "parent": parent,
+        "description": _describe_entry(request, kind),
+    }
+    if kind == "env":
+        record["requirements"] = list(spec.python.requirements())
+        record["locked"] = request.locked_requirements is not None
+    record.update(extra)
+    return json.dumps(record, indent=2, sort_keys=True) + "\n"
+
+
+def _describe_entry(request: BuildRequest, kind: str) -> str:
+    spec = request.spec
+    if kind == "base":
+        return spec.base.describe()
+    if kind == "env":
+        reqs = " ".join(spec.python.requirements()) or "no packages"
+        return f"{reqs} on {spec.base.describe()}" + (" (locked)" if request.locked_requirements is not None else "")
+    return f"{spec.name} ({request.compression})"
 
 
 def _sandbox_build(request: BuildRequest) -> tuple[str, ...]:
@@ -209,16 +374,21 @@ def _sandbox_build(request: BuildRequest) -> tuple[str, ...]:
 # --- python ---------------------------------------------------------------------------------------
 
 
-def _venv_step(request: BuildRequest, sandbox: str) -> Step:
+def _venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
     interpreter = shlex.quote(request.spec.python.interpreter)
-    # A base built by envbuild already has the venv: install into it instead of re-creating it
-    # (its `python3` would be the venv's own interpreter).
-    script = (f"if [ -x {VENV_PREFIX}/bin/python ]; then echo 'reusing the base image venv {VENV_PREFIX}'; "
+    # A base built by envbuild (or a parent env layer) already has the venv: install into it instead
+    # of re-creating it (its `python3` would be the venv's own interpreter).
+    script = (f"if [ -x {VENV_PREFIX}/bin/python ]; then echo 'reusing the venv {VENV_PREFIX}'; "
               f"else {interpreter} -m venv {VENV_PREFIX}; fi")
-    return Step(
-        "venv", f"create the venv at {VENV_PREFIX}",
-        (_exec(request, sandbox, ["/bin/sh", "-ec", script], writable=True),),
-    )
+    actions: list[Action] = [_exec(request, sandbox, ["/bin/sh", "-ec", script], writable=True)]
+    if request.lock_python:
+        # A lock pins wheels for one Python (cp311...): refuse a base whose Python differs before
+        # the installer fails on some wheel with a less helpful message.
+        check = (f"import sys; v = '%d.%d' % sys.version_info[:2]; "
+                 f"sys.exit(0 if v == {request.lock_python!r} else 'the lock was made for Python {request.lock_python}, "
+                 f"but the base has Python ' + v + ': run envbuild lock again')")
+        actions.append(_exec(request, sandbox, [f"{VENV_PREFIX}/bin/python", "-I", "-c", check], writable=False))
+    return actions
 
 
 @dataclass(frozen=True)
@@ -324,11 +494,19 @@ def _torch_index(request: BuildRequest) -> str | None:
     return request.recipe.pytorch_index_for(pytorch.wheel_tag)
 
 
-def _install_step(request: BuildRequest, sandbox: str, installer: str, requirements: tuple[str, ...],
-                  sources: _PackageSources) -> Step:
+def _install_actions(request: BuildRequest, sandbox: str, installer: str, requirements: tuple[str, ...],
+                     sources: _PackageSources) -> list[Action]:
     facts = request.facts
     binds = list(sources.binds)
     env: list[tuple[str, str]] = []
+    actions: list[Action] = []
+    if request.locked_requirements is not None:
+        # Exactly the lock: every pinned file checked against its hash, no resolution, no extras.
+        lock_inside = f"{HOST_MOUNT}/lock/requirements.txt"
+        actions += [MakeDirs((f"{sandbox}{HOST_MOUNT}/lock",)), WriteFile(f"{sandbox}{lock_inside}", request.locked_requirements)]
+        targets = ["--require-hashes", "--no-deps", "-r", lock_inside]
+    else:
+        targets = list(requirements)
     if installer == "uv":
         assert facts.uv is not None
         uv_inside = f"{HOST_MOUNT}/uv"
@@ -337,7 +515,7 @@ def _install_step(request: BuildRequest, sandbox: str, installer: str, requireme
         argv = [uv_inside, "pip", "install", "--python", f"{VENV_PREFIX}/bin/python",
                 # Compile now: in a read-only image Python would recompile on every start.
                 "--compile-bytecode", "--link-mode=copy", "--cache-dir", f"{HOST_MOUNT}/cache",
-                *sources.uv_args(), *requirements]
+                *sources.uv_args(), *targets]
         if sources.cert:
             env.append(("SSL_CERT_FILE", sources.cert))
         if sources.client_cert:
@@ -346,15 +524,33 @@ def _install_step(request: BuildRequest, sandbox: str, installer: str, requireme
     else:
         binds.append(_Bind(f"{facts.cache_dir}/pip", f"{HOST_MOUNT}/cache", read_only=False))
         argv = [f"{VENV_PREFIX}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-                "--cache-dir", f"{HOST_MOUNT}/cache", *sources.pip_args(), *requirements]
+                "--cache-dir", f"{HOST_MOUNT}/cache", *sources.pip_args(), *targets]
         host_cache = f"{facts.cache_dir}/pip"
     mount_dirs = tuple(f"{sandbox}{b.inside}" for b in binds if not b.is_file)
     mount_files = tuple(f"{sandbox}{b.inside}" for b in binds if b.is_file)
-    actions: list[Action] = [MakeDirs((host_cache, *mount_dirs))]
+    actions.append(MakeDirs((host_cache, *mount_dirs)))
     if mount_files:
         actions.append(Touch(mount_files))
     actions.append(_exec(request, sandbox, argv, writable=True, binds=binds, env=env))
-    return Step("install", f"install {len(requirements)} requirement(s) with {installer}", tuple(actions))
+    return actions
+
+
+def host_index_args(request: BuildRequest) -> list[str]:
+    """uv's index flags for resolving on the host (envbuild lock): the host's sources as they are,
+    the variant's PyTorch index first among the extra indexes."""
+    pip = request.facts.pip
+    torch_index = _torch_index(request)
+    extras = ((torch_index,) if torch_index else ()) + pip.extra_index_urls
+    args: list[str] = ["--no-index"] if pip.no_index else []
+    if pip.index_url:
+        args += ["--index-url", pip.index_url]
+    for url in extras:
+        args += ["--extra-index-url", url]
+    for link in pip.find_links:
+        args += ["--find-links", link]
+    for host in pip.trusted_hosts:
+        args += ["--allow-insecure-host", host]
+    return [*args, "--index-strategy", "unsafe-best-match"]
 
 
 # --- image configuration --------------------------------------------------------------------------
@@ -376,7 +572,7 @@ def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def image_labels(request: BuildRequest, installer: str) -> dict[str, str]:
+def image_labels(request: BuildRequest, installer: str, layers: Layers) -> dict[str, str]:
     spec = request.spec
     labels = {
         "org.envbuild.version": request.facts.envbuild_version,
@@ -386,29 +582,50 @@ def image_labels(request: BuildRequest, installer: str) -> dict[str, str]:
         "org.envbuild.base": spec.base.describe(),
         "org.envbuild.installer": installer,
         "org.envbuild.venv": VENV_PREFIX,
+        "org.envbuild.base-digest": request.base_digest,
+        "org.envbuild.image-key": layers.image_key,
     }
+    if request.lock_sha256:
+        labels["org.envbuild.lock-sha256"] = request.lock_sha256
     labels.update(spec.labels)
     return labels
 
 
-def _configure_step(request: BuildRequest, sandbox: str, installer: str) -> Step:
-    spec = request.spec
-    record = {
-        "envbuild_version": request.facts.envbuild_version,
+def build_record(request: BuildRequest, installer: str, layers: Layers) -> dict[str, object]:
+    """The provenance record embedded as /.envbuild/build.json (the record step adds `environments`)."""
+    spec, facts = request.spec, request.facts
+    return {
+        "record_format": 2,
+        "envbuild_version": facts.envbuild_version,
+        "built_at": request.built_at,
         "spec": {"name": spec.name, "sha256": request.spec_sha256},
+        "lock": {"sha256": request.lock_sha256, "python": request.lock_python} if request.lock_text else None,
         "system": spec.system,
-        "base": spec.base.describe(),
-        "installer": installer,
+        "recipe": {"name": spec.system, "sha256": request.recipe_digest},
+        "base": {"ref": spec.base.describe(), "digest": request.base_digest},
+        "installer": installer_identity(request, installer),
+        "runtime": {"name": facts.runtime.name, "version": facts.runtime_version},
+        "build_host": dict(facts.host_info),
+        "compression": request.compression,
+        "layers": {"base": layers.base_entry, "env": layers.env_key, "env_parent": layers.env_parent,
+                   "image": layers.image_key},
         "venv": VENV_PREFIX,
         "requirements": spec.python.requirements(),
     }
+
+
+def _configure_step(request: BuildRequest, sandbox: str, installer: str, layers: Layers) -> Step:
+    spec = request.spec
+    record = build_record(request, installer, layers)
     actions: list[Action] = [
         MakeDirs((f"{sandbox}/.singularity.d/env", f"{sandbox}{RECORD_DIR}")),
         WriteFile(f"{sandbox}{ENV_SCRIPT}", env_script(spec, request.facts.envbuild_version, request.spec_sha256), 0o755),
-        MergeJson(f"{sandbox}{LABELS_FILE}", tuple(image_labels(request, installer).items())),
+        MergeJson(f"{sandbox}{LABELS_FILE}", tuple(image_labels(request, installer, layers).items())),
         WriteFile(f"{sandbox}{RECORD_DIR}/spec.yaml", request.spec_text),
         WriteFile(f"{sandbox}{RECORD_DIR}/build.json", json.dumps(record, indent=2, sort_keys=True) + "\n"),
     ]
+    if request.lock_text:
+        actions.append(WriteFile(f"{sandbox}{RECORD_DIR}/spec.lock", request.lock_text))
     for item in spec.files:
         src = item.src if item.src.startswith("/") else f"{request.spec_dir}/{item.src}"
         dest = f"{sandbox}{item.dest}"

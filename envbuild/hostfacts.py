@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,12 +23,15 @@ class HostFacts:
     envbuild_version: str
     proxy_env: tuple[tuple[str, str], ...] = ()  # http(s)_proxy etc., passed into builds (which run with --cleanenv)
     as_root: bool = True
+    # For the provenance record and the layer keys (an installer upgrade gives a new env layer).
+    uv_version: str | None = None
+    runtime_version: str = ""
+    host_info: tuple[tuple[str, str], ...] = ()
+    python: str = ""  # the interpreter running envbuild (runs envbuild's own helpers during a build)
 
 
 def find_uv() -> str | None:
     """uv next to the running Python (installed with envbuild), else on PATH."""
-    import sys
-
     beside = Path(sys.executable).with_name("uv")
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
@@ -68,7 +72,33 @@ PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS
 CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE")
 
 
-def gather_host_facts(*, need_runtime: bool = True) -> HostFacts:
+def tool_version(argv: list[str]) -> str:
+    """First line of `tool --version`, e.g. "uv 0.13.9" / "apptainer version 1.4.5"; "" when it cannot run."""
+    import subprocess
+
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else ""
+
+
+def build_host_info() -> tuple[tuple[str, str], ...]:
+    import platform
+
+    os_name = ""
+    try:
+        for line in Path("/etc/os-release").read_text(encoding="utf-8").splitlines():
+            if line.startswith("PRETTY_NAME="):
+                os_name = line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    uname = platform.uname()
+    return (("hostname", uname.node), ("kernel", uname.release), ("machine", uname.machine), ("os", os_name),
+            ("python", platform.python_version()))
+
+
+def gather_host_facts(*, need_runtime: bool = True, cache_dir: Path | None = None) -> HostFacts:
     from envbuild import __version__
 
     runtime = require_runtime() if need_runtime else (find_runtime() or Runtime("apptainer", "apptainer"))
@@ -77,13 +107,18 @@ def gather_host_facts(*, need_runtime: bool = True) -> HostFacts:
         bundle = next((os.environ[v] for v in CA_BUNDLE_VARIABLES if os.path.isfile(os.environ.get(v, ""))), None)
         if bundle:
             pip = replace(pip, cert=bundle)
+    uv = find_uv()
     return HostFacts(
         runtime=runtime,
         pip=pip,
-        uv=find_uv(),
+        uv=uv,
         debian_mirror=host_debian_mirror(),
-        cache_dir=default_cache_dir(),
+        cache_dir=(cache_dir or default_cache_dir()).absolute(),
         envbuild_version=__version__,
         proxy_env=tuple((k, os.environ[k]) for k in PROXY_VARIABLES if os.environ.get(k)),
         as_root=os.geteuid() == 0,
+        uv_version=tool_version([uv, "--version"]).split(" (")[0].removeprefix("uv ") if uv else None,
+        runtime_version=tool_version([runtime.path, "--version"]) if need_runtime else "",
+        host_info=build_host_info(),
+        python=sys.executable,
     )

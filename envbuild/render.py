@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from envbuild.actions import Step
 from envbuild.buildplan import BuildPlan
 
 _USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.I)
@@ -23,9 +24,19 @@ def render_build_plan(plan: BuildPlan) -> str:
         f"# requirements: {' '.join(plan.requirements) or '(none)'}",
         f"# sources:      {' '.join(plan.package_sources) or '(installer defaults)'}",
     ]
-    for number, step in enumerate(plan.steps, 1):
+    lines.append(f"# layers:       env {plan.layers.env_entry}, image {plan.layers.image_entry}")
+    if plan.layers.env_parent:
+        lines.append(f"# env parent:   {plan.layers.env_parent} (only the difference is installed)")
+    return redact("\n".join(lines)) + "\n" + render_steps("build", plan.steps)
+
+
+def render_steps(phase: str, steps: tuple[Step, ...]) -> str:
+    lines = []
+    for number, step in enumerate(steps, 1):
         lines.append("")
-        lines.append(f"## {number}. {step.name}: {step.title}")
+        lines.append(f"## {phase} {number}. {step.name}: {step.title}")
+        if step.lock:
+            lines.append(f"#   holds the store lock {step.lock[0]}-{step.lock[1]}")
         if step.skip_if_exists:
             lines.append(f"#   skipped when {step.skip_if_exists} exists")
         for action in step.actions:

@@ -15,8 +15,14 @@ import pytest
 from envbuild.actions import MergeJson, Run, WriteFile
 from envbuild.buildplan import env_script
 from envbuild.hostpip import PipSettings
-from envbuild.render import redact, render_build_plan
-from tests.plan_fixtures import FIXED_FACTS, fixed_plan
+from envbuild.render import redact, render_build_plan, render_steps
+from tests.plan_fixtures import FIXED_FACTS, fixed_base_plan, fixed_plan
+
+
+def render_both(spec_file: str, **overrides: object) -> str:
+    """The base plan (into the store) and the build plan, as `envbuild build --dry-run` shows them."""
+    base = fixed_base_plan(spec_file, **overrides)
+    return render_steps("base", base.steps) + "\n" + render_build_plan(fixed_plan(spec_file, **overrides))
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -31,12 +37,12 @@ def check_golden(name: str, text: str) -> None:
 
 @pytest.mark.parametrize("spec", ["local-cpu-pytorch", "lumi-pytorch"])
 def test_plan_matches_golden(spec: str) -> None:
-    check_golden(f"{spec}.plan.txt", render_build_plan(fixed_plan(f"envs/{spec}.yaml")))
+    check_golden(f"{spec}.plan.txt", render_both(f"envs/{spec}.yaml"))
 
 
 def test_plan_with_pip_installer_golden() -> None:
     facts = replace(FIXED_FACTS, uv=None)
-    check_golden("local-cpu-pytorch.pip.plan.txt", render_build_plan(fixed_plan("envs/local-cpu-pytorch.yaml", facts=facts)))
+    check_golden("local-cpu-pytorch.pip.plan.txt", render_both("envs/local-cpu-pytorch.yaml", facts=facts))
 
 
 def all_actions(plan):
@@ -55,8 +61,8 @@ def test_local_recipe_adds_no_torch_index_but_lumi_gets_rocm_index() -> None:
 
 
 def test_host_sources_are_bound_and_rewritten() -> None:
-    install = next(s for s in fixed_plan("envs/local-cpu-pytorch.yaml").steps if s.name == "install")
-    run = next(a for a in install.actions if isinstance(a, Run))
+    env = next(s for s in fixed_plan("envs/local-cpu-pytorch.yaml").steps if s.name == "env")
+    run = next(a for a in env.actions if isinstance(a, Run) and "install" in a.argv)
     argv = list(run.argv)
     # the index's parent is bound, so ../../files links resolve inside
     assert "/opt/pypi:/.envbuild-host/src0:ro" in argv
@@ -101,9 +107,10 @@ def test_env_values_are_literal_in_the_script() -> None:
 
 def test_keep_work_drops_the_clean_step() -> None:
     names = [s.name for s in fixed_plan("envs/local-cpu-pytorch.yaml", keep_work=True).steps]
-    assert "clean" not in names and names[-2:] == ["squash", "wrappers"]
+    assert "clean" not in names and names[-3:] == ["squash", "output", "wrappers"]
 
 
 def test_debootstrap_base_is_cached_per_reference() -> None:
-    plan = fixed_plan("envs/local-cpu-pytorch.yaml")
+    plan = fixed_base_plan("envs/local-cpu-pytorch.yaml")
     assert plan.steps[0].skip_if_exists and plan.steps[0].skip_if_exists.startswith("/cache/envbuild/bases/debootstrap-bookworm-")
+    assert plan.steps[0].lock == ("base", plan.entry.rsplit("/", 1)[1])

@@ -5,20 +5,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from envbuild import __version__
+from envbuild.cli.cache_cmds import cache_group
 from envbuild.cli.common import reports_errors
 from envbuild.cli.inventory_cmds import diff_command, inspect_command, packages_command
 from envbuild.errors import UsageError
-
-if TYPE_CHECKING:
-    from envbuild.buildplan import BuildPlan
-    from envbuild.specload import LoadedSpec
 
 # The build machinery (pydantic models, planners) is imported inside the commands that use it:
 # `envbuild packages` over many images should not pay for it at every start.
@@ -30,18 +25,33 @@ def main() -> None:
     """Build reproducible Apptainer/Singularity environments for ML on HPC systems."""
 
 
+COMPRESSIONS = ("gzip", "zstd", "lz4", "xz")
+_cache_dir_option = click.option(
+    "--cache-dir", type=click.Path(path_type=Path), envvar="ENVBUILD_CACHE_DIR",
+    help="the build store (default: $ENVBUILD_CACHE_DIR, else ~/.cache/envbuild); e.g. a project dir on the parallel file system",
+)
+
+
 @main.command()
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="image to write (default: ./<name>.sif)")
+@click.option("--locked", is_flag=True, help="install exactly the lock file next to SPEC (SPEC.lock); fail if it is stale")
+@click.option("--compression", type=click.Choice(COMPRESSIONS), default="gzip", show_default=True,
+              help="squashfs compression: gzip is read by every runtime; zstd builds ~10x faster and starts faster")
+@_cache_dir_option
 @click.option("--dry-run", is_flag=True, help="print the build plan and run nothing")
 @click.option("-v", "--verbose", is_flag=True, help="stream the tools' output")
 @click.option("--keep-work", is_flag=True, help="keep the build sandbox (also after a failure) for inspection")
 @click.option("--log", "log_path", type=click.Path(path_type=Path), help="log file (default: <output>.build.log)")
 @reports_errors
-def build(spec: Path, output: Path | None, dry_run: bool, verbose: bool, keep_work: bool, log_path: Path | None) -> None:
-    """Build SPEC (a YAML file) into a SIF image."""
-    from envbuild.buildexec import BuildExecutor, ensure_can_write
-    from envbuild.render import render_build_plan
+def build(spec: Path, output: Path | None, locked: bool, compression: str, cache_dir: Path | None, dry_run: bool, verbose: bool,
+          keep_work: bool, log_path: Path | None) -> None:
+    """Build SPEC (a YAML file) into a SIF image.
+
+    Layers are kept in the store: an unchanged spec returns at once, a changed package list reuses the
+    base and installs only the difference on the nearest env layer, a changed user layer (env, files,
+    post, tests) reuses the whole Python environment."""
+    from envbuild.buildsession import BuildOptions, BuildSession
     from envbuild.specload import load_spec
 
     loaded = load_spec(spec)
@@ -50,39 +60,70 @@ def build(spec: Path, output: Path | None, dry_run: bool, verbose: bool, keep_wo
         raise UsageError(f"output {output} does not end in .sif", "name the image <something>.sif")
     if output.is_dir():
         raise UsageError(f"output {output} is a directory", "give a file path ending in .sif")
-    plan = _plan(loaded, output, keep_work=keep_work, need_runtime=not dry_run)
-    if dry_run:
-        click.echo(render_build_plan(plan), nl=False)
-        return
-    ensure_can_write(output)
-    log_path = (log_path or output.with_name(output.name + ".build.log")).absolute()
-    if log_path.exists():
-        log_path.unlink()  # one log per build; the previous build's log is not appended to
-    click.echo(f"building {loaded.spec.name} -> {output}", err=True)
-    BuildExecutor(log_path, verbose=verbose, keep_work=keep_work).execute(plan)
-
-
-def _plan(loaded: LoadedSpec, output: Path, *, keep_work: bool, need_runtime: bool) -> BuildPlan:
-    from envbuild.buildplan import BuildRequest, plan_build
-    from envbuild.hostfacts import gather_host_facts
-    from envbuild.recipes import load_recipe
-
-    spec = loaded.spec
-    recipe = load_recipe(spec.system)
-    facts = gather_host_facts(need_runtime=need_runtime)
-    base_path = fingerprint = None
-    if spec.base.kind == "localimage":
-        base = loaded.resolve_host_path(spec.base.ref)
-        base_path = str(base)
-        if base.is_file():
-            stat = base.stat()
-            fingerprint = f"{stat.st_size}-{stat.st_mtime_ns}"
-    request = BuildRequest(
-        spec=spec, spec_text=loaded.text, spec_sha256=loaded.sha256, spec_dir=str(loaded.directory.absolute()),
-        recipe=recipe, facts=facts, output=str(output), build_id=f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
-        base_path=base_path, base_fingerprint=fingerprint or "", as_root=facts.as_root, keep_work=keep_work,
+    options = BuildOptions(
+        output=output, keep_work=keep_work, verbose=verbose, locked=locked, compression=compression,
+        cache_dir=cache_dir.absolute() if cache_dir else None, log_path=log_path,
+        source_date_epoch=_source_date_epoch(),
     )
-    return plan_build(request)
+    session = BuildSession(loaded, options, out=sys.stderr)
+    if dry_run:
+        click.echo(session.dry_run(), nl=False)
+        return
+    session.build()
+
+
+def _source_date_epoch() -> int | None:
+    """SOURCE_DATE_EPOCH (reproducible-builds.org): the time recorded in the image and its file system."""
+    value = os.environ.get("SOURCE_DATE_EPOCH")
+    if not value:
+        return None
+    if not value.isdigit():
+        raise UsageError(f"SOURCE_DATE_EPOCH={value!r} is not a number of seconds since 1970",
+                         "set it to e.g. $(git log -1 --format=%ct), or unset it")
+    return int(value)
+
+
+@main.command()
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--upgrade", is_flag=True, help="re-resolve every package to the newest allowed version")
+@click.option("--upgrade-package", "-P", "upgrade_packages", multiple=True, metavar="NAME",
+              help="re-resolve only NAME (repeatable); every other pin is kept")
+@_cache_dir_option
+@click.option("-v", "--verbose", is_flag=True, help="stream the tools' output")
+@reports_errors
+def lock(spec: Path, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None, verbose: bool) -> None:
+    """Pin every Python package of SPEC, with hashes, into SPEC.lock next to it.
+
+    Resolves with uv for the base image's Python and platform and the variant's PyTorch index, and
+    records the base's content digest and the recipe. Re-locking keeps existing pins unless --upgrade
+    or --upgrade-package asks otherwise. Then: envbuild build SPEC --locked."""
+    from envbuild.locksession import run_lock
+    from envbuild.specload import load_spec
+
+    loaded = load_spec(spec)
+    path = run_lock(loaded, upgrade=upgrade, upgrade_packages=upgrade_packages,
+                    cache_dir=cache_dir.absolute() if cache_dir else None, verbose=verbose, out=sys.stderr)
+    click.echo(str(path))
+
+
+@main.command()
+@click.argument("image", type=click.Path(path_type=Path))
+@click.argument("spec", type=click.Path(path_type=Path), required=False)
+@click.option("--json", "as_json", is_flag=True, help="print the findings as JSON")
+@reports_errors
+def verify(image: Path, spec: Path | None, as_json: bool) -> None:
+    """Check that IMAGE matches its build record and lock, and, given SPEC, that spec (and SPEC.lock).
+
+    Exit status 0: everything matches; 1: something differs (each difference is listed)."""
+    from envbuild.verify import render_verification, verification_to_dict, verify_image
+
+    result = verify_image(image, spec)
+    if as_json:
+        click.echo(json.dumps(verification_to_dict(result), indent=2))
+    else:
+        click.echo(render_verification(result), nl=False)
+    if not result.ok:
+        sys.exit(1)
 
 
 @main.command()
@@ -113,7 +154,7 @@ def schema() -> None:
     click.echo(json.dumps(spec_json_schema(), indent=2))
 
 
-for _command in (packages_command, diff_command, inspect_command):
+for _command in (packages_command, diff_command, inspect_command, cache_group):
     main.add_command(_command)
 
 if __name__ == "__main__":
