@@ -78,13 +78,15 @@ def manual(work: Path) -> tuple[float, int]:
     return total, image.stat().st_size
 
 
-def with_envbuild(work: Path) -> tuple[float, int]:
-    print("envbuild build (cold cache):", flush=True)
-    image = work / "envbuild.sif"
-    env = dict(os.environ, ENVBUILD_CACHE_DIR=str(work / "envbuild-cache"))
+def with_envbuild(work: Path, compression: str) -> tuple[float, int]:
+    print(f"envbuild build --compression {compression} (empty store, empty uv cache):", flush=True)
+    image = work / f"envbuild-{compression}.sif"
+    cache = work / f"envbuild-cache-{compression}"
+    env = dict(os.environ, ENVBUILD_CACHE_DIR=str(cache))
     results: dict[str, float] = {}
-    timed("envbuild build", [str(REPO / "bin/envbuild"), "build", str(REPO / "envs/local-cpu-pytorch.yaml"), "-o", str(image)],
-          results, env=env)
+    timed("envbuild build", [str(REPO / "bin/envbuild"), "build", str(REPO / "envs/local-cpu-pytorch.yaml"), "-o", str(image),
+                             "--compression", compression], results, env=env)
+    shutil.rmtree(cache, ignore_errors=True)
     return results["envbuild build"], image.stat().st_size
 
 
@@ -92,20 +94,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=None, help="scratch dir (default: a temp dir under /var/tmp)")
     parser.add_argument("--keep", action="store_true", help="keep images and sandboxes")
+    parser.add_argument("--compression", default="gzip,zstd", help="envbuild runs, comma-separated (default gzip,zstd)")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="envbuild-bench-", dir="/var/tmp"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         manual_s, manual_size = manual(work)
-        envbuild_s, envbuild_size = with_envbuild(work)
+        runs = {c: with_envbuild(work, c) for c in args.compression.split(",")}
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     print()
-    print(f"{'':<22}{'time (s)':>10}{'image (MiB)':>14}")
-    print(f"{'manual':<22}{manual_s:>10.1f}{manual_size / 2**20:>14.0f}")
-    print(f"{'envbuild':<22}{envbuild_s:>10.1f}{envbuild_size / 2**20:>14.0f}")
-    print(f"ratio envbuild/manual: time {envbuild_s / manual_s:.2f}x, size {envbuild_size / manual_size:.2f}x")
+    print(f"{'':<22}{'time (s)':>10}{'vs manual':>11}{'image (MiB)':>14}{'vs manual':>11}")
+    print(f"{'manual (gzip)':<22}{manual_s:>10.1f}{'1.00x':>11}{manual_size / 2**20:>14.0f}{'1.00x':>11}")
+    for compression, (seconds, size) in runs.items():
+        print(f"{'envbuild ' + compression:<22}{seconds:>10.1f}{seconds / manual_s:>10.2f}x{size / 2**20:>14.0f}"
+              f"{size / manual_size:>10.2f}x")
 
 
 if __name__ == "__main__":
