@@ -7,4 +7,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 bash provision/all.sh
 .venv/bin/ruff check .
+# The tests share one build store across runs (bases, env layers, the reference image); keep it from
+# growing without bound on a machine that runs CI often.
+ENVBUILD_CACHE_DIR="${ENVBUILD_TEST_CACHE:-/var/tmp/envbuild-test-cache}" bin/envbuild cache prune --older-than 3d >/dev/null || true
 exec .venv/bin/python -m pytest "$@"

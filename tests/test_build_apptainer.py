@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ env:
   GREETING: "hello; $HOME stays literal"
 labels:
   team: tests
+  run: "{run}"   # unique per test run: the shared store must not already hold this image
 files:
   - {src: data/hello.txt, dest: /opt/data/hello.txt, mode: '0600'}
 post:
@@ -51,7 +53,7 @@ def small_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> 
     (work / "data").mkdir()
     (work / "data" / "hello.txt").write_text("hello from the host\n")
     spec = work / "small.yaml"
-    spec.write_text(SMALL_SPEC)
+    spec.write_text(SMALL_SPEC.format(run=uuid.uuid4().hex))
     image = work / "out" / "small.sif"
     # a script of the user's own where the wrappers go: the build must leave it alone
     (work / "out" / "bin").mkdir(parents=True)
@@ -64,7 +66,7 @@ def small_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> 
 def test_small_image_contents(small_image) -> None:
     spec, image, result = small_image
     assert image.is_file()
-    assert re.search(r"\[\d+/\d+\] write small.sif: done in", result.stderr)
+    assert re.search(r"\[build \d+/\d+\] write the image \(gzip\) into the store: done in", result.stderr)
     assert exec_in(image, "python", "-c", "import six, sys; print(six.__version__, sys.prefix)").split() == [
         "1.16.0", "/opt/envbuild/venv"]
     assert exec_in(image, "sh", "-c", 'printf %s "$GREETING"') == "hello; $HOME stays literal"
@@ -90,22 +92,23 @@ def test_small_image_labels(small_image) -> None:
 def test_log_file_kept(small_image) -> None:
     _, image, _ = small_image
     log = image.with_name("small.sif.build.log")
-    assert re.search(r"=== \[1/\d+\] debootstrap bookworm", log.read_text())
+    assert re.search(r"=== \[base 1/\d+\] debootstrap bookworm", log.read_text())
 
 
-def test_rebuild_reuses_cached_base(small_image, build_cache: Path) -> None:
+def test_rebuild_of_an_unchanged_spec_is_a_no_op(small_image, build_cache: Path) -> None:
     spec, image, _ = small_image
     before = image.stat().st_mtime_ns
     result = run_cli([ENVBUILD, "build", str(spec), "-o", str(image)], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
     assert result.returncode == 0, result.stderr
-    assert "debootstrap bookworm (cached after the first build): cached" in result.stderr
-    assert image.stat().st_mtime_ns != before
+    assert "is up to date" in result.stderr
+    assert image.stat().st_mtime_ns == before
 
 
 def test_failing_spec_test_loses_nothing(small_image, build_cache: Path) -> None:
     spec, image, _ = small_image
     failing = spec.with_name("failing.yaml")
-    failing.write_text(SMALL_SPEC.replace("name: small", "name: failing") + "  - python -c 'raise SystemExit(3)'\n")
+    failing.write_text(SMALL_SPEC.format(run=uuid.uuid4().hex).replace("name: small", "name: failing")
+                       + "  - python -c 'raise SystemExit(3)'\n")
     target = image  # an existing, good image at the output path must survive a failed build
     before = target.read_bytes()[:4096], target.stat().st_size
     result = run_cli([ENVBUILD, "build", str(failing), "-o", str(target)], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
@@ -115,6 +118,7 @@ def test_failing_spec_test_loses_nothing(small_image, build_cache: Path) -> None
     assert (target.read_bytes()[:4096], target.stat().st_size) == before
     assert not list(target.parent.glob("*.partial-*"))
     assert not list((build_cache / "work").glob("failing-*")), "work directory left behind"
+    assert not [p for p in (build_cache / "images").glob("failing-*") if (p / "complete").exists()], "a failed image was stored"
 
 
 def test_dry_run_runs_nothing(tmp_path: Path) -> None:
@@ -155,7 +159,7 @@ def test_local_sif_base_layers_on_top(small_image, build_cache: Path, tmp_path: 
     result = run_cli([ENVBUILD, "build", str(spec), "-o", str(image)], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"unpack base localimage:{base_image}" in result.stderr
-    assert "reusing the base image venv" in image.with_name("derived.sif.build.log").read_text()
+    assert "reusing the venv /opt/envbuild/venv" in image.with_name("derived.sif.build.log").read_text()
     # the base's files and the new package are both there
     assert exec_in(image, "cat", "/opt/data/post-marker") == "built\n"
     assert exec_in(image, "python", "-c", "import idna, six; print('ok')").strip() == "ok"
