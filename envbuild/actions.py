@@ -136,7 +136,20 @@ class RecordDigest:
         return f"record the sha256 of {shlex.quote(self.path)} in {shlex.quote(self.dest)}"
 
 
-Action = (WriteRunWrappers | Run | WriteFile | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename
+@dataclass(frozen=True)
+class ClampTimes:
+    """Set every time in a tree later than `epoch` to `epoch` (SOURCE_DATE_EPOCH clamping): files the
+    build made get one fixed time, files from the base keep theirs, so timestamp-based .pyc files of
+    the base stay valid."""
+
+    path: str
+    epoch: int
+
+    def describe(self) -> str:
+        return f"clamp the times in {shlex.quote(self.path)} to at most {self.epoch}"
+
+
+Action = (ClampTimes | WriteRunWrappers | Run | WriteFile | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename
           | RecordDigest)
 
 

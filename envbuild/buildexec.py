@@ -14,6 +14,7 @@ from typing import TextIO
 
 from envbuild.actions import (
     Action,
+    ClampTimes,
     CopyFile,
     CopyTree,
     MakeDirs,
@@ -161,6 +162,8 @@ class BuildExecutor:
                     shutil.rmtree(path)
         elif isinstance(action, Rename):
             os.replace(action.src, action.dest)
+        elif isinstance(action, ClampTimes):
+            clamp_times(action.path, action.epoch)
         elif isinstance(action, RecordDigest):
             from envbuild.treedigest import main as record_digest
 
@@ -223,6 +226,20 @@ class BuildExecutor:
                 f"  command: {redact(action.describe())}\n  last lines of output:\n{tail}",
                 f"read the full log {self.log_path}; rerun with -v to watch the tools' output",
             )
+
+
+def clamp_times(root: str, epoch: int) -> None:
+    """Times later than `epoch` become `epoch`, without following symlinks (children before parents:
+    changing a directory's entries never touches its own times, but keep the order obvious)."""
+    for directory, dirs, files in os.walk(root, topdown=False):
+        for name in (*files, *dirs):
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            if info.st_mtime > epoch or info.st_atime > epoch:
+                os.utime(path, (min(info.st_atime, epoch), min(info.st_mtime, epoch)), follow_symlinks=False)
+    info = os.lstat(root)
+    if info.st_mtime > epoch:
+        os.utime(root, (min(info.st_atime, epoch), epoch), follow_symlinks=False)
 
 
 def _venv_commands(venv_bin: str) -> list[str]:

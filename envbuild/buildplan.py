@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from envbuild.actions import (
     Action,
+    ClampTimes,
     CopyFile,
     CopyTree,
     MakeDirs,
@@ -173,7 +174,9 @@ def plan_build(request: BuildRequest) -> BuildPlan:
                             python=facts.python or None)
     steps.append(
         Step("squash", f"write the image ({request.compression}) into the store",
-             (Remove((f"{entry}/complete",)), MakeDirs((entry,)), *squash, Rename(partial, store_image),
+             (Remove((f"{entry}/complete",)), MakeDirs((entry,)),
+              *((ClampTimes(sandbox, request.source_date_epoch),) if request.source_date_epoch is not None else ()),
+              *squash, Rename(partial, store_image),
               WriteFile(f"{entry}/meta.json", _meta_json(request, "image", layers.image_key, layers.env_entry)),
               WriteFile(f"{entry}/complete", f"{spec.name}\n")),
              cleanup=(Remove((partial,)),))
@@ -652,4 +655,7 @@ def _exec(request: BuildRequest, sandbox: str, command: list[str], *, writable: 
     argv += [sandbox, *command]
     host_env = [(runtime.env_prefix + key, value) for key, value in (env or [])]
     host_env += [(runtime.env_prefix + key, value) for key, value in request.facts.proxy_env]
+    if request.source_date_epoch is not None:
+        # Python then writes hash-based .pyc files (no source times inside): reproducible byte code.
+        host_env.append((runtime.env_prefix + "SOURCE_DATE_EPOCH", str(request.source_date_epoch)))
     return Run(tuple(argv), env=tuple(host_env))

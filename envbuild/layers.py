@@ -75,6 +75,8 @@ def env_compat_identity(request: BuildRequest, installer: str, base_entry: str) 
             "index_url": pip.index_url, "extra_index_urls": list(pip.extra_index_urls),
             "find_links": list(pip.find_links), "no_index": pip.no_index,
         },
+        # SOURCE_DATE_EPOCH makes Python write hash-based .pyc files: different bytes in the layer.
+        "reproducible": request.source_date_epoch is not None,
         "torch_index": (pytorch.index_url or request.recipe.pytorch_index_for(pytorch.wheel_tag)) if pytorch else None,
     }
 

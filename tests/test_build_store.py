@@ -205,3 +205,24 @@ def test_verify_catches_a_changed_package(tmp_path: Path, store: Path) -> None:
 def _no_leftover_store(store: Path):
     yield
     shutil.rmtree(store, ignore_errors=True)
+
+
+def test_same_lock_and_epoch_give_a_bit_identical_sif(tmp_path: Path, store: Path, build_cache: Path) -> None:
+    """Two independent builds (separate stores: own env layer, own image) from one lock with
+    SOURCE_DATE_EPOCH: hash-based .pyc files, clamped times, fixed SIF header -> the same bytes."""
+    spec = write_spec(tmp_path, ["six", "idna"])
+    assert envbuild(["lock", str(spec)], store).returncode == 0
+    second_store = tmp_path / "store2"
+    (second_store / "bases").mkdir(parents=True)
+    for entry in (store / "bases").iterdir():
+        subprocess.run(["cp", "-al", str(entry), str(second_store / "bases" / entry.name)], check=True)
+    (second_store / "uv").symlink_to(build_cache / "uv")
+    images = []
+    for index, root in enumerate((store, second_store)):
+        image = tmp_path / f"tiny-{index}.sif"
+        result = run_cli([ENVBUILD, "build", str(spec), "-o", str(image), "--locked", "--compression", "zstd"],
+                         env_extra={"ENVBUILD_CACHE_DIR": str(root), "SOURCE_DATE_EPOCH": "1767225600"})
+        assert result.returncode == 0, result.stderr[-4000:]
+        images.append(image.read_bytes())
+    shutil.rmtree(second_store, ignore_errors=True)
+    assert images[0] == images[1]
