@@ -53,7 +53,7 @@ def small_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> 
     (work / "data").mkdir()
     (work / "data" / "hello.txt").write_text("hello from the host\n")
     spec = work / "small.yaml"
-    spec.write_text(SMALL_SPEC.format(run=uuid.uuid4().hex))
+    spec.write_text(SMALL_SPEC.replace("{run}", uuid.uuid4().hex))
     image = work / "out" / "small.sif"
     # a script of the user's own where the wrappers go: the build must leave it alone
     (work / "out" / "bin").mkdir(parents=True)
@@ -107,7 +107,7 @@ def test_rebuild_of_an_unchanged_spec_is_a_no_op(small_image, build_cache: Path)
 def test_failing_spec_test_loses_nothing(small_image, build_cache: Path) -> None:
     spec, image, _ = small_image
     failing = spec.with_name("failing.yaml")
-    failing.write_text(SMALL_SPEC.format(run=uuid.uuid4().hex).replace("name: small", "name: failing")
+    failing.write_text(SMALL_SPEC.replace("{run}", uuid.uuid4().hex).replace("name: small", "name: failing")
                        + "  - python -c 'raise SystemExit(3)'\n")
     target = image  # an existing, good image at the output path must survive a failed build
     before = target.read_bytes()[:4096], target.stat().st_size
