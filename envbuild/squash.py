@@ -135,6 +135,8 @@ def mksquashfs_argv(sandbox: str, output: str, *, compression: str = "gzip", pro
                     source_date_epoch: int | None = None, all_root: bool = False, offset: int = PARTITION_OFFSET,
                     mksquashfs: str = "mksquashfs") -> tuple[str, ...]:
     """The mksquashfs command that writes `sandbox` into `output` at `offset` (zero-filling the bytes before)."""
+    if processors is not None and processors < 1:
+        raise UsageError(f"mksquashfs processors must be at least 1 (got {processors})", "leave it unset to use every CPU allowed")
     argv = [
         # A SOURCE_DATE_EPOCH in the environment would make mksquashfs clamp every file time (stale
         # .pycs, see the module doc) and, together with -mkfs-time, refuse to run.
@@ -272,13 +274,13 @@ def _squashfs_size(handle: BinaryIO, offset: int, path: str) -> int:
     return size
 
 
-def _content_id(handle: BinaryIO, end: int, tail: bytes, when: int, arch: bytes) -> bytes:
+def _content_id(handle: BinaryIO, start: int, end: int, tail: bytes, when: int, arch: bytes) -> bytes:
     """An image UUID derived from everything else in the file (name-based, RFC 4122 version 5)."""
     digest = hashlib.sha256()
     buffer = bytearray(4 << 20)
     view = memoryview(buffer)
-    handle.seek(PARTITION_OFFSET)
-    remaining = end - PARTITION_OFFSET
+    handle.seek(start)
+    remaining = end - start
     while remaining > 0:
         count = handle.readinto(view[:min(len(buffer), remaining)])
         if not count:
@@ -294,8 +296,8 @@ def assemble(path: str, *, deffile: bytes, metadata: bytes, arch: str, offset: i
     """Make the file at `path`, which holds a squashfs at `offset` (and zeros before it), a SIF image:
     header and descriptors in front, definition and metadata objects after the file system.
     With `epoch`, every time field is that epoch and the UUID is derived from the content."""
-    if offset != PARTITION_OFFSET:
-        raise SystemExit(f"the partition must start at {PARTITION_OFFSET}, not {offset}")
+    if offset < _DATA_OFFSET or offset % _SQUASHFS_PAD:
+        raise SystemExit(f"the partition offset {offset} must be a multiple of 4096 after the descriptor table ({_DATA_OFFSET})")
     if arch not in SIF_ARCHES:
         raise SystemExit(f"unknown architecture {arch!r} (known: {', '.join(SIF_ARCHES)})")
     arch_code = SIF_ARCHES[arch] + b"\x00"
@@ -321,7 +323,7 @@ def assemble(path: str, *, deffile: bytes, metadata: bytes, arch: str, offset: i
             ident = uuid.uuid4().bytes  # as apptainer build: a random id
         else:
             handle.flush()
-            ident = _content_id(handle, fs_end, table + deffile + metadata, when, arch_code)
+            ident = _content_id(handle, offset, fs_end, table + deffile + metadata, when, arch_code)
         header = _HEADER.pack(
             LAUNCH_SCRIPT, b"SIF_MAGIC\x00", b"01\x00", arch_code, ident, when, when,
             _DESCRIPTOR_CAPACITY - 3, _DESCRIPTOR_CAPACITY, _DESCRIPTORS_OFFSET, len(table), _DATA_OFFSET, end - _DATA_OFFSET,

@@ -116,6 +116,11 @@ def test_compression_notes_name_the_runtimes() -> None:
     assert "3.19" in (compression_note("lz4") or "")
 
 
+def test_processors_must_be_positive() -> None:
+    with pytest.raises(UsageError, match="at least 1"):
+        mksquashfs_argv("/s", "/o", processors=0)
+
+
 def test_epoch_must_fit_in_32_bits() -> None:
     with pytest.raises(UsageError, match="outside"):
         squash_actions("/s", "/o", source_date_epoch=2**32, runtime_path="apptainer", work_dir="/w")
@@ -129,14 +134,14 @@ def test_go_json_escapes_like_go() -> None:
 # --- pure: the SIF framing on a fake squashfs ------------------------------------------------------
 
 
-def fake_partial(path: Path, bytes_used: int = 10_000, fill: bytes = b"\x42") -> None:
+def fake_partial(path: Path, bytes_used: int = 10_000, fill: bytes = b"\x42", offset: int = PARTITION_OFFSET) -> None:
     """What mksquashfs -offset leaves: zeros, then a squashfs (only the superblock's magic and
     bytes_used matter to assemble), padded to 4 KiB."""
     padded = -(-bytes_used // 4096) * 4096
     body = bytearray(fill * padded)
     body[:4] = b"hsqs"
     struct.pack_into("<Q", body, 40, bytes_used)
-    path.write_bytes(bytes(PARTITION_OFFSET) + bytes(body))
+    path.write_bytes(bytes(offset) + bytes(body))
 
 
 def test_assemble_writes_the_descriptors_apptainer_build_writes(tmp_path: Path) -> None:
@@ -189,11 +194,21 @@ def test_assemble_without_epoch_uses_now_and_a_random_id(tmp_path: Path) -> None
     assert len(ids) == 2
 
 
+def test_assemble_at_another_aligned_offset(tmp_path: Path) -> None:
+    image = tmp_path / "img.sif"
+    fake_partial(image, offset=36864)  # where apptainer build puts it in the reference image
+    assemble(str(image), deffile=b"d", metadata=b"{}", arch="amd64", offset=36864, epoch=EPOCH)
+    partition = read_sif_layout(image).primary_partition()
+    assert (partition.offset, partition.size) == (36864, 12_288)
+
+
 def test_assemble_refuses_a_file_without_squashfs_at_the_offset(tmp_path: Path) -> None:
     image = tmp_path / "img.sif"
     image.write_bytes(bytes(PARTITION_OFFSET + 4096))
     with pytest.raises(SystemExit, match="no squashfs at offset 32768"):
         assemble(str(image), deffile=b"", metadata=b"{}", arch="amd64")
+    with pytest.raises(SystemExit, match="multiple of 4096"):
+        assemble(str(image), deffile=b"", metadata=b"{}", arch="amd64", offset=4096)
 
 
 def test_rootfs_arch_reads_the_sandbox_programs(tmp_path: Path) -> None:
