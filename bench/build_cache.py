@@ -10,7 +10,7 @@
 Prints one row per compression with the ratios the issue sets goals for (no-op <= 1 s,
 +1 pkg <= 15 % of cold).
 
-    .venv/bin/python bench/build_cache.py [--compression gzip,zstd] [--repeat 5] [--workdir DIR]
+    .venv/bin/python bench/build_cache.py [--compression gzip:6,zstd] [--repeat 5] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def measure(compression: str, work: Path, repeat: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--compression", default="gzip,zstd", help="comma-separated list (default gzip,zstd)")
+    parser.add_argument("--compression", default="gzip:6,zstd", help="comma-separated list (default gzip:6,zstd)")
     parser.add_argument("--repeat", type=int, default=5, help="no-op runs (median)")
     parser.add_argument("--workdir", type=Path, help="scratch directory (default: a temporary one under /var/tmp)")
     args = parser.parse_args()

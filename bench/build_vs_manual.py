@@ -94,7 +94,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=None, help="scratch dir (default: a temp dir under /var/tmp)")
     parser.add_argument("--keep", action="store_true", help="keep images and sandboxes")
-    parser.add_argument("--compression", default="gzip,zstd", help="envbuild runs, comma-separated (default gzip,zstd)")
+    parser.add_argument("--compression", default="gzip:6,zstd", help="envbuild runs, comma-separated (default gzip:6,zstd)")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="envbuild-bench-", dir="/var/tmp"))
     work.mkdir(parents=True, exist_ok=True)

@@ -79,7 +79,7 @@ class BuildRequest:
     lock_sha256: str = ""
     lock_python: str = ""  # major.minor, checked against the base's interpreter before installing
     env_parent: str | None = None  # a complete env entry (store name) to install the difference on top of
-    compression: str = "gzip"
+    compression: str = "gzip:6"
     source_date_epoch: int | None = None
     built_at: str = ""  # ISO-8601 time recorded in the image
 
@@ -171,7 +171,7 @@ def plan_build(request: BuildRequest) -> BuildPlan:
 
     squash = squash_actions(sandbox, partial, compression=request.compression, source_date_epoch=request.source_date_epoch,
                             runtime_path=facts.runtime.path, work_dir=work, all_root=not request.as_root,
-                            python=facts.python or None)
+                            python=facts.python or None, processors=facts.cpus)
     steps.append(
         Step("squash", f"write the image ({request.compression}) into the store",
              (Remove((f"{entry}/complete",)), MakeDirs((entry,)),

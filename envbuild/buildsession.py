@@ -28,7 +28,7 @@ class BuildOptions:
     keep_work: bool = False
     verbose: bool = False
     locked: bool = False
-    compression: str = "gzip"
+    compression: str = "gzip:6"
     cache_dir: Path | None = None
     log_path: Path | None = None
     source_date_epoch: int | None = None
@@ -177,6 +177,7 @@ class BuildSession:
         if lock is None:
             self._note_unused_lock()
         request = make_request(self.loaded, self.options, facts, lock=lock)
+        self._note_compression()
         base = plan_base(request)
         store_root = Path(facts.cache_dir)
         digest = read_digest(base)
@@ -239,6 +240,13 @@ class BuildSession:
     def _finish_up_to_date(self, request: BuildRequest, layers: Layers, started: float) -> None:
         self._say(f"{request.output} is up to date (image {layers.image_entry}); nothing to build "
                   f"({time.monotonic() - started:.2f} s)")
+
+    def _note_compression(self) -> None:
+        from envbuild.squash import compression_note
+
+        note = compression_note(self.options.compression)
+        if note:
+            self._say(f"note: --compression {self.options.compression}: {note}")
 
     def _note_unused_lock(self) -> None:
         from envbuild.lockfile import lock_path_for

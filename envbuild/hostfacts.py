@@ -28,6 +28,7 @@ class HostFacts:
     runtime_version: str = ""
     host_info: tuple[tuple[str, str], ...] = ()
     python: str = ""  # the interpreter running envbuild (runs envbuild's own helpers during a build)
+    cpus: int | None = None  # CPUs this process may use (mksquashfs -processors); None: ask at build time
 
 
 def find_uv() -> str | None:
@@ -121,4 +122,5 @@ def gather_host_facts(*, need_runtime: bool = True, cache_dir: Path | None = Non
         runtime_version=tool_version([runtime.path, "--version"]) if need_runtime else "",
         host_info=build_host_info(),
         python=sys.executable,
+        cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
     )

@@ -26,6 +26,7 @@ FIXED_FACTS = HostFacts(
     proxy_env=(("https_proxy", "http://proxy.invalid:3128"),),
     uv_version="0.13.9",
     python="/opt/envbuild-venv/bin/python",
+    cpus=8,
     runtime_version="apptainer version 1.4.5",
     host_info=(("hostname", "buildhost"), ("kernel", "6.1.0"), ("machine", "x86_64"), ("os", "Debian GNU/Linux 12 (bookworm)")),
 )

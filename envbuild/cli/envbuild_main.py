@@ -25,7 +25,13 @@ def main() -> None:
     """Build reproducible Apptainer/Singularity environments for ML on HPC systems."""
 
 
-COMPRESSIONS = ("gzip", "zstd", "lz4", "xz")
+def _compression(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from envbuild.squash import check_compression
+
+    check_compression(value)  # a UsageError naming the accepted values
+    return value
+
+
 _cache_dir_option = click.option(
     "--cache-dir", type=click.Path(path_type=Path), envvar="ENVBUILD_CACHE_DIR",
     help="the build store (default: $ENVBUILD_CACHE_DIR, else ~/.cache/envbuild); e.g. a project dir on the parallel file system",
@@ -36,8 +42,9 @@ _cache_dir_option = click.option(
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="image to write (default: ./<name>.sif)")
 @click.option("--locked", is_flag=True, help="install exactly the lock file next to SPEC (SPEC.lock); fail if it is stale")
-@click.option("--compression", type=click.Choice(COMPRESSIONS), default="gzip", show_default=True,
-              help="squashfs compression: gzip is read by every runtime; zstd builds ~10x faster and starts faster")
+@click.option("--compression", default="gzip:6", show_default=True, callback=_compression, metavar="NAME[:LEVEL]",
+              help="squashfs compression: gzip (every runtime reads it; level 6 squashes 3.5x faster than 9 for +1 %% size), "
+                   "zstd (apptainer >= 1.4 only; 15x faster, faster start-up), lz4, xz; gzip:N, zstd:N set the level")
 @_cache_dir_option
 @click.option("--dry-run", is_flag=True, help="print the build plan and run nothing")
 @click.option("-v", "--verbose", is_flag=True, help="stream the tools' output")
