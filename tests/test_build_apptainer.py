@@ -66,7 +66,7 @@ def small_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> 
 def test_small_image_contents(small_image) -> None:
     spec, image, result = small_image
     assert image.is_file()
-    assert re.search(r"\[build \d+/\d+\] write the image \(gzip\) into the store: done in", result.stderr)
+    assert re.search(r"\[build \d+/\d+\] write the image \(gzip:6\) into the store: done in", result.stderr)
     assert exec_in(image, "python", "-c", "import six, sys; print(six.__version__, sys.prefix)").split() == [
         "1.16.0", "/opt/envbuild/venv"]
     assert exec_in(image, "sh", "-c", 'printf %s "$GREETING"') == "hello; $HOME stays literal"
