@@ -52,10 +52,10 @@ def specs(work: Path) -> tuple[Path, Path]:
 
 
 def measure(compression: str, work: Path, repeat: int) -> dict[str, float]:
-    store = work / f"store-{compression}"
+    store = work / f"store-{compression.replace(':', '-')}"
     shutil.rmtree(store, ignore_errors=True)
     plain, plus = specs(work)
-    image = work / f"out-{compression}" / "ref.sif"
+    image = work / f"out-{compression.replace(':', '-')}" / "ref.sif"
     row: dict[str, float] = {}
     print(f"[{compression}] cold build (empty store, empty uv cache) ...", flush=True)
     row["cold"] = build(plain, image, store, compression)

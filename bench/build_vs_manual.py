@@ -80,8 +80,8 @@ def manual(work: Path) -> tuple[float, int]:
 
 def with_envbuild(work: Path, compression: str) -> tuple[float, int]:
     print(f"envbuild build --compression {compression} (empty store, empty uv cache):", flush=True)
-    image = work / f"envbuild-{compression}.sif"
-    cache = work / f"envbuild-cache-{compression}"
+    image = work / f"envbuild-{compression.replace(':', '-')}.sif"
+    cache = work / f"envbuild-cache-{compression.replace(':', '-')}"
     env = dict(os.environ, ENVBUILD_CACHE_DIR=str(cache))
     results: dict[str, float] = {}
     timed("envbuild build", [str(REPO / "bin/envbuild"), "build", str(REPO / "envs/local-cpu-pytorch.yaml"), "-o", str(image),

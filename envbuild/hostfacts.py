@@ -109,12 +109,20 @@ def gather_host_facts(*, need_runtime: bool = True, cache_dir: Path | None = Non
         if bundle:
             pip = replace(pip, cert=bundle)
     uv = find_uv()
+    store = (cache_dir or default_cache_dir()).absolute()
+    if ":" in str(store) or "," in str(store):
+        from envbuild.errors import UsageError
+
+        # Builds bind parts of the store into the sandbox, and apptainer's --bind SRC:DST[:OPTS],...
+        # has no way to quote these characters.
+        raise UsageError(f"the build store {store} has a ':' or ',' in its path, which apptainer --bind cannot express",
+                         "choose another --cache-dir / ENVBUILD_CACHE_DIR")
     return HostFacts(
         runtime=runtime,
         pip=pip,
         uv=uv,
         debian_mirror=host_debian_mirror(),
-        cache_dir=(cache_dir or default_cache_dir()).absolute(),
+        cache_dir=store,
         envbuild_version=__version__,
         proxy_env=tuple((k, os.environ[k]) for k in PROXY_VARIABLES if os.environ.get(k)),
         as_root=os.geteuid() == 0,
