@@ -53,13 +53,19 @@ class MergeJson:
 
 @dataclass(frozen=True)
 class CopyTree:
-    """Copy a directory tree preserving owners, modes, links and xattrs (cp -a)."""
+    """Copy a directory tree preserving owners, modes, links and xattrs (cp -a). With `hardlink`, files
+    are hard links to the source's (cp -al): instant, but only for a copy whose files are never
+    rewritten in place (every write the planner makes into it replaces files atomically)."""
 
     src: str
     dest: str
+    hardlink: bool = False
+
+    def argv(self) -> tuple[str, ...]:
+        return ("cp", "-al", self.src, self.dest) if self.hardlink else ("cp", "-a", "--reflink=auto", self.src, self.dest)
 
     def describe(self) -> str:
-        return f"cp -a --reflink=auto {shlex.quote(self.src)} {shlex.quote(self.dest)}"
+        return " ".join(shlex.quote(a) for a in self.argv())
 
 
 @dataclass(frozen=True)

@@ -126,9 +126,7 @@ class BuildExecutor:
         if isinstance(action, Run):
             self._run(step, action)
         elif isinstance(action, WriteFile):
-            path = Path(action.path)
-            path.write_text(action.content, encoding="utf-8")
-            path.chmod(action.mode)
+            _replace_file(action.path, action.content.encode("utf-8"), action.mode)
         elif isinstance(action, MergeJson):
             path = Path(action.path)
             data = {}
@@ -138,14 +136,19 @@ class BuildExecutor:
                 except json.JSONDecodeError:
                     data = {}  # the base's labels file is unreadable; ours replaces it
             data.update(dict(action.values))
-            path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+            _replace_file(action.path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"), mode)
         elif isinstance(action, CopyTree):
-            self._run(step, Run(("cp", "-a", "--reflink=auto", action.src, action.dest)))
+            self._run(step, Run(action.argv()))
         elif isinstance(action, CopyFile):
             if os.path.isdir(action.src):
-                self._run(step, Run(("cp", "-a", "--reflink=auto", "-T", action.src, action.dest)))
+                # --remove-destination: existing files are replaced, never written through (they may
+                # be hard links into a store layer).
+                self._run(step, Run(("cp", "-a", "--reflink=auto", "--remove-destination", "-T", action.src, action.dest)))
             else:
-                shutil.copy2(action.src, action.dest)
+                partial = f"{action.dest}.envbuild-partial"
+                shutil.copy2(action.src, partial)
+                os.replace(partial, action.dest)
             if action.mode is not None:
                 os.chmod(action.dest, action.mode)
         elif isinstance(action, MakeDirs):
@@ -226,6 +229,16 @@ class BuildExecutor:
                 f"  command: {redact(action.describe())}\n  last lines of output:\n{tail}",
                 f"read the full log {self.log_path}; rerun with -v to watch the tools' output",
             )
+
+
+def _replace_file(path: str, data: bytes, mode: int) -> None:
+    """Write a file by atomic replacement: a reader never sees half of it, and a file that is a hard
+    link into a store layer is replaced rather than written through."""
+    partial = f"{path}.envbuild-partial"
+    with open(partial, "wb") as handle:
+        handle.write(data)
+    os.chmod(partial, mode)
+    os.replace(partial, path)
 
 
 def clamp_times(root: str, epoch: int) -> None:

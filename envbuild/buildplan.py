@@ -146,8 +146,12 @@ def plan_build(request: BuildRequest) -> BuildPlan:
 
     steps: list[Step] = [_env_step(request, layers, store, installer, sources)]
     env_rootfs = f"{store.env(layers.env_entry)}/rootfs"
-    steps.append(Step("sandbox", "copy the env layer into a fresh sandbox",
-                      (Remove((work,)), MakeDirs((work,)), CopyTree(env_rootfs, sandbox))))
+    # The user layer only adds or atomically replaces files (configure, record), so the sandbox can
+    # share the env layer's files by hard links, which makes this copy instant. `post` commands may
+    # write files in place, and clamping times for SOURCE_DATE_EPOCH changes inodes: a real copy then.
+    shared = not spec.post and request.source_date_epoch is None
+    steps.append(Step("sandbox", "hard-link the env layer into a fresh sandbox" if shared else "copy the env layer into a fresh sandbox",
+                      (Remove((work,)), MakeDirs((work,)), CopyTree(env_rootfs, sandbox, hardlink=shared))))
     steps.append(_configure_step(request, sandbox, installer, layers))
     if spec.post:
         steps.append(
@@ -231,11 +235,13 @@ record_file = "{RECORD_DIR}/build.json"
 with open(record_file) as handle:
     record = json.load(handle)
 record["environments"] = found
-with open(record_file, "w") as handle:
-    json.dump(record, handle, indent=2, sort_keys=True)
-    handle.write("\\n")
-with open("{RECORD_DIR}/pip-freeze.txt", "w") as handle:
-    handle.write("".join(line + "\\n" for line in found.get("{VENV_PREFIX}/bin/python", [])))
+def replace(path, text):
+    # Atomically: the file may be a hard link into the store's env layer.
+    with open(path + ".partial", "w") as handle:
+        handle.write(text)
+    os.replace(path + ".partial", path)
+replace(record_file, json.dumps(record, indent=2, sort_keys=True) + "\\n")
+replace("{RECORD_DIR}/pip-freeze.txt", "".join(line + "\\n" for line in found.get("{VENV_PREFIX}/bin/python", [])))
 """
 
 

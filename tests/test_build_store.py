@@ -95,11 +95,18 @@ def test_unchanged_spec_is_a_no_op_and_a_removed_output_comes_from_the_store(tmp
 
 
 def test_user_layer_change_reuses_the_env_layer(tmp_path: Path, store: Path) -> None:
+    from envbuild.treedigest import tree_digest
+
     image = tmp_path / "tiny.sif"
     build(write_spec(tmp_path, ["six"], flavour="one"), image, store)
+    [env] = [e for e in store_entries(store) if e["kind"] == "env"]
+    before = tree_digest(f"{env['path']}/rootfs")
     changed = build(write_spec(tmp_path, ["six"], flavour="two"), image, store)
     assert "Python env layer" in changed.stderr and ": cached" in changed.stderr
+    assert "hard-link the env layer" in changed.stderr
     assert len([e for e in store_entries(store) if e["kind"] == "env"]) == 1
+    # The sandbox shared the layer's files by hard links: the layer must come out unchanged.
+    assert tree_digest(f"{env['path']}/rootfs") == before
     run = subprocess.run(["apptainer", "exec", str(image), "printenv", "TINY_FLAVOUR"], capture_output=True, text=True)
     assert run.stdout.strip() == "two"
 
