@@ -113,13 +113,13 @@ def image_key(request: BuildRequest, env: str) -> str:
 
 
 # Seeded into every venv by `python -m venv`; never in a lock, so they do not count against a parent.
-_VENV_SEED = frozenset({"pip", "setuptools", "wheel"})
+VENV_SEED = frozenset({"pip", "setuptools", "wheel"})
 
 
 def _canonical(name: str) -> str:
-    import re
+    from envbuild.inventory.pkgmeta import canonical_name
 
-    return re.sub(r"[-_.]+", "-", name).lower()
+    return canonical_name(name)
 
 
 def _pins(lines: list[str]) -> set[str]:
@@ -145,7 +145,7 @@ def choose_env_parent(candidates: list[tuple[str, dict[str, Any], list[str], flo
     for name, meta, freeze, last_used in candidates:
         if meta.get("kind") != "env" or meta.get("compat") != compat:
             continue
-        have = {p for p in _pins(freeze) if p.split("==", 1)[0] not in _VENV_SEED}
+        have = {p for p in _pins(freeze) if p.split("==", 1)[0] not in VENV_SEED}
         if locked is not None:
             if not have <= wanted_pins:
                 continue

@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.errors import EnvbuildError
-
-# Seeded by `python -m venv`; a lock never lists them.
-_VENV_SEED = frozenset({"pip", "setuptools", "wheel"})
+from envbuild.layers import VENV_SEED as _VENV_SEED  # seeded by `python -m venv`; a lock never lists them
 
 
 @dataclass(frozen=True)
