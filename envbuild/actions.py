@@ -155,8 +155,35 @@ class ClampTimes:
         return f"clamp the times in {shlex.quote(self.path)} to at most {self.epoch}"
 
 
-Action = (ClampTimes | WriteRunWrappers | Run | WriteFile | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename
-          | RecordDigest)
+@dataclass(frozen=True)
+class SnapshotTree:
+    """Record the modification time and size of every regular file under `path` in `dest`."""
+
+    path: str
+    dest: str
+
+    def describe(self) -> str:
+        return f"record file times and sizes of {shlex.quote(self.path)} in {shlex.quote(self.dest)}"
+
+
+@dataclass(frozen=True)
+class GuardTree:
+    """Compare `path` with its snapshot. A file changed there was written through a hard link by the
+    step: the tree (a store layer) is no longer what its key says, so its `invalidate` marker is
+    removed (the layer is rebuilt when next needed) and a warning printed. The step's own result,
+    which has the new content, stays valid."""
+
+    path: str
+    snapshot: str
+    invalidate: str
+
+    def describe(self) -> str:
+        return (f"check that nothing in {shlex.quote(self.path)} was written through a hard link "
+                f"(else remove {shlex.quote(self.invalidate)})")
+
+
+Action = (SnapshotTree | GuardTree | ClampTimes | WriteRunWrappers | Run | WriteFile | MergeJson | CopyTree | CopyFile
+          | MakeDirs | Touch | Remove | Rename | RecordDigest)
 
 
 @dataclass(frozen=True)

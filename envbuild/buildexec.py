@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -17,12 +19,14 @@ from envbuild.actions import (
     ClampTimes,
     CopyFile,
     CopyTree,
+    GuardTree,
     MakeDirs,
     MergeJson,
     RecordDigest,
     Remove,
     Rename,
     Run,
+    SnapshotTree,
     Step,
     Touch,
     WriteFile,
@@ -165,6 +169,18 @@ class BuildExecutor:
                     shutil.rmtree(path)
         elif isinstance(action, Rename):
             os.replace(action.src, action.dest)
+        elif isinstance(action, SnapshotTree):
+            Path(action.dest).write_text(json.dumps(file_states(action.path)), encoding="utf-8")
+        elif isinstance(action, GuardTree):
+            before = json.loads(Path(action.snapshot).read_text(encoding="utf-8"))
+            after = file_states(action.path)
+            changed = sorted(name for name, state in before.items() if list(after.get(name, state)) != list(state))
+            if changed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(action.invalidate)
+                shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+                self._say(f"warning: the installer wrote through hard links into {action.path} ({shown}); "
+                          f"that layer is marked incomplete and will be rebuilt when needed")
         elif isinstance(action, ClampTimes):
             clamp_times(action.path, action.epoch)
         elif isinstance(action, RecordDigest):
@@ -229,6 +245,19 @@ class BuildExecutor:
                 f"  command: {redact(action.describe())}\n  last lines of output:\n{tail}",
                 f"read the full log {self.log_path}; rerun with -v to watch the tools' output",
             )
+
+
+def file_states(root: str) -> dict[str, tuple[int, int]]:
+    """relative path -> (mtime in ns, size) of every regular file under `root` (lstat, no symlinks)."""
+    states: dict[str, tuple[int, int]] = {}
+    prefix = len(root.rstrip("/")) + 1
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode):
+                states[path[prefix:]] = (info.st_mtime_ns, info.st_size)
+    return states
 
 
 def _replace_file(path: str, data: bytes, mode: int) -> None:

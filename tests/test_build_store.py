@@ -114,9 +114,15 @@ def test_user_layer_change_reuses_the_env_layer(tmp_path: Path, store: Path) -> 
 def test_added_package_installs_only_the_difference_on_the_parent_env(tmp_path: Path, store: Path) -> None:
     image = tmp_path / "tiny.sif"
     build(write_spec(tmp_path, ["six"]), image, store)
+    from envbuild.treedigest import tree_digest
+
     parent = next(e for e in store_entries(store) if e["kind"] == "env")
+    before = tree_digest(f"{parent['path']}/rootfs")
     bigger = build(write_spec(tmp_path, ["six", "idna"]), image, store)
     assert f"reusing env layer {parent['name']}" in bigger.stderr
+    # The child shared the parent's files by hard links; the parent is intact and still valid.
+    assert "wrote through hard links" not in bigger.stderr
+    assert tree_digest(f"{parent['path']}/rootfs") == before and Path(parent["path"], "complete").exists()
     envs = {e["name"]: e for e in store_entries(store) if e["kind"] == "env"}
     assert len(envs) == 2
     child = next(e for name, e in envs.items() if name != parent["name"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from envbuild.actions import CopyTree, GuardTree
 from envbuild.buildplan import plan_layers
 from envbuild.layers import choose_env_parent
 from tests.plan_fixtures import FIXED_FACTS, fixed_plan, fixed_request
@@ -59,8 +60,10 @@ def test_lock_and_compression_change_the_image_key() -> None:
 def test_parent_env_is_used_as_the_starting_tree() -> None:
     plan = fixed_plan(SPEC, env_parent="local-cpu-pytorch-0123456789abcdef")
     env = next(s for s in plan.steps if s.name == "env")
-    copy = env.actions[2]
-    assert copy.src == "/cache/envbuild/envs/local-cpu-pytorch-0123456789abcdef/rootfs"
+    copy = next(a for a in env.actions if isinstance(a, CopyTree))
+    assert copy.src == "/cache/envbuild/envs/local-cpu-pytorch-0123456789abcdef/rootfs" and copy.hardlink
+    guard = next(a for a in env.actions if isinstance(a, GuardTree))
+    assert guard.invalidate == "/cache/envbuild/envs/local-cpu-pytorch-0123456789abcdef/complete"
     assert "install the difference" in env.title
 
 
