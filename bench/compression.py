@@ -26,7 +26,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from envbuild.actions import MakeDirs, Remove, Run, WriteFile  # noqa: E402
 from envbuild.inventory.sif import read_sif_layout  # noqa: E402
 from envbuild.squash import squash_actions  # noqa: E402
 
@@ -41,29 +40,22 @@ def unsquash(image: Path, dest: Path) -> None:
                    stdout=subprocess.DEVNULL)
 
 
-def run_actions(actions: tuple) -> None:
-    for action in actions:
-        if isinstance(action, Run):
-            proc = subprocess.run(action.argv, env={**os.environ, **dict(action.env)}, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise SystemExit(f"{action.describe()} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-        elif isinstance(action, Remove):
-            for path in action.paths:
-                shutil.rmtree(path, ignore_errors=True)
-        elif isinstance(action, MakeDirs):
-            for path in action.paths:
-                os.makedirs(path, exist_ok=True)
-        elif isinstance(action, WriteFile):
-            Path(action.path).write_text(action.content)
-        else:
-            raise SystemExit(f"unexpected action {action!r}")
+def run_actions(actions: tuple, work: Path) -> None:
+    """Through the build executor, exactly as `envbuild build` squashes (its log goes to work/)."""
+    import io
+
+    from envbuild.actions import Step
+    from envbuild.buildexec import BuildExecutor
+
+    executor = BuildExecutor(work / "squash.log", store_root=work / "store", out=io.StringIO())
+    executor.execute_steps((Step("squash", "squash", actions),), None, "bench")
 
 
 def squash(tree: Path, image: Path, work: Path, compression: str, runtime: str, processors: int | None) -> float:
     actions = squash_actions(str(tree), str(image), compression=compression, processors=processors,
                              source_date_epoch=1_700_000_000, runtime_path=runtime, work_dir=str(work))
     started = time.monotonic()
-    run_actions(actions)
+    run_actions(actions, work)
     return time.monotonic() - started
 
 

@@ -228,29 +228,21 @@ def test_rootfs_arch_reads_the_sandbox_programs(tmp_path: Path) -> None:
 # --- real images ----------------------------------------------------------------------------------
 
 
-def run_actions(actions: tuple) -> None:
-    """Carry out the actions as the build executor does (the kinds squash_actions returns)."""
-    for action in actions:
-        if isinstance(action, Run):
-            result = subprocess.run(action.argv, env={**os.environ, **dict(action.env)}, capture_output=True, text=True,
-                                    timeout=900)
-            assert result.returncode == 0, f"{action.describe()}\n{result.stdout}{result.stderr}"
-        elif isinstance(action, Remove):
-            for path in action.paths:
-                shutil.rmtree(path, ignore_errors=True)
-        elif isinstance(action, MakeDirs):
-            for path in action.paths:
-                os.makedirs(path, exist_ok=True)
-        elif isinstance(action, WriteFile):
-            Path(action.path).write_text(action.content)
-        else:
-            raise AssertionError(f"unexpected action {action!r}")
+def run_actions(actions: tuple, work: Path) -> None:
+    """Carry out the actions with the build executor, as `envbuild build` does; a failure raises StepFailed."""
+    import io
+
+    from envbuild.actions import Step
+    from envbuild.buildexec import BuildExecutor
+
+    executor = BuildExecutor(work / "squash.log", store_root=work / "store", out=io.StringIO())
+    executor.execute_steps((Step("squash", "squash", actions),), None, "test")
 
 
 def squash(sandbox: Path, image: Path, work: Path, **kwargs: object) -> Path:
     runtime = shutil.which("apptainer") or shutil.which("singularity")
     assert runtime
-    run_actions(squash_actions(str(sandbox), str(image), runtime_path=runtime, work_dir=str(work), **kwargs))
+    run_actions(squash_actions(str(sandbox), str(image), runtime_path=runtime, work_dir=str(work), **kwargs), work)
     return image
 
 
