@@ -14,49 +14,31 @@ are never joined into a string that a shell parses again. Values that only exist
 from __future__ import annotations
 
 from envbuild.errors import UsageError
+from envbuild.launchargs import has_option, option_value, split_srun, torchrun_has, torchrun_own_options
+from envbuild.launchsize import LaunchSize, size_launch
 
 TYPE_CHECKING = False  # typing, dataclasses and shlex stay off envrun's start-up path (measured: ~30 ms)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from envbuild.allocation import Allocation, HostNode
     from envbuild.recipeschema import Recipe
     from envbuild.runtime import Runtime
 
-# srun options that take their value as the next word (`-n 2`, `--nodes 2`). Others are flags,
-# or take their value after '=' (`--exclusive=user`), which is unambiguous.
-SRUN_SHORT_WITH_VALUE = set("AbcCdDeGiJLmnNopqrStTwWx")
-SRUN_LONG_WITH_VALUE = {
-    "account", "acctg-freq", "begin", "bcast", "chdir", "comment", "constraint", "container", "core-spec",
-    "cores-per-socket", "cpu-bind", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot",
-    "dependency", "distribution", "error", "export", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node",
-    "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "hint", "input", "job-name", "jobid", "licenses",
-    "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "mpi", "network", "nice", "nodefile", "nodelist",
-    "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "output",
-    "partition", "power", "prolog", "propagate", "qos", "relative", "reservation", "signal", "sockets-per-node",
-    "task-epilog", "task-prolog", "thread-spec", "threads-per-core", "time", "time-min", "tmp", "uid", "gid",
-    "wait", "wckey", "exclude", "extra-node-info", "switches", "cluster-constraint", "clusters", "het-group",
-}
-# torchrun options that take their value as the next word; `_` and `-` are interchangeable in torchrun.
-TORCHRUN_WITH_VALUE = {
-    "nnodes", "nproc-per-node", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf", "max-restarts",
-    "monitor-interval", "start-method", "role", "node-rank", "master-addr", "master-port", "local-addr",
-    "log-dir", "redirects", "tee", "local-ranks-filter", "logs-specs", "numa-binding", "event-log-handler",
-    "signals-to-handle", "r", "t",
-}
-PYTHON_PROGRAMS = {"python", "python3"}
 TASK_SHIM_NAME = "envrun-task"  # $0 of the shims, shown by ps
 
 
 class LaunchRequest:
     """What to launch and everything the planner needs to know, as plain data."""
 
-    __slots__ = ("binds", "command", "cwd", "env", "environ", "image", "missing_recipe_binds", "recipe", "runtime",
-                 "system_reason")
+    __slots__ = ("allocation", "binds", "command", "cwd", "env", "environ", "host", "image", "missing_recipe_binds",
+                 "recipe", "runtime", "system_reason")
 
     def __init__(
         self, *, command: tuple[str, ...], image: str, recipe: Recipe, runtime: Runtime, cwd: str,
         binds: tuple[str, ...] = (), env: tuple[tuple[str, str], ...] = (), environ: Mapping[str, str] | None = None,
-        missing_recipe_binds: tuple[str, ...] = (), system_reason: str = "",
+        missing_recipe_binds: tuple[str, ...] = (), system_reason: str = "", host: HostNode | None = None,
+        allocation: Allocation | None = None,
     ) -> None:
         self.command = command  # everything after envrun's own options, e.g. ("srun", "torchrun", "train.py")
         self.image = image
@@ -68,25 +50,29 @@ class LaunchRequest:
         self.environ = environ if environ is not None else {}
         self.missing_recipe_binds = missing_recipe_binds  # recipe binds absent on this host (skipped, with a note)
         self.system_reason = system_reason
+        self.host = host  # this machine's CPUs and GPUs (None: unknown, e.g. a wrapper planned for later)
+        self.allocation = allocation  # the job envrun runs in (read_allocation(environ)), None outside one
 
 
 class LaunchPlan:
     """The host command and the environment changes envrun makes before exec'ing it."""
 
-    __slots__ = ("argv", "env", "reasons", "unset")
+    __slots__ = ("argv", "env", "reasons", "unset", "warnings")
 
     def __init__(self, argv: tuple[str, ...], env: tuple[tuple[str, str], ...], unset: tuple[str, ...],
-                 reasons: tuple[str, ...]) -> None:
+                 reasons: tuple[str, ...], warnings: tuple[str, ...] = ()) -> None:
         self.argv = argv
         self.env = env  # set in envrun's environment before exec (apptainer passes it on)
         self.unset = unset
         self.reasons = reasons  # why each setting was chosen
+        self.warnings = warnings  # combinations that run, but not well: always shown
 
     def script(self) -> str:
         """A runnable, shell-quoted script doing exactly what envrun would do."""
         from shlex import quote
 
         lines = ["#!/bin/sh", "# generated by envrun --dry-run"]
+        lines += [f"# warning: {warning}" for warning in self.warnings]
         lines += [f"# {reason}" for reason in self.reasons]
         lines += [f"unset {name}" for name in self.unset]
         lines += [f"export {k}={quote(v)}" for k, v in self.env]
@@ -94,115 +80,26 @@ class LaunchPlan:
         return "\n".join(lines) + "\n"
 
 
-class _Parsed:
-    __slots__ = ("program", "srun_opts")
-
-    def __init__(self, srun_opts: tuple[str, ...] | None, program: tuple[str, ...]) -> None:
-        self.srun_opts = srun_opts  # None: no srun
-        self.program = program  # program and its arguments
-
-    @property
-    def name(self) -> str:
-        return self.program[0].rsplit("/", 1)[-1]
-
-
-# --- parsing --------------------------------------------------------------------------------------
-
-
-def split_srun(words: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """("srun", "-N", "2", "--gres=gpu:4", "torchrun", ...) -> (srun options, program and its args)."""
-    assert words and words[0] == "srun"
-    index = 1
-    while index < len(words):
-        word = words[index]
-        if word == "--":
-            return words[1:index], words[index + 1 :]
-        if not word.startswith("-") or word == "-":
-            break
-        if word.startswith("--"):
-            name = word[2:].split("=", 1)[0]
-            index += 2 if ("=" not in word and name in SRUN_LONG_WITH_VALUE) else 1
-        else:
-            letter = word[1:2]
-            index += 2 if (letter in SRUN_SHORT_WITH_VALUE and len(word) == 2) else 1
-    if index > len(words):
-        raise UsageError(f"srun option {words[-1]!r} needs a value", "e.g. `srun -N 2 torchrun train.py`")
-    return words[1:index], words[index:]
-
-
-def has_option(words: tuple[str, ...], *names: str) -> bool:
-    """Whether any of `names` (e.g. '-n', '--ntasks') occurs as `-n 2`, `-n2`, `--ntasks=2` or `--ntasks 2`."""
-    return option_value(words, *names) is not None or any(w in names for w in words)
-
-
-def option_value(words: tuple[str, ...], *names: str) -> str | None:
-    for index, word in enumerate(words):
-        for name in names:
-            if word == name and index + 1 < len(words):
-                return words[index + 1]
-            if name.startswith("--") and word.startswith(name + "="):
-                return word.split("=", 1)[1]
-            if len(name) == 2 and not word.startswith("--") and word.startswith(name) and len(word) > 2:
-                return word[2:]
-    return None
-
-
-def torchrun_options_end(args: tuple[str, ...]) -> int:
-    """Index of the training script in torchrun's arguments: its own options stop there."""
-    index = 0
-    while index < len(args):
-        word = args[index]
-        if word == "--" or not word.startswith("-"):
-            return index
-        name = word.lstrip("-").split("=", 1)[0].replace("_", "-")
-        if name in ("m", "module", "no-python", "run-path", "standalone"):
-            index += 1
-            continue
-        index += 2 if ("=" not in word and name in TORCHRUN_WITH_VALUE) else 1
-    return min(index, len(args))
-
-
-def _torchrun_has(own: tuple[str, ...], *names: str) -> bool:
-    spelled = {n.replace("_", "-") for n in names}
-    for word in own:
-        key = word.split("=", 1)[0]
-        if key.startswith("--") and key.replace("_", "-") in spelled:
-            return True
-    return False
-
-
-def _torchrun_value(own: tuple[str, ...], name: str) -> str | None:
-    for index, word in enumerate(own):
-        key, eq, value = word.partition("=")
-        if key.replace("_", "-") == name:
-            if eq:
-                return value
-            return own[index + 1] if index + 1 < len(own) else None
-    return None
-
-
-# --- planning -------------------------------------------------------------------------------------
-
-
 def plan_launch(request: LaunchRequest) -> LaunchPlan:
     if not request.command:
         raise UsageError("no command given", "e.g. `envrun --image IMG.sif srun torchrun train.py`")
     words = request.command
+    srun_opts: tuple[str, ...] | None = None
+    program = words
     if words[0] == "srun":
         srun_opts, program = split_srun(words)
         if not program:
             raise UsageError("srun needs a program to run", "e.g. `envrun --image IMG.sif srun torchrun train.py`")
-        parsed = _Parsed(srun_opts, program)
-    else:
-        parsed = _Parsed(None, words)
-    return _Planner(request, parsed).plan()
+    return _Planner(request, srun_opts, program).plan()
 
 
 class _Planner:
-    def __init__(self, request: LaunchRequest, parsed: _Parsed) -> None:
+    def __init__(self, request: LaunchRequest, srun_opts: tuple[str, ...] | None, program: tuple[str, ...]) -> None:
         self.request = request
         self.recipe = request.recipe
-        self.parsed = parsed
+        self.srun_opts = srun_opts  # None: no srun
+        self.program = program  # the program and its arguments
+        self.name = program[0].rsplit("/", 1)[-1]
         self.environ = request.environ
         self.reasons: list[str] = []
         if request.system_reason:
@@ -214,84 +111,32 @@ class _Planner:
         self.reasons.append(text)
 
     def plan(self) -> LaunchPlan:
-        parsed = self.parsed
-        is_torchrun = parsed.name == "torchrun"
-        per_node = self.processes_per_node()
+        is_torchrun = self.name == "torchrun"
+        if self.srun_opts is not None:
+            self.refuse_forbidden(self.srun_opts)
+        size = size_launch(self.recipe, self.srun_opts, self.program, self.request.allocation, self.request.host)
+        self.size = size
         self.standalone = is_torchrun and self.wants_standalone()
         outer: list[str] = []
         host_shim: list[str] = []
-        if parsed.srun_opts is not None:
-            outer = self.srun_argv(is_torchrun, per_node)
+        if self.srun_opts is not None:
+            outer = self.srun_argv(size)
             host_shim = self.host_shim(is_torchrun)
-        program = list(parsed.program)
         container_shim = self.container_shim()
-        if is_torchrun:
-            program = self.torchrun_argv(per_node)
-        self.common_env(per_node)
+        program = self.torchrun_argv(size) if is_torchrun else list(self.program)
+        self.common_env(size)
         argv = [*outer, *host_shim, *self.container_argv(), *container_shim, *program]
-        return LaunchPlan(argv=tuple(argv), env=tuple(self.env), unset=tuple(self.unset), reasons=tuple(self.reasons))
-
-    # -- sizes ------------------------------------------------------------------------------------
-
-    def processes_per_node(self) -> int:
-        """Training processes per node: the user's choice, else one per GPU, else the recipe's CPU count."""
-        recipe, parsed = self.recipe, self.parsed
-        if parsed.name == "torchrun":
-            own = parsed.program[1:][: torchrun_options_end(parsed.program[1:])]
-            given = _torchrun_value(own, "--nproc-per-node")
-            if given is not None and given.isdigit():
-                return int(given)
-        elif parsed.srun_opts is not None:
-            given = option_value(parsed.srun_opts, "--ntasks-per-node")
-            if given and given.isdigit():
-                return int(given)
-        return recipe.processes()
-
-    def cores_per_process(self, per_node: int) -> int:
-        return max(1, self.recipe.node.usable // max(1, per_node))
+        return LaunchPlan(argv=tuple(argv), env=tuple(self.env), unset=tuple(self.unset), reasons=tuple(self.reasons),
+                          warnings=tuple(size.warnings))
 
     # -- srun ----------------------------------------------------------------------------------------
 
-    def srun_argv(self, is_torchrun: bool, per_node: int) -> list[str]:
-        opts = self.parsed.srun_opts or ()
+    def srun_argv(self, size: LaunchSize) -> list[str]:
+        opts = self.srun_opts or ()
         recipe = self.recipe
-        self.refuse_forbidden(opts)
-        argv = ["srun", *opts]
-        usable = recipe.node.usable
-        if is_torchrun:
-            if not has_option(opts, "-n", "--ntasks", "--ntasks-per-node"):
-                argv.append("--ntasks-per-node=1")
-                self.note("--ntasks-per-node=1: torchrun starts the training processes itself, one launcher per node")
-            cpus = option_value(opts, "-c", "--cpus-per-task")
-            if cpus is None:
-                argv.append(f"--cpus-per-task={usable}")
-                self.note(f"--cpus-per-task={usable}: the node's usable cores go to torchrun's processes "
-                          f"({recipe.cite(_cores_field(recipe))})")
-            elif cpus.isdigit() and int(cpus) > usable:
-                raise UsageError(f"--cpus-per-task={cpus} is more than the {usable} usable cores of a {recipe.name} node",
-                                 f"ask for at most {usable}")
-        else:
-            tasks = option_value(opts, "--ntasks-per-node")
-            if not has_option(opts, "-n", "--ntasks", "--ntasks-per-node"):
-                argv.append(f"--ntasks-per-node={per_node}")
-                self.note(f"--ntasks-per-node={per_node}: one task per " + ("GPU" if recipe.node.gpus else "training process")
-                          + f" ({recipe.cite('node.gpus' if recipe.node.gpus else 'processes_per_node')})")
-                tasks = str(per_node)
-            if recipe.node.gpus and tasks and tasks.isdigit() and int(tasks) > recipe.node.gpus:
-                raise UsageError(f"{tasks} tasks per node but a {recipe.name} node has {recipe.node.gpus} GPUs",
-                                 f"use at most --ntasks-per-node={recipe.node.gpus} (one task per GPU)")
-            cpus = option_value(opts, "-c", "--cpus-per-task")
-            per_task = self.cores_per_process(int(tasks) if tasks and tasks.isdigit() else per_node)
-            if cpus is None:
-                argv.append(f"--cpus-per-task={per_task}")
-                self.note(f"--cpus-per-task={per_task}: {usable} usable cores / {tasks or per_node} tasks per node "
-                          f"({recipe.cite(_cores_field(recipe))})")
-                cpus = str(per_task)
-            if tasks and tasks.isdigit() and cpus.isdigit() and int(tasks) * int(cpus) > usable:
-                raise UsageError(f"{tasks} tasks x {cpus} cores is more than the {usable} usable cores of a {recipe.name} node",
-                                 "lower --cpus-per-task or --ntasks-per-node")
-            if recipe.launch.bind_cpus and not has_option(opts, "--cpu-bind"):
-                argv.append(self.cpu_bind(int(tasks) if tasks and tasks.isdigit() else per_node))
+        argv = ["srun", *opts, *size.srun_options]
+        self.reasons += size.notes
+        size.notes = []
         if not has_option(opts, "-K", "--kill-on-bad-exit"):
             argv.append("--kill-on-bad-exit=1")
             self.note("--kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging")
@@ -301,29 +146,12 @@ class _Planner:
                 self.note(f"{target}=${source}: {recipe.cite('launch.srun_env_from.' + target)}")
         return argv
 
-    def cpu_bind(self, tasks_per_node: int) -> str:
-        recipe = self.recipe
-        if recipe.node.gpu_cores and tasks_per_node <= recipe.node.gpus and self.full_node():
-            masks = ",".join(recipe.cpu_masks(tasks_per_node))
-            self.note(f"--cpu-bind=mask_cpu:...: each task on the cores closest to its GPU ({recipe.cite('node.gpu_cores')})")
-            return f"--cpu-bind=mask_cpu:{masks}"
-        self.note("--cpu-bind=cores: each task pinned to its own --cpus-per-task cores")
-        return "--cpu-bind=cores"
-
-    def full_node(self) -> bool:
-        """Whether this job holds whole nodes: the GPU-to-core masks are only valid then."""
-        opts = self.parsed.srun_opts or ()
-        if has_option(opts, "--exclusive") or self.environ.get("SLURM_EXCLUSIVE"):
-            return True
-        partition = option_value(opts, "-p", "--partition") or self.environ.get("SLURM_JOB_PARTITION")
-        spec = self.recipe.partitions.get(partition or "")
-        return bool(spec and spec.full_node)
-
     def refuse_forbidden(self, opts: tuple[str, ...]) -> None:
         for rule in self.recipe.launch.forbidden_srun_options:
             used = [name for name in rule.options if has_option(opts, name)]
             if used and not (rule.unless and any(word == rule.unless for word in opts)):
-                request = (self.recipe.launch.gpu_request or "--gpus-per-node={gpus}").replace("{gpus}", str(self.recipe.node.gpus))
+                gpus = self.recipe.node.gpus if self.recipe.node is not None else 1
+                request = (self.recipe.launch.gpu_request or "--gpus-per-node={gpus}").replace("{gpus}", str(gpus))
                 fix = f"request GPUs per node ({request}) instead"
                 if rule.unless:
                     fix += f", or add {rule.unless}"
@@ -339,8 +167,8 @@ class _Planner:
         lines: list[str] = []
         suffix = recipe.launch.master_addr_suffix
         if is_torchrun:
-            own = self.parsed.program[1:][: torchrun_options_end(self.parsed.program[1:])]
-            if not self.standalone and not _torchrun_has(own, "--standalone", "--rdzv-endpoint", "--master-addr"):
+            own = torchrun_own_options(self.program)
+            if not self.standalone and not torchrun_has(own, "--standalone", "--rdzv-endpoint", "--master-addr"):
                 lines += [
                     *where,
                     # c10d rendezvous on the step's first node. is_host is set explicitly: torch compares
@@ -371,9 +199,17 @@ class _Planner:
                 'export LOCAL_WORLD_SIZE="$lws"',
                 f'export MASTER_ADDR="${{first}}{suffix}" MASTER_PORT="$port"',
             ]
+            per_task = self.size.gpus_per_task
             for name, source in recipe.launch.per_task_gpu_env.items():
-                lines.append(f'export {name}="${source}"')
-                self.note(f"{name}=${source} in each task: {recipe.cite('launch.per_task_gpu_env.' + name)}")
+                if per_task <= 1:
+                    lines.append(f'export {name}="${source}"')
+                    self.note(f"{name}=${source} in each task: {recipe.cite('launch.per_task_gpu_env.' + name)}")
+                    continue
+                # a task that owns several GPUs sees all of them: task i gets GPUs i*k .. i*k+k-1
+                devices = ",".join(f"$(( ${source} * {per_task} + {k} ))" for k in range(per_task))
+                lines.append(f'export {name}="{devices}"')
+                self.note(f"{name}: GPUs ${source}*{per_task} .. +{per_task - 1} in each task, {per_task} per task "
+                          f"({recipe.cite('launch.per_task_gpu_env.' + name)})")
             self.note("RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, "
                       "SLURM_STEP_TASKS_PER_NODE; MASTER_ADDR = first node of the step"
                       + (f" + '{suffix}'" if suffix else "") + " (host's scontrol), MASTER_PORT from the job id")
@@ -395,63 +231,63 @@ class _Planner:
 
     # -- torchrun ------------------------------------------------------------------------------------
 
-    def torchrun_argv(self, per_node: int) -> list[str]:
-        words = self.parsed.program
-        user = words[1:]
-        end = torchrun_options_end(user)
-        own, rest = user[:end], user[end:]
-        recipe = self.recipe
+    def torchrun_argv(self, size: LaunchSize) -> list[str]:
+        words = self.program
+        own = torchrun_own_options(words)
+        rest = words[1 + len(own) :]
         added: list[str] = []
-        if not _torchrun_has(own, "--nproc-per-node"):
-            added.append(f"--nproc-per-node={per_node}")
-            self.note(f"--nproc-per-node={per_node}: " + (f"{recipe.node.gpus} GPUs per node" if recipe.node.gpus
-                      else f"{per_node} CPU processes per node")
-                      + f" ({recipe.cite('node.gpus' if recipe.node.gpus else 'processes_per_node')})")
-        elif recipe.node.gpus and per_node > recipe.node.gpus:
-            raise UsageError(f"--nproc-per-node={per_node} but a {recipe.name} node has {recipe.node.gpus} GPUs",
-                             f"use at most {recipe.node.gpus}")
+        if size.processes is not None and not torchrun_has(own, "--nproc-per-node"):
+            added.append(f"--nproc-per-node={size.processes}")
+        self.reasons += size.notes
+        size.notes = []
         if self.standalone:
             added.append("--standalone")
             self.note("--standalone: " + ("one node, so torchrun hosts its own rendezvous on a free port"
-                                          if self.parsed.srun_opts is not None else "no srun, so this is a single-node run"))
-        if rest and self.recipe.launch.bind_cpus and not _torchrun_has(own, "--no-python", "--numa-binding", "--run-path"):
+                                          if self.srun_opts is not None else "no srun, so this is a single-node run"))
+        if rest and self.recipe.launch.bind_cpus and not torchrun_has(own, "--no-python", "--numa-binding", "--run-path"):
             # --no-python and --module exclude each other in torchrun: -m moves into the rank step.
             module = any(w in ("-m", "--module") for w in own)
             own = tuple(w for w in own if w not in ("-m", "--module"))
-            return [words[0], *added, *own, "--no-python", *self.rank_affinity(per_node, module), *rest]
+            return [words[0], *added, *own, "--no-python", *self.rank_affinity(size, module), *rest]
         return [words[0], *added, *own, *rest]
 
     def wants_standalone(self) -> bool:
-        user = self.parsed.program[1:]
-        own = user[: torchrun_options_end(user)]
-        if _torchrun_has(own, "--standalone", "--rdzv-endpoint", "--master-addr", "--nnodes"):
+        own = torchrun_own_options(self.program)
+        if torchrun_has(own, "--standalone", "--rdzv-endpoint", "--master-addr", "--nnodes"):
             return False
-        return self.parsed.srun_opts is None or self.single_node()
+        return self.srun_opts is None or self.single_node()
 
     def single_node(self) -> bool:
-        opts = self.parsed.srun_opts or ()
+        opts = self.srun_opts or ()
         nodes = option_value(opts, "-N", "--nodes") or self.environ.get("SLURM_JOB_NUM_NODES") or "1"
         return nodes.split("-")[0].split(":")[0] == "1"
 
-    def rank_affinity(self, per_node: int, module: bool) -> list[str]:
+    def rank_affinity(self, size: LaunchSize, module: bool) -> list[str]:
         """torchrun --no-python runs this before the rank's Python: it narrows the CPU affinity to the
-        rank's cores, then execs `python -u script args` exactly as torchrun itself would."""
-        table = ";".join(f"{rank}:{','.join(map(str, self.recipe.rank_cores(rank, per_node)))}" for rank in range(per_node))
+        rank's cores, then execs `python -u script args` exactly as torchrun itself would. The cores are
+        the recipe's GPU-to-core map on a whole node; otherwise the task's own CPUs (which only Slurm knows
+        until the task runs), split evenly by LOCAL_RANK of LOCAL_WORLD_SIZE."""
+        table = ";".join(f"{rank}:{','.join(map(str, cores))}" for rank, cores in enumerate(size.rank_cores or ()))
         script = (
             'py=$(command -v python || command -v python3)\n'
             'exec "$py" -c \'import os, sys\n'
-            'table = dict(e.split(":") for e in sys.argv[1].split(";"))\n'
-            'want = {int(c) for c in table.get(os.environ.get("LOCAL_RANK", ""), "").split(",") if c}\n'
-            'have = os.sched_getaffinity(0)\n'
-            'if want & have: os.sched_setaffinity(0, want & have)\n'
+            'have = sorted(os.sched_getaffinity(0))\n'
+            'rank, ranks = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))\n'
+            'if sys.argv[1]:\n'
+            '    table = dict(e.split(":") for e in sys.argv[1].split(";"))\n'
+            '    want = {int(c) for c in table.get(str(rank), "").split(",") if c} & set(have)\n'
+            'else:\n'
+            '    share = max(1, len(have) // max(1, ranks))\n'
+            '    want = set(have[rank * share % len(have):][:share])\n'
+            'if want: os.sched_setaffinity(0, want)\n'
             'os.execvp(sys.argv[2], sys.argv[2:])\' "$ENVRUN_RANK_CORES" "$py" -u "$@"'
         )
         self.env.append(("ENVRUN_RANK_CORES", table))
-        uses_map = self.recipe.node.gpu_cores and per_node <= self.recipe.node.gpus
-        self.note(f"per-rank CPU affinity {table} ("
-                  + (self.recipe.cite("node.gpu_cores") if uses_map
-                     else "usable cores split evenly, " + self.recipe.cite(_cores_field(self.recipe)))
-                  + "), applied before each rank's Python starts")
+        if not table:
+            self.note("per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each "
+                      "rank's Python starts")
+        else:
+            self.note(f"per-rank CPU affinity {table}, applied before each rank's Python starts")
         return ["/bin/sh", "-c", script, "envrun-rank", *(["-m"] if module else [])]
 
     # -- container and environment ------------------------------------------------------------------------
@@ -461,7 +297,11 @@ class _Planner:
         argv = [request.runtime.path, "exec", *recipe.runtime.flags]
         if recipe.runtime.flags:
             self.note(f"{' '.join(recipe.runtime.flags)}: {recipe.cite('runtime.flags')}")
-        multinode = self.parsed.srun_opts is not None and not self.single_node()
+        elif recipe.node is None and self.size.node.gpu_vendor in HOST_GPU_FLAGS:
+            flag = HOST_GPU_FLAGS[self.size.node.gpu_vendor]
+            argv.append(flag)
+            self.note(f"{flag}: {self.size.node.why['gpus']}")
+        multinode = self.srun_opts is not None and not self.single_node()
         recipe_binds = [*recipe.binds, *(recipe.multinode_binds if multinode else ())]
         present = [b for b in recipe_binds if b not in request.missing_recipe_binds]
         for bind in dict.fromkeys([request.cwd, *present, *request.binds]):
@@ -473,13 +313,11 @@ class _Planner:
         argv += ["--pwd", request.cwd, request.image]
         return argv
 
-    def common_env(self, per_node: int) -> None:
+    def common_env(self, size: LaunchSize) -> None:
         environ, recipe = self.environ, self.recipe
-        if "OMP_NUM_THREADS" not in environ:
-            threads = self.cores_per_process(per_node)
-            self.env.append(("OMP_NUM_THREADS", str(threads)))
-            self.note(f"OMP_NUM_THREADS={threads}: {recipe.node.usable} usable cores / {per_node} processes per node "
-                      f"({recipe.cite(_cores_field(recipe))})")
+        self.reasons += size.notes
+        if "OMP_NUM_THREADS" not in environ and size.threads is not None:
+            self.env.append(("OMP_NUM_THREADS", str(size.threads)))
         if "TOKENIZERS_PARALLELISM" not in environ:
             self.env.append(("TOKENIZERS_PARALLELISM", "false"))
             self.note("TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork")
@@ -489,5 +327,5 @@ class _Planner:
                 self.note(f"{key}: {recipe.cite('env.' + key)}" if key in recipe.env else f"{key}: envrun config")
 
 
-def _cores_field(recipe: Recipe) -> str:
-    return "node.usable_cores" if recipe.node.usable_cores else "node.cores"
+# The runtime's GPU flag for a host whose GPUs envrun found itself (recipes with `node: host`).
+HOST_GPU_FLAGS = {"nvidia": "--nv", "amd": "--rocm"}

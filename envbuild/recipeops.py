@@ -1,4 +1,4 @@
-"""What a recipe computes (processes per node, rank cores, CPU masks, wheel index), shared by the
+"""What a recipe computes (wheel index, citations, usable cores), shared by the
 validated pydantic model and the light view that envrun loads from the JSON cache.
 
 Kept free of pydantic and YAML on purpose: envrun's start-up must stay far below the container's own
@@ -42,28 +42,13 @@ class NodeMethods:
 
 
 class RecipeMethods:
-    node: Any
     pytorch: Any
-    processes_per_node: int | None
 
     def pytorch_index_for(self, wheel_tag: str) -> str | None:
         """The wheel index URL for a PyTorch variant, or None when the host's pip configuration decides."""
         if self.pytorch.index == "host":
             return None
         return self.pytorch.index.replace("{tag}", wheel_tag)
-
-    def processes(self) -> int:
-        """Training processes per node: one per GPU, else the recipe's CPU process count."""
-        return self.node.gpus or self.processes_per_node or 1
-
-    def rank_cores(self, local_rank: int, per_node: int) -> tuple[int, ...]:
-        """The cores local rank `local_rank` of `per_node` ranks should run on."""
-        if self.node.gpu_cores and per_node <= self.node.gpus:
-            return tuple(self.node.gpu_cores[local_rank])
-        usable = self.node.usable
-        share = max(1, usable // per_node)
-        start = (local_rank * share) % usable
-        return tuple(range(start, start + share))
 
     def cite(self, field: str) -> str:
         """Where a setting comes from: 'recipes/lumi-g.yaml:27 node.gpu_cores' (line when known)."""
@@ -74,9 +59,6 @@ class RecipeMethods:
             parts = path.rsplit("/", 2)
             return f"{'/'.join(parts[-2:])}:{line} {field}"
         return f"recipe {getattr(self, 'name', '?')}: {field}"
-
-    def cpu_masks(self, per_node: int) -> tuple[str, ...]:
-        return tuple(cores_to_mask(self.rank_cores(r, per_node), self.node.cores) for r in range(per_node))
 
 
 # --- the light view ---------------------------------------------------------------------------------

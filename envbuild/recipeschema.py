@@ -93,7 +93,9 @@ class Recipe(_Strict, RecipeMethods):
     name: str
     description: str = ""
     detect: Detect = Detect()
-    node: Node
+    # `node: host` in the file (None here): no site facts; envrun reads the cores and GPUs of the machine it
+    # runs on and of the job it runs in (any cluster, a workstation)
+    node: Node | None
     processes_per_node: int | None = Field(default=None, ge=1, description="CPU-only systems: DDP processes per node")
     partitions: dict[str, Partition] = {}
     runtime: Runtime = Runtime()
@@ -103,6 +105,13 @@ class Recipe(_Strict, RecipeMethods):
     launch: Launch = Launch()
     pytorch: PyTorchIndex = PyTorchIndex()
     notes: tuple[str, ...] = ()
+
+    @field_validator("node", mode="before")
+    @classmethod
+    def _host_node(cls, value: object) -> object:
+        if value is None:
+            raise ValueError("give the node's facts, or `node: host` to read them from the machine envrun runs on")
+        return None if value == "host" else value
 
 
 def dump_for_cache(value: Any) -> Any:

@@ -58,8 +58,10 @@ def render_wrapper(command: str, image: str, recipe: Recipe, runtime_name: str =
         'runtime=$(command -v apptainer || command -v singularity) || { echo "apptainer/singularity not found" >&2; exit 127; }',
         f"image={shlex.quote(image)}",
     ]
+    lines += threads_at_run_time(command)
     for name, value in plan.env:
-        lines.append(f": \"${{{name}:={value}}}\"; export {name}")
+        if name != "OMP_NUM_THREADS":
+            lines.append(f": \"${{{name}:={value}}}\"; export {name}")
     present = [b for b in optional if b in recipe.binds]
     if present:
         lines.append("binds=")
@@ -69,3 +71,42 @@ def render_wrapper(command: str, image: str, recipe: Recipe, runtime_name: str =
     tail[-1] = command
     lines.append(f"exec {quoted_head} \"$image\" {' '.join(shlex.quote(w) for w in tail)} \"$@\"")
     return "\n".join(lines) + "\n"
+
+
+# torchrun's options that take no value: every other option before the script takes the next word.
+_TORCHRUN_FLAGS = "--standalone|--no-python|--no_python|--run-path|--run_path|-m|--module"
+
+
+def threads_at_run_time(command: str) -> list[str]:
+    """Shell lines that set OMP_NUM_THREADS (unless the caller did) from the CPUs the wrapper's process
+    may run on where it runs (`srun -c 4 bin/python` -> 4), divided by torchrun's --nproc-per-node for
+    the torchrun wrapper. nproc counts the affinity, but reads OMP_NUM_THREADS itself: run it without."""
+    lines = [
+        'if [ -z "${OMP_NUM_THREADS:-}" ]; then',
+        "    cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null) || cpus=1",
+        "    procs=1",
+    ]
+    if command == "torchrun":
+        lines += [
+            "    want=",
+            '    for a in "$@"; do',
+            '        if [ -n "$want" ]; then [ "$want" = nproc ] && procs=$a; want=; continue; fi',
+            '        case $a in',
+            "            --nproc-per-node=*|--nproc_per_node=*) procs=${a#*=} ;;",
+            "            --nproc-per-node|--nproc_per_node) want=nproc ;;",
+            f"            {_TORCHRUN_FLAGS}) ;;",
+            "            --*=*) ;;",
+            "            -*) want=value ;;",
+            "            *) break ;;",
+            "        esac",
+            "    done",
+        ]
+    lines += [
+        # torchrun's auto/gpu/cpu counts are its own: it sets one thread per process itself
+        '    case $procs in',
+        "        ''|*[!0-9]*) ;;",
+        "        *) OMP_NUM_THREADS=$((cpus / procs)); [ \"$OMP_NUM_THREADS\" -ge 1 ] || OMP_NUM_THREADS=1; export OMP_NUM_THREADS ;;",
+        "    esac",
+        "fi",
+    ]
+    return lines

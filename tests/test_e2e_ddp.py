@@ -57,3 +57,33 @@ def test_crashing_rank_fails_promptly(reference_image: Path, tmp_path: Path) -> 
                          timeout=300)
         assert result.returncode != 0, form
         assert time.monotonic() - started < 120, f"{form}: the surviving rank was not stopped promptly"
+
+
+SHOW_TASK = ("import json, os; print('TASK ' + json.dumps({'omp': os.environ.get('OMP_NUM_THREADS'), "
+             "'cpus': sorted(os.sched_getaffinity(0)), 'rank': os.environ.get('RANK')}))")
+
+
+def tasks_shown(output: str) -> list[dict]:
+    import json
+
+    return [json.loads(line[5:]) for line in output.splitlines() if line.startswith("TASK ")]
+
+
+def test_one_task_with_two_cores_gets_two_threads(reference_image: Path) -> None:
+    """`srun -n1 -c2 python`: the user's numbers win over the recipe's, and the threads follow the task's cores."""
+    result = run_cli([ENVRUN, "--image", str(reference_image), "--explain", "srun", "-n1", "-c2", "python", "-c", SHOW_TASK],
+                     timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert tasks_shown(result.stdout) == [{"omp": "2", "cpus": [0, 1], "rank": "0"}]
+    assert "OMP_NUM_THREADS=2: the 2 CPUs of each task" in result.stderr
+
+
+@pytest.mark.parametrize("cpus", ["1", "2"])
+def test_wrapper_threads_follow_the_task_cores(reference_image: Path, cpus: str) -> None:
+    """The run wrappers compute OMP_NUM_THREADS where they run: `srun -c N bin/python` sees N."""
+    wrapper = reference_image.parent / "bin" / "python"
+    assert wrapper.is_file(), "the build writes run wrappers next to the image"
+    result = run_cli(["srun", "-n1", "-c", cpus, str(wrapper), "-c", SHOW_TASK], timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [task] = tasks_shown(result.stdout)
+    assert task["omp"] == cpus and len(task["cpus"]) == int(cpus)

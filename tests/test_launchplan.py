@@ -10,58 +10,72 @@ import subprocess
 
 import pytest
 
+from envbuild.allocation import HostNode, read_allocation
 from envbuild.errors import UsageError
 from envbuild.hostfacts import Runtime
-from envbuild.launchplan import LaunchRequest, plan_launch, split_srun
+from envbuild.launchargs import split_srun
+from envbuild.launchplan import LaunchRequest, plan_launch
 from envbuild.recipes import load_recipe
+from tests.launch_allocations import (
+    JUWELS_1_GPU,
+    JUWELS_2_NODES,
+    JUWELS_4_GPUS,
+    LOCAL_FULL,
+    LOCAL_PARTIAL,
+    LUMI_4_NODES,
+    LUMI_FULL_NODE,
+    LUMI_FULL_NODE_4_TASKS,
+    LUMI_SMALL_G_1_GCD,
+    LUMI_SMALL_G_2_GCDS,
+    LUMI_SMALL_G_NO_TASKS,
+    MAHTI_2_NODES,
+    MAHTI_GPUSMALL_2_GPUS,
+    PUHTI_1_GPU,
+    PUHTI_2_FULL_NODES,
+    PUHTI_2_GPUS,
+    PUHTI_4_GPUS,
+    PUHTI_4_GPUS_TASK_PER_GPU,
+)
 from tests.test_buildplan_golden import check_golden
 
 RUNTIME = Runtime("/usr/bin/apptainer", "apptainer")
 
-# SLURM_* as seen inside real sbatch jobs on each system (job ids and node names made up).
-LUMI_FULL_NODE = {
-    "SLURM_CLUSTER_NAME": "lumi", "SLURM_JOB_ID": "7654321", "SLURM_JOB_NUM_NODES": "1", "SLURM_NNODES": "1",
-    "SLURM_JOB_NODELIST": "nid005123", "SLURM_JOB_PARTITION": "standard-g", "SLURM_NTASKS": "8",
-    "SLURM_TASKS_PER_NODE": "8", "SLURM_NTASKS_PER_NODE": "8", "SLURM_GPUS_PER_NODE": "8", "SLURM_MEM_PER_NODE": "491520",
-    "USER": "alice",
-}
-LUMI_4_NODES = {
-    "SLURM_CLUSTER_NAME": "lumi", "SLURM_JOB_ID": "7654400", "SLURM_JOB_NUM_NODES": "4", "SLURM_NNODES": "4",
-    "SLURM_JOB_NODELIST": "nid[005123-005126]", "SLURM_JOB_PARTITION": "standard-g", "SLURM_NTASKS": "4",
-    "SLURM_TASKS_PER_NODE": "1(x4)", "SLURM_GPUS_PER_NODE": "8", "USER": "alice",
-}
-PUHTI_4_GPUS = {
-    "SLURM_CLUSTER_NAME": "puhti", "SLURM_JOB_ID": "22334455", "SLURM_JOB_NUM_NODES": "1", "SLURM_NNODES": "1",
-    "SLURM_JOB_NODELIST": "r01g02", "SLURM_JOB_PARTITION": "gpu", "SLURM_NTASKS": "1", "SLURM_CPUS_PER_TASK": "40",
-    "SLURM_JOB_GPUS": "0,1,2,3",
-}
-MAHTI_2_NODES = {
-    "SLURM_CLUSTER_NAME": "mahti", "SLURM_JOB_ID": "3456789", "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2",
-    "SLURM_JOB_NODELIST": "g[1101-1102]", "SLURM_JOB_PARTITION": "gpumedium", "SLURM_NTASKS": "2",
-    "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_CPUS_PER_TASK": "128",
-}
-JUWELS_2_NODES = {
-    "SLURM_CLUSTER_NAME": "juwels", "SLURM_JOB_ID": "11112222", "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2",
-    "SLURM_JOB_NODELIST": "jwb[0097-0098]", "SLURM_JOB_PARTITION": "booster", "SLURM_NTASKS": "8",
-    "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "24",
-}
+
+# The host envrun runs on, fixed so that plans for `node: host` recipes are the same on every machine.
+HOST = HostNode(cpus=2, why={"cpus": "2 CPUs in this process's affinity"})
 
 
 def plan(*command: str, system: str = "local", environ: dict[str, str] | None = None, binds: tuple[str, ...] = (),
-         cwd: str = "/work/proj"):
+         cwd: str = "/work/proj", host: HostNode = HOST):
+    environ = environ or {}
     return plan_launch(LaunchRequest(
         command=command, image="/img/env.sif", recipe=load_recipe(system), runtime=RUNTIME, cwd=cwd,
-        binds=binds, environ=environ or {},
+        binds=binds, environ=environ, allocation=read_allocation(environ), host=host,
     ))
 
 
+# name -> (system, recorded job variables, command). The first group is the old set, the rest are the
+# course and guide examples of tests/launch_allocations.py.
 GOLDEN_CASES = {
     "lumi-full-node-8-tasks": ("lumi-g", LUMI_FULL_NODE, ("srun", "python", "train.py", "--epochs", "3")),
+    "lumi-full-node-4-tasks-14-cores": ("lumi-g", LUMI_FULL_NODE_4_TASKS, ("srun", "python", "train.py")),
+    "lumi-small-g-1-gcd": ("lumi-g", LUMI_SMALL_G_1_GCD, ("srun", "python", "train.py")),
+    "lumi-small-g-2-gcds": ("lumi-g", LUMI_SMALL_G_2_GCDS, ("srun", "python", "train.py")),
     "lumi-4-nodes-torchrun": ("lumi-g", LUMI_4_NODES, ("srun", "torchrun", "train.py")),
+    "puhti-1-gpu": ("puhti", PUHTI_1_GPU, ("srun", "python", "train.py")),
+    "puhti-2-gpus-torchrun": ("puhti", PUHTI_2_GPUS, ("srun", "torchrun", "train.py")),
     "puhti-4-gpus-torchrun": ("puhti", PUHTI_4_GPUS, ("srun", "torchrun", "train.py")),
+    "puhti-4-gpus-task-per-gpu": ("puhti", PUHTI_4_GPUS_TASK_PER_GPU, ("srun", "python", "train.py")),
+    "puhti-2-full-nodes-torchrun": ("puhti", PUHTI_2_FULL_NODES, ("srun", "torchrun", "train.py")),
+    "mahti-gpusmall-2-gpus-torchrun": ("mahti", MAHTI_GPUSMALL_2_GPUS, ("srun", "torchrun", "train.py")),
     "mahti-2-nodes-torchrun": ("mahti", MAHTI_2_NODES, ("srun", "torchrun", "-m", "mypkg.train", "--cfg", "a b.yaml")),
+    "juwels-1-gpu": ("juwels-booster", JUWELS_1_GPU, ("srun", "python", "train.py")),
+    "juwels-4-gpus": ("juwels-booster", JUWELS_4_GPUS, ("srun", "python", "train.py")),
     "juwels-2-nodes-python": ("juwels-booster", JUWELS_2_NODES, ("srun", "python", "-u", "train.py")),
     "local-srun-torchrun": ("local", {}, ("srun", "torchrun", "examples/ddp_minimal.py")),
+    "local-partial-srun-torchrun": ("local", LOCAL_PARTIAL, ("srun", "torchrun", "examples/ddp_minimal.py")),
+    "local-full-srun-python": ("local", LOCAL_FULL, ("srun", "python", "examples/ddp_minimal.py")),
+    "lumi-login-node-dry-run": ("lumi-g", {}, ("srun", "python", "train.py")),
 }
 
 
@@ -86,12 +100,116 @@ def test_lumi_full_node_uses_documented_masks_and_rocr() -> None:
     assert words_after(p.argv, "envrun-task") == ("python", "train.py")
 
 
-def test_lumi_small_g_without_exclusive_does_not_use_masks() -> None:
-    env = dict(LUMI_FULL_NODE, SLURM_JOB_PARTITION="small-g")
-    p = plan("srun", "python", "train.py", system="lumi-g", environ=env)
+def test_full_node_masks_only_when_the_job_holds_the_node() -> None:
+    # small-g shares nodes: all 8 GCDs but half the CPUs is not the node, so no GPU-to-core masks
+    half = dict(LUMI_FULL_NODE, SLURM_JOB_PARTITION="small-g", SLURM_JOB_CPUS_PER_NODE="56", SLURM_CPUS_ON_NODE="56")
+    p = plan("srun", "python", "train.py", system="lumi-g", environ=half)
     assert "--cpu-bind=cores" in p.argv
-    p = plan("srun", "--exclusive", "python", "train.py", system="lumi-g", environ=env)
+    assert "this job holds 56 CPUs and 8 GPUs per node" in "\n".join(p.reasons)
+    # inside a job, srun --exclusive means an exclusive step, not a whole node
+    p = plan("srun", "--exclusive", "python", "train.py", system="lumi-g", environ=half)
+    assert "--cpu-bind=cores" in p.argv
+    # every CPU and GPU of the node on small-g (sbatch --exclusive): masks
+    whole = dict(LUMI_FULL_NODE, SLURM_JOB_PARTITION="small-g")
+    p = plan("srun", "python", "train.py", system="lumi-g", environ=whole)
+    assert any(a.startswith("--cpu-bind=mask_cpu:0x00fe000000000000,") for a in p.argv)
+    # no allocation: srun --exclusive asks for whole nodes
+    p = plan("srun", "--exclusive", "python", "train.py", system="lumi-g")
     assert any(a.startswith("--cpu-bind=mask_cpu:") for a in p.argv)
+
+
+@pytest.mark.slurm  # the host shim runs scontrol
+def test_a_task_that_owns_two_gcds_gets_both_and_their_cores() -> None:
+    p = plan("srun", "python", "train.py", system="lumi-g", environ=LUMI_FULL_NODE_4_TASKS)
+    assert "--cpu-bind=mask_cpu:0xfefe000000000000,0x00000000fefe0000,0x000000000000fefe,0x0000fefe00000000" in p.argv
+    assert dict(p.env)["OMP_NUM_THREADS"] == "14"
+    got = run_host_shim(p.argv, {"SLURM_PROCID": "3", "SLURM_LOCALID": "3", "SLURM_NTASKS": "4", "SLURM_NODEID": "0",
+                                 "SLURM_STEP_TASKS_PER_NODE": "4", "SLURM_STEP_NODELIST": "nid005123",
+                                 "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0"})
+    assert got["ROCR_VISIBLE_DEVICES"] == "6,7"
+
+
+def test_threads_never_exceed_the_cores_a_mask_gives() -> None:
+    # --ntasks-per-node=4 -c 14 in the user's srun on a full node: each task's 2 GCDs have 14 cores, fine;
+    # -c 14 with 8 tasks would be 112 CPUs of 56 cores: threads follow the 7-core mask, not the 14 CPUs
+    p = plan("srun", "--ntasks-per-node=8", "-c", "14", "python", "train.py", system="lumi-g", environ=LUMI_FULL_NODE)
+    assert any(a.startswith("--cpu-bind=mask_cpu:0x00fe000000000000,") for a in p.argv)
+    assert dict(p.env)["OMP_NUM_THREADS"] == "7"
+
+
+def test_partial_node_numbers_come_from_the_allocation() -> None:
+    # CSC's "single node using 2 GPUs": one task with 20 CPUs and 2 V100s
+    p = plan("srun", "torchrun", "train.py", system="puhti", environ=PUHTI_2_GPUS)
+    assert "--cpus-per-task=20" in p.argv and "--nproc-per-node=2" in p.argv
+    assert dict(p.env)["OMP_NUM_THREADS"] == "10"
+    # LUMI small-g with 2 GCDs: 2 tasks x 7 cores, not 8 x 7
+    p = plan("srun", "python", "train.py", system="lumi-g", environ=LUMI_SMALL_G_2_GCDS)
+    assert "--ntasks-per-node=2" in p.argv and "--cpus-per-task=7" in p.argv and "--cpu-bind=cores" in p.argv
+    # LUMI full node with 4 tasks x 14 cores: 4 tasks, 14 threads
+    p = plan("srun", "python", "train.py", system="lumi-g", environ=LUMI_FULL_NODE_4_TASKS)
+    assert "--ntasks-per-node=4" in p.argv and "--cpus-per-task=14" in p.argv
+
+
+def test_the_users_options_beat_the_allocation() -> None:
+    p = plan("srun", "-n1", "-c2", "python", "x.py", environ=LOCAL_FULL)
+    assert p.argv[:4] == ("srun", "-n1", "-c2", "--cpu-bind=cores")
+    assert dict(p.env)["OMP_NUM_THREADS"] == "2"
+    p = plan("srun", "torchrun", "--nproc-per-node=1", "train.py", system="puhti", environ=PUHTI_2_GPUS)
+    assert dict(p.env)["OMP_NUM_THREADS"] == "20"
+
+
+def test_job_ntasks_is_overridden_when_the_step_differs() -> None:
+    # srun reads the job's SLURM_NTASKS as -n: 8 tasks would beat --ntasks-per-node=1 and start 4 torchruns per node
+    p = plan("srun", "torchrun", "train.py", system="juwels-booster", environ=JUWELS_2_NODES)
+    assert "--ntasks-per-node=1" in p.argv and "--ntasks=2" in p.argv
+    assert "SLURM_NTASKS=8" in "\n".join(p.reasons)
+    p = plan("srun", "torchrun", "train.py", system="puhti", environ=PUHTI_2_FULL_NODES)
+    assert not any(a.startswith("--ntasks=") for a in p.argv)
+
+
+def test_explain_names_the_source_of_each_number() -> None:
+    reasons = "\n".join(plan("srun", "torchrun", "train.py", system="puhti", environ=PUHTI_2_GPUS).reasons)
+    assert "--cpus-per-task=20: the job's CPUs per node (SLURM_JOB_CPUS_PER_NODE=20)" in reasons
+    assert "--nproc-per-node=2: one process per GPU (SLURM_GPUS_ON_NODE=2)" in reasons
+    assert "OMP_NUM_THREADS=10: 20 CPUs / 2 processes" in reasons
+    reasons = "\n".join(plan("srun", "python", "train.py", system="lumi-g").reasons)
+    assert "--ntasks-per-node=8: one task per GPU: 8 GPUs on a lumi-g node (recipes/lumi-g.yaml:" in reasons
+    reasons = "\n".join(plan("torchrun", "train.py", host=HostNode(cpus=16, why={"cpus": "16 CPUs in this process's affinity"})).reasons)
+    assert "--nproc-per-node=16: 16 CPUs, 1 per process" in reasons
+
+
+def test_local_recipe_takes_node_facts_from_the_host() -> None:
+    workstation = HostNode(cpus=16, why={"cpus": "16 CPUs in this process's affinity"})
+    p = plan("torchrun", "train.py", host=workstation)
+    assert "--nproc-per-node=16" in p.argv and dict(p.env)["OMP_NUM_THREADS"] == "1"
+    p = plan("python", "train.py", host=workstation)
+    assert dict(p.env)["OMP_NUM_THREADS"] == "16"
+    gpu_box = HostNode(cpus=32, gpus=4, gpu_vendor="nvidia", why={"cpus": "32 CPUs", "gpus": "4 nvidia GPUs"})
+    p = plan("torchrun", "train.py", host=gpu_box)
+    assert "--nproc-per-node=4" in p.argv and dict(p.env)["OMP_NUM_THREADS"] == "8"
+    assert "--nv" in p.argv
+
+
+def test_combinations_that_cannot_run_well_are_refused_or_warned() -> None:
+    # --gpus-per-node=2 and no CPU request: one task per GPU needs 2 CPUs, the job has 1
+    no_cpus = dict(LUMI_SMALL_G_NO_TASKS, SLURM_JOB_CPUS_PER_NODE="1", SLURM_CPUS_ON_NODE="1")
+    with pytest.raises(UsageError, match=r"2 tasks per node need at least 2 CPUs, but the job holds 1 per node") as info:
+        plan("srun", "python", "x.py", system="lumi-g", environ=no_cpus)
+    assert "sbatch --cpus-per-task" in info.value.hint
+    with pytest.raises(UsageError, match=r"3 tasks per node but this launch has 2 GPUs per node \(SLURM_GPUS_ON_NODE=2\)"):
+        plan("srun", "--ntasks-per-node=3", "-c", "1", "python", "x.py", system="lumi-g", environ=LUMI_SMALL_G_2_GCDS)
+    with pytest.raises(UsageError, match=r"--nproc-per-node=4 but this launch has 2 GPUs per node"):
+        plan("srun", "torchrun", "--nproc-per-node=4", "x.py", system="puhti", environ=PUHTI_2_GPUS)
+    with pytest.raises(UsageError, match=r"--cpus-per-task=40 is more than the 20 CPUs per node of the job"):
+        plan("srun", "-c", "40", "torchrun", "x.py", system="puhti", environ=PUHTI_2_GPUS)
+    p = plan("srun", "python", "train.py", system="puhti", environ=PUHTI_2_GPUS)
+    assert any("one process per task, so a DDP script uses one of them" in w for w in p.warnings)
+    assert "--ntasks-per-node=2 --cpus-per-task=10" in p.warnings[0]
+    p = plan("srun", "python", "train.py", system="puhti", environ={k: v for k, v in PUHTI_2_GPUS.items()
+                                                                    if "GPU" not in k and k != "CUDA_VISIBLE_DEVICES"})
+    assert any("this job holds no GPUs" in w and "--gres=gpu:v100:4" in w for w in p.warnings)
+    p = plan("srun", "torchrun", "--nproc-per-node=4", "x.py", environ=LOCAL_PARTIAL)
+    assert any("4 processes share 1 CPU(s)" in w for w in p.warnings)
 
 
 def test_lumi_multinode_binds_and_rendezvous() -> None:
@@ -107,9 +225,11 @@ def test_juwels_master_addr_suffix_and_srun_cpus() -> None:
     host_shim = p.argv[p.argv.index("/bin/sh") + 2]
     assert 'export MASTER_ADDR="${first}i"' in host_shim  # braces: "$firsti" would read a variable named firsti
     env = dict(p.env)
-    assert env["SRUN_CPUS_PER_TASK"] == "24" and env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert env["SRUN_CPUS_PER_TASK"] == "24" and "--cpus-per-task=24" in p.argv
+    assert "CUDA_VISIBLE_DEVICES" not in env  # the job's own (Slurm's) list stands
     assert env["NCCL_SOCKET_IFNAME"] == "ib0"
     assert "--nv" in p.argv
+    assert dict(plan("srun", "python", "train.py", system="juwels-booster").env)["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
 
 
 @pytest.mark.parametrize("flag", ["--gpus-per-task=1", "--ntasks-per-gpu=1", "--cpus-per-gpu=7"])
@@ -127,7 +247,7 @@ def test_refuses_more_tasks_than_gpus_and_more_cores_than_node() -> None:
         plan("srun", "--ntasks-per-node=4", "-c", "11", "python", "x.py", system="puhti")
     with pytest.raises(UsageError, match="--nproc-per-node=5 but a puhti node has 4 GPUs"):
         plan("srun", "torchrun", "--nproc-per-node=5", "x.py", system="puhti")
-    with pytest.raises(UsageError, match="more than the 56 usable cores"):
+    with pytest.raises(UsageError, match="--cpus-per-task=64 is more than the 56 usable cores of a lumi-g node"):
         plan("srun", "-c", "64", "torchrun", "x.py", system="lumi-g")
 
 
@@ -218,8 +338,8 @@ def test_wrapper_passes_arguments_and_uses_caller_cwd() -> None:
     assert script.startswith("#!/bin/sh\n")
     assert 'exec "$runtime" exec --bind "$PWD" --pwd "$PWD" $binds "$image"' in script
     assert script.rstrip().endswith('envrun-task torchrun "$@"')
-    assert ': "${OMP_NUM_THREADS:=7}"; export OMP_NUM_THREADS' in script
-    assert "--no-python" not in script  # the caller's torchrun options come first, untouched
+    assert "OMP_NUM_THREADS=$((cpus / procs))" in script  # computed where the wrapper runs, not from the recipe
+    assert 'envrun-task torchrun "$@"' in script and "envrun-rank" not in script  # the caller's torchrun options, untouched
     assert wrapped_commands(["pip", "activate", "Activate.ps1", "transformers", "python", "torchrun"]) == [
         "pip", "python", "torchrun", "transformers"]
 

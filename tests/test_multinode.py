@@ -49,3 +49,19 @@ def test_srun_python_two_nodes_two_tasks_each(two_nodes: None, reference_image: 
                       "examples/ddp_minimal.py", "--steps", "10", "--json"], timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     check_world_of_four(result.stdout)
+
+
+def test_batch_job_with_one_cpu_per_task_runs_srun_torchrun(two_nodes: None, reference_image: Path, tmp_path: Path) -> None:
+    """CSC's pytorch-ddp-examples shape: --nodes=2 --ntasks-per-node=1 --cpus-per-task=1, then `envrun srun torchrun`
+    in the batch script. envrun sizes the step from the job (1 CPU, 1 process per node), not from the recipe."""
+    output = tmp_path / "job.out"
+    script = (f"{ENVRUN} --image {reference_image} --explain srun torchrun examples/ddp_minimal.py --steps 10 --json")
+    result = subprocess.run(["sbatch", "-W", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1", "-o", str(output),
+                             "--wrap", script], capture_output=True, text=True, timeout=600, cwd=REPO)
+    text = output.read_text() if output.exists() else ""
+    assert result.returncode == 0, result.stdout + result.stderr + text
+    found = reports(text)
+    assert [r["rank"] for r in found] == [0, 1] and all(r["world_size"] == 2 and r["params_agree"] for r in found)
+    assert sorted(r["host"] for r in found) == ["node1", "node2"]
+    assert all(r["omp_num_threads"] == "1" for r in found)
+    assert "--cpus-per-task=1: the job's CPUs per node (SLURM_JOB_CPUS_PER_NODE=1(x2))" in text

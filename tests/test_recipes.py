@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.launchsize import cpu_masks, node_facts
 from envbuild.recipeops import cores_to_mask, from_cached, parse_core_list
 from envbuild.recipes import available_recipes, load_recipe, recipes_dir, validate_recipe_file
 from envbuild.recipeschema import dump_for_cache
@@ -31,11 +32,10 @@ def test_recipe_validates_and_cites_sources(name: str) -> None:
 def test_cached_view_matches_model(name: str) -> None:
     model = validate_recipe_file(recipes_dir() / f"{name}.yaml", name)
     view = from_cached(dump_for_cache(model))
-    per_node = model.processes()
-    assert view.processes() == per_node
-    assert view.node.usable == model.node.usable
-    assert view.cpu_masks(per_node) == model.cpu_masks(per_node)
-    assert [view.rank_cores(r, per_node) for r in range(per_node)] == [model.rank_cores(r, per_node) for r in range(per_node)]
+    if model.node is not None:
+        assert view.node.usable == model.node.usable
+        assert view.node.gpu_cores == model.node.gpu_cores
+        assert cpu_masks(node_facts(view, None), view.node.gpus) == cpu_masks(node_facts(model, None), model.node.gpus)
     assert view.env == model.env and view.binds == model.binds
     assert view.pytorch_index_for("cu126") == model.pytorch_index_for("cu126")
 
@@ -44,7 +44,10 @@ def test_lumi_masks_are_the_documented_ones() -> None:
     # LUMI docs (distribution-binding): GCD 0..7 -> cores 49-55, 57-63, 17-23, 25-31, 1-7, 9-15, 33-39, 41-47
     documented = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,"
                   "0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000")
-    assert ",".join(load_recipe("lumi-g").cpu_masks(8)) == documented
+    assert ",".join(cpu_masks(node_facts(load_recipe("lumi-g"), None), 8)) == documented
+    # a task that owns two GCDs gets both GCDs' cores: GCD 0+1, 2+3, 4+5, 6+7
+    assert cpu_masks(node_facts(load_recipe("lumi-g"), None), 4) == (
+        "0xfefe000000000000", "0x00000000fefe0000", "0x000000000000fefe", "0x0000fefe00000000")
     assert cores_to_mask(parse_core_list("1-7"), 64) == "0x00000000000000fe"
 
 

@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def launch(args: Any) -> None:
+    from envbuild.allocation import gpus_from_scontrol, read_allocation, read_host_node
     from envbuild.launchplan import LaunchRequest, plan_launch
     from envbuild.runtime import require_runtime
     from envbuild.systems import resolve_recipe
@@ -135,14 +136,19 @@ def launch(args: Any) -> None:
         if not os.path.exists(source):
             raise UsageError(f"bind source {source} does not exist", "check the path given to --bind (or in the envrun config)")
     missing = tuple(b for b in (*recipe.binds, *recipe.multinode_binds) if not os.path.exists(b.split(":", 1)[0]))
+    allocation = read_allocation(os.environ)
+    if allocation is not None:
+        gpus_from_scontrol(allocation)  # an salloc shell: its variables do not say
     plan = plan_launch(LaunchRequest(
         command=tuple(args.command), image=image_path, recipe=recipe, runtime=require_runtime(probe=False),
         cwd=os.getcwd(), binds=all_binds, env=tuple(settings.env.items()), environ=dict(os.environ),
-        missing_recipe_binds=missing, system_reason=why,
+        missing_recipe_binds=missing, system_reason=why, allocation=allocation,
+        host=read_host_node(os.environ),
     ))
     if args.dry_run:
         sys.stdout.write(plan.script())
         return
+    sys.stderr.write("".join(f"envrun: warning: {warning}\n" for warning in plan.warnings))
     if args.explain:
         sys.stderr.write("".join(f"envrun: {reason}\n" for reason in plan.reasons))
     env = dict(os.environ)

@@ -1,0 +1,109 @@
+"""Reading the user's srun and torchrun command lines: which words are options, which take a value,
+where the program starts. Pure, and light (envrun's start-up path)."""
+
+from __future__ import annotations
+
+from envbuild.errors import UsageError
+
+# srun options that take their value as the next word (`-n 2`, `--nodes 2`). Others are flags,
+# or take their value after '=' (`--exclusive=user`), which is unambiguous.
+SRUN_SHORT_WITH_VALUE = set("AbcCdDeGiJLmnNopqrStTwWx")
+SRUN_LONG_WITH_VALUE = {
+    "account", "acctg-freq", "begin", "bcast", "chdir", "comment", "constraint", "container", "core-spec",
+    "cores-per-socket", "cpu-bind", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot",
+    "dependency", "distribution", "error", "export", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node",
+    "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "hint", "input", "job-name", "jobid", "licenses",
+    "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "mpi", "network", "nice", "nodefile", "nodelist",
+    "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "output",
+    "partition", "power", "prolog", "propagate", "qos", "relative", "reservation", "signal", "sockets-per-node",
+    "task-epilog", "task-prolog", "thread-spec", "threads-per-core", "time", "time-min", "tmp", "uid", "gid",
+    "wait", "wckey", "exclude", "extra-node-info", "switches", "cluster-constraint", "clusters", "het-group",
+}
+# torchrun options that take their value as the next word; `_` and `-` are interchangeable in torchrun.
+TORCHRUN_WITH_VALUE = {
+    "nnodes", "nproc-per-node", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf", "max-restarts",
+    "monitor-interval", "start-method", "role", "node-rank", "master-addr", "master-port", "local-addr",
+    "log-dir", "redirects", "tee", "local-ranks-filter", "logs-specs", "numa-binding", "event-log-handler",
+    "signals-to-handle", "r", "t",
+}
+
+
+# --- parsing --------------------------------------------------------------------------------------
+
+
+def split_srun(words: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """("srun", "-N", "2", "--gres=gpu:4", "torchrun", ...) -> (srun options, program and its args)."""
+    assert words and words[0] == "srun"
+    index = 1
+    while index < len(words):
+        word = words[index]
+        if word == "--":
+            return words[1:index], words[index + 1 :]
+        if not word.startswith("-") or word == "-":
+            break
+        if word.startswith("--"):
+            name = word[2:].split("=", 1)[0]
+            index += 2 if ("=" not in word and name in SRUN_LONG_WITH_VALUE) else 1
+        else:
+            letter = word[1:2]
+            index += 2 if (letter in SRUN_SHORT_WITH_VALUE and len(word) == 2) else 1
+    if index > len(words):
+        raise UsageError(f"srun option {words[-1]!r} needs a value", "e.g. `srun -N 2 torchrun train.py`")
+    return words[1:index], words[index:]
+
+
+def has_option(words: tuple[str, ...], *names: str) -> bool:
+    """Whether any of `names` (e.g. '-n', '--ntasks') occurs as `-n 2`, `-n2`, `--ntasks=2` or `--ntasks 2`."""
+    return option_value(words, *names) is not None or any(w in names for w in words)
+
+
+def option_value(words: tuple[str, ...], *names: str) -> str | None:
+    for index, word in enumerate(words):
+        for name in names:
+            if word == name and index + 1 < len(words):
+                return words[index + 1]
+            if name.startswith("--") and word.startswith(name + "="):
+                return word.split("=", 1)[1]
+            if len(name) == 2 and not word.startswith("--") and word.startswith(name) and len(word) > 2:
+                return word[2:]
+    return None
+
+
+def torchrun_options_end(args: tuple[str, ...]) -> int:
+    """Index of the training script in torchrun's arguments: its own options stop there."""
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if word == "--" or not word.startswith("-"):
+            return index
+        name = word.lstrip("-").split("=", 1)[0].replace("_", "-")
+        if name in ("m", "module", "no-python", "run-path", "standalone"):
+            index += 1
+            continue
+        index += 2 if ("=" not in word and name in TORCHRUN_WITH_VALUE) else 1
+    return min(index, len(args))
+
+
+def torchrun_has(own: tuple[str, ...], *names: str) -> bool:
+    spelled = {n.replace("_", "-") for n in names}
+    for word in own:
+        key = word.split("=", 1)[0]
+        if key.startswith("--") and key.replace("_", "-") in spelled:
+            return True
+    return False
+
+
+def torchrun_value(own: tuple[str, ...], name: str) -> str | None:
+    for index, word in enumerate(own):
+        key, eq, value = word.partition("=")
+        if key.replace("_", "-") == name:
+            if eq:
+                return value
+            return own[index + 1] if index + 1 < len(own) else None
+    return None
+
+
+def torchrun_own_options(program: tuple[str, ...]) -> tuple[str, ...]:
+    """torchrun's own options in `program` (torchrun ... script args): the words before the script."""
+    user = program[1:]
+    return user[: torchrun_options_end(user)]
