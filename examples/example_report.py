@@ -56,3 +56,19 @@ def emit_report(fields: Mapping[str, Any]) -> None:
     line = REPORT_PREFIX + json.dumps(dict(fields), sort_keys=True) + "\n"
     sys.stdout.flush()
     os.write(sys.stdout.fileno(), line.encode())
+
+
+def finish_distributed() -> None:
+    """Wait for every rank, then tear the process group down before the interpreter exits.
+
+    Without this a rank can abort at exit ("terminate called without an active exception", SIGABRT):
+    the gloo process group's worker threads are C++ std::threads that are still joinable when the
+    interpreter's static destructors run, which calls std::terminate. Which rank, and whether at all,
+    depends on thread timing, so it showed only on a loaded machine (CI). HF Trainer and Lightning never
+    destroy the group they created; the plain DDP examples do it themselves.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from example_report import emit_report, launch_facts, parameter_agreement
+from example_report import emit_report, finish_distributed, launch_facts, parameter_agreement
 from launch_env import current_layout, fill_torch_env_from_slurm
 from tiny_tokenizer import tokenizer_fingerprint, train_byte_level_bpe
 from torch.utils.data import Dataset
@@ -218,8 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         "saved_to": None if args.no_save else args.output_dir,
         "seconds": round(time.perf_counter() - started, 3),
     })
-    if dist.is_initialized():
-        dist.barrier()
+    finish_distributed()
     if is_rank_zero:
         print(f"hf_trainer_gptneo: train loss {result.training_loss:.4f}, eval perplexity {math.exp(metrics['eval_loss']):.2f}, "
               f"parameters agree: {agreement['params_agree']}", flush=True)

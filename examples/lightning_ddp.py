@@ -28,7 +28,7 @@ from pathlib import Path
 import lightning as L
 import torch
 import torch.distributed as dist
-from example_report import emit_report, launch_facts, parameter_agreement
+from example_report import emit_report, finish_distributed, launch_facts, parameter_agreement
 from launch_env import slurm_tasks_on_this_node
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -201,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         "lightning_version": L.__version__,
         "seconds": round(time.perf_counter() - started, 3),
     })
-    if dist.is_initialized():
-        dist.barrier()
+    finish_distributed()
     if trainer.is_global_zero:
         print(f"lightning_ddp: {trainer.world_size} ranks via {type(environment).__name__}; "
               f"parameters agree: {agreement['params_agree']}", flush=True)
