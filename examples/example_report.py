@@ -59,16 +59,23 @@ def emit_report(fields: Mapping[str, Any]) -> None:
 
 
 def finish_distributed() -> None:
-    """Wait for every rank, then tear the process group down before the interpreter exits.
+    """Wait for every rank, then destroy the process group while the interpreter is fully alive.
 
-    Without this a rank can abort at exit ("terminate called without an active exception", SIGABRT):
-    the gloo process group's worker threads are C++ std::threads that are still joinable when the
-    interpreter's static destructors run, which calls std::terminate. Which rank, and whether at all,
-    depends on thread timing, so it showed only on a loaded machine (CI). HF Trainer and Lightning never
-    destroy the group they created; the plain DDP examples do it themselves.
+    Call it after dropping the objects that hold the group (the Trainer, the DDP-wrapped model).
+    Why: the gloo process group owns C++ worker threads. HF Trainer and Lightning never destroy it, and
+    the DDP wrapper keeps it referenced even after destroy_process_group(), so it used to be destroyed
+    during interpreter finalization: either a joinable std::thread was destroyed ("terminate called
+    without an active exception", SIGABRT, seen in CI on a loaded machine) or, with only
+    destroy_process_group() added, its destructor joined worker threads while holding the GIL and hung
+    (py-spy: main thread in std::thread::join under `sys.exit(main())`, 1 run in 6 with a CPU burner).
+    Collecting the references first makes the destructor run here, with no work queued, after the barrier.
     """
+    import gc
+
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+        gc.collect()  # the DDP wrapper and its reducer, dropped by the caller, go now and release the group
         dist.destroy_process_group()
+    gc.collect()

@@ -218,9 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         "saved_to": None if args.no_save else args.output_dir,
         "seconds": round(time.perf_counter() - started, 3),
     })
+    train_loss, eval_loss = result.training_loss, metrics["eval_loss"]
+    del trainer, model, result  # the Trainer and its DDP wrapper hold the process group: release it before exit
     finish_distributed()
     if is_rank_zero:
-        print(f"hf_trainer_gptneo: train loss {result.training_loss:.4f}, eval perplexity {math.exp(metrics['eval_loss']):.2f}, "
+        print(f"hf_trainer_gptneo: train loss {train_loss:.4f}, eval perplexity {math.exp(eval_loss):.2f}, "
               f"parameters agree: {agreement['params_agree']}", flush=True)
     return 0 if agreement["params_agree"] and len(set(fingerprints)) == 1 else 1
 

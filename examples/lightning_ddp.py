@@ -201,9 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         "lightning_version": L.__version__,
         "seconds": round(time.perf_counter() - started, 3),
     })
+    is_global_zero, world_size = trainer.is_global_zero, trainer.world_size
+    del trainer, model  # the strategy's DDP wrapper holds the process group: release it before exit
     finish_distributed()
-    if trainer.is_global_zero:
-        print(f"lightning_ddp: {trainer.world_size} ranks via {type(environment).__name__}; "
+    if is_global_zero:
+        print(f"lightning_ddp: {world_size} ranks via {type(environment).__name__}; "
               f"parameters agree: {agreement['params_agree']}", flush=True)
     return 0 if agreement["params_agree"] else 1
 
