@@ -172,8 +172,9 @@ class BuildSession:
         started = time.monotonic()
         output = self.options.output
         ensure_can_write(output)
-        facts = gather_host_facts(cache_dir=self.options.cache_dir)
+        # The user's input first: a missing or stale lock is reported before any tool is looked for.
         lock = load_fresh_lock(self.loaded) if self.options.locked else None
+        facts = gather_host_facts(cache_dir=self.options.cache_dir)
         if lock is None:
             self._note_unused_lock()
         request = make_request(self.loaded, self.options, facts, lock=lock)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-from envbuild.errors import UsageError
+from envbuild.errors import SpecError, UsageError
 
 TYPE_CHECKING = False  # pathlib and typing stay off envrun's start-up path
 if TYPE_CHECKING:
@@ -45,12 +45,25 @@ def load_envrun_config(environ: Mapping[str, str] | None = None) -> EnvrunConfig
         if environ.get("ENVRUN_CONFIG"):
             raise UsageError(f"ENVRUN_CONFIG names {path}, which does not exist", "fix or unset ENVRUN_CONFIG")
         return EnvrunConfig()
-    document = load_yaml_file(path)
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory, not envrun's config file", _FIX_PATH)
+    try:
+        document = load_yaml_file(path)
+    except SpecError as exc:  # YAML syntax or a duplicate key: located, but this is no spec
+        problem = exc.problems[0]
+        raise UsageError(f"{problem.file}:{problem.line}:{problem.column}: envrun config: {problem.message}",
+                         problem.hint) from None
+    if document.data is not None and not isinstance(document.data, dict):
+        raise UsageError(f"{path}:1:1: envrun config: must be a mapping with binds, env and systems, "
+                         f"not a {type(document.data).__name__}", _FIX_FORMAT)
     try:
         return EnvrunConfig.model_validate(document.data or {})
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = tuple(first["loc"])
         pos = document.position_of(loc)
-        raise UsageError(f"{path}:{pos.line}:{pos.column}: {'.'.join(map(str, loc))}: {first['msg']}",
-                         "see `envrun --help` for the config format") from None
+        raise UsageError(f"{path}:{pos.line}:{pos.column}: {'.'.join(map(str, loc))}: {first['msg']}", _FIX_FORMAT) from None
+
+
+_FIX_FORMAT = "see `envrun --help` for the config format"
+_FIX_PATH = "point ENVRUN_CONFIG at a YAML file, or unset it to use ~/.config/envbuild/envrun.yaml"

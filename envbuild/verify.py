@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild.errors import EnvbuildError
 from envbuild.layers import VENV_SEED as _VENV_SEED  # seeded by `python -m venv`; a lock never lists them
+
+if TYPE_CHECKING:
+    from envbuild.lockfile import Lock
 
 
 @dataclass(frozen=True)
@@ -134,8 +137,6 @@ def _add(result: Verification, area: str, lines: list[str], passed: str) -> None
 
 
 def _verify_against_spec(result: Verification, contents: _ImageContents, spec_path: Path, record: dict[str, Any]) -> None:
-    import hashlib
-
     from packaging.requirements import Requirement
 
     from envbuild.lockfile import lock_path_for, read_lock
@@ -171,12 +172,66 @@ def _verify_against_spec(result: Verification, contents: _ImageContents, spec_pa
     if lock_path.is_file():
         lock_text = lock_path.read_text(encoding="utf-8")
         lock = read_lock(lock_text, str(lock_path))
-        if contents.lock_text is not None and hashlib.sha256(lock_text.encode()).hexdigest() == \
-                hashlib.sha256(contents.lock_text.encode()).hexdigest():
-            result.passed.append(f"lock: {lock_path} is the lock the image was built with")
+        _compare_with_embedded_lock(result, contents, lock_path, lock_text, lock)
         locked = {p.name: p.version for p in lock.packages}
         _add(result, "lock", _compare(locked, contents.installed, lock_path.name, ignore=_VENV_SEED),
              f"lock: all {len(locked)} packages of {lock_path.name} installed at their versions")
+
+
+def _compare_with_embedded_lock(result: Verification, contents: _ImageContents, lock_path: Path, lock_text: str,
+                                lock: Lock) -> None:
+    """The lock next to the spec against the lock embedded in the image: a different lock is a difference,
+    listed as what differs (pins, hashes, target, inputs); a text differing only in comments is the same lock."""
+    from envbuild.lockfile import lock_sha256, read_lock
+
+    if contents.lock_text is None:
+        result.passed.append(f"lock: the image was built without a lock (not --locked); "
+                             f"its packages are compared with {lock_path.name} below")
+        return
+    if lock_text == contents.lock_text:
+        result.passed.append(f"lock: {lock_path} is the lock the image was built with")
+        return
+    built = read_lock(contents.lock_text, f"{result.image}:/.envbuild/spec.lock")
+    lines = lock_differences(built, lock, lock_path.name)
+    if not lines:
+        result.passed.append(f"lock: {lock_path} pins what the image's lock pins (only its comments differ)")
+        return
+    result.differences.append(Difference("lock", f"{lock_path} is not the lock the image was built with (sha256 "
+                                                 f"{lock_sha256(contents.lock_text)[:12]} -> {lock_sha256(lock_text)[:12]})"))
+    result.differences.extend(Difference("lock", line) for line in lines)
+
+
+def lock_differences(built: Lock, given: Lock, name: str) -> list[str]:
+    """What `given` (the file `name`) pins or records differently from `built` (the image's embedded lock),
+    one line per difference; empty when both pin the same packages, hashes, target and inputs."""
+    from envbuild.lockfile import stale_reasons
+
+    theirs = "the image's lock"
+    lines = []
+    old = {p.name: p for p in built.packages}
+    new = {p.name: p for p in given.packages}
+    for package in sorted(old.keys() | new.keys()):
+        was, now = old.get(package), new.get(package)
+        if was is not None and now is None:
+            lines.append(f"{package} {was.version}: in {theirs}, not in {name}")
+        elif was is None and now is not None:
+            lines.append(f"{package} {now.version}: in {name}, not in {theirs}")
+        elif was is None or now is None:
+            continue
+        elif was.version != now.version:
+            lines.append(f"{package}: {name} has {now.version}, {theirs} has {was.version}")
+        elif was.hashes != now.hashes:
+            lines.append(f"{package} {now.version}: {name} lists other file hashes than {theirs}")
+    if built.target != given.target:
+        lines.append(f"target: {name} is for Python {given.target.python} on {given.target.platform}, "
+                     f"{theirs} for Python {built.target.python} on {built.target.platform}")
+    lines += [f"{name} against {theirs}: {reason}" for reason in stale_reasons(built, given.inputs)]
+    for label, was_value, now_value in (("base digest", built.base_digest, given.base_digest),
+                                        ("recipe digest", built.recipe_digest, given.recipe_digest),
+                                        ("spec name", built.spec_name, given.spec_name)):
+        if was_value != now_value:
+            lines.append(f"{label}: {name} has {now_value}, {theirs} has {was_value}")
+    return lines
 
 
 def _compare_env(result: Verification, built_spec_text: str | None, env: dict[str, str]) -> None:

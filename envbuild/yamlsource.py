@@ -86,16 +86,11 @@ def parse_yaml_text(text: str, file: str) -> LocatedDocument:
         mark = exc.problem_mark or exc.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         problem = exc.problem or "invalid YAML"
+        hint = "check indentation and quoting near this line (values with ':' or '#' need quotes)"
         if exc.context and "first given" in exc.context:
             problem = f"{problem} ({exc.context})"
-        raise SpecError(
-            [
-                SpecProblem(
-                    file, line, column, "", f"YAML syntax: {problem}",
-                    "check indentation and quoting near this line (values with ':' or '#' need quotes)",
-                )
-            ]
-        ) from None
+            hint = "keep one of the two: the later one would silently replace the first"
+        raise SpecError([SpecProblem(file, line, column, "", f"YAML syntax: {problem}", hint)]) from None
     positions: dict[FieldPath, Position] = {}
     if node is not None:
         positions[()] = Position(node.start_mark.line + 1, node.start_mark.column + 1)

@@ -70,6 +70,34 @@ def reference_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path)
     return image
 
 
+@pytest.fixture(scope="session")
+def debootstrap_base(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> Path:
+    """The root filesystem of the debootstrap:bookworm base in the shared test store, made by envbuild's
+    own base steps when it is not there yet (the same entry the reference build uses; a complete one
+    is reused as is). Needs apptainer and debootstrap like any build: a missing tool fails the test."""
+    import io
+
+    from envbuild.buildexec import BuildExecutor
+    from envbuild.buildplan import plan_base
+    from envbuild.buildsession import BuildOptions, make_request
+    from envbuild.hostfacts import gather_host_facts
+    from envbuild.specload import load_spec
+
+    loaded = load_spec(REPO / "envs/local-cpu-pytorch.yaml")
+    facts = gather_host_facts(cache_dir=build_cache)
+    work = tmp_path_factory.mktemp("debootstrap-base")
+    base = plan_base(make_request(loaded, BuildOptions(output=work / "unused.sif"), facts, lock=None))
+    out = io.StringIO()
+    try:
+        BuildExecutor(work / "base.log", store_root=build_cache, out=out).execute_base(base)
+    except Exception as exc:
+        log = (work / "base.log").read_text(errors="replace")[-4000:] if (work / "base.log").exists() else ""
+        pytest.fail(f"could not make the debootstrap base in {build_cache}: {exc}\n{out.getvalue()}{log}", pytrace=False)
+    rootfs = Path(base.rootfs)
+    assert (Path(base.entry) / "complete").exists() and (rootfs / "usr/bin/python3").exists(), out.getvalue()
+    return rootfs
+
+
 def reports(output: str, tag: str = "DDP_REPORT") -> list[dict]:
     """The per-rank JSON reports an example printed, sorted by rank."""
     import json

@@ -1,7 +1,8 @@
 """The build plan is pure: fixed inputs give the same plan, compared with files in tests/golden/.
 
 Regenerate after an intended change with: ENVBUILD_UPDATE_GOLDEN=1 pytest tests/test_buildplan_golden.py
-and review the diff."""
+and review the diff. A golden file that no case here or in tests/test_launchplan.py produces fails
+tests/test_golden_files.py (delete it, or add its case)."""
 
 from __future__ import annotations
 
@@ -25,24 +26,43 @@ def render_both(spec_file: str, **overrides: object) -> str:
     return render_steps("base", base.steps) + "\n" + render_build_plan(fixed_plan(spec_file, **overrides))
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
+UPDATE_FLAG = "ENVBUILD_UPDATE_GOLDEN"
+
+# The golden files of this module, from the case tables the tests are parametrized with
+# (tests/test_golden_files.py checks that tests/golden/ holds exactly the files some test compares with).
+PLAN_SPECS = ("local-cpu-pytorch", "lumi-pytorch")
+PIP_PLAN_GOLDEN = "local-cpu-pytorch.pip.plan.txt"
+
+
+def plan_golden_name(spec: str) -> str:
+    return f"{spec}.plan.txt"
+
+
+def golden_names() -> set[str]:
+    return {*(plan_golden_name(spec) for spec in PLAN_SPECS), PIP_PLAN_GOLDEN}
 
 
 def check_golden(name: str, text: str) -> None:
+    """Compare `text` with tests/golden/NAME. After an intended change, rewrite the files with
+    ENVBUILD_UPDATE_GOLDEN=1 pytest tests/test_buildplan_golden.py tests/test_launchplan.py, review the diff,
+    and commit it; a name that no case table lists is reported as stale by tests/test_golden_files.py."""
     path = GOLDEN / name
-    if os.environ.get("ENVBUILD_UPDATE_GOLDEN") == "1":
+    if os.environ.get(UPDATE_FLAG) == "1":
         path.write_text(text)
-    assert path.exists(), f"missing golden file {path}; run with ENVBUILD_UPDATE_GOLDEN=1"
+    assert path.exists(), f"missing golden file {path}; run with {UPDATE_FLAG}=1"
     assert text == path.read_text()
 
 
-@pytest.mark.parametrize("spec", ["local-cpu-pytorch", "lumi-pytorch"])
+@pytest.mark.parametrize("spec", PLAN_SPECS)
 def test_plan_matches_golden(spec: str) -> None:
-    check_golden(f"{spec}.plan.txt", render_both(f"envs/{spec}.yaml"))
+    """tests/golden/SPEC.plan.txt; update after an intended change: ENVBUILD_UPDATE_GOLDEN=1 pytest THIS_FILE."""
+    check_golden(plan_golden_name(spec), render_both(f"envs/{spec}.yaml"))
 
 
 def test_plan_with_pip_installer_golden() -> None:
+    """tests/golden/local-cpu-pytorch.pip.plan.txt; update: ENVBUILD_UPDATE_GOLDEN=1 pytest THIS_FILE."""
     facts = replace(FIXED_FACTS, uv=None)
-    check_golden("local-cpu-pytorch.pip.plan.txt", render_both("envs/local-cpu-pytorch.yaml", facts=facts))
+    check_golden(PIP_PLAN_GOLDEN, render_both("envs/local-cpu-pytorch.yaml", facts=facts))
 
 
 def all_actions(plan):

@@ -3,6 +3,7 @@ job in it under the real local Slurm through envrun. Nothing is mocked."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -44,6 +45,13 @@ def test_srun_python_two_tasks(reference_image: Path) -> None:
 
 
 def test_crashing_rank_fails_promptly(reference_image: Path, tmp_path: Path) -> None:
+    """Rank 1 exits with an error while rank 0 waits in a 10-minute sleep. The job must fail within
+    the time bound *because of* that rank: its own error text is in the output, srun reports the task
+    that exited with code 1, and srun (--kill-on-bad-exit) terminates the step. With `srun python` the
+    surviving task is the one srun terminates; with `srun torchrun` torchrun stops the other rank and
+    names rank 1 as the root cause, then its task's exit ends the step.
+    (Slurm 22.05 prints e.g. "srun: error: vm: task 1: Exited with exit code 1" and
+    "srun: launch/slurm: _step_signal: Terminating StepId=65.0".)"""
     script = tmp_path / "crash.py"
     script.write_text(
         "import time, torch.distributed as dist\n"
@@ -51,12 +59,27 @@ def test_crashing_rank_fails_promptly(reference_image: Path, tmp_path: Path) -> 
         "if dist.get_rank() == 1: raise SystemExit('rank 1 fails on purpose')\n"
         "time.sleep(600)\n"
     )
-    for form in ("torchrun", "python"):
+    for form, failed_task in (("torchrun", 0), ("python", 1)):
         started = time.monotonic()
         result = run_cli([ENVRUN, "--image", str(reference_image), "--bind", str(tmp_path), "srun", form, str(script)],
                          timeout=300)
-        assert result.returncode != 0, form
-        assert time.monotonic() - started < 120, f"{form}: the surviving rank was not stopped promptly"
+        elapsed = time.monotonic() - started
+        output = result.stdout + result.stderr
+        assert result.returncode != 0, f"{form}: {output}"
+        assert elapsed < 120, f"{form}: the surviving rank was not stopped promptly ({elapsed:.0f} s)\n{output}"
+        assert "rank 1 fails on purpose" in result.stderr, f"{form}: not the planted failure:\n{output}"
+        assert re.search(rf"^srun: error: \S+: task {failed_task}: Exited with exit code 1$", result.stderr, re.M), \
+            f"{form}: srun did not report task {failed_task} exiting with code 1:\n{output}"
+        assert re.search(r"^srun: .*Terminating StepId=\d+\.\d+$", result.stderr, re.M), \
+            f"{form}: srun did not terminate the step (--kill-on-bad-exit):\n{output}"
+        if form == "python":
+            assert re.search(r"^srun: error: \S+: task 0: Terminated$", result.stderr, re.M), \
+                f"the waiting rank was not terminated by srun:\n{output}"
+        else:
+            assert result.returncode == 1, output
+            root_cause = result.stderr.split("Root Cause (first observed failure):", 1)[-1]
+            assert "rank      : 1 (local_rank: 1)" in root_cause and "exitcode  : 1 " in root_cause, \
+                f"torchrun did not name rank 1 as the root cause:\n{output}"
 
 
 SHOW_TASK = ("import json, os; print('TASK ' + json.dumps({'omp': os.environ.get('OMP_NUM_THREADS'), "

@@ -5,7 +5,6 @@ packages are checked against `pip list` and importlib.metadata run inside it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -141,13 +140,11 @@ def test_diff_between_built_images(synthetic, tmp_path: Path) -> None:
     assert "  ~ FOO bar -> baz" in result.stdout and "  ~ variant a -> b" in result.stdout
 
 
-REFERENCE = Path(os.environ.get("ENVBUILD_REFERENCE_IMAGE", str(REPO / "build" / "local-cpu-pytorch.sif")))
-
-
-@pytest.mark.skipif(not REFERENCE.is_file(), reason=f"no reference image at {REFERENCE} (examples/run_main.sh builds it)")
-def test_reference_image_matches_pip_list() -> None:
-    rows = as_set(read_inventory(str(REFERENCE)))
-    pip_list = exec_json(REFERENCE, "/opt/envbuild/venv/bin/python", "-m", "pip", "list", "--format", "json")
+@pytest.mark.slow
+def test_reference_image_matches_pip_list(reference_image: Path) -> None:
+    """The session's reference image (tests/conftest.py builds it, or finds it up to date in the store)."""
+    rows = as_set(read_inventory(str(reference_image)))
+    pip_list = exec_json(reference_image, "/opt/envbuild/venv/bin/python", "-m", "pip", "list", "--format", "json")
     assert {(d["name"].lower(), d["version"]) for d in pip_list} == {
         (name.lower(), version) for env, name, version, _ in rows if env == "/opt/envbuild/venv"}
     assert {"torch", "transformers", "lightning"} <= {name for _, name, _, _ in rows}

@@ -1,7 +1,8 @@
 """The launch plan: what envrun runs for each command form and system (pure; no Slurm needed).
 
 Golden scripts in tests/golden/launch-*.sh come from recorded SLURM_* environments of real jobs.
-Regenerate after an intended change with ENVBUILD_UPDATE_GOLDEN=1 and review the diff."""
+Regenerate after an intended change with ENVBUILD_UPDATE_GOLDEN=1 pytest tests/test_launchplan.py and review
+the diff. A golden file no case of GOLDEN_CASES produces fails tests/test_golden_files.py."""
 
 from __future__ import annotations
 
@@ -79,10 +80,19 @@ GOLDEN_CASES = {
 }
 
 
+def launch_golden_name(case: str) -> str:
+    return f"launch-{case}.sh"
+
+
+def golden_names() -> set[str]:
+    return {launch_golden_name(case) for case in GOLDEN_CASES}
+
+
 @pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
 def test_launch_script_matches_golden(case: str) -> None:
+    """tests/golden/launch-CASE.sh; update after an intended change: ENVBUILD_UPDATE_GOLDEN=1 pytest THIS_FILE."""
     system, environ, command = GOLDEN_CASES[case]
-    check_golden(f"launch-{case}.sh", plan(*command, system=system, environ=environ).script())
+    check_golden(launch_golden_name(case), plan(*command, system=system, environ=environ).script())
 
 
 def words_after(argv: tuple[str, ...], marker: str) -> tuple[str, ...]:

@@ -322,19 +322,12 @@ def test_definition_and_all_root(layout_tree, tmp_path: Path) -> None:
     assert " 0/0 " in listing, listing
 
 
-def debootstrap_rootfs() -> Path | None:
-    cache = Path(os.environ.get("ENVBUILD_TEST_CACHE", "/var/tmp/envbuild-test-cache")) / "bases"
-    found = sorted(p / "rootfs" for p in cache.glob("debootstrap-bookworm-*") if (p / "complete").exists())
-    return found[0] if found else None
-
-
 @pytest.mark.apptainer
-def test_debootstrap_rootfs_runs_and_is_reproducible(tmp_path: Path) -> None:
-    """A real Debian tree (the cached base of the build tests, only read): Python runs from the image,
-    and two squashes with the same epoch give the same bytes."""
-    rootfs = debootstrap_rootfs()
-    if rootfs is None:
-        pytest.skip("no cached debootstrap base yet (test_build_apptainer.py makes one)")
+def test_debootstrap_rootfs_runs_and_is_reproducible(tmp_path: Path, debootstrap_base: Path) -> None:
+    """A real Debian tree (the shared test store's debootstrap base, made by envbuild's base steps when
+    missing; only read here): Python runs from the image, and two squashes with the same epoch give the
+    same bytes."""
+    rootfs = debootstrap_base
     first = squash(rootfs, tmp_path / "a.sif", tmp_path / "wa", compression="zstd", source_date_epoch=EPOCH)
     assert apptainer("exec", str(first), "python3", "-c", "import sys; print(sys.version_info[0])").strip() == "3"
     second = squash(rootfs, tmp_path / "b.sif", tmp_path / "wb", compression="zstd", source_date_epoch=EPOCH,

@@ -134,7 +134,9 @@ def launch(args: Any) -> None:
     for bind in all_binds:
         source = bind.split(":", 1)[0]
         if not os.path.exists(source):
-            raise UsageError(f"bind source {source} does not exist", "check the path given to --bind (or in the envrun config)")
+            given = f"--bind {bind}" if bind in args.binds else f"binds in the envrun config {_config_file()}"
+            raise UsageError(f"bind source {source} does not exist ({given})",
+                             "create the directory, or fix the path given to --bind (or in the envrun config)")
     missing = tuple(b for b in (*recipe.binds, *recipe.multinode_binds) if not os.path.exists(b.split(":", 1)[0]))
     allocation = read_allocation(os.environ)
     if allocation is not None:
@@ -161,6 +163,12 @@ def launch(args: Any) -> None:
         os.execvpe(plan.argv[0], list(plan.argv), env)  # noqa: S606 - argv passed as words, deliberately no shell
     except FileNotFoundError:
         raise UsageError(f"{plan.argv[0]} is not on PATH", "load Slurm / apptainer or fix PATH") from None
+
+
+def _config_file() -> str:
+    from envbuild.envrunconfig import config_path
+
+    return config_path(os.environ)
 
 
 def _config_for(system: str) -> Any:

@@ -1,0 +1,35 @@
+"""tests/golden/ holds exactly the files the golden tests compare with: a file that no case table
+produces any more (a renamed or dropped case) is stale and fails here, listing it; a case whose file is
+missing fails too. The names come from the case tables the golden tests are parametrized with
+(tests/test_buildplan_golden.py, tests/test_launchplan.py).
+
+Golden files are rewritten with ENVBUILD_UPDATE_GOLDEN=1 pytest tests/test_buildplan_golden.py
+tests/test_launchplan.py (review the diff); that never deletes a stale file: git rm it."""
+
+from __future__ import annotations
+
+from tests import test_buildplan_golden, test_launchplan
+from tests.test_buildplan_golden import GOLDEN
+
+
+def expected_golden_files() -> set[str]:
+    return test_buildplan_golden.golden_names() | test_launchplan.golden_names()
+
+
+def test_no_stale_golden_files() -> None:
+    present = {path.name for path in GOLDEN.iterdir()}
+    stale = sorted(present - expected_golden_files())
+    assert not stale, (
+        f"{len(stale)} golden file(s) in {GOLDEN} that no golden test produces: {', '.join(stale)}\n"
+        f"  fix: git rm them, or add their case back to the case table")
+
+
+def test_every_golden_case_has_its_file() -> None:
+    missing = sorted(expected_golden_files() - {path.name for path in GOLDEN.iterdir()})
+    assert not missing, f"golden files missing: {', '.join(missing)}\n  fix: ENVBUILD_UPDATE_GOLDEN=1 pytest tests/ -k golden"
+
+
+def test_the_case_tables_are_not_empty() -> None:
+    """A guard for the guard: empty tables would make every file stale, never silently pass."""
+    assert len(test_buildplan_golden.golden_names()) == 3
+    assert len(test_launchplan.golden_names()) == len(test_launchplan.GOLDEN_CASES) >= 19
