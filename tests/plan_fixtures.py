@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envbuild.buildplan import BasePlan, BuildPlan, BuildRequest, plan_base, plan_build
-from envbuild.hostfacts import HostFacts, Runtime
-from envbuild.hostpip import PipSettings
-from envbuild.recipes import load_recipe
-from envbuild.specload import load_spec
+from envbuild.build.plan import BasePlan, BuildPlan, BuildRequest, plan_base, plan_build
+from envbuild.host.facts import HostFacts, Runtime
+from envbuild.host.pip import PipSettings
+from envbuild.recipes.load import load_recipe
+from envbuild.spec.load import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ from uv import find_uv_bin
 
 from envbuild import __version__
 from envbuild.errors import EnvbuildError
-from envbuild.lockfile import (
+from envbuild.lock.model import (
     Lock,
     LockedPackage,
     LockInputs,
@@ -31,7 +31,7 @@ from envbuild.lockfile import (
     uv_compile_argv,
     uv_python_platform,
 )
-from envbuild.spec import Spec
+from envbuild.spec.model import Spec
 
 FIXTURE = Path(__file__).parent / "fixtures" / "uv-compile-output.txt"
 TARGET = LockTarget(python="3.11.2", platform="x86_64-manylinux_2_36")

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envbuild import store
 from envbuild.cli.cache_cmds import cache_group
 from envbuild.errors import EnvbuildError, UsageError
-from envbuild.store import (
+from envbuild.store import layout as store
+from envbuild.store.layout import (
     StoreEntry,
     choose_prunable,
     entry_lock,
@@ -252,7 +252,7 @@ def test_remove_entry_rejects_an_entry_of_another_store(tmp_path: Path) -> None:
 HOLDER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from envbuild.store import entry_lock
+    from envbuild.store.layout import entry_lock
     with entry_lock(Path(sys.argv[1]), "env", "shared"):
         print("held", flush=True)
         sys.stdin.readline()

@@ -13,7 +13,7 @@ import click
 
 from envbuild.cli.common import reports_errors
 from envbuild.errors import EnvbuildError, UsageError
-from envbuild.store import (
+from envbuild.store.layout import (
     ENTRY_DIRS,
     KIND_ORDER,
     EntryBusyError,
@@ -39,7 +39,7 @@ def _cache_dir_option(func: F) -> F:
 
 
 def _store_root(cache_dir: Path | None) -> Path:
-    from envbuild.runtime import default_cache_dir
+    from envbuild.host.runtime import default_cache_dir
 
     return (cache_dir or default_cache_dir()).expanduser().absolute()
 

@@ -18,10 +18,10 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from envbuild.spec import VENV_PREFIX
+from envbuild.spec.model import VENV_PREFIX
 
 if TYPE_CHECKING:
-    from envbuild.buildplan import BuildRequest
+    from envbuild.build.plan import BuildRequest
 
 # Bump when what a layer contains changes for the same inputs, so older store entries are not reused.
 ENV_LAYOUT_VERSION = 1
@@ -38,7 +38,7 @@ def entry_name(readable: str, key: str) -> str:
 
 @dataclass(frozen=True)
 class StorePaths:
-    """The store's directory layout (see envbuild.store)."""
+    """The store's directory layout (see envbuild.store.layout)."""
 
     root: str
 

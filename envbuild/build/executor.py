@@ -14,7 +14,7 @@ from collections import deque
 from pathlib import Path
 from typing import TextIO
 
-from envbuild.actions import (
+from envbuild.build.actions import (
     Action,
     ClampTimes,
     CopyFile,
@@ -32,9 +32,9 @@ from envbuild.actions import (
     WriteFile,
     WriteRunWrappers,
 )
-from envbuild.buildplan import BasePlan, BuildPlan
+from envbuild.build.plan import BasePlan, BuildPlan
+from envbuild.build.render import redact
 from envbuild.errors import EnvbuildError, ToolError
-from envbuild.render import redact
 
 _TAIL_LINES = 25
 
@@ -84,7 +84,7 @@ class BuildExecutor:
         if step.lock is None:
             self._run_unlocked(step, label)
             return
-        from envbuild.store import entry_lock
+        from envbuild.store.layout import entry_lock
 
         kind, name = step.lock
         with entry_lock(self.store_root, kind, name, on_wait=lambda message: self._say(f"{label}: {message}")):
@@ -193,8 +193,8 @@ class BuildExecutor:
             raise TypeError(f"unknown action {action!r}")
 
     def _write_wrappers(self, action: WriteRunWrappers) -> None:
-        from envbuild.recipes import load_recipe
-        from envbuild.wrappers import render_wrapper, wrapped_commands
+        from envbuild.launch.wrappers import render_wrapper, wrapped_commands
+        from envbuild.recipes.load import load_recipe
 
         entries = _venv_commands(action.venv_bin)
         recipe = load_recipe(action.system)
@@ -290,7 +290,7 @@ def _venv_commands(venv_bin: str) -> list[str]:
     if os.path.isdir(venv_bin):
         return [e.name for e in os.scandir(venv_bin) if os.access(e.path, os.X_OK) and not e.is_dir()]
     from envbuild.inventory.image import open_image
-    from envbuild.spec import VENV_PREFIX
+    from envbuild.spec.model import VENV_PREFIX
 
     with open_image(venv_bin) as image:
         children = image.tree.children(f"{VENV_PREFIX}/bin") or {}
@@ -299,7 +299,7 @@ def _venv_commands(venv_bin: str) -> list[str]:
 
 def is_replaceable_wrapper(path: Path) -> bool:
     """A wrapper may replace `path` only when nothing is there or envbuild wrote it."""
-    from envbuild.wrappers import GENERATED_MARK
+    from envbuild.launch.wrappers import GENERATED_MARK
 
     if not path.exists() and not path.is_symlink():
         return True

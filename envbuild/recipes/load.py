@@ -1,7 +1,7 @@
 """System recipes: per-site knowledge (GPUs, cores, binds, env, wheel indexes, launch rules) kept as
 data in recipes/*.yaml, each fact citing its public source in a comment there.
 
-Loading validates a recipe once (pydantic, envbuild.recipeschema) and caches the result keyed by the
+Loading validates a recipe once (pydantic, envbuild.recipes.schema) and caches the result keyed by the
 file's content; later loads read the cache into a light view, so envrun starts without pydantic/YAML.
 The cache is envbuild's private file in `marshal` form: unlike json (whose decoder imports re) it costs
 no import, and the key includes the Python version, the only one whose marshal format it must read.
@@ -16,14 +16,14 @@ import zlib
 
 from envbuild import __version__
 from envbuild.errors import UsageError
-from envbuild.recipeops import SOURCE_KEY, RecipeView, from_cached
+from envbuild.recipes.ops import SOURCE_KEY, RecipeView, from_cached
 
 TYPE_CHECKING = False  # pathlib, typing and hashlib stay out of envrun's start-up
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from envbuild.recipeschema import Recipe
+    from envbuild.recipes.schema import Recipe
 
 # Bump when the cached JSON's layout changes, so older cache files are not read.
 CACHE_FORMAT = 4
@@ -40,11 +40,12 @@ def _recipes_dir_path() -> str:
     override = os.environ.get("ENVBUILD_RECIPES")
     if override:
         return override
-    here = os.path.dirname(os.path.abspath(__file__))
-    packaged = os.path.join(here, "_recipes")
+    # This module lives in envbuild/recipes/; the wheel ships the recipes as envbuild/_recipes.
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    packaged = os.path.join(package, "_recipes")
     if os.path.isdir(packaged):
         return packaged
-    return os.path.join(os.path.dirname(os.path.realpath(here)), "recipes")
+    return os.path.join(os.path.dirname(os.path.realpath(package)), "recipes")
 
 
 def available_recipes(directory: Path | str | None = None) -> list[str]:
@@ -56,7 +57,7 @@ def available_recipes(directory: Path | str | None = None) -> list[str]:
 
 
 def _cache_file(name: str, content: bytes) -> str:
-    from envbuild.runtime import cache_dir_path
+    from envbuild.host.runtime import cache_dir_path
 
     # crc32 rather than sha256: the key only has to notice an edited file, and hashlib's import costs
     # envrun 5 ms. The size and the version make accidental reuse of a stale entry practically impossible.
@@ -93,7 +94,7 @@ def load_recipe(name: str, directory: Path | str | None = None) -> RecipeView:
 
 def _cacheable(path: Path, name: str) -> dict[str, Any]:
     """The validated recipe as JSON data, with the line of every field for `envrun --explain`."""
-    from envbuild.recipeschema import dump_for_cache
+    from envbuild.recipes.schema import dump_for_cache
     from envbuild.yamlsource import load_yaml_file
 
     document = load_yaml_file(path)
@@ -108,7 +109,7 @@ def _cacheable(path: Path, name: str) -> dict[str, Any]:
 def validate_recipe_file(path: Path, name: str, document: Any = None) -> Recipe:
     from pydantic import ValidationError
 
-    from envbuild.recipeschema import Recipe
+    from envbuild.recipes.schema import Recipe
     from envbuild.yamlsource import load_yaml_file
 
     document = document or load_yaml_file(path)

@@ -14,16 +14,16 @@ are never joined into a string that a shell parses again. Values that only exist
 from __future__ import annotations
 
 from envbuild.errors import UsageError
-from envbuild.launchargs import has_option, option_value, split_srun, torchrun_has, torchrun_own_options
-from envbuild.launchsize import LaunchSize, size_launch
+from envbuild.launch.args import has_option, option_value, split_srun, torchrun_has, torchrun_own_options
+from envbuild.launch.sizing import LaunchSize, size_launch
 
 TYPE_CHECKING = False  # typing, dataclasses and shlex stay off envrun's start-up path (measured: ~30 ms)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from envbuild.allocation import Allocation, HostNode
-    from envbuild.recipeschema import Recipe
-    from envbuild.runtime import Runtime
+    from envbuild.host.runtime import Runtime
+    from envbuild.launch.allocation import Allocation, HostNode
+    from envbuild.recipes.schema import Recipe
 
 TASK_SHIM_NAME = "envrun-task"  # $0 of the shims, shown by ps
 

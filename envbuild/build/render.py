@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from envbuild.actions import Step
-from envbuild.buildplan import BuildPlan
+from envbuild.build.actions import Step
+from envbuild.build.plan import BuildPlan
 
 _USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.I)
 

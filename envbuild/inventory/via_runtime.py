@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import subprocess
 
+from envbuild.host.runtime import require_runtime
 from envbuild.inventory.errors import ImageFormatError
 from envbuild.inventory.pyenvs import Inventory, take_inventory
 from envbuild.inventory.trees import ListedTree
-from envbuild.runtime import require_runtime
 
 _NO_FIND = 97
 

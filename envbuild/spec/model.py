@@ -1,7 +1,7 @@
 """The environment spec (format version 1): what a user writes in envs/*.yaml, as a validated model.
 
 The model only checks what can be checked from the text itself. Checks that need the outside world
-(does `files[].src` exist, is `system` a known recipe) live in `envbuild.specload`.
+(does `files[].src` exist, is `system` a known recipe) live in `envbuild.spec.load`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The content-addressed build store: what is in it, who is using it, and what may go.
 
-Layout under the store root (`envbuild.runtime.default_cache_dir()`; the build code relies on it):
+Layout under the store root (`envbuild.host.runtime.default_cache_dir()`; the build code relies on it):
 
     bases/<name>/   rootfs/, complete, [digest], [meta.json], [last-used]
     envs/<name>/    rootfs/, complete, meta.json, [last-used]

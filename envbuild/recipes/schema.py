@@ -1,5 +1,5 @@
 """Recipe file schema (pydantic): validates recipes/*.yaml. Loading, with its JSON cache, is in
-envbuild.recipes; what a recipe computes is in envbuild.recipeops (shared with the cached view)."""
+envbuild.recipes.load; what a recipe computes is in envbuild.recipes.ops (shared with the cached view)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from envbuild.recipeops import MODEL_KEY, NodeMethods, RecipeMethods, parse_core_list
+from envbuild.recipes.ops import MODEL_KEY, NodeMethods, RecipeMethods, parse_core_list
 
 
 class _Strict(BaseModel):

@@ -9,8 +9,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from envbuild.hostpip import PipSettings, read_host_pip_settings
-from envbuild.runtime import Runtime, default_cache_dir, find_runtime, require_runtime
+from envbuild.host.pip import PipSettings, read_host_pip_settings
+from envbuild.host.runtime import Runtime, default_cache_dir, find_runtime, require_runtime
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Schema of envrun's config file (see envbuild.envrunconfig)."""
+"""Schema of envrun's config file (see envbuild.launch.config)."""
 
 from __future__ import annotations
 

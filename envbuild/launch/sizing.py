@@ -2,7 +2,7 @@
 the reason it was chosen. Pure.
 
 Every number comes from, in order: the user's own srun/torchrun options; the allocation the job holds
-(envbuild.allocation); the node facts — the recipe's for a site, the host's for `node: host` — only
+(envbuild.launch.allocation); the node facts — the recipe's for a site, the host's for `node: host` — only
 when there is no allocation to read (a login node, a workstation, a dry run with --system). Threads,
 CPU masks and GPU visibility follow the same numbers: a full-node CPU mask only when the job really
 holds the node, and a task that owns several GPUs gets all of their cores.
@@ -11,13 +11,13 @@ holds the node, and a task that owns several GPUs gets all of their cores.
 from __future__ import annotations
 
 from envbuild.errors import UsageError
-from envbuild.launchargs import has_option, option_value, torchrun_own_options, torchrun_value
-from envbuild.recipeops import cores_to_mask
+from envbuild.launch.args import has_option, option_value, torchrun_own_options, torchrun_value
+from envbuild.recipes.ops import cores_to_mask
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from envbuild.allocation import Allocation, HostNode
-    from envbuild.recipeschema import Recipe
+    from envbuild.launch.allocation import Allocation, HostNode
+    from envbuild.recipes.schema import Recipe
 
 
 class NodeFacts:
@@ -44,7 +44,7 @@ def node_facts(recipe: Recipe, host: HostNode | None) -> NodeFacts:
     node = recipe.node
     if node is None:
         if host is None:  # planning for another machine (wrappers): nothing is known until run time
-            from envbuild.allocation import HostNode
+            from envbuild.launch.allocation import HostNode
 
             host = HostNode(cpus=1, why={"cpus": "unknown host"})
         return NodeFacts(
@@ -397,7 +397,7 @@ class _Sizer:
 
 def _srun_gpus(opts: tuple[str, ...]) -> tuple[int, str] | None:
     """GPUs per node the user's srun options ask for: --gpus-per-node=N, --gres=gpu[:type]:N."""
-    from envbuild.allocation import count_gpus
+    from envbuild.launch.allocation import count_gpus
 
     per_node = option_value(opts, "--gpus-per-node")
     if per_node is not None:

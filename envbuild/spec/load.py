@@ -11,8 +11,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from envbuild.errors import SpecError, SpecProblem
-from envbuild.recipes import available_recipes, recipes_dir
-from envbuild.spec import Spec
+from envbuild.recipes.load import available_recipes, recipes_dir
+from envbuild.spec.model import Spec
 from envbuild.yamlsource import FieldPath, LocatedDocument, load_yaml_file, parse_yaml_text
 
 

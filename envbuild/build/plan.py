@@ -3,7 +3,7 @@
 The method is cotainr's, which needs neither fakeroot nor definition-file %post (neither works on
 LUMI or on kernels without CAP_SYS_RESOURCE): base root filesystem -> writable sandbox directory ->
 `apptainer exec --writable` to install -> `apptainer build image.sif sandbox/`.
-Nothing here touches the filesystem or runs a program; `envbuild.buildexec` does that.
+Nothing here touches the filesystem or runs a program; `envbuild.build.executor` does that.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from envbuild.actions import (
+from envbuild.build.actions import (
     Action,
     ClampTimes,
     CopyFile,
@@ -33,13 +33,13 @@ from envbuild.actions import (
     WriteFile,
     WriteRunWrappers,
 )
-from envbuild.hostfacts import HostFacts
-from envbuild.hostpip import local_path_of
-from envbuild.layers import StorePaths, entry_name, env_compat_key, env_key, env_readable, image_key, installer_identity
-from envbuild.spec import VENV_PREFIX, BaseImage, Spec
+from envbuild.build.layers import StorePaths, entry_name, env_compat_key, env_key, env_readable, image_key, installer_identity
+from envbuild.host.facts import HostFacts
+from envbuild.host.pip import local_path_of
+from envbuild.spec.model import VENV_PREFIX, BaseImage, Spec
 
 if TYPE_CHECKING:
-    from envbuild.recipeschema import Recipe
+    from envbuild.recipes.schema import Recipe
 
 # Build-time mount points inside the sandbox (host pip sources, caches, tools); removed before squashing.
 HOST_MOUNT = "/.envbuild-host"
@@ -173,7 +173,7 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     entry = store.image(layers.image_entry)
     store_image = f"{entry}/image.sif"
     partial = f"{store_image}.partial-{request.build_id}"
-    from envbuild.squash import squash_actions
+    from envbuild.build.squash import squash_actions
 
     squash = squash_actions(sandbox, partial, compression=request.compression, source_date_epoch=request.source_date_epoch,
                             runtime_path=facts.runtime.path, work_dir=work, all_root=not request.as_root,

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, TextIO
 from envbuild.errors import EnvbuildError, ToolError
 
 if TYPE_CHECKING:
-    from envbuild.buildplan import BuildRequest
-    from envbuild.lockfile import Lock, LockedPackage, LockTarget
-    from envbuild.specload import LoadedSpec
+    from envbuild.build.plan import BuildRequest
+    from envbuild.lock.model import Lock, LockedPackage, LockTarget
+    from envbuild.spec.load import LoadedSpec
 
 # Printed by the base image's Python: version, machine, C library (glibc version or "" elsewhere).
 _PROBE = ("import os, platform; lib = os.confstr('CS_GNU_LIBC_VERSION') or ''; "
@@ -24,8 +24,8 @@ _PROBE = ("import os, platform; lib = os.confstr('CS_GNU_LIBC_VERSION') or ''; "
 
 def probe_target(request: BuildRequest, rootfs: str) -> LockTarget:
     """The Python the build will install into: the venv's of an envbuild base, else the spec's interpreter."""
-    from envbuild.lockfile import LockTarget, uv_python_platform
-    from envbuild.spec import VENV_PREFIX
+    from envbuild.lock.model import LockTarget, uv_python_platform
+    from envbuild.spec.model import VENV_PREFIX
 
     python = f"{VENV_PREFIX}/bin/python" if os.path.exists(f"{rootfs}{VENV_PREFIX}/bin/python") else request.spec.python.interpreter
     runtime = request.facts.runtime
@@ -46,12 +46,12 @@ def probe_target(request: BuildRequest, rootfs: str) -> LockTarget:
 
 def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None,
              verbose: bool, out: TextIO) -> Path:
-    from envbuild.buildexec import BuildExecutor
-    from envbuild.buildplan import plan_base
-    from envbuild.buildsession import BuildOptions, make_request, read_digest, torch_index_for
-    from envbuild.hostfacts import gather_host_facts
-    from envbuild.lockfile import Lock, lock_inputs, lock_path_for, read_lock, render_lock
-    from envbuild.store import touch_used
+    from envbuild.app.buildsession import BuildOptions, make_request, read_digest, torch_index_for
+    from envbuild.build.executor import BuildExecutor
+    from envbuild.build.plan import plan_base
+    from envbuild.host.facts import gather_host_facts
+    from envbuild.lock.model import Lock, lock_inputs, lock_path_for, read_lock, render_lock
+    from envbuild.store.layout import touch_used
 
     spec = loaded.spec
     facts = gather_host_facts(cache_dir=cache_dir)
@@ -96,8 +96,8 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
 
 def _resolve(request: BuildRequest, target: LockTarget, previous: Lock | None, *, upgrade: bool,
              upgrade_packages: tuple[str, ...]) -> tuple[LockedPackage, ...]:
-    from envbuild.buildplan import host_index_args
-    from envbuild.lockfile import parse_uv_requirements, requirements_with_hashes, uv_compile_argv
+    from envbuild.build.plan import host_index_args
+    from envbuild.lock.model import parse_uv_requirements, requirements_with_hashes, uv_compile_argv
 
     facts = request.facts
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:

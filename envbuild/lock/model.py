@@ -25,10 +25,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from envbuild import __version__
 from envbuild.errors import EnvbuildError
-from envbuild.spec import NAME_PATTERN
+from envbuild.spec.model import NAME_PATTERN
 
 if TYPE_CHECKING:
-    from envbuild.spec import Spec
+    from envbuild.spec.model import Spec
 
 LOCK_FORMAT_VERSION = 1
 LOCK_SUFFIX = ".lock"
@@ -217,7 +217,7 @@ def _parse_pin(line_number: int, line: str) -> LockedPackage:
                             "install local projects with post: commands, or build a wheel and put it in a find-links directory")
     if tokens[0].startswith("-"):
         raise EnvbuildError(f"{where}: unexpected option {tokens[0]}; a lock holds pinned packages only",
-                            "call uv with the arguments of envbuild.lockfile.uv_compile_argv")
+                            "call uv with the arguments of envbuild.lock.model.uv_compile_argv")
     first_option = next((i for i, token in enumerate(tokens) if token.startswith("--")), len(tokens))
     requirement_text = " ".join(tokens[:first_option])
     hashes = _hash_options(where, tokens[first_option:])
@@ -232,14 +232,14 @@ def _parse_pin(line_number: int, line: str) -> LockedPackage:
     if requirement.marker is not None or requirement.extras:
         raise EnvbuildError(f"{where}: {name} carries extras or environment markers ({requirement_text}); "
                             "a lock for one target pins plain name==version",
-                            "call uv with the arguments of envbuild.lockfile.uv_compile_argv (no --universal, --no-strip-*)")
+                            "call uv with the arguments of envbuild.lock.model.uv_compile_argv (no --universal, --no-strip-*)")
     specifiers = list(requirement.specifier)
     if len(specifiers) != 1 or specifiers[0].operator != "==" or "*" in specifiers[0].version:
         raise EnvbuildError(f"{where}: {name} is not pinned to one version ({requirement_text}); expected {name}==VERSION")
     version = specifiers[0].version
     if not hashes:
         raise EnvbuildError(f"{where}: {name}=={version} has no hash; a lock needs the hash of every file it may install",
-                            "call uv with --generate-hashes (envbuild.lockfile.uv_compile_argv does)")
+                            "call uv with --generate-hashes (envbuild.lock.model.uv_compile_argv does)")
     return LockedPackage(name, version, tuple(hashes))
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 
-from envbuild.recipes import available_recipes, load_recipe
+from envbuild.recipes.load import available_recipes, load_recipe
 
 TYPE_CHECKING = False  # typing itself is not imported: envrun's start-up
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from envbuild.recipeschema import Recipe
+    from envbuild.recipes.schema import Recipe
 
 DEFAULT_SYSTEM = "local"
 

@@ -1,6 +1,6 @@
 """One `envbuild build` or `envbuild lock`: gathers what the pure planners need from this machine and the
 store (host facts, file and base digests, the lock, a parent env layer), holds the store locks, and
-hands the plans to the executor. Nothing here decides what a build does; envbuild.buildplan does."""
+hands the plans to the executor. Nothing here decides what a build does; envbuild.build.plan does."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, TextIO
 from envbuild.errors import EnvbuildError, UsageError
 
 if TYPE_CHECKING:
-    from envbuild.buildexec import BuildExecutor
-    from envbuild.buildplan import BasePlan, BuildPlan, BuildRequest, Layers
-    from envbuild.hostfacts import HostFacts
-    from envbuild.lockfile import Lock
-    from envbuild.specload import LoadedSpec
+    from envbuild.build.executor import BuildExecutor
+    from envbuild.build.plan import BasePlan, BuildPlan, BuildRequest, Layers
+    from envbuild.host.facts import HostFacts
+    from envbuild.lock.model import Lock
+    from envbuild.spec.load import LoadedSpec
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class BuildOptions:
 
 
 def torch_index_for(loaded: LoadedSpec) -> str | None:
-    from envbuild.recipes import load_recipe
+    from envbuild.recipes.load import load_recipe
 
     pytorch = loaded.spec.python.pytorch
     if pytorch is None:
@@ -45,7 +45,7 @@ def torch_index_for(loaded: LoadedSpec) -> str | None:
 
 def load_fresh_lock(loaded: LoadedSpec) -> tuple[Lock, str, Path]:
     """The lock next to the spec, checked to still describe the spec; a clear error otherwise."""
-    from envbuild.lockfile import lock_inputs, lock_path_for, read_lock, stale_reasons
+    from envbuild.lock.model import lock_inputs, lock_path_for, read_lock, stale_reasons
 
     path = lock_path_for(loaded.path)
     if not path.is_file():
@@ -87,7 +87,7 @@ def _file_digests(loaded: LoadedSpec) -> tuple[tuple[str, str], ...]:
 
 
 def _recipe_digest(system: str) -> str:
-    from envbuild.recipes import recipes_dir
+    from envbuild.recipes.load import recipes_dir
     from envbuild.treedigest import file_digest
 
     path = recipes_dir() / f"{system}.yaml"
@@ -96,9 +96,9 @@ def _recipe_digest(system: str) -> str:
 
 def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *, lock: tuple[Lock, str, Path] | None
                  ) -> BuildRequest:
-    from envbuild.buildplan import BuildRequest
-    from envbuild.lockfile import lock_sha256, requirements_with_hashes
-    from envbuild.recipes import load_recipe
+    from envbuild.build.plan import BuildRequest
+    from envbuild.lock.model import lock_sha256, requirements_with_hashes
+    from envbuild.recipes.load import load_recipe
 
     spec = loaded.spec
     base_path, fingerprint = _base_identity(loaded)
@@ -131,7 +131,7 @@ def image_key_of(path: Path) -> str | None:
     if not path.is_file():
         return None
     try:
-        from envbuild.buildplan import RECORD_DIR
+        from envbuild.build.plan import RECORD_DIR
         from envbuild.inventory.image import open_image
 
         with open_image(str(path)) as image:
@@ -152,9 +152,9 @@ class BuildSession:
         print(text, file=self.out, flush=True)
 
     def dry_run(self) -> str:
-        from envbuild.buildplan import plan_base, plan_build
-        from envbuild.hostfacts import gather_host_facts
-        from envbuild.render import render_build_plan, render_steps
+        from envbuild.build.plan import plan_base, plan_build
+        from envbuild.build.render import render_build_plan, render_steps
+        from envbuild.host.facts import gather_host_facts
 
         facts = gather_host_facts(need_runtime=False, cache_dir=self.options.cache_dir)
         lock = load_fresh_lock(self.loaded) if self.options.locked else None
@@ -164,10 +164,10 @@ class BuildSession:
         return render_steps("base", base.steps) + "\n" + render_build_plan(plan_build(request))
 
     def build(self) -> Path:
-        from envbuild.buildexec import BuildExecutor, ensure_can_write
-        from envbuild.buildplan import plan_base, plan_layers
-        from envbuild.hostfacts import gather_host_facts
-        from envbuild.store import entry_lock, touch_used
+        from envbuild.build.executor import BuildExecutor, ensure_can_write
+        from envbuild.build.plan import plan_base, plan_layers
+        from envbuild.host.facts import gather_host_facts
+        from envbuild.store.layout import entry_lock, touch_used
 
         started = time.monotonic()
         output = self.options.output
@@ -217,7 +217,7 @@ class BuildSession:
         return output
 
     def _plan(self, request: BuildRequest, layers: Layers) -> BuildPlan:
-        from envbuild.buildplan import plan_build
+        from envbuild.build.plan import plan_build
 
         store_root = Path(request.facts.cache_dir)
         if not os.path.exists(f"{store_root}/envs/{layers.env_entry}/complete"):
@@ -228,8 +228,8 @@ class BuildSession:
         return plan_build(request)
 
     def _reuse_stored_image(self, executor: BuildExecutor, request: BuildRequest, plan: BuildPlan, started: float) -> None:
-        from envbuild.actions import CopyFile, Remove, Rename, Step
-        from envbuild.buildplan import wrappers_step
+        from envbuild.build.actions import CopyFile, Remove, Rename, Step
+        from envbuild.build.plan import wrappers_step
 
         partial = f"{plan.output}.partial-{request.build_id}"
         copy = Step("output", f"copy the stored image {plan.layers.image_entry} to {plan.output}",
@@ -242,14 +242,14 @@ class BuildSession:
                   f"({time.monotonic() - started:.2f} s)")
 
     def _note_compression(self) -> None:
-        from envbuild.squash import compression_note
+        from envbuild.build.squash import compression_note
 
         note = compression_note(self.options.compression)
         if note:
             self._say(f"note: --compression {self.options.compression}: {note}")
 
     def _note_unused_lock(self) -> None:
-        from envbuild.lockfile import lock_path_for
+        from envbuild.lock.model import lock_path_for
 
         path = lock_path_for(self.loaded.path)
         if path.is_file():
@@ -259,7 +259,7 @@ class BuildSession:
 def find_env_parent(store_root: Path, layers: Layers, request: BuildRequest) -> str | None:
     """A complete env layer to install the difference on top of: same base, installer and sources,
     and every package it has is wanted by the new build (so nothing needs removing)."""
-    from envbuild.layers import choose_env_parent
+    from envbuild.build.layers import choose_env_parent
 
     candidates = []
     envs = store_root / "envs"

@@ -7,11 +7,11 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from envbuild.launchplan import TASK_SHIM_NAME, LaunchRequest, plan_launch
-from envbuild.runtime import Runtime
+from envbuild.host.runtime import Runtime
+from envbuild.launch.plan import TASK_SHIM_NAME, LaunchRequest, plan_launch
 
 if TYPE_CHECKING:
-    from envbuild.recipeschema import Recipe
+    from envbuild.recipes.schema import Recipe
 
 # Always wrapped when present in the image's venv; every other console script there is wrapped too.
 ALWAYS = ("python", "python3", "pip", "torchrun", "accelerate")

@@ -18,7 +18,7 @@ TYPE_CHECKING = False  # pathlib and typing stay off envrun's start-up path
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from envbuild.envrunconfigschema import EnvrunConfig
+    from envbuild.launch.configschema import EnvrunConfig
 
 # What an absent config means; a plain object so that envrun needs no pydantic for it.
 EMPTY = SimpleNamespace(binds=(), env={})
@@ -36,7 +36,7 @@ def load_envrun_config(environ: Mapping[str, str] | None = None) -> EnvrunConfig
 
     from pydantic import ValidationError
 
-    from envbuild.envrunconfigschema import EnvrunConfig
+    from envbuild.launch.configschema import EnvrunConfig
     from envbuild.yamlsource import load_yaml_file
 
     environ = os.environ if environ is None else environ

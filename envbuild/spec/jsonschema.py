@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envbuild.spec import Spec
+from envbuild.spec.model import Spec
 
 _BASE_STRING_PATTERN = r"^(debootstrap:[a-z][a-z0-9-]*|docker://.+|oras://.+|localimage:.+|/.+|\.{1,2}/.+|.+\.sif)$"
 

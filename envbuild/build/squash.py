@@ -3,7 +3,7 @@
 `apptainer build out.sif sandbox/` first copies the whole sandbox into a temporary directory (its
 build stage), runs mksquashfs on the copy into a temporary file, and then copies that file into
 the new SIF. Here mksquashfs reads the sandbox itself and writes the root file system straight into
-the output file at PARTITION_OFFSET; a small helper (`python -m envbuild.squash`) then fills the
+the output file at PARTITION_OFFSET; a small helper (`python -m envbuild.build.squash`) then fills the
 bytes before it with the SIF header and descriptor table and appends the two small metadata
 objects. The 0.4-1.5 GB of the tree are read once and written once.
 
@@ -41,7 +41,7 @@ import uuid
 from pathlib import Path
 from typing import BinaryIO
 
-from envbuild.actions import Action, MakeDirs, Remove, Run, WriteFile
+from envbuild.build.actions import Action, MakeDirs, Remove, Run, WriteFile
 from envbuild.errors import UsageError
 
 # Compressions mksquashfs can write and container runtimes can read, with the mksquashfs options
@@ -169,7 +169,7 @@ def squash_actions(sandbox: str, output_partial: str, *, compression: str = "gzi
     check_compression(compression)
     if source_date_epoch is not None:
         _epoch(source_date_epoch)
-    helper = (python or sys.executable, "-m", "envbuild.squash")
+    helper = (python or sys.executable, "-m", "envbuild.build.squash")
     objects = f"{work_dir}/{OBJECTS_DIR}"
     actions: list[Action] = []
     if definition is not None:
@@ -337,7 +337,7 @@ def assemble(path: str, *, deffile: bytes, metadata: bytes, arch: str, offset: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envbuild.squash", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m envbuild.build.squash", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     meta = commands.add_parser("metadata", help="write the definition, inspect metadata and arch of a sandbox to a directory")
     meta.add_argument("--runtime", required=True, help="apptainer or singularity")

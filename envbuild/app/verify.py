@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envbuild.build.layers import VENV_SEED as _VENV_SEED  # seeded by `python -m venv`; a lock never lists them
 from envbuild.errors import EnvbuildError
-from envbuild.layers import VENV_SEED as _VENV_SEED  # seeded by `python -m venv`; a lock never lists them
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,10 @@ def _canonical(name: str) -> str:
 
 
 def _read_image(path: Path) -> _ImageContents:
-    from envbuild.buildplan import RECORD_DIR
+    from envbuild.build.plan import RECORD_DIR
     from envbuild.inventory.image import guarded, open_image
     from envbuild.inventory.pyenvs import take_inventory
-    from envbuild.spec import VENV_PREFIX
+    from envbuild.spec.model import VENV_PREFIX
 
     if not path.exists():
         raise EnvbuildError(f"{path}: no such image", "give the path of a .sif file (or a sandbox directory)")
@@ -99,7 +99,7 @@ def _compare(expected: dict[str, str], actual: dict[str, str], what: str, *, ign
 
 
 def verify_image(image: Path, spec_path: Path | None = None) -> Verification:
-    from envbuild.spec import VENV_PREFIX
+    from envbuild.spec.model import VENV_PREFIX
 
     contents = _read_image(image)
     result = Verification(image=str(image), spec=str(spec_path) if spec_path else None)
@@ -114,7 +114,7 @@ def verify_image(image: Path, spec_path: Path | None = None) -> Verification:
 
     image_lock = None
     if contents.lock_text is not None:
-        from envbuild.lockfile import read_lock
+        from envbuild.lock.model import read_lock
 
         image_lock = read_lock(contents.lock_text, f"{image}:/.envbuild/spec.lock")
         locked = {p.name: p.version for p in image_lock.packages}
@@ -138,8 +138,8 @@ def _verify_against_spec(result: Verification, contents: _ImageContents, spec_pa
 
     from packaging.requirements import Requirement
 
-    from envbuild.lockfile import lock_path_for, read_lock
-    from envbuild.specload import load_spec
+    from envbuild.lock.model import lock_path_for, read_lock
+    from envbuild.spec.load import load_spec
 
     loaded = load_spec(spec_path, check_host=False)
     spec = loaded.spec
@@ -183,7 +183,7 @@ def _compare_env(result: Verification, built_spec_text: str | None, env: dict[st
     if built_spec_text is None:
         return
     from envbuild.errors import SpecError
-    from envbuild.specload import load_spec_text
+    from envbuild.spec.load import load_spec_text
 
     try:
         built = load_spec_text(built_spec_text, "embedded spec").spec
