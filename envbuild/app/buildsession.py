@@ -16,7 +16,7 @@ from envbuild.errors import EnvbuildError, UsageError
 
 if TYPE_CHECKING:
     from envbuild.build.executor import BuildExecutor
-    from envbuild.build.plan import BasePlan, BuildPlan, BuildRequest, Layers
+    from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
     from envbuild.host.facts import HostFacts
     from envbuild.lock.model import Lock
     from envbuild.spec.load import LoadedSpec
@@ -96,7 +96,7 @@ def _recipe_digest(system: str) -> str:
 
 def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *, lock: tuple[Lock, str, Path] | None
                  ) -> BuildRequest:
-    from envbuild.build.plan import BuildRequest
+    from envbuild.build.request import BaseSource, BuildRequest, ImageOptions, LockSource, SpecSource
     from envbuild.lock.model import lock_sha256, requirements_with_hashes
     from envbuild.recipes.load import load_recipe
 
@@ -104,18 +104,19 @@ def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *,
     base_path, fingerprint = _base_identity(loaded)
     epoch = options.source_date_epoch
     built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch if epoch is not None else time.time()))
-    locked: dict[str, object] = {}
+    locked = LockSource()
     if lock is not None:
         parsed, text, _ = lock
-        locked = {"locked_requirements": requirements_with_hashes(parsed), "lock_text": text,
-                  "lock_sha256": lock_sha256(text), "lock_python": ".".join(parsed.target.python.split(".")[:2])}
+        locked = LockSource(requirements=requirements_with_hashes(parsed), text=text, sha256=lock_sha256(text),
+                            python=".".join(parsed.target.python.split(".")[:2]))
     return BuildRequest(
-        spec=spec, spec_text=loaded.text, spec_sha256=loaded.sha256, spec_dir=str(loaded.directory.absolute()),
-        recipe=load_recipe(spec.system), facts=facts, output=str(options.output),
-        build_id=f"{os.getpid()}-{uuid.uuid4().hex[:6]}", base_path=base_path, base_fingerprint=fingerprint,
-        as_root=facts.as_root, keep_work=options.keep_work, recipe_digest=_recipe_digest(spec.system),
-        file_digests=_file_digests(loaded), compression=options.compression, source_date_epoch=epoch,
-        built_at=built_at, **locked,  # type: ignore[arg-type]
+        source=SpecSource(spec=spec, text=loaded.text, sha256=loaded.sha256, directory=str(loaded.directory.absolute()),
+                          file_digests=_file_digests(loaded)),
+        recipe=load_recipe(spec.system), facts=facts, recipe_digest=_recipe_digest(spec.system),
+        options=ImageOptions(output=str(options.output), build_id=f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
+                             as_root=facts.as_root, keep_work=options.keep_work, compression=options.compression,
+                             source_date_epoch=epoch, built_at=built_at),
+        base=BaseSource(path=base_path, fingerprint=fingerprint), lock=locked,
     )
 
 
@@ -160,7 +161,7 @@ class BuildSession:
         lock = load_fresh_lock(self.loaded) if self.options.locked else None
         request = make_request(self.loaded, self.options, facts, lock=lock)
         base = plan_base(request)
-        request = replace(request, base_digest=read_digest(base) or "<digest recorded by the base step>")
+        request = request.with_base_digest(read_digest(base) or "<digest recorded by the base step>")
         return render_steps("base", base.steps) + "\n" + render_build_plan(plan_build(request))
 
     def build(self) -> Path:
@@ -182,7 +183,7 @@ class BuildSession:
         store_root = Path(facts.cache_dir)
         digest = read_digest(base)
         if digest and os.path.exists(f"{base.entry}/complete"):
-            layers = plan_layers(replace(request, base_digest=digest))
+            layers = plan_layers(request.with_base_digest(digest))
             if image_key_of(output) == layers.image_key:
                 self._finish_up_to_date(request, layers, started)
                 return output
@@ -198,7 +199,7 @@ class BuildSession:
             self._say(f"note: the base's content differs from the one {lock[2].name} was made with "
                       f"({lock[0].base_digest[:19]} vs {digest[:19]}); every Python package is still pinned. "
                       f"Run `envbuild lock {self.loaded.path}` to record the new base.")
-        request = replace(request, base_digest=digest)
+        request = request.with_base_digest(digest)
         layers = plan_layers(request)
         touch_used(Path(base.entry))
         # One build per image: concurrent builds of the same spec wait here, then reuse the result.
@@ -231,14 +232,14 @@ class BuildSession:
         from envbuild.build.actions import CopyFile, Remove, Rename, Step
         from envbuild.build.plan import wrappers_step
 
-        partial = f"{plan.output}.partial-{request.build_id}"
+        partial = f"{plan.output}.partial-{request.options.build_id}"
         copy = Step("output", f"copy the stored image {plan.layers.image_entry} to {plan.output}",
                     (CopyFile(plan.store_image, partial), Rename(partial, plan.output)), cleanup=(Remove((partial,)),))
         executor.execute_steps((copy, wrappers_step(request, plan.store_image)), None, "cached")
         self._say(f"image unchanged, taken from the store: {plan.output} in {time.monotonic() - started:.1f} s")
 
     def _finish_up_to_date(self, request: BuildRequest, layers: Layers, started: float) -> None:
-        self._say(f"{request.output} is up to date (image {layers.image_entry}); nothing to build "
+        self._say(f"{request.options.output} is up to date (image {layers.image_entry}); nothing to build "
                   f"({time.monotonic() - started:.2f} s)")
 
     def _note_compression(self) -> None:
@@ -276,4 +277,4 @@ def find_env_parent(store_root: Path, layers: Layers, request: BuildRequest) -> 
             continue
         candidates.append((entry.name, meta, freeze, used))
     return choose_env_parent(candidates, compat=layers.env_compat, requirements=request.spec.python.requirements(),
-                             locked=request.locked_requirements)
+                             locked=request.lock.requirements)

@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from envbuild.errors import EnvbuildError, ToolError
 
 if TYPE_CHECKING:
-    from envbuild.build.plan import BuildRequest
+    from envbuild.build.request import BuildRequest
     from envbuild.lock.model import Lock, LockedPackage, LockTarget
     from envbuild.spec.load import LoadedSpec
 
@@ -73,12 +72,12 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     print(f"locking {spec.name}: getting the base {spec.base.describe()}", file=out, flush=True)
     BuildExecutor(log_path, store_root=Path(facts.cache_dir), verbose=verbose, out=out).execute_base(base)
     touch_used(Path(base.entry))
-    request = replace(request, base_digest=read_digest(base))
+    request = request.with_base_digest(read_digest(base))
     target = probe_target(request, base.rootfs)
     print(f"resolving for Python {target.python} on {target.platform}", file=out, flush=True)
     packages = _resolve(request, target, previous, upgrade=upgrade, upgrade_packages=upgrade_packages)
     inputs = lock_inputs(spec, torch_index_for(loaded))
-    lock = Lock(inputs=inputs, target=target, base_digest=request.base_digest, recipe_digest=request.recipe_digest,
+    lock = Lock(inputs=inputs, target=target, base_digest=request.base.digest, recipe_digest=request.recipe_digest,
                 resolver=f"uv {facts.uv_version}", packages=packages, spec_name=spec.name)
     text = render_lock(lock, spec_path_for_comment=_relative(loaded.path))
     old_text = path.read_text(encoding="utf-8") if path.is_file() else None

@@ -32,8 +32,8 @@ from envbuild.build.actions import (
     WriteFile,
     WriteRunWrappers,
 )
-from envbuild.build.plan import BasePlan, BuildPlan
 from envbuild.build.render import redact
+from envbuild.build.request import BasePlan, BuildPlan
 from envbuild.errors import EnvbuildError, ToolError
 
 _TAIL_LINES = 25

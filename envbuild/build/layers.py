@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from envbuild.spec.model import VENV_PREFIX
 
 if TYPE_CHECKING:
-    from envbuild.build.plan import BuildRequest
+    from envbuild.build.request import BuildRequest
 
 # Bump when what a layer contains changes for the same inputs, so older store entries are not reused.
 ENV_LAYOUT_VERSION = 1
@@ -67,7 +67,7 @@ def env_compat_identity(request: BuildRequest, installer: str, base_entry: str) 
     return {
         "layout": ENV_LAYOUT_VERSION,
         "base": base_entry,
-        "base_digest": request.base_digest,
+        "base_digest": request.base.digest,
         "installer": installer_identity(request, installer),
         "interpreter": request.spec.python.interpreter,
         "venv": VENV_PREFIX,
@@ -76,7 +76,7 @@ def env_compat_identity(request: BuildRequest, installer: str, base_entry: str) 
             "find_links": list(pip.find_links), "no_index": pip.no_index,
         },
         # SOURCE_DATE_EPOCH makes Python write hash-based .pyc files: different bytes in the layer.
-        "reproducible": request.source_date_epoch is not None,
+        "reproducible": request.options.source_date_epoch is not None,
         "torch_index": (pytorch.index_url or request.recipe.pytorch_index_for(pytorch.wheel_tag)) if pytorch else None,
     }
 
@@ -87,8 +87,8 @@ def env_compat_key(request: BuildRequest, installer: str, base_entry: str) -> st
 
 def env_key(request: BuildRequest, installer: str, base_entry: str) -> str:
     identity = env_compat_identity(request, installer, base_entry)
-    if request.locked_requirements is not None:
-        identity["locked"] = request.locked_requirements
+    if request.lock.requirements is not None:
+        identity["locked"] = request.lock.requirements
     else:
         identity["requirements"] = list(request.spec.python.requirements())
     return _hash(identity)
@@ -103,12 +103,12 @@ def image_key(request: BuildRequest, env: str) -> str:
         "layout": IMAGE_LAYOUT_VERSION,
         "env": env,
         "envbuild": request.facts.envbuild_version,
-        "spec": request.spec_text,
-        "lock": request.lock_text,
-        "files": [list(pair) for pair in request.file_digests],
+        "spec": request.source.text,
+        "lock": request.lock.text,
+        "files": [list(pair) for pair in request.source.file_digests],
         "recipe": request.recipe_digest,
-        "compression": request.compression,
-        "source_date_epoch": request.source_date_epoch,
+        "compression": request.options.compression,
+        "source_date_epoch": request.options.source_date_epoch,
     })
 
 

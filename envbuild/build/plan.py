@@ -34,12 +34,13 @@ from envbuild.build.actions import (
     WriteRunWrappers,
 )
 from envbuild.build.layers import StorePaths, entry_name, env_compat_key, env_key, env_readable, image_key, installer_identity
+from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
 from envbuild.host.facts import HostFacts
 from envbuild.host.pip import local_path_of
 from envbuild.spec.model import VENV_PREFIX, BaseImage, Spec
 
 if TYPE_CHECKING:
-    from envbuild.recipes.schema import Recipe
+    pass
 
 # Build-time mount points inside the sandbox (host pip sources, caches, tools); removed before squashing.
 HOST_MOUNT = "/.envbuild-host"
@@ -55,76 +56,10 @@ DEBOOTSTRAP_ALWAYS = ("python3", "python3-venv", "ca-certificates")
 BASE_LAYOUT_VERSION = 2
 
 
-@dataclass(frozen=True)
-class BuildRequest:
-    """What the user asked for, plus everything the planner needs from outside, as data."""
-
-    spec: Spec
-    spec_text: str
-    spec_sha256: str
-    spec_dir: str  # absolute directory of the spec file, for files[].src
-    recipe: Recipe
-    facts: HostFacts
-    output: str  # absolute path of the .sif to produce
-    build_id: str  # unique per build (names the work dir and the partial image)
-    base_path: str | None = None  # localimage: absolute host path of the .sif or sandbox dir
-    base_fingerprint: str = ""  # localimage: .sif size and mtime / sandbox tree digest, so a changed base is not served from cache
-    as_root: bool = True
-    keep_work: bool = False
-    # Known once the base is in the store (the base plan has run); "" while planning a dry run.
-    base_digest: str = ""
-    recipe_digest: str = ""
-    file_digests: tuple[tuple[str, str], ...] = ()  # (files[].src, content digest), for the image key
-    # --locked: the lock as `requirements.txt` text with hashes, its text, and the Python it targets.
-    locked_requirements: str | None = None
-    lock_text: str = ""
-    lock_sha256: str = ""
-    lock_python: str = ""  # major.minor, checked against the base's interpreter before installing
-    env_parent: str | None = None  # a complete env entry (store name) to install the difference on top of
-    compression: str = "gzip:6"
-    source_date_epoch: int | None = None
-    built_at: str = ""  # ISO-8601 time recorded in the image
-
-
-@dataclass(frozen=True)
-class BasePlan:
-    """Getting the base root filesystem into the store (cached across builds) and its digest recorded."""
-
-    entry: str
-    rootfs: str
-    digest_file: str
-    steps: tuple[Step, ...]
-
-
-@dataclass(frozen=True)
-class Layers:
-    base_entry: str
-    env_entry: str
-    env_key: str
-    env_compat: str
-    env_parent: str | None
-    image_entry: str
-    image_key: str
-
-
-@dataclass(frozen=True)
-class BuildPlan:
-    name: str
-    output: str
-    work_dir: str
-    sandbox: str
-    installer: str
-    requirements: tuple[str, ...]
-    package_sources: tuple[str, ...]  # index URLs and find-links as given on the host (credentials redacted when shown)
-    layers: Layers
-    store_image: str  # the finished image in the store, copied to `output`
-    steps: tuple[Step, ...]
-
-
 def plan_layers(request: BuildRequest) -> Layers:
     spec, facts = request.spec, request.facts
     installer = _choose_installer(spec, facts)
-    base_entry = base_cache_key(spec.base, facts, request.base_fingerprint)
+    base_entry = base_cache_key(spec.base, facts, request.base.fingerprint)
     env = env_key(request, installer, base_entry)
     image = image_key(request, env)
     return Layers(
@@ -140,7 +75,7 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     spec, facts = request.spec, request.facts
     store = StorePaths(str(facts.cache_dir))
     layers = plan_layers(request)
-    work = f"{facts.cache_dir}/work/{spec.name}-{request.build_id}"
+    work = f"{facts.cache_dir}/work/{spec.name}-{request.options.build_id}"
     sandbox = f"{work}/sandbox"
     installer = _choose_installer(spec, facts)
     requirements = tuple(spec.python.requirements())
@@ -151,7 +86,7 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     # The user layer only adds or atomically replaces files (configure, record), so the sandbox can
     # share the env layer's files by hard links, which makes this copy instant. `post` commands may
     # write files in place, and clamping times for SOURCE_DATE_EPOCH changes inodes: a real copy then.
-    shared = not spec.post and request.source_date_epoch is None
+    shared = not spec.post and request.options.source_date_epoch is None
     steps.append(Step("sandbox", "hard-link the env layer into a fresh sandbox" if shared else "copy the env layer into a fresh sandbox",
                       (Remove((work,)), MakeDirs((work,)), CopyTree(env_rootfs, sandbox, hardlink=shared))))
     steps.append(_configure_step(request, sandbox, installer, layers))
@@ -172,41 +107,41 @@ def plan_build(request: BuildRequest) -> BuildPlan:
         )
     entry = store.image(layers.image_entry)
     store_image = f"{entry}/image.sif"
-    partial = f"{store_image}.partial-{request.build_id}"
+    partial = f"{store_image}.partial-{request.options.build_id}"
     from envbuild.build.squash import squash_actions
 
-    squash = squash_actions(sandbox, partial, compression=request.compression, source_date_epoch=request.source_date_epoch,
-                            runtime_path=facts.runtime.path, work_dir=work, all_root=not request.as_root,
+    squash = squash_actions(sandbox, partial, compression=request.options.compression, source_date_epoch=request.options.source_date_epoch,
+                            runtime_path=facts.runtime.path, work_dir=work, all_root=not request.options.as_root,
                             python=facts.python or None, processors=facts.cpus)
     steps.append(
-        Step("squash", f"write the image ({request.compression}) into the store",
+        Step("squash", f"write the image ({request.options.compression}) into the store",
              (Remove((f"{entry}/complete",)), MakeDirs((entry,)),
-              *((ClampTimes(sandbox, request.source_date_epoch),) if request.source_date_epoch is not None else ()),
+              *((ClampTimes(sandbox, request.options.source_date_epoch),) if request.options.source_date_epoch is not None else ()),
               *squash, Rename(partial, store_image),
               WriteFile(f"{entry}/meta.json", _meta_json(request, "image", layers.image_key, layers.env_entry)),
               WriteFile(f"{entry}/complete", f"{spec.name}\n")),
              cleanup=(Remove((partial,)),))
     )
-    output_partial = f"{request.output}.partial-{request.build_id}"
+    output_partial = f"{request.options.output}.partial-{request.options.build_id}"
     steps.append(
-        Step("output", f"copy the image to {request.output}",
-             (CopyFile(store_image, output_partial), Rename(output_partial, request.output)),
+        Step("output", f"copy the image to {request.options.output}",
+             (CopyFile(store_image, output_partial), Rename(output_partial, request.options.output)),
              cleanup=(Remove((output_partial,)),))
     )
     steps.append(wrappers_step(request, f"{sandbox}{VENV_PREFIX}/bin"))
-    if not request.keep_work:
+    if not request.options.keep_work:
         steps.append(Step("clean", "remove the build sandbox", (Remove((work,)),)))
     return BuildPlan(
-        name=spec.name, output=request.output, work_dir=work, sandbox=sandbox, installer=installer,
+        name=spec.name, output=request.options.output, work_dir=work, sandbox=sandbox, installer=installer,
         requirements=requirements, package_sources=sources.shown, layers=layers, store_image=store_image,
         steps=tuple(steps),
     )
 
 
 def wrappers_step(request: BuildRequest, venv_bin: str) -> Step:
-    out_dir = str(PurePosixPath(request.output).parent)
+    out_dir = str(PurePosixPath(request.options.output).parent)
     return Step("wrappers", f"write run wrappers to {out_dir}/bin",
-                (WriteRunWrappers(venv_bin, f"{out_dir}/bin", request.output, request.spec.system,
+                (WriteRunWrappers(venv_bin, f"{out_dir}/bin", request.options.output, request.spec.system,
                                   request.facts.runtime.name),))
 
 
@@ -273,7 +208,7 @@ def plan_base(request: BuildRequest) -> BasePlan:
     """Steps that put the base root filesystem into the store once and record its content digest."""
     spec, facts = request.spec, request.facts
     base = spec.base
-    name = base_cache_key(base, facts, request.base_fingerprint)
+    name = base_cache_key(base, facts, request.base.fingerprint)
     entry = StorePaths(str(facts.cache_dir)).base(name)
     partial, rootfs, marker, digest_file = f"{entry}/rootfs.partial", f"{entry}/rootfs", f"{entry}/complete", f"{entry}/digest"
     if base.kind == "debootstrap":
@@ -299,13 +234,13 @@ def plan_base(request: BuildRequest) -> BasePlan:
         cleanup: tuple[Action, ...] = (Remove((partial, tree)),)
         title = f"debootstrap {base.ref} (cached after the first build)"
     else:
-        source = request.base_path if base.kind == "localimage" else base.ref
+        source = request.base.path if base.kind == "localimage" else base.ref
         fetch = (Run((*_sandbox_build(request), partial, str(source))),)
         cleanup = (Remove((partial,)),)
         title = f"unpack base {base.describe()} (cached after the first build)"
     # A local .sif is identified by its own bytes (what `sha256sum` shows); every other base by the
     # content of the unpacked tree (docker layers arrive in no canonical form).
-    digest_of = request.base_path if (base.kind == "localimage" and request.base_path and _is_sif(request.base_path)) else rootfs
+    digest_of = request.base.path if (base.kind == "localimage" and request.base.path and _is_sif(request.base.path)) else rootfs
     ensure = Step(
         "base", title,
         (Remove((partial, rootfs, digest_file)), MakeDirs((entry,)), *fetch, Rename(partial, rootfs),
@@ -341,7 +276,7 @@ def _env_step(request: BuildRequest, layers: Layers, store: StorePaths, installe
         actions.append(CopyTree(start, partial))
     actions += _venv_actions(request, partial)
     requirements = tuple(request.spec.python.requirements())
-    if request.locked_requirements is not None or requirements:
+    if request.lock.requirements is not None or requirements:
         actions += _install_actions(request, partial, installer, requirements, sources)
     freeze_inside = f"{HOST_MOUNT}/freeze.txt"
     freeze = f"{partial}{freeze_inside}"
@@ -366,12 +301,12 @@ def _meta_json(request: BuildRequest, kind: str, key: str, parent: str | None, *
     """The store entry's description (envbuild cache ls; parent choice for env layers)."""
     spec = request.spec
     record: dict[str, object] = {
-        "kind": kind, "key": key, "created": request.built_at, "spec": spec.name, "parent": parent,
+        "kind": kind, "key": key, "created": request.options.built_at, "spec": spec.name, "parent": parent,
         "description": _describe_entry(request, kind),
     }
     if kind == "env":
         record["requirements"] = list(spec.python.requirements())
-        record["locked"] = request.locked_requirements is not None
+        record["locked"] = request.lock.requirements is not None
     record.update(extra)
     return json.dumps(record, indent=2, sort_keys=True) + "\n"
 
@@ -382,13 +317,13 @@ def _describe_entry(request: BuildRequest, kind: str) -> str:
         return spec.base.describe()
     if kind == "env":
         reqs = " ".join(spec.python.requirements()) or "no packages"
-        return f"{reqs} on {spec.base.describe()}" + (" (locked)" if request.locked_requirements is not None else "")
-    return f"{spec.name} ({request.compression})"
+        return f"{reqs} on {spec.base.describe()}" + (" (locked)" if request.lock.requirements is not None else "")
+    return f"{spec.name} ({request.options.compression})"
 
 
 def _sandbox_build(request: BuildRequest) -> tuple[str, ...]:
     argv = [request.facts.runtime.path, "build", "--force", "--sandbox"]
-    if not request.as_root:
+    if not request.options.as_root:
         argv.append("--fix-perms")  # an unprivileged user must own every file to write into the sandbox
     return tuple(argv)
 
@@ -403,11 +338,11 @@ def _venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
     script = (f"if [ -x {VENV_PREFIX}/bin/python ]; then echo 'reusing the venv {VENV_PREFIX}'; "
               f"else {interpreter} -m venv {VENV_PREFIX}; fi")
     actions: list[Action] = [_exec(request, sandbox, ["/bin/sh", "-ec", script], writable=True)]
-    if request.lock_python:
+    if request.lock.python:
         # A lock pins wheels for one Python (cp311...): refuse a base whose Python differs before
         # the installer fails on some wheel with a less helpful message.
         check = (f"import sys; v = '%d.%d' % sys.version_info[:2]; "
-                 f"sys.exit(0 if v == {request.lock_python!r} else 'the lock was made for Python {request.lock_python}, "
+                 f"sys.exit(0 if v == {request.lock.python!r} else 'the lock was made for Python {request.lock.python}, "
                  f"but the base has Python ' + v + ': run envbuild lock again')")
         actions.append(_exec(request, sandbox, [f"{VENV_PREFIX}/bin/python", "-I", "-c", check], writable=False))
     return actions
@@ -522,10 +457,10 @@ def _install_actions(request: BuildRequest, sandbox: str, installer: str, requir
     binds = list(sources.binds)
     env: list[tuple[str, str]] = []
     actions: list[Action] = []
-    if request.locked_requirements is not None:
+    if request.lock.requirements is not None:
         # Exactly the lock: every pinned file checked against its hash, no resolution, no extras.
         lock_inside = f"{HOST_MOUNT}/lock/requirements.txt"
-        actions += [MakeDirs((f"{sandbox}{HOST_MOUNT}/lock",)), WriteFile(f"{sandbox}{lock_inside}", request.locked_requirements)]
+        actions += [MakeDirs((f"{sandbox}{HOST_MOUNT}/lock",)), WriteFile(f"{sandbox}{lock_inside}", request.lock.requirements)]
         targets = ["--require-hashes", "--no-deps", "-r", lock_inside]
     else:
         targets = list(requirements)
@@ -599,16 +534,16 @@ def image_labels(request: BuildRequest, installer: str, layers: Layers) -> dict[
     labels = {
         "org.envbuild.version": request.facts.envbuild_version,
         "org.envbuild.spec-name": spec.name,
-        "org.envbuild.spec-sha256": request.spec_sha256,
+        "org.envbuild.spec-sha256": request.source.sha256,
         "org.envbuild.system": spec.system,
         "org.envbuild.base": spec.base.describe(),
         "org.envbuild.installer": installer,
         "org.envbuild.venv": VENV_PREFIX,
-        "org.envbuild.base-digest": request.base_digest,
+        "org.envbuild.base-digest": request.base.digest,
         "org.envbuild.image-key": layers.image_key,
     }
-    if request.lock_sha256:
-        labels["org.envbuild.lock-sha256"] = request.lock_sha256
+    if request.lock.sha256:
+        labels["org.envbuild.lock-sha256"] = request.lock.sha256
     labels.update(spec.labels)
     return labels
 
@@ -619,16 +554,16 @@ def build_record(request: BuildRequest, installer: str, layers: Layers) -> dict[
     return {
         "record_format": 2,
         "envbuild_version": facts.envbuild_version,
-        "built_at": request.built_at,
-        "spec": {"name": spec.name, "sha256": request.spec_sha256},
-        "lock": {"sha256": request.lock_sha256, "python": request.lock_python} if request.lock_text else None,
+        "built_at": request.options.built_at,
+        "spec": {"name": spec.name, "sha256": request.source.sha256},
+        "lock": {"sha256": request.lock.sha256, "python": request.lock.python} if request.lock.text else None,
         "system": spec.system,
         "recipe": {"name": spec.system, "sha256": request.recipe_digest},
-        "base": {"ref": spec.base.describe(), "digest": request.base_digest},
+        "base": {"ref": spec.base.describe(), "digest": request.base.digest},
         "installer": installer_identity(request, installer),
         "runtime": {"name": facts.runtime.name, "version": facts.runtime_version},
         "build_host": dict(facts.host_info),
-        "compression": request.compression,
+        "compression": request.options.compression,
         "layers": {"base": layers.base_entry, "env": layers.env_key, "env_parent": layers.env_parent,
                    "image": layers.image_key},
         "venv": VENV_PREFIX,
@@ -641,15 +576,15 @@ def _configure_step(request: BuildRequest, sandbox: str, installer: str, layers:
     record = build_record(request, installer, layers)
     actions: list[Action] = [
         MakeDirs((f"{sandbox}/.singularity.d/env", f"{sandbox}{RECORD_DIR}")),
-        WriteFile(f"{sandbox}{ENV_SCRIPT}", env_script(spec, request.facts.envbuild_version, request.spec_sha256), 0o755),
+        WriteFile(f"{sandbox}{ENV_SCRIPT}", env_script(spec, request.facts.envbuild_version, request.source.sha256), 0o755),
         MergeJson(f"{sandbox}{LABELS_FILE}", tuple(image_labels(request, installer, layers).items())),
-        WriteFile(f"{sandbox}{RECORD_DIR}/spec.yaml", request.spec_text),
+        WriteFile(f"{sandbox}{RECORD_DIR}/spec.yaml", request.source.text),
         WriteFile(f"{sandbox}{RECORD_DIR}/build.json", json.dumps(record, indent=2, sort_keys=True) + "\n"),
     ]
-    if request.lock_text:
-        actions.append(WriteFile(f"{sandbox}{RECORD_DIR}/spec.lock", request.lock_text))
+    if request.lock.text:
+        actions.append(WriteFile(f"{sandbox}{RECORD_DIR}/spec.lock", request.lock.text))
     for item in spec.files:
-        src = item.src if item.src.startswith("/") else f"{request.spec_dir}/{item.src}"
+        src = item.src if item.src.startswith("/") else f"{request.source.directory}/{item.src}"
         dest = f"{sandbox}{item.dest}"
         actions.append(MakeDirs((str(PurePosixPath(dest).parent),)))
         actions.append(CopyFile(src, dest, int(item.mode, 8) if item.mode else None))
@@ -674,7 +609,7 @@ def _exec(request: BuildRequest, sandbox: str, command: list[str], *, writable: 
     argv += [sandbox, *command]
     host_env = [(runtime.env_prefix + key, value) for key, value in (env or [])]
     host_env += [(runtime.env_prefix + key, value) for key, value in request.facts.proxy_env]
-    if request.source_date_epoch is not None:
+    if request.options.source_date_epoch is not None:
         # Python then writes hash-based .pyc files (no source times inside): reproducible byte code.
-        host_env.append((runtime.env_prefix + "SOURCE_DATE_EPOCH", str(request.source_date_epoch)))
+        host_env.append((runtime.env_prefix + "SOURCE_DATE_EPOCH", str(request.options.source_date_epoch)))
     return Run(tuple(argv), env=tuple(host_env))

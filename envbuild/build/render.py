@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from envbuild.build.actions import Step
-from envbuild.build.plan import BuildPlan
+from envbuild.build.request import BuildPlan
 
 _USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.I)
 
