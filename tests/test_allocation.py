@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from envbuild.launch.allocation import count_devices, count_gpus, read_allocation, read_host_node, smallest_count
+from envbuild.host.node import count_devices, read_host_node
+from envbuild.launch.allocation import count_gpus, read_allocation, smallest_count
 from tests.conftest import REPO
 from tests.launch_allocations import LUMI_4_NODES, PUHTI_2_GPUS
 

@@ -12,7 +12,8 @@ import pytest
 
 from envbuild.errors import UsageError
 from envbuild.host.facts import Runtime
-from envbuild.launch.allocation import HostNode, read_allocation
+from envbuild.host.node import HostNode
+from envbuild.launch.allocation import read_allocation
 from envbuild.launch.args import split_srun
 from envbuild.launch.plan import LaunchRequest, plan_launch
 from envbuild.recipes.load import load_recipe

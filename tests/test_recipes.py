@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.launch.sizing import cpu_masks, node_facts
+from envbuild.launch.nodefacts import cpu_masks, node_facts
 from envbuild.recipes.load import available_recipes, load_recipe, recipes_dir, validate_recipe_file
 from envbuild.recipes.ops import cores_to_mask, from_cached, parse_core_list
 from envbuild.recipes.schema import dump_for_cache

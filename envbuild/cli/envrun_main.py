@@ -118,8 +118,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def launch(args: Any) -> None:
+    from envbuild.host.node import read_host_node
     from envbuild.host.runtime import require_runtime
-    from envbuild.launch.allocation import gpus_from_scontrol, read_allocation, read_host_node
+    from envbuild.launch.allocation import gpus_from_scontrol, read_allocation
     from envbuild.launch.plan import LaunchRequest, plan_launch
     from envbuild.recipes.detect import resolve_recipe
 

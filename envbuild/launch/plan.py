@@ -21,8 +21,9 @@ TYPE_CHECKING = False  # typing, dataclasses and shlex stay off envrun's start-u
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from envbuild.host.node import HostNode
     from envbuild.host.runtime import Runtime
-    from envbuild.launch.allocation import Allocation, HostNode
+    from envbuild.launch.allocation import Allocation
     from envbuild.recipes.schema import Recipe
 
 TASK_SHIM_NAME = "envrun-task"  # $0 of the shims, shown by ps
