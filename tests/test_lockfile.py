@@ -15,6 +15,7 @@ from uv import find_uv_bin
 
 from envbuild import __version__
 from envbuild.errors import EnvbuildError
+from envbuild.lock.fileformat import read_lock, render_lock
 from envbuild.lock.model import (
     Lock,
     LockedPackage,
@@ -23,14 +24,10 @@ from envbuild.lock.model import (
     lock_inputs,
     lock_path_for,
     lock_sha256,
-    parse_uv_requirements,
-    read_lock,
-    render_lock,
     requirements_with_hashes,
-    stale_reasons,
-    uv_compile_argv,
-    uv_python_platform,
 )
+from envbuild.lock.staleness import stale_reasons
+from envbuild.lock.uv import parse_uv_requirements, uv_compile_argv, uv_python_platform
 from envbuild.spec.model import Spec
 
 FIXTURE = Path(__file__).parent / "fixtures" / "uv-compile-output.txt"

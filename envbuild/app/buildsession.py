@@ -45,7 +45,9 @@ def torch_index_for(loaded: LoadedSpec) -> str | None:
 
 def load_fresh_lock(loaded: LoadedSpec) -> tuple[Lock, str, Path]:
     """The lock next to the spec, checked to still describe the spec; a clear error otherwise."""
-    from envbuild.lock.model import lock_inputs, lock_path_for, read_lock, stale_reasons
+    from envbuild.lock.fileformat import read_lock
+    from envbuild.lock.model import lock_inputs, lock_path_for
+    from envbuild.lock.staleness import stale_reasons
 
     path = lock_path_for(loaded.path)
     if not path.is_file():

@@ -23,7 +23,8 @@ _PROBE = ("import os, platform; lib = os.confstr('CS_GNU_LIBC_VERSION') or ''; "
 
 def probe_target(request: BuildRequest, rootfs: str) -> LockTarget:
     """The Python the build will install into: the venv's of an envbuild base, else the spec's interpreter."""
-    from envbuild.lock.model import LockTarget, uv_python_platform
+    from envbuild.lock.model import LockTarget
+    from envbuild.lock.uv import uv_python_platform
     from envbuild.spec.model import VENV_PREFIX
 
     python = f"{VENV_PREFIX}/bin/python" if os.path.exists(f"{rootfs}{VENV_PREFIX}/bin/python") else request.spec.python.interpreter
@@ -49,7 +50,8 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     from envbuild.build.executor import BuildExecutor
     from envbuild.build.plan import plan_base
     from envbuild.host.facts import gather_host_facts
-    from envbuild.lock.model import Lock, lock_inputs, lock_path_for, read_lock, render_lock
+    from envbuild.lock.fileformat import read_lock, render_lock
+    from envbuild.lock.model import Lock, lock_inputs, lock_path_for
     from envbuild.store.layout import touch_used
 
     spec = loaded.spec
@@ -96,7 +98,8 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
 def _resolve(request: BuildRequest, target: LockTarget, previous: Lock | None, *, upgrade: bool,
              upgrade_packages: tuple[str, ...]) -> tuple[LockedPackage, ...]:
     from envbuild.build.plan import host_index_args
-    from envbuild.lock.model import parse_uv_requirements, requirements_with_hashes, uv_compile_argv
+    from envbuild.lock.model import requirements_with_hashes
+    from envbuild.lock.uv import parse_uv_requirements, uv_compile_argv
 
     facts = request.facts
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:

@@ -114,7 +114,7 @@ def verify_image(image: Path, spec_path: Path | None = None) -> Verification:
 
     image_lock = None
     if contents.lock_text is not None:
-        from envbuild.lock.model import read_lock
+        from envbuild.lock.fileformat import read_lock
 
         image_lock = read_lock(contents.lock_text, f"{image}:/.envbuild/spec.lock")
         locked = {p.name: p.version for p in image_lock.packages}
@@ -138,7 +138,8 @@ def _verify_against_spec(result: Verification, contents: _ImageContents, spec_pa
 
     from packaging.requirements import Requirement
 
-    from envbuild.lock.model import lock_path_for, read_lock
+    from envbuild.lock.fileformat import read_lock
+    from envbuild.lock.model import lock_path_for
     from envbuild.spec.load import load_spec
 
     loaded = load_spec(spec_path, check_host=False)
