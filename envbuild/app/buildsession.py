@@ -170,7 +170,8 @@ class BuildSession:
         from envbuild.build.executor import BuildExecutor, ensure_can_write
         from envbuild.build.plan import plan_base, plan_layers
         from envbuild.host.facts import gather_host_facts
-        from envbuild.store.layout import entry_lock, touch_used
+        from envbuild.store.entries import touch_used
+        from envbuild.store.locks import entry_lock
 
         started = time.monotonic()
         output = self.options.output

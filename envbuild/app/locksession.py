@@ -52,7 +52,7 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     from envbuild.host.facts import gather_host_facts
     from envbuild.lock.fileformat import read_lock, render_lock
     from envbuild.lock.model import Lock, lock_inputs, lock_path_for
-    from envbuild.store.layout import touch_used
+    from envbuild.store.entries import touch_used
 
     spec = loaded.spec
     facts = gather_host_facts(cache_dir=cache_dir)

@@ -84,7 +84,7 @@ class BuildExecutor:
         if step.lock is None:
             self._run_unlocked(step, label)
             return
-        from envbuild.store.layout import entry_lock
+        from envbuild.store.locks import entry_lock
 
         kind, name = step.lock
         with entry_lock(self.store_root, kind, name, on_wait=lambda message: self._say(f"{label}: {message}")):

@@ -13,20 +13,9 @@ import click
 
 from envbuild.cli.common import reports_errors
 from envbuild.errors import EnvbuildError, UsageError
-from envbuild.store.layout import (
-    ENTRY_DIRS,
-    KIND_ORDER,
-    EntryBusyError,
-    StoreEntry,
-    choose_prunable,
-    entry_to_dict,
-    human_age,
-    human_size,
-    list_entries,
-    parse_age,
-    parse_size,
-    remove_entry,
-)
+from envbuild.store.entries import StoreEntry, entry_to_dict, human_age, human_size, list_entries, parse_age, parse_size
+from envbuild.store.layout import ENTRY_DIRS, KIND_ORDER
+from envbuild.store.prune import EntryBusyError, choose_prunable, remove_entry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
