@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.build.actions import MergeJson, Run, WriteFile
-from envbuild.build.plan import env_script
+from envbuild.build.record import env_script
 from envbuild.build.render import redact, render_build_plan, render_steps
 from envbuild.host.pip import PipSettings
 from tests.plan_fixtures import FIXED_FACTS, fixed_base_plan, fixed_plan

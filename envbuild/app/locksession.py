@@ -97,7 +97,7 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
 
 def _resolve(request: BuildRequest, target: LockTarget, previous: Lock | None, *, upgrade: bool,
              upgrade_packages: tuple[str, ...]) -> tuple[LockedPackage, ...]:
-    from envbuild.build.plan import host_index_args
+    from envbuild.build.install import host_index_args
     from envbuild.lock.model import requirements_with_hashes
     from envbuild.lock.uv import parse_uv_requirements, uv_compile_argv
 

@@ -46,7 +46,7 @@ def _canonical(name: str) -> str:
 
 
 def _read_image(path: Path) -> _ImageContents:
-    from envbuild.build.plan import RECORD_DIR
+    from envbuild.build.paths import RECORD_DIR
     from envbuild.inventory.image import guarded, open_image
     from envbuild.inventory.pyenvs import take_inventory
     from envbuild.spec.model import VENV_PREFIX
