@@ -2,7 +2,7 @@
 (CSC ml-multi and pytorch, the LUMI AI guide and workshop, JSC's course) with their #SBATCH lines.
 
 Which variables exist follows what Slurm 22.05 sets, observed on the local test cluster
-(envbuild/allocation.py lists it): SLURM_NTASKS only when tasks were asked for, SLURM_CPUS_PER_TASK only with
+(envbuild/launch/allocation.py lists it): SLURM_NTASKS only when tasks were asked for, SLURM_CPUS_PER_TASK only with
 -c, SLURM_GPUS_PER_NODE only with --gpus-per-node, SLURM_GPUS_ON_NODE/SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES for
 any GPU request. Job ids and node names are made up. LUMI and JUWELS count hardware threads as Slurm CPUs
 (2 per core), so their CPU counts per node are twice the cores."""

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from envbuild.buildplan import BasePlan, BuildPlan, BuildRequest, plan_base, plan_build
-from envbuild.hostfacts import HostFacts, Runtime
-from envbuild.hostpip import PipSettings
-from envbuild.recipes import load_recipe
-from envbuild.specload import load_spec
+from envbuild.build.plan import plan_base, plan_build
+from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, ImageOptions, SpecSource
+from envbuild.host.facts import HostFacts, Runtime
+from envbuild.host.pip import PipSettings
+from envbuild.recipes.load import load_recipe
+from envbuild.spec.load import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,17 +35,46 @@ FIXED_FACTS = HostFacts(
 FIXED_BASE_DIGEST = "sha256:" + "b" * 64
 
 
+# Where each flat override name of fixed_request lives in the grouped BuildRequest.
+_OVERRIDE_GROUPS = {
+    "spec": ("source", "spec"), "spec_text": ("source", "text"), "spec_sha256": ("source", "sha256"),
+    "spec_dir": ("source", "directory"), "file_digests": ("source", "file_digests"),
+    "base_path": ("base", "path"), "base_fingerprint": ("base", "fingerprint"), "base_digest": ("base", "digest"),
+    "locked_requirements": ("lock", "requirements"), "lock_text": ("lock", "text"), "lock_sha256": ("lock", "sha256"),
+    "lock_python": ("lock", "python"),
+    "output": ("options", "output"), "build_id": ("options", "build_id"), "as_root": ("options", "as_root"),
+    "keep_work": ("options", "keep_work"), "compression": ("options", "compression"),
+    "source_date_epoch": ("options", "source_date_epoch"), "built_at": ("options", "built_at"),
+}
+
+
+def with_overrides(request: BuildRequest, **overrides: object) -> BuildRequest:
+    """`request` with fields replaced by their flat names (spec_text=, base_digest=, env_parent=, ...)."""
+    groups: dict[str, dict[str, object]] = {}
+    top: dict[str, object] = {}
+    for name, value in overrides.items():
+        if name in _OVERRIDE_GROUPS:
+            group, field = _OVERRIDE_GROUPS[name]
+            groups.setdefault(group, {})[field] = value
+        else:
+            top[name] = value
+    for group, fields in groups.items():
+        top[group] = replace(getattr(request, group), **fields)
+    return replace(request, **top)
+
+
 def fixed_request(spec_file: str, **overrides: object) -> BuildRequest:
     loaded = load_spec(REPO / spec_file)
     facts = overrides.pop("facts", FIXED_FACTS)
     fields: dict[str, object] = {"base_digest": FIXED_BASE_DIGEST, "recipe_digest": "sha256:" + "c" * 64,
                                  "built_at": "2026-11-22T00:00:00Z"}
     fields.update(overrides)
-    return BuildRequest(
-        spec=loaded.spec, spec_text=loaded.text, spec_sha256=loaded.sha256, spec_dir="/specs",
-        recipe=load_recipe(loaded.spec.system), facts=facts, output=f"/out/{loaded.spec.name}.sif",
-        build_id="test", **fields,  # type: ignore[arg-type]
+    request = BuildRequest(
+        source=SpecSource(spec=loaded.spec, text=loaded.text, sha256=loaded.sha256, directory="/specs"),
+        recipe=load_recipe(loaded.spec.system), facts=facts,  # type: ignore[arg-type]
+        options=ImageOptions(output=f"/out/{loaded.spec.name}.sif", build_id="test"),
     )
+    return with_overrides(request, **fields)
 
 
 def fixed_plan(spec_file: str, **overrides: object) -> BuildPlan:

@@ -1,4 +1,4 @@
-"""Reading the job's allocation and the host's node facts (envbuild.allocation)."""
+"""Reading the job's allocation and the host's node facts (envbuild.launch.allocation)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from envbuild.allocation import count_devices, count_gpus, read_allocation, read_host_node, smallest_count
+from envbuild.host.node import count_devices, read_host_node
+from envbuild.launch.allocation import count_gpus, read_allocation, smallest_count
 from tests.conftest import REPO
 from tests.launch_allocations import LUMI_4_NODES, PUHTI_2_GPUS
 
@@ -74,7 +75,7 @@ def test_host_node_defaults_to_this_process_affinity() -> None:
     assert read_host_node({}).cpus == len(os.sched_getaffinity(0))
 
 
-SHOW_ALLOCATION = ("import json, os; from envbuild.allocation import gpus_from_scontrol, read_allocation; "
+SHOW_ALLOCATION = ("import json, os; from envbuild.launch.allocation import gpus_from_scontrol, read_allocation; "
                    "a = read_allocation(os.environ); unknown = a.gpus_on_node is None; gpus_from_scontrol(a); "
                    "print(json.dumps({k: getattr(a, k) for k in ('tasks_per_node', 'cpus_per_task', 'cpus_on_node', "
                    "'gpus_on_node', 'in_step')} | {'gpus_from_scontrol': unknown}))")
@@ -95,7 +96,7 @@ def test_a_real_job_reads_as_asked() -> None:
 
 
 def test_scontrol_tres_forms() -> None:
-    from envbuild.allocation import Allocation, gpus_from_scontrol
+    from envbuild.launch.allocation import Allocation, gpus_from_scontrol
 
     for tres, count in [("gres:gpu:2", 2), ("gres/gpu:a100:4", 4), ("gres:nvme:200,gres:gpu:v100:3", 3), ("gres:gpu", 1)]:
         allocation = Allocation(job_id="7")

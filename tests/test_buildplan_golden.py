@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.actions import MergeJson, Run, WriteFile
-from envbuild.buildplan import env_script
-from envbuild.hostpip import PipSettings
-from envbuild.render import redact, render_build_plan, render_steps
+from envbuild.build.actions import MergeJson, Run, WriteFile
+from envbuild.build.record import env_script
+from envbuild.build.render import redact, render_build_plan, render_steps
+from envbuild.host.pip import PipSettings
 from tests.plan_fixtures import FIXED_FACTS, fixed_base_plan, fixed_plan
 
 
@@ -117,7 +117,7 @@ def test_image_configuration_files() -> None:
 
 
 def test_env_values_are_literal_in_the_script() -> None:
-    from envbuild.specload import load_spec_text
+    from envbuild.spec.load import load_spec_text
 
     spec = load_spec_text("name: x\nbase: debootstrap:bookworm\nenv:\n  A: \"$HOME; rm -rf /\"\n  B: \"it's\"\n").spec
     script = env_script(spec, "1", "0" * 64)

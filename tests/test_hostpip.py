@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envbuild.hostpip import local_path_of, parse_pip_settings, pip_config_files
+from envbuild.host.pip import local_path_of, parse_pip_settings, pip_config_files
 
 
 def test_later_files_and_install_section_win() -> None:

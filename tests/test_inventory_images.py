@@ -13,7 +13,7 @@ import pytest
 from envbuild.inventory.errors import ImageFormatError
 from envbuild.inventory.image import read_inventory
 from envbuild.inventory.pyenvs import Inventory
-from envbuild.inventory.runtime import read_inventory_via_runtime
+from envbuild.inventory.via_runtime import read_inventory_via_runtime
 from tests.conftest import REPO, run_cli
 from tests.inventory_layout import build_sif, install_host_tools, lay_out
 

@@ -24,10 +24,10 @@ from envbuild.inventory.inspect_report import inspect_to_dict, render_inspect
 from envbuild.inventory.pkgmeta import parse_conda_meta_filename, parse_conda_meta_json, parse_core_metadata
 from envbuild.inventory.pyenvs import Inventory, Package, take_inventory
 from envbuild.inventory.report import ImageResult, image_labels, matrix, package_rows, render_json, render_matrix, render_table
-from envbuild.inventory.runtime import LISTING_SCRIPT, parse_listing, runtime_command
 from envbuild.inventory.sif import parse_header, read_sif_layout
 from envbuild.inventory.squashfs import Squashfs
 from envbuild.inventory.trees import DirectoryTree, SquashfsTree
+from envbuild.inventory.via_runtime import LISTING_SCRIPT, parse_listing, runtime_command
 from tests.conftest import REPO, run_cli
 from tests.inventory_layout import FIXTURE_COMPRESSIONS, fixture_image, lay_out
 

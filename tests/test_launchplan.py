@@ -11,12 +11,13 @@ import subprocess
 
 import pytest
 
-from envbuild.allocation import HostNode, read_allocation
 from envbuild.errors import UsageError
-from envbuild.hostfacts import Runtime
-from envbuild.launchargs import split_srun
-from envbuild.launchplan import LaunchRequest, plan_launch
-from envbuild.recipes import load_recipe
+from envbuild.host.facts import Runtime
+from envbuild.host.node import HostNode
+from envbuild.launch.allocation import read_allocation
+from envbuild.launch.args import split_srun
+from envbuild.launch.plan import LaunchRequest, plan_launch
+from envbuild.recipes.load import load_recipe
 from tests.launch_allocations import (
     JUWELS_1_GPU,
     JUWELS_2_NODES,
@@ -342,7 +343,7 @@ def test_host_shim_derives_ranks_from_slurm(tasks_per_node: str, node_id: str, e
 
 
 def test_wrapper_passes_arguments_and_uses_caller_cwd() -> None:
-    from envbuild.wrappers import render_wrapper, wrapped_commands
+    from envbuild.launch.wrappers import render_wrapper, wrapped_commands
 
     script = render_wrapper("torchrun", "/img/env.sif", load_recipe("lumi-g"))
     assert script.startswith("#!/bin/sh\n")
@@ -355,8 +356,8 @@ def test_wrapper_passes_arguments_and_uses_caller_cwd() -> None:
 
 
 def test_wrappers_never_replace_files_envbuild_did_not_write(tmp_path) -> None:
-    from envbuild.buildexec import is_replaceable_wrapper
-    from envbuild.wrappers import render_wrapper
+    from envbuild.build.executor import is_replaceable_wrapper
+    from envbuild.launch.wrappers import render_wrapper
 
     ours = tmp_path / "python"
     ours.write_text(render_wrapper("python", "/img/env.sif", load_recipe("local")))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from envbuild.actions import CopyTree, GuardTree, SnapshotTree, Step
-from envbuild.buildexec import BuildExecutor
+from envbuild.build.actions import CopyTree, GuardTree, SnapshotTree, Step
+from envbuild.build.executor import BuildExecutor
 
 
 def run(tmp_path: Path, *, write_through: bool) -> tuple[Path, str]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from envbuild.actions import CopyTree, GuardTree
-from envbuild.buildplan import plan_layers
-from envbuild.layers import choose_env_parent
-from tests.plan_fixtures import FIXED_FACTS, fixed_plan, fixed_request
+from envbuild.build.actions import CopyTree, GuardTree
+from envbuild.build.layers import choose_env_parent
+from envbuild.build.plan import plan_layers
+from tests.plan_fixtures import FIXED_FACTS, fixed_plan, fixed_request, with_overrides
 
 SPEC = "envs/local-cpu-pytorch.yaml"
 
@@ -18,12 +18,12 @@ def layers(**overrides: object):
 
 def with_spec_text(text_change: tuple[str, str]) -> object:
     request = fixed_request(SPEC)
-    from envbuild.specload import load_spec_text
+    from envbuild.spec.load import load_spec_text
 
-    text = request.spec_text.replace(*text_change)
-    assert text != request.spec_text
+    text = request.source.text.replace(*text_change)
+    assert text != request.source.text
     loaded = load_spec_text(text, "spec.yaml")
-    return plan_layers(replace(request, spec=loaded.spec, spec_text=text, spec_sha256=loaded.sha256))
+    return plan_layers(with_overrides(request, spec=loaded.spec, spec_text=text, spec_sha256=loaded.sha256))
 
 
 def test_same_inputs_same_keys() -> None:

@@ -15,7 +15,8 @@ from uv import find_uv_bin
 
 from envbuild import __version__
 from envbuild.errors import EnvbuildError
-from envbuild.lockfile import (
+from envbuild.lock.fileformat import read_lock, render_lock
+from envbuild.lock.model import (
     Lock,
     LockedPackage,
     LockInputs,
@@ -23,15 +24,11 @@ from envbuild.lockfile import (
     lock_inputs,
     lock_path_for,
     lock_sha256,
-    parse_uv_requirements,
-    read_lock,
-    render_lock,
     requirements_with_hashes,
-    stale_reasons,
-    uv_compile_argv,
-    uv_python_platform,
 )
-from envbuild.spec import Spec
+from envbuild.lock.staleness import stale_reasons
+from envbuild.lock.uv import parse_uv_requirements, uv_compile_argv, uv_python_platform
+from envbuild.spec.model import Spec
 
 FIXTURE = Path(__file__).parent / "fixtures" / "uv-compile-output.txt"
 TARGET = LockTarget(python="3.11.2", platform="x86_64-manylinux_2_36")

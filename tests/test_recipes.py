@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.launchsize import cpu_masks, node_facts
-from envbuild.recipeops import cores_to_mask, from_cached, parse_core_list
-from envbuild.recipes import available_recipes, load_recipe, recipes_dir, validate_recipe_file
-from envbuild.recipeschema import dump_for_cache
+from envbuild.launch.nodefacts import cpu_masks, node_facts
+from envbuild.recipes.load import available_recipes, load_recipe, recipes_dir, validate_recipe_file
+from envbuild.recipes.ops import cores_to_mask, from_cached, parse_core_list
+from envbuild.recipes.schema import dump_for_cache
 
 NAMES = available_recipes()
 
@@ -86,12 +86,12 @@ def test_explain_cites_recipe_file_and_line() -> None:
     ],
 )
 def test_system_detection(environ: dict[str, str], hostname: str, expected: str) -> None:
-    from envbuild.systems import detect_system
+    from envbuild.recipes.detect import detect_system
 
     assert detect_system(environ, hostname)[0] == expected
 
 
 def test_literal_prefix_of_hostname_patterns() -> None:
-    from envbuild.systems import _literal_prefix
+    from envbuild.recipes.detect import _literal_prefix
 
     assert [_literal_prefix(p) for p in ("^nid\\d+", "^puhti-", "nid.*", "^ab?c", "^x{2}")] == ["nid", "puhti-", "", "a", ""]

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from envbuild.cli.envbuild_main import main
 from envbuild.errors import SpecError
-from envbuild.specload import load_spec, load_spec_text
+from envbuild.spec.load import load_spec, load_spec_text
 
 MINIMAL = "name: demo\nbase: debootstrap:bookworm\n"
 

@@ -14,20 +14,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envbuild import store
 from envbuild.cli.cache_cmds import cache_group
 from envbuild.errors import EnvbuildError, UsageError
-from envbuild.store import (
-    StoreEntry,
-    choose_prunable,
-    entry_lock,
-    list_entries,
-    parse_age,
-    parse_size,
-    remove_entry,
-    touch_used,
-    try_entry_lock,
-)
+from envbuild.store import prune as store
+from envbuild.store.entries import StoreEntry, list_entries, parse_age, parse_size, touch_used
+from envbuild.store.locks import entry_lock, try_entry_lock
+from envbuild.store.prune import choose_prunable, remove_entry
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -252,7 +244,7 @@ def test_remove_entry_rejects_an_entry_of_another_store(tmp_path: Path) -> None:
 HOLDER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from envbuild.store import entry_lock
+    from envbuild.store.locks import entry_lock
     with entry_lock(Path(sys.argv[1]), "env", "shared"):
         print("held", flush=True)
         sys.stdin.readline()

@@ -13,20 +13,9 @@ import click
 
 from envbuild.cli.common import reports_errors
 from envbuild.errors import EnvbuildError, UsageError
-from envbuild.store import (
-    ENTRY_DIRS,
-    KIND_ORDER,
-    EntryBusyError,
-    StoreEntry,
-    choose_prunable,
-    entry_to_dict,
-    human_age,
-    human_size,
-    list_entries,
-    parse_age,
-    parse_size,
-    remove_entry,
-)
+from envbuild.store.entries import StoreEntry, entry_to_dict, human_age, human_size, list_entries, parse_age, parse_size
+from envbuild.store.layout import ENTRY_DIRS, KIND_ORDER
+from envbuild.store.prune import EntryBusyError, choose_prunable, remove_entry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,7 +28,7 @@ def _cache_dir_option(func: F) -> F:
 
 
 def _store_root(cache_dir: Path | None) -> Path:
-    from envbuild.runtime import default_cache_dir
+    from envbuild.host.runtime import default_cache_dir
 
     return (cache_dir or default_cache_dir()).expanduser().absolute()
 

@@ -26,7 +26,7 @@ def main() -> None:
 
 
 def _compression(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    from envbuild.squash import check_compression
+    from envbuild.build.squash import check_compression
 
     check_compression(value)  # a UsageError naming the accepted values
     return value
@@ -58,8 +58,8 @@ def build(spec: Path, output: Path | None, locked: bool, compression: str, cache
     Layers are kept in the store: an unchanged spec returns at once, a changed package list reuses the
     base and installs only the difference on the nearest env layer, a changed user layer (env, files,
     post, tests) reuses the whole Python environment."""
-    from envbuild.buildsession import BuildOptions, BuildSession
-    from envbuild.specload import load_spec
+    from envbuild.app.buildsession import BuildOptions, BuildSession
+    from envbuild.spec.load import load_spec
 
     loaded = load_spec(spec)
     output = (output or Path(f"{loaded.spec.name}.sif")).absolute()
@@ -104,8 +104,8 @@ def lock(spec: Path, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir
     Resolves with uv for the base image's Python and platform and the variant's PyTorch index, and
     records the base's content digest and the recipe. Re-locking keeps existing pins unless --upgrade
     or --upgrade-package asks otherwise. Then: envbuild build SPEC --locked."""
-    from envbuild.locksession import run_lock
-    from envbuild.specload import load_spec
+    from envbuild.app.locksession import run_lock
+    from envbuild.spec.load import load_spec
 
     loaded = load_spec(spec)
     path = run_lock(loaded, upgrade=upgrade, upgrade_packages=upgrade_packages,
@@ -122,7 +122,7 @@ def verify(image: Path, spec: Path | None, as_json: bool) -> None:
     """Check that IMAGE matches its build record and lock, and, given SPEC, that spec (and SPEC.lock).
 
     Exit status 0: everything matches; 1: something differs (each difference is listed)."""
-    from envbuild.verify import render_verification, verification_to_dict, verify_image
+    from envbuild.app.verify import render_verification, verification_to_dict, verify_image
 
     result = verify_image(image, spec)
     if as_json:
@@ -139,7 +139,7 @@ def verify(image: Path, spec: Path | None, as_json: bool) -> None:
 def validate(specs: tuple[Path, ...]) -> None:
     """Check spec files; print each problem with file:line and how to fix it."""
     from envbuild.errors import SpecError
-    from envbuild.specload import load_spec
+    from envbuild.spec.load import load_spec
 
     failed = 0
     for path in specs:
@@ -156,7 +156,7 @@ def validate(specs: tuple[Path, ...]) -> None:
 @main.command()
 def schema() -> None:
     """Print the JSON Schema of the spec format (for editors)."""
-    from envbuild.schema import spec_json_schema
+    from envbuild.spec.jsonschema import spec_json_schema
 
     click.echo(json.dumps(spec_json_schema(), indent=2))
 

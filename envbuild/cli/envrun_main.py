@@ -118,10 +118,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def launch(args: Any) -> None:
-    from envbuild.allocation import gpus_from_scontrol, read_allocation, read_host_node
-    from envbuild.launchplan import LaunchRequest, plan_launch
-    from envbuild.runtime import require_runtime
-    from envbuild.systems import resolve_recipe
+    from envbuild.host.node import read_host_node
+    from envbuild.host.runtime import require_runtime
+    from envbuild.launch.allocation import gpus_from_scontrol, read_allocation
+    from envbuild.launch.plan import LaunchRequest, plan_launch
+    from envbuild.recipes.detect import resolve_recipe
 
     if not args.image:
         raise UsageError("no image given", "pass --image IMG.sif or set ENVRUN_IMAGE")
@@ -173,7 +174,7 @@ def _config_file() -> str:
 
 def _config_for(system: str) -> Any:
     """The envrun config's binds and env for `system`; validated (pydantic) only when a file exists."""
-    from envbuild.envrunconfig import EMPTY, config_path, load_envrun_config
+    from envbuild.launch.config import EMPTY, config_path, load_envrun_config
 
     if not os.path.exists(config_path(os.environ)) and not os.environ.get("ENVRUN_CONFIG"):
         return EMPTY

@@ -11,12 +11,12 @@ import click
 
 from envbuild.cli.common import reports_errors
 from envbuild.errors import UsageError
+from envbuild.host.runtime import default_cache_dir, require_runtime
 from envbuild.inventory.cache import InventoryCache
 from envbuild.inventory.errors import ImageFormatError
 from envbuild.inventory.image import read_inventory
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.report import ImageResult, package_rows, render_json, render_matrix, render_table
-from envbuild.runtime import default_cache_dir, require_runtime
 
 if TYPE_CHECKING:
     from envbuild.inventory.facts import ImageFacts
@@ -65,7 +65,7 @@ def packages_command(images: tuple[str, ...], pattern: str | None, as_json: bool
     cache = _cache(no_cache or via_runtime)
     runtime = require_runtime() if via_runtime else None
     if runtime:
-        from envbuild.inventory.runtime import read_inventory_via_runtime
+        from envbuild.inventory.via_runtime import read_inventory_via_runtime
     results = []
     for path in images:
         try:

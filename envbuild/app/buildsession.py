@@ -1,0 +1,284 @@
+"""One `envbuild build` or `envbuild lock`: gathers what the pure planners need from this machine and the
+store (host facts, file and base digests, the lock, a parent env layer), holds the store locks, and
+hands the plans to the executor. Nothing here decides what a build does; envbuild.build.plan does."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from envbuild.errors import EnvbuildError, UsageError
+
+if TYPE_CHECKING:
+    from envbuild.build.executor import BuildExecutor
+    from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
+    from envbuild.host.facts import HostFacts
+    from envbuild.lock.model import Lock
+    from envbuild.spec.load import LoadedSpec
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    output: Path
+    keep_work: bool = False
+    verbose: bool = False
+    locked: bool = False
+    compression: str = "gzip:6"
+    cache_dir: Path | None = None
+    log_path: Path | None = None
+    source_date_epoch: int | None = None
+
+
+def torch_index_for(loaded: LoadedSpec) -> str | None:
+    from envbuild.recipes.load import load_recipe
+
+    pytorch = loaded.spec.python.pytorch
+    if pytorch is None:
+        return None
+    return pytorch.index_url or load_recipe(loaded.spec.system).pytorch_index_for(pytorch.wheel_tag)
+
+
+def load_fresh_lock(loaded: LoadedSpec) -> tuple[Lock, str, Path]:
+    """The lock next to the spec, checked to still describe the spec; a clear error otherwise."""
+    from envbuild.lock.fileformat import read_lock
+    from envbuild.lock.model import lock_inputs, lock_path_for
+    from envbuild.lock.staleness import stale_reasons
+
+    path = lock_path_for(loaded.path)
+    if not path.is_file():
+        raise UsageError(f"--locked: there is no lock file {path} for {loaded.path}",
+                         f"create it with: envbuild lock {loaded.path}")
+    text = path.read_text(encoding="utf-8")
+    lock = read_lock(text, str(path))
+    reasons = stale_reasons(lock, lock_inputs(loaded.spec, torch_index_for(loaded)))
+    if reasons:
+        raise EnvbuildError(
+            f"--locked: {path} is stale for {loaded.path}:\n" + "\n".join(f"  - {r}" for r in reasons),
+            f"refresh it with `envbuild lock {loaded.path}` (keeps the other pins) and commit it, or build without --locked",
+        )
+    return lock, text, path
+
+
+def _base_identity(loaded: LoadedSpec) -> tuple[str | None, str]:
+    """localimage: the host path and a fingerprint that changes when the base does."""
+    spec = loaded.spec
+    if spec.base.kind != "localimage":
+        return None, ""
+    base = loaded.resolve_host_path(spec.base.ref)
+    if base.is_dir():
+        from envbuild.treedigest import tree_digest
+
+        return str(base), tree_digest(str(base))
+    stat = base.stat()
+    return str(base), f"{stat.st_size}-{stat.st_mtime_ns}"
+
+
+def _file_digests(loaded: LoadedSpec) -> tuple[tuple[str, str], ...]:
+    from envbuild.treedigest import file_digest, tree_digest
+
+    digests = []
+    for item in loaded.spec.files:
+        path = str(loaded.resolve_host_path(item.src))
+        digests.append((item.src, tree_digest(path) if os.path.isdir(path) else file_digest(path)))
+    return tuple(digests)
+
+
+def _recipe_digest(system: str) -> str:
+    from envbuild.recipes.load import recipes_dir
+    from envbuild.treedigest import file_digest
+
+    path = recipes_dir() / f"{system}.yaml"
+    return file_digest(str(path)) if path.is_file() else ""
+
+
+def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *, lock: tuple[Lock, str, Path] | None
+                 ) -> BuildRequest:
+    from envbuild.build.request import BaseSource, BuildRequest, ImageOptions, LockSource, SpecSource
+    from envbuild.lock.model import lock_sha256, requirements_with_hashes
+    from envbuild.recipes.load import load_recipe
+
+    spec = loaded.spec
+    base_path, fingerprint = _base_identity(loaded)
+    epoch = options.source_date_epoch
+    built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch if epoch is not None else time.time()))
+    locked = LockSource()
+    if lock is not None:
+        parsed, text, _ = lock
+        locked = LockSource(requirements=requirements_with_hashes(parsed), text=text, sha256=lock_sha256(text),
+                            python=".".join(parsed.target.python.split(".")[:2]))
+    return BuildRequest(
+        source=SpecSource(spec=spec, text=loaded.text, sha256=loaded.sha256, directory=str(loaded.directory.absolute()),
+                          file_digests=_file_digests(loaded)),
+        recipe=load_recipe(spec.system), facts=facts, recipe_digest=_recipe_digest(spec.system),
+        options=ImageOptions(output=str(options.output), build_id=f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
+                             as_root=facts.as_root, keep_work=options.keep_work, compression=options.compression,
+                             source_date_epoch=epoch, built_at=built_at),
+        base=BaseSource(path=base_path, fingerprint=fingerprint), lock=locked,
+    )
+
+
+def read_digest(base_plan: BasePlan) -> str:
+    try:
+        return Path(base_plan.digest_file).read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+def image_key_of(path: Path) -> str | None:
+    """The image key recorded in an envbuild image, read from the file (no runtime); None if unreadable."""
+    if not path.is_file():
+        return None
+    try:
+        from envbuild.build.paths import RECORD_DIR
+        from envbuild.inventory.image import open_image
+
+        with open_image(str(path)) as image:
+            data = image.tree.read(f"{RECORD_DIR}/build.json", 1 << 20)
+        record = json.loads(data or b"{}")
+        return record.get("layers", {}).get("image")
+    except (EnvbuildError, ValueError, OSError, AttributeError):
+        return None
+
+
+class BuildSession:
+    def __init__(self, loaded: LoadedSpec, options: BuildOptions, *, out: TextIO) -> None:
+        self.loaded = loaded
+        self.options = options
+        self.out = out
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def dry_run(self) -> str:
+        from envbuild.build.plan import plan_base, plan_build
+        from envbuild.build.render import render_build_plan, render_steps
+        from envbuild.host.facts import gather_host_facts
+
+        facts = gather_host_facts(need_runtime=False, cache_dir=self.options.cache_dir)
+        lock = load_fresh_lock(self.loaded) if self.options.locked else None
+        request = make_request(self.loaded, self.options, facts, lock=lock)
+        base = plan_base(request)
+        request = request.with_base_digest(read_digest(base) or "<digest recorded by the base step>")
+        return render_steps("base", base.steps) + "\n" + render_build_plan(plan_build(request))
+
+    def build(self) -> Path:
+        from envbuild.build.executor import BuildExecutor, ensure_can_write
+        from envbuild.build.plan import plan_base, plan_layers
+        from envbuild.host.facts import gather_host_facts
+        from envbuild.store.entries import touch_used
+        from envbuild.store.locks import entry_lock
+
+        started = time.monotonic()
+        output = self.options.output
+        ensure_can_write(output)
+        # The user's input first: a missing or stale lock is reported before any tool is looked for.
+        lock = load_fresh_lock(self.loaded) if self.options.locked else None
+        facts = gather_host_facts(cache_dir=self.options.cache_dir)
+        if lock is None:
+            self._note_unused_lock()
+        request = make_request(self.loaded, self.options, facts, lock=lock)
+        self._note_compression()
+        base = plan_base(request)
+        store_root = Path(facts.cache_dir)
+        digest = read_digest(base)
+        if digest and os.path.exists(f"{base.entry}/complete"):
+            layers = plan_layers(request.with_base_digest(digest))
+            if image_key_of(output) == layers.image_key:
+                self._finish_up_to_date(request, layers, started)
+                return output
+        log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
+        if log_path.exists():
+            log_path.unlink()  # one log per build; the previous build's log is not appended to
+        self._say(f"building {self.loaded.spec.name} -> {output}")
+        executor = BuildExecutor(log_path, store_root=store_root, verbose=self.options.verbose,
+                                 keep_work=self.options.keep_work, out=self.out)
+        executor.execute_base(base)
+        digest = read_digest(base)
+        if lock is not None and lock[0].base_digest != digest:
+            self._say(f"note: the base's content differs from the one {lock[2].name} was made with "
+                      f"({lock[0].base_digest[:19]} vs {digest[:19]}); every Python package is still pinned. "
+                      f"Run `envbuild lock {self.loaded.path}` to record the new base.")
+        request = request.with_base_digest(digest)
+        layers = plan_layers(request)
+        touch_used(Path(base.entry))
+        # One build per image: concurrent builds of the same spec wait here, then reuse the result.
+        with entry_lock(store_root, "image", layers.image_entry, on_wait=lambda m: self._say(f"{m}; will reuse its image")):
+            if image_key_of(output) == layers.image_key:
+                self._finish_up_to_date(request, layers, started)
+                return output
+            plan = self._plan(request, layers)
+            if os.path.exists(f"{store_root}/images/{layers.image_entry}/complete"):
+                self._reuse_stored_image(executor, request, plan, started)
+            else:
+                executor.execute(plan)
+        for kind, name in (("envs", layers.env_entry), ("images", layers.image_entry)):
+            if os.path.isdir(f"{store_root}/{kind}/{name}"):
+                touch_used(Path(f"{store_root}/{kind}/{name}"))
+        return output
+
+    def _plan(self, request: BuildRequest, layers: Layers) -> BuildPlan:
+        from envbuild.build.plan import plan_build
+
+        store_root = Path(request.facts.cache_dir)
+        if not os.path.exists(f"{store_root}/envs/{layers.env_entry}/complete"):
+            parent = find_env_parent(store_root, layers, request)
+            if parent:
+                self._say(f"reusing env layer {parent}: installing only the difference")
+                request = replace(request, env_parent=parent)
+        return plan_build(request)
+
+    def _reuse_stored_image(self, executor: BuildExecutor, request: BuildRequest, plan: BuildPlan, started: float) -> None:
+        from envbuild.build.actions import CopyFile, Remove, Rename, Step
+        from envbuild.build.plan import wrappers_step
+
+        partial = f"{plan.output}.partial-{request.options.build_id}"
+        copy = Step("output", f"copy the stored image {plan.layers.image_entry} to {plan.output}",
+                    (CopyFile(plan.store_image, partial), Rename(partial, plan.output)), cleanup=(Remove((partial,)),))
+        executor.execute_steps((copy, wrappers_step(request, plan.store_image)), None, "cached")
+        self._say(f"image unchanged, taken from the store: {plan.output} in {time.monotonic() - started:.1f} s")
+
+    def _finish_up_to_date(self, request: BuildRequest, layers: Layers, started: float) -> None:
+        self._say(f"{request.options.output} is up to date (image {layers.image_entry}); nothing to build "
+                  f"({time.monotonic() - started:.2f} s)")
+
+    def _note_compression(self) -> None:
+        from envbuild.build.squash import compression_note
+
+        note = compression_note(self.options.compression)
+        if note:
+            self._say(f"note: --compression {self.options.compression}: {note}")
+
+    def _note_unused_lock(self) -> None:
+        from envbuild.lock.model import lock_path_for
+
+        path = lock_path_for(self.loaded.path)
+        if path.is_file():
+            self._say(f"note: {path} exists but is not used; pass --locked to install exactly it")
+
+
+def find_env_parent(store_root: Path, layers: Layers, request: BuildRequest) -> str | None:
+    """A complete env layer to install the difference on top of: same base, installer and sources,
+    and every package it has is wanted by the new build (so nothing needs removing)."""
+    from envbuild.build.layers import choose_env_parent
+
+    candidates = []
+    envs = store_root / "envs"
+    if not envs.is_dir():
+        return None
+    for entry in envs.iterdir():
+        try:
+            if not (entry / "complete").exists():
+                continue
+            meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
+            freeze = (entry / "freeze.txt").read_text(encoding="utf-8").split()
+            used = (entry / "last-used").stat().st_mtime if (entry / "last-used").exists() else (entry / "complete").stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        candidates.append((entry.name, meta, freeze, used))
+    return choose_env_parent(candidates, compat=layers.env_compat, requirements=request.spec.python.requirements(),
+                             locked=request.lock.requirements)

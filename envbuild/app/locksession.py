@@ -1,0 +1,139 @@
+"""`envbuild lock SPEC`: get the base into the store, ask its Python for the target (version, platform),
+resolve with uv on the host for that target, and write SPEC.lock (only when its content changes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from envbuild.errors import EnvbuildError, ToolError
+
+if TYPE_CHECKING:
+    from envbuild.build.request import BuildRequest
+    from envbuild.lock.model import Lock, LockedPackage, LockTarget
+    from envbuild.spec.load import LoadedSpec
+
+# Printed by the base image's Python: version, machine, C library (glibc version or "" elsewhere).
+_PROBE = ("import os, platform; lib = os.confstr('CS_GNU_LIBC_VERSION') or ''; "
+          "print(platform.python_version(), platform.machine(), lib.split()[-1] if lib.startswith('glibc') else '-')")
+
+
+def probe_target(request: BuildRequest, rootfs: str) -> LockTarget:
+    """The Python the build will install into: the venv's of an envbuild base, else the spec's interpreter."""
+    from envbuild.lock.model import LockTarget
+    from envbuild.lock.uv import uv_python_platform
+    from envbuild.spec.model import VENV_PREFIX
+
+    python = f"{VENV_PREFIX}/bin/python" if os.path.exists(f"{rootfs}{VENV_PREFIX}/bin/python") else request.spec.python.interpreter
+    runtime = request.facts.runtime
+    argv = [runtime.path, "exec", "--cleanenv", "--no-mount", "home,cwd", "--pwd", "/", rootfs, python, "-I", "-c", _PROBE]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    fields = result.stdout.split()
+    if result.returncode != 0 or len(fields) != 3:
+        raise ToolError(
+            f"cannot ask the base image's Python ({python}) for its version: {(result.stderr or result.stdout).strip()[-800:]}",
+            "set python.interpreter in the spec to the base image's Python (e.g. /usr/bin/python3.11)",
+        )
+    version, machine, glibc = fields
+    if glibc == "-":
+        raise EnvbuildError(f"the base image's C library is not glibc ({machine}); envbuild locks manylinux wheels only",
+                            "use a glibc-based base image (Debian, Ubuntu, RHEL-like)")
+    return LockTarget(python=version, platform=uv_python_platform(machine, glibc))
+
+
+def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None,
+             verbose: bool, out: TextIO) -> Path:
+    from envbuild.app.buildsession import BuildOptions, make_request, read_digest, torch_index_for
+    from envbuild.build.executor import BuildExecutor
+    from envbuild.build.plan import plan_base
+    from envbuild.host.facts import gather_host_facts
+    from envbuild.lock.fileformat import read_lock, render_lock
+    from envbuild.lock.model import Lock, lock_inputs, lock_path_for
+    from envbuild.store.entries import touch_used
+
+    spec = loaded.spec
+    facts = gather_host_facts(cache_dir=cache_dir)
+    if facts.uv is None:
+        raise EnvbuildError("envbuild lock needs uv, which is not installed", "pip install uv (into envbuild's environment)")
+    if not spec.python.requirements():
+        raise EnvbuildError(f"{loaded.path}: the spec installs no Python packages; there is nothing to lock")
+    path = lock_path_for(loaded.path)
+    previous: Lock | None = None
+    if path.is_file():
+        try:
+            previous = read_lock(path.read_text(encoding="utf-8"), str(path))
+        except EnvbuildError as exc:
+            print(f"note: ignoring the unreadable old lock ({exc.message}); resolving from scratch", file=out)
+
+    request = make_request(loaded, BuildOptions(output=Path(f"/nonexistent/{spec.name}.sif")), facts, lock=None)
+    base = plan_base(request)
+    log_path = Path(facts.cache_dir) / "logs" / f"lock-{spec.name}.log"
+    print(f"locking {spec.name}: getting the base {spec.base.describe()}", file=out, flush=True)
+    BuildExecutor(log_path, store_root=Path(facts.cache_dir), verbose=verbose, out=out).execute_base(base)
+    touch_used(Path(base.entry))
+    request = request.with_base_digest(read_digest(base))
+    target = probe_target(request, base.rootfs)
+    print(f"resolving for Python {target.python} on {target.platform}", file=out, flush=True)
+    packages = _resolve(request, target, previous, upgrade=upgrade, upgrade_packages=upgrade_packages)
+    inputs = lock_inputs(spec, torch_index_for(loaded))
+    lock = Lock(inputs=inputs, target=target, base_digest=request.base.digest, recipe_digest=request.recipe_digest,
+                resolver=f"uv {facts.uv_version}", packages=packages, spec_name=spec.name)
+    text = render_lock(lock, spec_path_for_comment=_relative(loaded.path))
+    old_text = path.read_text(encoding="utf-8") if path.is_file() else None
+    for line in _changes(previous, lock):
+        print(line, file=out)
+    if text == old_text:
+        print(f"{path} is unchanged ({len(packages)} packages)", file=out)
+    else:
+        partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+        print(f"wrote {path} ({len(packages)} packages); build it with: envbuild build {loaded.path} --locked", file=out)
+    return path
+
+
+def _resolve(request: BuildRequest, target: LockTarget, previous: Lock | None, *, upgrade: bool,
+             upgrade_packages: tuple[str, ...]) -> tuple[LockedPackage, ...]:
+    from envbuild.build.install import host_index_args
+    from envbuild.lock.model import requirements_with_hashes
+    from envbuild.lock.uv import parse_uv_requirements, uv_compile_argv
+
+    facts = request.facts
+    with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
+        inputs_file, output_file = f"{tmp}/requirements.in", f"{tmp}/requirements.txt"
+        Path(inputs_file).write_text("".join(r + "\n" for r in request.spec.python.requirements()), encoding="utf-8")
+        if previous is not None:
+            # uv keeps the versions found in an existing output file (unless told to upgrade them).
+            Path(output_file).write_text(requirements_with_hashes(previous), encoding="utf-8")
+        argv = uv_compile_argv(facts.uv or "uv", inputs_file, output_file, target, index_args=host_index_args(request),
+                               cache_dir=f"{facts.cache_dir}/uv", upgrade=upgrade, upgrade_packages=upgrade_packages)
+        env = dict(os.environ)
+        if facts.pip.cert:
+            env["SSL_CERT_FILE"] = facts.pip.cert
+        result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600)
+        if result.returncode != 0:
+            raise ToolError(f"uv could not resolve the requirements of {request.spec.name}:\n{result.stderr.strip()[-3000:]}",
+                            "check the package names and versions in the spec, and that the package sources "
+                            "(pip.conf index-url / find-links) have them")
+        return parse_uv_requirements(Path(output_file).read_text(encoding="utf-8"))
+
+
+def _changes(previous: Lock | None, lock: Lock) -> list[str]:
+    if previous is None:
+        return []
+    old = {p.name: p.version for p in previous.packages}
+    new = {p.name: p.version for p in lock.packages}
+    lines = [f"  + {n} {new[n]}" for n in sorted(new.keys() - old.keys())]
+    lines += [f"  - {n} {old[n]}" for n in sorted(old.keys() - new.keys())]
+    lines += [f"  ~ {n} {old[n]} -> {new[n]}" for n in sorted(new.keys() & old.keys()) if old[n] != new[n]]
+    return lines
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

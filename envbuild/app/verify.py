@@ -1,0 +1,269 @@
+"""`envbuild verify IMAGE [SPEC]`: does an image hold what its build record, its lock, and a spec (with
+the lock next to it) say it should? Everything is read from the file (no runtime): the record
+/.envbuild/build.json, the embedded spec and lock, and the packages actually installed in the venv."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envbuild.build.layers import VENV_SEED as _VENV_SEED  # seeded by `python -m venv`; a lock never lists them
+from envbuild.errors import EnvbuildError
+
+if TYPE_CHECKING:
+    from envbuild.lockfile import Lock
+
+
+@dataclass(frozen=True)
+class Difference:
+    area: str  # record | lock | spec | package | base | env
+    message: str
+
+
+@dataclass
+class Verification:
+    image: str
+    spec: str | None
+    passed: list[str] = field(default_factory=list)
+    differences: list[Difference] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+
+@dataclass(frozen=True)
+class _ImageContents:
+    record: dict[str, Any]
+    spec_text: str | None
+    lock_text: str | None
+    installed: dict[str, str]  # canonical name -> version, in the venv
+
+
+def _canonical(name: str) -> str:
+    from envbuild.inventory.pkgmeta import canonical_name
+
+    return canonical_name(name)
+
+
+def _read_image(path: Path) -> _ImageContents:
+    from envbuild.build.paths import RECORD_DIR
+    from envbuild.inventory.image import guarded, open_image
+    from envbuild.inventory.pyenvs import take_inventory
+    from envbuild.spec.model import VENV_PREFIX
+
+    if not path.exists():
+        raise EnvbuildError(f"{path}: no such image", "give the path of a .sif file (or a sandbox directory)")
+    with open_image(str(path)) as image:
+        def text(name: str) -> str | None:
+            data = image.tree.read(f"{RECORD_DIR}/{name}", 64 << 20)
+            return None if data is None else data.decode("utf-8", errors="replace")
+
+        record_text = text("build.json")
+        if record_text is None:
+            raise EnvbuildError(f"{path} is not an envbuild image (it has no {RECORD_DIR}/build.json)",
+                                "envbuild packages / envbuild inspect list what any image holds")
+        inventory = guarded(str(path), lambda: take_inventory(image.tree))
+        spec_text, lock_text = text("spec.yaml"), text("spec.lock")
+    try:
+        record = json.loads(record_text)
+    except ValueError as exc:
+        raise EnvbuildError(f"{path}: its build record {RECORD_DIR}/build.json is not JSON ({exc})") from None
+    installed = {_canonical(p.name): p.version for p in inventory.packages if p.environment == VENV_PREFIX}
+    return _ImageContents(record=record, spec_text=spec_text, lock_text=lock_text, installed=installed)
+
+
+def _pins(lines: list[str]) -> dict[str, str]:
+    pins = {}
+    for line in lines:
+        if "==" in line:
+            name, version = line.split("==", 1)
+            pins[_canonical(name.strip())] = version.strip()
+    return pins
+
+
+def _compare(expected: dict[str, str], actual: dict[str, str], what: str, *, ignore: frozenset[str] = frozenset()) -> list[str]:
+    lines = []
+    for name in sorted(expected.keys() | actual.keys()):
+        if name in ignore:
+            continue
+        want, have = expected.get(name), actual.get(name)
+        if want == have:
+            continue
+        if have is None:
+            lines.append(f"{name} {want}: in {what}, not installed")
+        elif want is None:
+            lines.append(f"{name} {have}: installed, not in {what}")
+        else:
+            lines.append(f"{name}: {what} has {want}, the image has {have}")
+    return lines
+
+
+def verify_image(image: Path, spec_path: Path | None = None) -> Verification:
+    from envbuild.spec.model import VENV_PREFIX
+
+    contents = _read_image(image)
+    result = Verification(image=str(image), spec=str(spec_path) if spec_path else None)
+    record, installed = contents.record, contents.installed
+
+    recorded = (record.get("environments") or {}).get(f"{VENV_PREFIX}/bin/python")
+    if recorded is None:
+        result.passed.append("build record: no per-environment package list (built by an older envbuild); skipped")
+    else:
+        lines = _compare(_pins(recorded), installed, "the build record")
+        _add(result, "record", lines, f"build record: all {len(installed)} venv packages installed as recorded")
+
+    image_lock = None
+    if contents.lock_text is not None:
+        from envbuild.lock.fileformat import read_lock
+
+        image_lock = read_lock(contents.lock_text, f"{image}:/.envbuild/spec.lock")
+        locked = {p.name: p.version for p in image_lock.packages}
+        _add(result, "lock", _compare(locked, installed, "the embedded lock", ignore=_VENV_SEED),
+             f"embedded lock: all {len(locked)} packages at their locked versions")
+
+    if spec_path is not None:
+        _verify_against_spec(result, contents, spec_path, record)
+    return result
+
+
+def _add(result: Verification, area: str, lines: list[str], passed: str) -> None:
+    if lines:
+        result.differences.extend(Difference(area, line) for line in lines)
+    else:
+        result.passed.append(passed)
+
+
+def _verify_against_spec(result: Verification, contents: _ImageContents, spec_path: Path, record: dict[str, Any]) -> None:
+    from packaging.requirements import Requirement
+
+    from envbuild.lock.fileformat import read_lock
+    from envbuild.lock.model import lock_path_for
+    from envbuild.spec.load import load_spec
+
+    loaded = load_spec(spec_path, check_host=False)
+    spec = loaded.spec
+    built_sha = (record.get("spec") or {}).get("sha256", "")
+    if built_sha == loaded.sha256:
+        result.passed.append(f"spec: {spec_path} is the spec the image was built from")
+    else:
+        result.differences.append(Difference("spec", f"{spec_path} changed since the build "
+                                                      f"(sha256 {built_sha[:12] or '?'} -> {loaded.sha256[:12]})"))
+        built_base = (record.get("base") or {}).get("ref")
+        if built_base and built_base != spec.base.describe():
+            result.differences.append(Difference("base", f"base: the image has {built_base}, the spec says {spec.base.describe()}"))
+        if record.get("system") and record["system"] != spec.system:
+            result.differences.append(
+                Difference("spec", f"system: the image was built for {record['system']}, the spec says {spec.system}"))
+        _compare_env(result, contents.spec_text, spec.env)
+
+    unmet = []
+    for text in spec.python.requirements():
+        requirement = Requirement(text)
+        have = contents.installed.get(_canonical(requirement.name))
+        if have is None:
+            unmet.append(f"{requirement.name}: the spec wants {text}, not installed")
+        elif requirement.specifier and not requirement.specifier.contains(have, prereleases=True):
+            unmet.append(f"{requirement.name}: the spec wants {text}, the image has {have}")
+    _add(result, "package", unmet, f"requirements: all {len(spec.python.requirements())} of the spec's requirements are met")
+
+    lock_path = lock_path_for(spec_path)
+    if lock_path.is_file():
+        lock_text = lock_path.read_text(encoding="utf-8")
+        lock = read_lock(lock_text, str(lock_path))
+        _compare_with_embedded_lock(result, contents, lock_path, lock_text, lock)
+        locked = {p.name: p.version for p in lock.packages}
+        _add(result, "lock", _compare(locked, contents.installed, lock_path.name, ignore=_VENV_SEED),
+             f"lock: all {len(locked)} packages of {lock_path.name} installed at their versions")
+
+
+def _compare_with_embedded_lock(result: Verification, contents: _ImageContents, lock_path: Path, lock_text: str,
+                                lock: Lock) -> None:
+    """The lock next to the spec against the lock embedded in the image: a different lock is a difference,
+    listed as what differs (pins, hashes, target, inputs); a text differing only in comments is the same lock."""
+    from envbuild.lockfile import lock_sha256, read_lock
+
+    if contents.lock_text is None:
+        result.passed.append(f"lock: the image was built without a lock (not --locked); "
+                             f"its packages are compared with {lock_path.name} below")
+        return
+    if lock_text == contents.lock_text:
+        result.passed.append(f"lock: {lock_path} is the lock the image was built with")
+        return
+    built = read_lock(contents.lock_text, f"{result.image}:/.envbuild/spec.lock")
+    lines = lock_differences(built, lock, lock_path.name)
+    if not lines:
+        result.passed.append(f"lock: {lock_path} pins what the image's lock pins (only its comments differ)")
+        return
+    result.differences.append(Difference("lock", f"{lock_path} is not the lock the image was built with (sha256 "
+                                                 f"{lock_sha256(contents.lock_text)[:12]} -> {lock_sha256(lock_text)[:12]})"))
+    result.differences.extend(Difference("lock", line) for line in lines)
+
+
+def lock_differences(built: Lock, given: Lock, name: str) -> list[str]:
+    """What `given` (the file `name`) pins or records differently from `built` (the image's embedded lock),
+    one line per difference; empty when both pin the same packages, hashes, target and inputs."""
+    from envbuild.lockfile import stale_reasons
+
+    theirs = "the image's lock"
+    lines = []
+    old = {p.name: p for p in built.packages}
+    new = {p.name: p for p in given.packages}
+    for package in sorted(old.keys() | new.keys()):
+        was, now = old.get(package), new.get(package)
+        if was is not None and now is None:
+            lines.append(f"{package} {was.version}: in {theirs}, not in {name}")
+        elif was is None and now is not None:
+            lines.append(f"{package} {now.version}: in {name}, not in {theirs}")
+        elif was is None or now is None:
+            continue
+        elif was.version != now.version:
+            lines.append(f"{package}: {name} has {now.version}, {theirs} has {was.version}")
+        elif was.hashes != now.hashes:
+            lines.append(f"{package} {now.version}: {name} lists other file hashes than {theirs}")
+    if built.target != given.target:
+        lines.append(f"target: {name} is for Python {given.target.python} on {given.target.platform}, "
+                     f"{theirs} for Python {built.target.python} on {built.target.platform}")
+    lines += [f"{name} against {theirs}: {reason}" for reason in stale_reasons(built, given.inputs)]
+    for label, was_value, now_value in (("base digest", built.base_digest, given.base_digest),
+                                        ("recipe digest", built.recipe_digest, given.recipe_digest),
+                                        ("spec name", built.spec_name, given.spec_name)):
+        if was_value != now_value:
+            lines.append(f"{label}: {name} has {now_value}, {theirs} has {was_value}")
+    return lines
+
+
+def _compare_env(result: Verification, built_spec_text: str | None, env: dict[str, str]) -> None:
+    if built_spec_text is None:
+        return
+    from envbuild.errors import SpecError
+    from envbuild.spec.load import load_spec_text
+
+    try:
+        built = load_spec_text(built_spec_text, "embedded spec").spec
+    except SpecError:
+        return  # written by another envbuild version: the spec hash difference is reported already
+    for name in sorted(built.env.keys() | env.keys()):
+        if built.env.get(name) != env.get(name):
+            result.differences.append(Difference(
+                "env", f"env {name}: the image sets {built.env.get(name)!r}, the spec says {env.get(name)!r}"))
+
+
+def render_verification(result: Verification) -> str:
+    target = f" against {result.spec}" if result.spec else ""
+    lines = [f"verify {result.image}{target}"]
+    lines += [f"  ok    {line}" for line in result.passed]
+    lines += [f"  DIFF  {d.message}" for d in result.differences]
+    if result.ok:
+        lines.append("result: the image matches")
+    else:
+        count = len(result.differences)
+        lines.append(f"result: the image does NOT match ({count} difference{'s' if count != 1 else ''})")
+    return "\n".join(lines) + "\n"
+
+
+def verification_to_dict(result: Verification) -> dict[str, Any]:
+    return {"image": result.image, "spec": result.spec, "ok": result.ok, "passed": result.passed,
+            "differences": [{"area": d.area, "message": d.message} for d in result.differences]}

@@ -1,0 +1,182 @@
+"""Installing the Python packages of a spec into the sandbox's venv: package sources as the host's pip
+sees them (indexes, find-links, certificates), the PyTorch index, and the pip or uv command."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from envbuild.build.actions import Action, MakeDirs, Touch, WriteFile
+from envbuild.build.paths import HOST_MOUNT
+from envbuild.build.request import BuildRequest
+from envbuild.build.sandbox import Bind, sandbox_exec
+from envbuild.host.pip import local_path_of
+from envbuild.spec.model import VENV_PREFIX
+
+
+def venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
+    interpreter = shlex.quote(request.spec.python.interpreter)
+    # A base built by envbuild (or a parent env layer) already has the venv: install into it instead
+    # of re-creating it (its `python3` would be the venv's own interpreter).
+    script = (f"if [ -x {VENV_PREFIX}/bin/python ]; then echo 'reusing the venv {VENV_PREFIX}'; "
+              f"else {interpreter} -m venv {VENV_PREFIX}; fi")
+    actions: list[Action] = [sandbox_exec(request, sandbox, ["/bin/sh", "-ec", script], writable=True)]
+    if request.lock.python:
+        # A lock pins wheels for one Python (cp311...): refuse a base whose Python differs before
+        # the installer fails on some wheel with a less helpful message.
+        check = (f"import sys; v = '%d.%d' % sys.version_info[:2]; "
+                 f"sys.exit(0 if v == {request.lock.python!r} else 'the lock was made for Python {request.lock.python}, "
+                 f"but the base has Python ' + v + ': run envbuild lock again')")
+        actions.append(sandbox_exec(request, sandbox, [f"{VENV_PREFIX}/bin/python", "-I", "-c", check], writable=False))
+    return actions
+
+
+@dataclass(frozen=True)
+class PackageSources:
+    """The host's package sources translated for use inside the sandbox: local directories are bound
+    under HOST_MOUNT and the locations rewritten to point there."""
+
+    index_url: str | None
+    extra_index_urls: tuple[str, ...]
+    find_links: tuple[str, ...]
+    trusted_hosts: tuple[str, ...]
+    no_index: bool
+    cert: str | None
+    client_cert: str | None
+    binds: tuple[Bind, ...]
+    shown: tuple[str, ...]
+
+    @classmethod
+    def from_request(cls, request: BuildRequest) -> PackageSources:
+        pip = request.facts.pip
+        binds: list[Bind] = []
+        counter = iter(range(1000))
+
+        def inside(location: str, *, is_index: bool = False) -> str:
+            host = local_path_of(location)
+            if host is None:
+                return location
+            mount = f"{HOST_MOUNT}/src{next(counter)}"
+            if is_index:
+                # A local "simple" index links its files relatively (../../files/x.whl,
+                # ../../packages/...): bind the index's parent so those links resolve inside.
+                host = host.rstrip("/") or "/"
+                parent, leaf = host.rsplit("/", 1) if "/" in host.lstrip("/") else ("/", host.lstrip("/"))
+                binds.append(Bind(parent or "/", mount))
+                return f"file://{mount}/{leaf}"
+            binds.append(Bind(host, mount))
+            return ("file://" + mount) if location.startswith("file://") else mount
+
+        torch_index = pytorch_index_url(request)
+        # The variant's PyTorch index goes first among the extra indexes: uv gives earlier indexes priority.
+        extras = ((torch_index,) if torch_index else ()) + pip.extra_index_urls
+        shown = tuple(x for x in (pip.index_url, *extras, *pip.find_links) if x)
+        cert = client_cert = None
+        if pip.cert:
+            cert = f"{HOST_MOUNT}/ca-bundle.pem"
+            binds.append(Bind(pip.cert, cert, is_file=True))
+        if pip.client_cert:
+            client_cert = f"{HOST_MOUNT}/client-cert.pem"
+            binds.append(Bind(pip.client_cert, client_cert, is_file=True))
+        return cls(
+            index_url=inside(pip.index_url, is_index=True) if pip.index_url else None,
+            extra_index_urls=tuple(inside(x, is_index=True) for x in extras),
+            find_links=tuple(inside(x) for x in pip.find_links),
+            trusted_hosts=pip.trusted_hosts, no_index=pip.no_index, cert=cert, client_cert=client_cert,
+            binds=tuple(binds), shown=shown,
+        )
+
+    def _index_args(self, trusted_host_flag: str) -> list[str]:
+        """Flags both installers spell alike, plus the one they name differently."""
+        args: list[str] = ["--no-index"] if self.no_index else []
+        if self.index_url:
+            args += ["--index-url", self.index_url]
+        for url in self.extra_index_urls:
+            args += ["--extra-index-url", url]
+        for link in self.find_links:
+            args += ["--find-links", link]
+        for host in self.trusted_hosts:
+            args += [trusted_host_flag, host]
+        return args
+
+    def pip_args(self) -> list[str]:
+        args = self._index_args("--trusted-host")
+        if self.cert:
+            args += ["--cert", self.cert]
+        if self.client_cert:
+            args += ["--client-cert", self.client_cert]
+        return args
+
+    def uv_args(self) -> list[str]:
+        # uv takes certificates from SSL_CERT_FILE / SSL_CLIENT_CERT (set by the install step).
+        # The host's configuration was written for pip, which takes the best version from all
+        # indexes; uv's default (first index that has the package) would silently differ.
+        return [*self._index_args("--allow-insecure-host"), "--index-strategy", "unsafe-best-match"]
+
+
+def pytorch_index_url(request: BuildRequest) -> str | None:
+    pytorch = request.spec.python.pytorch
+    if pytorch is None:
+        return None
+    if pytorch.index_url:
+        return pytorch.index_url
+    return request.recipe.pytorch_index_for(pytorch.wheel_tag)
+
+
+def install_actions(request: BuildRequest, sandbox: str, installer: str, requirements: tuple[str, ...],
+                     sources: PackageSources) -> list[Action]:
+    facts = request.facts
+    binds = list(sources.binds)
+    env: list[tuple[str, str]] = []
+    actions: list[Action] = []
+    if request.lock.requirements is not None:
+        # Exactly the lock: every pinned file checked against its hash, no resolution, no extras.
+        lock_inside = f"{HOST_MOUNT}/lock/requirements.txt"
+        actions += [MakeDirs((f"{sandbox}{HOST_MOUNT}/lock",)), WriteFile(f"{sandbox}{lock_inside}", request.lock.requirements)]
+        targets = ["--require-hashes", "--no-deps", "-r", lock_inside]
+    else:
+        targets = list(requirements)
+    if installer == "uv":
+        assert facts.uv is not None
+        uv_inside = f"{HOST_MOUNT}/uv"
+        binds.append(Bind(facts.uv, uv_inside, is_file=True))
+        binds.append(Bind(f"{facts.cache_dir}/uv", f"{HOST_MOUNT}/cache", read_only=False))
+        argv = [uv_inside, "pip", "install", "--python", f"{VENV_PREFIX}/bin/python",
+                # Compile now: in a read-only image Python would recompile on every start.
+                "--compile-bytecode", "--link-mode=copy", "--cache-dir", f"{HOST_MOUNT}/cache",
+                *sources.uv_args(), *targets]
+        if sources.cert:
+            env.append(("SSL_CERT_FILE", sources.cert))
+        if sources.client_cert:
+            env.append(("SSL_CLIENT_CERT", sources.client_cert))
+        host_cache = f"{facts.cache_dir}/uv"
+    else:
+        binds.append(Bind(f"{facts.cache_dir}/pip", f"{HOST_MOUNT}/cache", read_only=False))
+        argv = [f"{VENV_PREFIX}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
+                "--cache-dir", f"{HOST_MOUNT}/cache", *sources.pip_args(), *targets]
+        host_cache = f"{facts.cache_dir}/pip"
+    mount_dirs = tuple(f"{sandbox}{b.inside}" for b in binds if not b.is_file)
+    mount_files = tuple(f"{sandbox}{b.inside}" for b in binds if b.is_file)
+    actions.append(MakeDirs((host_cache, *mount_dirs)))
+    if mount_files:
+        actions.append(Touch(mount_files))
+    actions.append(sandbox_exec(request, sandbox, argv, writable=True, binds=binds, env=env))
+    return actions
+
+
+def host_index_args(request: BuildRequest) -> list[str]:
+    """uv's index flags for resolving on the host (envbuild lock): the host's sources as they are,
+    the variant's PyTorch index first among the extra indexes."""
+    pip = request.facts.pip
+    torch_index = pytorch_index_url(request)
+    extras = ((torch_index,) if torch_index else ()) + pip.extra_index_urls
+    args: list[str] = ["--no-index"] if pip.no_index else []
+    if pip.index_url:
+        args += ["--index-url", pip.index_url]
+    for url in extras:
+        args += ["--extra-index-url", url]
+    for link in pip.find_links:
+        args += ["--find-links", link]
+    for host in pip.trusted_hosts:
+        args += ["--allow-insecure-host", host]
+    return [*args, "--index-strategy", "unsafe-best-match"]

@@ -1,0 +1,157 @@
+"""Content keys of the three layers an image is made of, and where each lives in the store.
+
+- base:  the root filesystem (debootstrap / docker:// / oras:// / local image), keyed by its reference
+         and options; its content digest is recorded next to it.
+- env:   the base plus the Python environment, keyed by the base's digest and everything that decides
+         what gets installed (the lock or the requirement list, package sources, installer version).
+- image: the finished SIF, keyed by the env key plus the user layer (spec text with env, files, post,
+         tests, labels; the lock; file contents; compression; envbuild version).
+
+Keys are pure functions of the build request: the same inputs give the same key on any machine, so an
+unchanged spec finds its image, and a spec that only adds a package finds its base and a parent env.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from envbuild.spec.model import VENV_PREFIX
+
+if TYPE_CHECKING:
+    from envbuild.build.request import BuildRequest
+
+# Bump when what a layer contains changes for the same inputs, so older store entries are not reused.
+ENV_LAYOUT_VERSION = 1
+IMAGE_LAYOUT_VERSION = 1
+
+
+def _hash(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def entry_name(readable: str, key: str) -> str:
+    return f"{readable}-{key[:16]}"
+
+
+@dataclass(frozen=True)
+class StorePaths:
+    """The store's directory layout (see envbuild.store.layout)."""
+
+    root: str
+
+    def base(self, name: str) -> str:
+        return f"{self.root}/bases/{name}"
+
+    def env(self, name: str) -> str:
+        return f"{self.root}/envs/{name}"
+
+    def image(self, name: str) -> str:
+        return f"{self.root}/images/{name}"
+
+
+def installer_identity(request: BuildRequest, installer: str) -> str:
+    facts = request.facts
+    if installer == "uv":
+        return f"uv {facts.uv_version or 'unknown'}"
+    return "pip (the base image's)"
+
+
+def env_compat_identity(request: BuildRequest, installer: str, base_entry: str) -> dict[str, Any]:
+    """Everything that shapes the Python layer except the package set: an env layer may start from
+    another one (install only the difference) only when these agree."""
+    pip = request.facts.pip
+    pytorch = request.spec.python.pytorch
+    return {
+        "layout": ENV_LAYOUT_VERSION,
+        "base": base_entry,
+        "base_digest": request.base.digest,
+        "installer": installer_identity(request, installer),
+        "interpreter": request.spec.python.interpreter,
+        "venv": VENV_PREFIX,
+        "sources": {
+            "index_url": pip.index_url, "extra_index_urls": list(pip.extra_index_urls),
+            "find_links": list(pip.find_links), "no_index": pip.no_index,
+        },
+        # SOURCE_DATE_EPOCH makes Python write hash-based .pyc files: different bytes in the layer.
+        "reproducible": request.options.source_date_epoch is not None,
+        "torch_index": (pytorch.index_url or request.recipe.pytorch_index_for(pytorch.wheel_tag)) if pytorch else None,
+    }
+
+
+def env_compat_key(request: BuildRequest, installer: str, base_entry: str) -> str:
+    return _hash(env_compat_identity(request, installer, base_entry))
+
+
+def env_key(request: BuildRequest, installer: str, base_entry: str) -> str:
+    identity = env_compat_identity(request, installer, base_entry)
+    if request.lock.requirements is not None:
+        identity["locked"] = request.lock.requirements
+    else:
+        identity["requirements"] = list(request.spec.python.requirements())
+    return _hash(identity)
+
+
+def env_readable(request: BuildRequest) -> str:
+    return request.spec.name[:40]
+
+
+def image_key(request: BuildRequest, env: str) -> str:
+    return _hash({
+        "layout": IMAGE_LAYOUT_VERSION,
+        "env": env,
+        "envbuild": request.facts.envbuild_version,
+        "spec": request.source.text,
+        "lock": request.lock.text,
+        "files": [list(pair) for pair in request.source.file_digests],
+        "recipe": request.recipe_digest,
+        "compression": request.options.compression,
+        "source_date_epoch": request.options.source_date_epoch,
+    })
+
+
+# Seeded into every venv by `python -m venv`; never in a lock, so they do not count against a parent.
+VENV_SEED = frozenset({"pip", "setuptools", "wheel"})
+
+
+def _canonical(name: str) -> str:
+    from envbuild.inventory.pkgmeta import canonical_name
+
+    return canonical_name(name)
+
+
+def _pins(lines: list[str]) -> set[str]:
+    pins = set()
+    for line in lines:
+        head = line.split("--hash", 1)[0].strip().rstrip("\\").strip()
+        if "==" in head and not head.startswith("#"):
+            name, version = head.split("==", 1)
+            pins.add(f"{_canonical(name)}=={version.strip()}")
+    return pins
+
+
+def choose_env_parent(candidates: list[tuple[str, dict[str, Any], list[str], float]], *, compat: str,
+                      requirements: list[str], locked: str | None) -> str | None:
+    """Pick the env layer to install the difference on top of, from (name, meta, freeze, last used).
+
+    It must agree on everything but the package set (`compat`) and hold nothing the new build does
+    not want: unlocked, its requirements are a subset of the new ones; locked, every package it has
+    is pinned at the same version by the lock. Among those, the one with the most packages (least
+    left to install), then the most recently used."""
+    wanted_pins = _pins(locked.splitlines()) if locked is not None else set()
+    best: tuple[int, float, str] | None = None
+    for name, meta, freeze, last_used in candidates:
+        if meta.get("kind") != "env" or meta.get("compat") != compat:
+            continue
+        have = {p for p in _pins(freeze) if p.split("==", 1)[0] not in VENV_SEED}
+        if locked is not None:
+            if not have <= wanted_pins:
+                continue
+        elif not set(meta.get("requirements") or []) <= set(requirements):
+            continue
+        score = (len(have), last_used, name)
+        if best is None or score > best:
+            best = score
+    return best[2] if best else None

@@ -1,0 +1,347 @@
+"""Pure build planner: (validated spec, recipe, host facts) -> the exact steps of a build.
+
+The method is cotainr's, which needs neither fakeroot nor definition-file %post (neither works on
+LUMI or on kernels without CAP_SYS_RESOURCE): base root filesystem -> writable sandbox directory ->
+`apptainer exec --writable` to install -> `apptainer build image.sif sandbox/`.
+Nothing here touches the filesystem or runs a program; `envbuild.build.executor` does that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import PurePosixPath
+
+from envbuild.build.actions import (
+    Action,
+    ClampTimes,
+    CopyFile,
+    CopyTree,
+    GuardTree,
+    MakeDirs,
+    MergeJson,
+    RecordDigest,
+    Remove,
+    Rename,
+    Run,
+    SnapshotTree,
+    Step,
+    WriteFile,
+    WriteRunWrappers,
+)
+from envbuild.build.install import PackageSources, install_actions, venv_actions
+from envbuild.build.layers import StorePaths, entry_name, env_compat_key, env_key, env_readable, image_key
+from envbuild.build.paths import ENV_SCRIPT, HOST_MOUNT, LABELS_FILE, RECORD_DIR
+from envbuild.build.record import build_record, env_script, image_labels
+from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
+from envbuild.build.sandbox import sandbox_exec
+from envbuild.host.facts import HostFacts
+from envbuild.spec.model import VENV_PREFIX, BaseImage, Spec
+
+# Always in a debootstrap base: a Python that can make venvs, and CA certificates for HTTPS.
+DEBOOTSTRAP_ALWAYS = ("python3", "python3-venv", "ca-certificates")
+# Bump when the layout of cached bases changes, so old cache entries are not reused.
+BASE_LAYOUT_VERSION = 2
+
+
+def plan_layers(request: BuildRequest) -> Layers:
+    spec, facts = request.spec, request.facts
+    installer = _choose_installer(spec, facts)
+    base_entry = base_cache_key(spec.base, facts, request.base.fingerprint)
+    env = env_key(request, installer, base_entry)
+    image = image_key(request, env)
+    return Layers(
+        base_entry=base_entry, env_entry=entry_name(env_readable(request), env), env_key=env,
+        env_compat=env_compat_key(request, installer, base_entry),
+        env_parent=request.env_parent, image_entry=entry_name(spec.name[:40], image), image_key=image,
+    )
+
+
+def plan_build(request: BuildRequest) -> BuildPlan:
+    """The build after the base is in the store: env layer (cached) -> sandbox -> user layer -> image
+    in the store -> copy to the output."""
+    spec, facts = request.spec, request.facts
+    store = StorePaths(str(facts.cache_dir))
+    layers = plan_layers(request)
+    work = f"{facts.cache_dir}/work/{spec.name}-{request.options.build_id}"
+    sandbox = f"{work}/sandbox"
+    installer = _choose_installer(spec, facts)
+    requirements = tuple(spec.python.requirements())
+    sources = PackageSources.from_request(request)
+
+    steps: list[Step] = [_env_step(request, layers, store, installer, sources)]
+    env_rootfs = f"{store.env(layers.env_entry)}/rootfs"
+    # The user layer only adds or atomically replaces files (configure, record), so the sandbox can
+    # share the env layer's files by hard links, which makes this copy instant. `post` commands may
+    # write files in place, and clamping times for SOURCE_DATE_EPOCH changes inodes: a real copy then.
+    shared = not spec.post and request.options.source_date_epoch is None
+    steps.append(Step("sandbox", "hard-link the env layer into a fresh sandbox" if shared else "copy the env layer into a fresh sandbox",
+                      (Remove((work,)), MakeDirs((work,)), CopyTree(env_rootfs, sandbox, hardlink=shared))))
+    steps.append(_configure_step(request, sandbox, installer, layers))
+    if spec.post:
+        steps.append(
+            Step("post", f"run {len(spec.post)} post command(s)",
+                 tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=True) for cmd in spec.post))
+        )
+    steps.append(
+        Step("record", "record every Python environment's packages",
+             (sandbox_exec(request, sandbox, [f"{VENV_PREFIX}/bin/python", "-c", RECORD_ENVIRONMENTS_SCRIPT], writable=True),
+              Remove((f"{sandbox}{HOST_MOUNT}",))))
+    )
+    if spec.tests:
+        steps.append(
+            Step("test", f"run {len(spec.tests)} test(s) inside the image",
+                 tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=False) for cmd in spec.tests))
+        )
+    entry = store.image(layers.image_entry)
+    store_image = f"{entry}/image.sif"
+    partial = f"{store_image}.partial-{request.options.build_id}"
+    from envbuild.build.squash import squash_actions
+
+    squash = squash_actions(sandbox, partial, compression=request.options.compression, source_date_epoch=request.options.source_date_epoch,
+                            runtime_path=facts.runtime.path, work_dir=work, all_root=not request.options.as_root,
+                            python=facts.python or None, processors=facts.cpus)
+    steps.append(
+        Step("squash", f"write the image ({request.options.compression}) into the store",
+             (Remove((f"{entry}/complete",)), MakeDirs((entry,)),
+              *((ClampTimes(sandbox, request.options.source_date_epoch),) if request.options.source_date_epoch is not None else ()),
+              *squash, Rename(partial, store_image),
+              WriteFile(f"{entry}/meta.json", _meta_json(request, "image", layers.image_key, layers.env_entry)),
+              WriteFile(f"{entry}/complete", f"{spec.name}\n")),
+             cleanup=(Remove((partial,)),))
+    )
+    output_partial = f"{request.options.output}.partial-{request.options.build_id}"
+    steps.append(
+        Step("output", f"copy the image to {request.options.output}",
+             (CopyFile(store_image, output_partial), Rename(output_partial, request.options.output)),
+             cleanup=(Remove((output_partial,)),))
+    )
+    steps.append(wrappers_step(request, f"{sandbox}{VENV_PREFIX}/bin"))
+    if not request.options.keep_work:
+        steps.append(Step("clean", "remove the build sandbox", (Remove((work,)),)))
+    return BuildPlan(
+        name=spec.name, output=request.options.output, work_dir=work, sandbox=sandbox, installer=installer,
+        requirements=requirements, package_sources=sources.shown, layers=layers, store_image=store_image,
+        steps=tuple(steps),
+    )
+
+
+def wrappers_step(request: BuildRequest, venv_bin: str) -> Step:
+    out_dir = str(PurePosixPath(request.options.output).parent)
+    return Step("wrappers", f"write run wrappers to {out_dir}/bin",
+                (WriteRunWrappers(venv_bin, f"{out_dir}/bin", request.options.output, request.spec.system,
+                                  request.facts.runtime.name),))
+
+
+# name==version of every distribution in the running interpreter's environment, one per line.
+FREEZE_SCRIPT = ("import importlib.metadata as m; "
+                 "print(chr(10).join(sorted({d.metadata['Name'] + '==' + d.version for d in m.distributions() if d.metadata['Name']})))")
+# The same, written to the file named by the first argument.
+FREEZE_TO_FILE_SCRIPT = ("import importlib.metadata as m, sys; "
+                         "open(sys.argv[1], 'w').write(''.join(sorted({d.metadata['Name'] + '==' + d.version + chr(10) "
+                         "for d in m.distributions() if d.metadata['Name']})))")
+
+
+# Runs inside the image with the venv's Python: adds `environments` (name==version of every Python
+# environment found: the venv, the system Python, conda) to the build record. importlib.metadata is
+# used rather than `pip freeze`, which a base's Python may lack.
+RECORD_ENVIRONMENTS_SCRIPT = f"""\
+import glob, json, os, subprocess
+LIST = {FREEZE_SCRIPT!r}
+found = {{}}
+candidates = ["{VENV_PREFIX}/bin/python", "/usr/bin/python3", "/usr/local/bin/python3", "/opt/conda/bin/python"]
+candidates += sorted(glob.glob("/opt/conda/envs/*/bin/python"))
+for python in candidates:
+    if os.path.exists(python):
+        out = subprocess.run([python, "-I", "-c", LIST], capture_output=True, text=True)
+        if out.returncode == 0:
+            found[python] = out.stdout.split()
+record_file = "{RECORD_DIR}/build.json"
+with open(record_file) as handle:
+    record = json.load(handle)
+record["environments"] = found
+def replace(path, text):
+    # Atomically: the file may be a hard link into the store's env layer.
+    with open(path + ".partial", "w") as handle:
+        handle.write(text)
+    os.replace(path + ".partial", path)
+replace(record_file, json.dumps(record, indent=2, sort_keys=True) + "\\n")
+replace("{RECORD_DIR}/pip-freeze.txt", "".join(line + "\\n" for line in found.get("{VENV_PREFIX}/bin/python", [])))
+"""
+
+
+def _choose_installer(spec: Spec, facts: HostFacts) -> str:
+    if spec.python.installer == "auto":
+        return "uv" if facts.uv else "pip"
+    return spec.python.installer
+
+
+# --- base -----------------------------------------------------------------------------------------
+
+
+def base_cache_key(base: BaseImage, facts: HostFacts, fingerprint: str = "") -> str:
+    """Cache entry name for a base root filesystem: readable prefix + hash of everything that shapes it."""
+    identity = {
+        "layout": BASE_LAYOUT_VERSION, "kind": base.kind, "ref": base.ref,
+        "include": sorted(set(base.include)), "mirror": base.mirror or facts.debian_mirror or "",
+        "fingerprint": fingerprint,
+    }
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    # Last path component keeps the name readable: debootstrap-bookworm-..., docker-python_3.12-slim-...
+    readable = base.ref.split("://", 1)[-1].rstrip("/").rsplit("/", 1)[-1].replace(":", "_")[:48]
+    return f"{base.kind}-{readable}-{digest}"
+
+
+def plan_base(request: BuildRequest) -> BasePlan:
+    """Steps that put the base root filesystem into the store once and record its content digest."""
+    spec, facts = request.spec, request.facts
+    base = spec.base
+    name = base_cache_key(base, facts, request.base.fingerprint)
+    entry = StorePaths(str(facts.cache_dir)).base(name)
+    partial, rootfs, marker, digest_file = f"{entry}/rootfs.partial", f"{entry}/rootfs", f"{entry}/complete", f"{entry}/digest"
+    if base.kind == "debootstrap":
+        include = ",".join(dict.fromkeys((*DEBOOTSTRAP_ALWAYS, *base.include)))
+        tree = f"{entry}/debootstrap.partial"
+        argv = ["debootstrap", "--variant=minbase", f"--include={include}", base.ref, tree]
+        mirror = base.mirror or facts.debian_mirror
+        if mirror:
+            argv.append(mirror)
+        fetch: tuple[Action, ...] = (
+            Remove((tree,)),
+            Run(tuple(argv)),
+            # The downloaded .debs are not part of the environment.
+            Run(("find", f"{tree}/var/cache/apt/archives", "-name", "*.deb", "-delete")),
+            # debootstrap writes no /etc/hosts; without one the runtime cannot bind the host's, and
+            # `localhost` (torchrun --standalone's rendezvous) does not resolve inside the container.
+            WriteFile(f"{tree}/etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+            # Through the runtime once, so the tree gets the runtime's /.singularity.d skeleton (its
+            # env scripts set the default PATH); the runtime adds it only where none exists.
+            Run((*_sandbox_build(request), partial, tree)),
+            Remove((tree,)),
+        )
+        cleanup: tuple[Action, ...] = (Remove((partial, tree)),)
+        title = f"debootstrap {base.ref} (cached after the first build)"
+    else:
+        source = request.base.path if base.kind == "localimage" else base.ref
+        fetch = (Run((*_sandbox_build(request), partial, str(source))),)
+        cleanup = (Remove((partial,)),)
+        title = f"unpack base {base.describe()} (cached after the first build)"
+    # A local .sif is identified by its own bytes (what `sha256sum` shows); every other base by the
+    # content of the unpacked tree (docker layers arrive in no canonical form).
+    digest_of = request.base.path if (base.kind == "localimage" and request.base.path and _is_sif(request.base.path)) else rootfs
+    ensure = Step(
+        "base", title,
+        (Remove((partial, rootfs, digest_file)), MakeDirs((entry,)), *fetch, Rename(partial, rootfs),
+         RecordDigest(digest_of, digest_file),
+         WriteFile(f"{entry}/meta.json", _meta_json(request, "base", name, None)),
+         WriteFile(marker, base.describe() + "\n")),
+        skip_if_exists=marker, cleanup=cleanup, lock=("base", name),
+    )
+    # Entries made before digests were recorded get theirs on first use.
+    digest = Step("base-digest", "record the base's content digest", (RecordDigest(digest_of, digest_file),),
+                  skip_if_exists=digest_file, lock=("base", name))
+    return BasePlan(entry=entry, rootfs=rootfs, digest_file=digest_file, steps=(ensure, digest))
+
+
+def _is_sif(path: str) -> bool:
+    return path.endswith((".sif", ".simg", ".img"))
+
+
+def _env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer: str, sources: PackageSources) -> Step:
+    """The env layer: the base (or a parent env layer) plus the venv with every requirement installed."""
+    entry = store.env(layers.env_entry)
+    partial, rootfs = f"{entry}/rootfs.partial", f"{entry}/rootfs"
+    start = f"{store.env(layers.env_parent)}/rootfs" if layers.env_parent else f"{store.base(layers.base_entry)}/rootfs"
+    actions: list[Action] = [Remove((partial, rootfs)), MakeDirs((entry,))]
+    snapshot = f"{entry}/parent.snapshot"
+    if layers.env_parent:
+        # Only the difference is installed, so the parent's 1-2 GB are shared by hard links instead
+        # of copied (about 20 s on ext4). Installers add, replace and delete files; should one ever
+        # write through a shared file (two packages shipping the same file), the guard below notices
+        # and retires the parent layer, whose content would no longer match its key.
+        actions += [SnapshotTree(start, snapshot), CopyTree(start, partial, hardlink=True)]
+    else:
+        actions.append(CopyTree(start, partial))
+    actions += venv_actions(request, partial)
+    requirements = tuple(request.spec.python.requirements())
+    if request.lock.requirements is not None or requirements:
+        actions += install_actions(request, partial, installer, requirements, sources)
+    freeze_inside = f"{HOST_MOUNT}/freeze.txt"
+    freeze = f"{partial}{freeze_inside}"
+    actions += [
+        MakeDirs((f"{partial}{HOST_MOUNT}",)),
+        sandbox_exec(request, partial, [f"{VENV_PREFIX}/bin/python", "-I", "-c", FREEZE_TO_FILE_SCRIPT, freeze_inside], writable=True),
+        Rename(freeze, f"{entry}/freeze.txt"),
+        Remove((f"{partial}{HOST_MOUNT}",)),
+        *((GuardTree(start, snapshot, f"{store.env(layers.env_parent)}/complete"), Remove((snapshot,)))
+          if layers.env_parent else ()),
+        Rename(partial, rootfs),
+        WriteFile(f"{entry}/meta.json", _meta_json(request, "env", layers.env_key, layers.env_parent or layers.base_entry,
+                                                   compat=layers.env_compat, installer=installer)),
+        WriteFile(f"{entry}/complete", f"{request.spec.name}\n"),
+    ]
+    what = f"install the difference on top of env layer {layers.env_parent}" if layers.env_parent else "create the venv and install"
+    return Step("env", f"Python env layer: {what} (cached after the first build)", tuple(actions),
+                skip_if_exists=f"{entry}/complete", cleanup=(Remove((partial, snapshot)),), lock=("env", layers.env_entry))
+
+
+def _meta_json(request: BuildRequest, kind: str, key: str, parent: str | None, **extra: str) -> str:
+    """The store entry's description (envbuild cache ls; parent choice for env layers)."""
+    spec = request.spec
+    record: dict[str, object] = {
+        "kind": kind, "key": key, "created": request.options.built_at, "spec": spec.name, "parent": parent,
+        "description": _describe_entry(request, kind),
+    }
+    if kind == "env":
+        record["requirements"] = list(spec.python.requirements())
+        record["locked"] = request.lock.requirements is not None
+    record.update(extra)
+    return json.dumps(record, indent=2, sort_keys=True) + "\n"
+
+
+def _describe_entry(request: BuildRequest, kind: str) -> str:
+    spec = request.spec
+    if kind == "base":
+        return spec.base.describe()
+    if kind == "env":
+        reqs = " ".join(spec.python.requirements()) or "no packages"
+        return f"{reqs} on {spec.base.describe()}" + (" (locked)" if request.lock.requirements is not None else "")
+    return f"{spec.name} ({request.options.compression})"
+
+
+def _sandbox_build(request: BuildRequest) -> tuple[str, ...]:
+    argv = [request.facts.runtime.path, "build", "--force", "--sandbox"]
+    if not request.options.as_root:
+        argv.append("--fix-perms")  # an unprivileged user must own every file to write into the sandbox
+    return tuple(argv)
+
+
+# --- python ---------------------------------------------------------------------------------------
+
+
+# --- image configuration --------------------------------------------------------------------------
+
+
+def _configure_step(request: BuildRequest, sandbox: str, installer: str, layers: Layers) -> Step:
+    spec = request.spec
+    record = build_record(request, installer, layers)
+    actions: list[Action] = [
+        MakeDirs((f"{sandbox}/.singularity.d/env", f"{sandbox}{RECORD_DIR}")),
+        WriteFile(f"{sandbox}{ENV_SCRIPT}", env_script(spec, request.facts.envbuild_version, request.source.sha256), 0o755),
+        MergeJson(f"{sandbox}{LABELS_FILE}", tuple(image_labels(request, installer, layers).items())),
+        WriteFile(f"{sandbox}{RECORD_DIR}/spec.yaml", request.source.text),
+        WriteFile(f"{sandbox}{RECORD_DIR}/build.json", json.dumps(record, indent=2, sort_keys=True) + "\n"),
+    ]
+    if request.lock.text:
+        actions.append(WriteFile(f"{sandbox}{RECORD_DIR}/spec.lock", request.lock.text))
+    for item in spec.files:
+        src = item.src if item.src.startswith("/") else f"{request.source.directory}/{item.src}"
+        dest = f"{sandbox}{item.dest}"
+        actions.append(MakeDirs((str(PurePosixPath(dest).parent),)))
+        actions.append(CopyFile(src, dest, int(item.mode, 8) if item.mode else None))
+    return Step("configure", "write environment script, labels and build record", tuple(actions))
+
+
+# --- running inside the sandbox -------------------------------------------------------------------
+
+

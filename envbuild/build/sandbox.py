@@ -1,0 +1,40 @@
+"""A program run inside the build sandbox (`apptainer exec`), with host directories bound in, as a Run action."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from envbuild.build.actions import Run
+from envbuild.build.request import BuildRequest
+
+
+@dataclass(frozen=True)
+class Bind:
+    host: str
+    inside: str  # absolute path inside the sandbox
+    is_file: bool = False
+    read_only: bool = True
+
+    def flag(self) -> str:
+        return f"{self.host}:{self.inside}" + (":ro" if self.read_only else "")
+
+
+def sandbox_exec(request: BuildRequest, sandbox: str, command: list[str], *, writable: bool,
+          binds: list[Bind] | None = None, env: list[tuple[str, str]] | None = None) -> Run:
+    runtime = request.facts.runtime
+    # --cleanenv: the host's environment (a venv's VIRTUAL_ENV, PYTHONPATH, PIP_*) must not leak
+    # into the build. --no-mount: nothing of the host's home or working directory is written into
+    # (or left as an empty mount point in) the image; writable steps also use the image's own /tmp,
+    # while read-only test runs keep the host's /tmp, as every later run of the image will.
+    argv = [runtime.path, "exec", "--cleanenv", "--no-mount", "home,cwd,tmp" if writable else "home,cwd", "--pwd", "/"]
+    if writable:
+        argv.append("--writable")
+    for bind in binds or []:
+        argv += ["--bind", bind.flag()]
+    argv += [sandbox, *command]
+    host_env = [(runtime.env_prefix + key, value) for key, value in (env or [])]
+    host_env += [(runtime.env_prefix + key, value) for key, value in request.facts.proxy_env]
+    if request.options.source_date_epoch is not None:
+        # Python then writes hash-based .pyc files (no source times inside): reproducible byte code.
+        host_env.append((runtime.env_prefix + "SOURCE_DATE_EPOCH", str(request.options.source_date_epoch)))
+    return Run(tuple(argv), env=tuple(host_env))

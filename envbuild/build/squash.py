@@ -1,0 +1,362 @@
+"""Turn a prepared sandbox directory into a SIF image, without `apptainer build`'s copy of the tree.
+
+`apptainer build out.sif sandbox/` first copies the whole sandbox into a temporary directory (its
+build stage), runs mksquashfs on the copy into a temporary file, and then copies that file into
+the new SIF. Here mksquashfs reads the sandbox itself and writes the root file system straight into
+the output file at PARTITION_OFFSET; a small helper (`python -m envbuild.build.squash`) then fills the
+bytes before it with the SIF header and descriptor table and appends the two small metadata
+objects. The 0.4-1.5 GB of the tree are read once and written once.
+
+The image has the descriptors `apptainer build` writes, in the same order and group:
+  1 Def.FILE      the definition file (the sandbox's /.singularity.d/Singularity)
+  2 JSON.Generic  "inspect-metadata.json": what `apptainer inspect --all --json` reports for the
+                  sandbox, which is exactly what apptainer build stores (it runs that same command)
+  3 FS            the squashfs root file system, primary system partition, the rootfs's arch
+Only the placement differs: apptainer puts the metadata before the partition; we put it after,
+because its size is known only once the sandbox is final and mksquashfs needs the partition's
+offset up front. SIF readers (apptainer, SingularityCE, siftool, envbuild.inventory) locate every
+object through its descriptor, so the order of the data in the file does not matter to them.
+
+Reproducible output: with `source_date_epoch`, the squashfs creation time, the SIF header and
+descriptor times are that epoch and the image UUID is derived from the content, so identical trees
+give byte-identical SIFs. mksquashfs >= 4.4 is reproducible by default, whatever -processors is
+(measured with 4.5.1: identical output with 1 and 2 processors, and across runs). File mtimes are
+kept as they are in the tree: forcing them (-all-time, or the SOURCE_DATE_EPOCH variable, which
+makes mksquashfs clamp them) would make every timestamp-based .pyc in the image stale, and Python
+would then recompile e.g. torch on every start from the read-only image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import BinaryIO
+
+from envbuild.build.actions import Action, MakeDirs, Remove, Run, WriteFile
+from envbuild.errors import UsageError
+
+# Compressions mksquashfs can write and container runtimes can read, with the mksquashfs options
+# used for each, and an optional level ("gzip:6", "zstd:9").
+#
+# Who can run which (checked in the runtimes' sources, pkg/image/squashfs.go CheckSquashfsHeader,
+# which refuses an image whose squashfs uses a compression it does not list):
+#   gzip  every apptainer and singularity; the only one that works everywhere.
+#   xz    apptainer >= 1.0, singularity >= 3.0 (also SingularityCE): accepted; the mount then
+#         needs kernel squashfs xz support (Linux >= 2.6.38, CONFIG_SQUASHFS_XZ) in setuid mode,
+#         or a squashfuse built with liblzma in unprivileged (user namespace) mode.
+#   lz4   as xz, with kernel >= 3.19 (CONFIG_SQUASHFS_LZ4) or a squashfuse built with liblz4.
+#   zstd  apptainer >= 1.4.0 only (2025-03; before it: "corrupted image: unknown compression
+#         algorithm value 6"). No SingularityCE release accepts it (4.5.1, 2026-08, lists gzip,
+#         lzma, lzo, xz, lz4). Mounting needs kernel >= 4.14 (CONFIG_SQUASHFS_ZSTD) or a squashfuse
+#         built with libzstd (apptainer's own packages bundle one since 1.4.0).
+# mksquashfs's defaults: gzip level 9 (what apptainer build writes), zstd level 15 (slow: 4.5.1
+# at level 3 is ~15x faster for +2 % size).
+COMPRESSIONS: dict[str, tuple[str, ...]] = {
+    "gzip": ("-comp", "gzip"),
+    "zstd": ("-comp", "zstd", "-Xcompression-level", "3"),
+    "lz4": ("-comp", "lz4"),
+    "xz": ("-comp", "xz"),
+}
+_LEVELS = {"gzip": range(1, 10), "zstd": range(1, 23)}  # what mksquashfs accepts for -Xcompression-level
+_NOT_EVERYWHERE = {
+    "xz": "xz images need apptainer >= 1.0 or singularity >= 3.0 and kernel/squashfuse xz support",
+    "lz4": "lz4 images need apptainer >= 1.0 or singularity >= 3.0 and kernel (>= 3.19) or squashfuse lz4 support",
+    "zstd": "zstd images run only on apptainer >= 1.4.0 (no SingularityCE release reads them)",
+}
+
+# Where the squashfs starts: the first 4096-aligned offset after the 48-descriptor table, as a
+# partition written by the sif library is aligned (header 128 B, table at 4096, 48 x 585 B).
+PARTITION_OFFSET = 32768
+LAUNCH_SCRIPT = b"#!/usr/bin/env run-singularity\n"
+_HEADER = struct.Struct("<32s10s3s3s16s8q")
+_DESCRIPTOR = struct.Struct("<i?3I7q128s384s")
+_DESCRIPTORS_OFFSET = 4096
+_DESCRIPTOR_CAPACITY = 48
+_DATA_OFFSET = _DESCRIPTORS_OFFSET + _DESCRIPTOR_CAPACITY * _DESCRIPTOR.size
+_GROUP = 1 | 0xF0000000  # group ids are stored with the high bits set; 1 is the default group
+_DEFFILE, _GENERIC_JSON, _PARTITION = 0x4001, 0x4006, 0x4004
+_FS_SQUASH, _PART_PRIMARY_SYSTEM = 1, 2
+METADATA_NAME = "inspect-metadata.json"
+_SQUASHFS_PAD = 4096  # mksquashfs pads the file system to a multiple of 4 KiB (unless -nopad)
+# The SIF header's arch codes, by Go's GOARCH name.
+SIF_ARCHES = {
+    "386": b"01", "amd64": b"02", "arm": b"03", "arm64": b"04", "ppc64": b"05", "ppc64le": b"06",
+    "mips": b"07", "mipsle": b"08", "mips64": b"09", "mips64le": b"10", "s390x": b"11", "riscv64": b"12",
+}
+# uuid5 namespace for image ids derived from content (any fixed UUID works; this one is ours).
+_ID_NAMESPACE = uuid.UUID("6f1c5d2e-3b7a-5e0f-9a41-8d2c7e6b0a53")
+OBJECTS_DIR = "sif-objects"  # under work_dir: the definition, metadata and arch found in the sandbox
+
+
+def check_compression(name: str) -> tuple[str, ...]:
+    """The mksquashfs options for compression `name` ("gzip", "zstd", "lz4", "xz", or "gzip:6",
+    "zstd:9" with a level); a UsageError that lists the accepted names otherwise."""
+    base, _, level = name.partition(":")
+    if base not in COMPRESSIONS:
+        accepted = ", ".join(COMPRESSIONS)
+        raise UsageError(
+            f"unknown squashfs compression {name!r}: accepted are {accepted} (gzip and zstd also as NAME:LEVEL)",
+            "gzip runs on every apptainer and singularity; " + "; ".join(_NOT_EVERYWHERE.values()),
+        )
+    if not level:
+        return COMPRESSIONS[base]
+    levels = _LEVELS.get(base)
+    if levels is None:
+        raise UsageError(f"squashfs compression {base} takes no level (got {name!r})", f"use plain {base!r}")
+    if not level.isdigit() or int(level) not in levels:
+        raise UsageError(f"squashfs compression level {level!r} for {base} is out of range",
+                         f"use {base}:{levels.start}..{base}:{levels.stop - 1}")
+    return ("-comp", base, "-Xcompression-level", str(int(level)))
+
+
+def compression_note(name: str) -> str | None:
+    """Which runtimes can run an image with this compression, when not every one can (for a warning)."""
+    return _NOT_EVERYWHERE.get(name.partition(":")[0])
+
+
+def default_processors() -> int:
+    """The CPUs this process may run on (a Slurm job or taskset may allow fewer than the machine has)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def mksquashfs_argv(sandbox: str, output: str, *, compression: str = "gzip", processors: int | None = None,
+                    source_date_epoch: int | None = None, all_root: bool = False, offset: int = PARTITION_OFFSET,
+                    mksquashfs: str = "mksquashfs") -> tuple[str, ...]:
+    """The mksquashfs command that writes `sandbox` into `output` at `offset` (zero-filling the bytes before)."""
+    if processors is not None and processors < 1:
+        raise UsageError(f"mksquashfs processors must be at least 1 (got {processors})", "leave it unset to use every CPU allowed")
+    argv = [
+        # A SOURCE_DATE_EPOCH in the environment would make mksquashfs clamp every file time (stale
+        # .pycs, see the module doc) and, together with -mkfs-time, refuse to run.
+        "env", "-u", "SOURCE_DATE_EPOCH",
+        mksquashfs, sandbox, output, "-noappend", *check_compression(compression),
+        "-processors", str(processors if processors is not None else default_processors()),
+        "-offset", str(offset),
+        "-no-progress",  # the bar is noise in the build log
+    ]
+    if all_root:
+        argv.append("-all-root")  # as apptainer build does for a non-root user: the image's files belong to root
+    if source_date_epoch is not None:
+        argv += ["-mkfs-time", str(_epoch(source_date_epoch))]
+    return tuple(argv)
+
+
+def squash_actions(sandbox: str, output_partial: str, *, compression: str = "gzip", processors: int | None = None,
+                   source_date_epoch: int | None = None, runtime_path: str, work_dir: str, all_root: bool = False,
+                   definition: str | None = None, python: str | None = None,
+                   mksquashfs: str = "mksquashfs") -> tuple[Action, ...]:
+    """The actions that turn the finished `sandbox` into the SIF file `output_partial`.
+
+    `runtime_path`: apptainer or singularity, asked for the inspect metadata. `work_dir`: the build's
+    scratch directory (the metadata files go to work_dir/sif-objects). `all_root`: store every file
+    as owned by root (pass True when the build runs as a non-root user, as apptainer build does).
+    `definition`: written to the sandbox's /.singularity.d/Singularity first, so that the Def.FILE
+    object, `apptainer inspect --deffile` and the file in the image agree; None keeps the file the
+    sandbox has (or none). `python`: the interpreter that runs this module's helper (this one).
+    """
+    check_compression(compression)
+    if source_date_epoch is not None:
+        _epoch(source_date_epoch)
+    helper = (python or sys.executable, "-m", "envbuild.build.squash")
+    objects = f"{work_dir}/{OBJECTS_DIR}"
+    actions: list[Action] = []
+    if definition is not None:
+        actions.append(WriteFile(f"{sandbox}/.singularity.d/Singularity", definition))
+    actions += [
+        Remove((objects,)),
+        MakeDirs((objects,)),
+        # Before the long squash, so that a runtime that cannot inspect the sandbox fails early.
+        Run((*helper, "metadata", "--runtime", runtime_path, "--sandbox", sandbox, "--out", objects)),
+        Run(mksquashfs_argv(sandbox, output_partial, compression=compression, processors=processors,
+                            source_date_epoch=source_date_epoch, all_root=all_root, mksquashfs=mksquashfs)),
+        Run((*helper, "assemble", "--objects", objects, "--offset", str(PARTITION_OFFSET),
+             *(("--epoch", str(source_date_epoch)) if source_date_epoch is not None else ()), output_partial)),
+    ]
+    return tuple(actions)
+
+
+def _epoch(value: int) -> int:
+    # mksquashfs stores times as unsigned 32-bit seconds.
+    if not 0 <= value < 2**32:
+        raise UsageError(f"source_date_epoch {value} is outside 0..{2**32 - 1}", "give seconds since 1970-01-01 UTC")
+    return value
+
+
+# --- helper: metadata ---------------------------------------------------------------------------
+
+
+def go_json(value: object) -> bytes:
+    """JSON as Go's encoding/json.Marshal writes it (compact, <>& and U+2028/9 escaped, UTF-8 kept),
+    so our metadata object is byte-for-byte what apptainer build stores for the same sandbox."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escaped)  # these occur only inside strings in JSON text
+    return text.encode("utf-8")
+
+
+def inspect_metadata(runtime: str, sandbox: str) -> bytes:
+    """The inspect metadata object for `sandbox`: apptainer build runs this same command on its rootfs."""
+    proc = subprocess.run([runtime, "inspect", "--all", "--json", sandbox], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{runtime} inspect --all --json {sandbox} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    # json.loads keeps the key order, which is Go's (struct order, sorted map keys).
+    return go_json(json.loads(proc.stdout))
+
+
+# ELF e_machine -> Go arch name (ppc64 and mips variants by byte order).
+_ELF_MACHINES = {3: "386", 62: "amd64", 40: "arm", 183: "arm64", 22: "s390x", 243: "riscv64"}
+
+
+def rootfs_arch(sandbox: str) -> str:
+    """The architecture of the sandbox's programs (as apptainer reads it from the rootfs), else this host's."""
+    for candidate in ("bin/sh", "usr/bin/sh", "bin/busybox", "usr/bin/env"):
+        try:
+            with open(os.path.join(sandbox, candidate), "rb") as handle:
+                head = handle.read(20)
+        except OSError:
+            continue
+        if len(head) < 20 or head[:4] != b"\x7fELF":
+            continue
+        little = head[5] == 1
+        machine = struct.unpack("<H" if little else ">H", head[18:20])[0]
+        if machine == 21:
+            return "ppc64le" if little else "ppc64"
+        if machine in _ELF_MACHINES:
+            return _ELF_MACHINES[machine]
+    return _host_arch()
+
+
+def _host_arch() -> str:
+    machine = platform.machine().lower()
+    return {"x86_64": "amd64", "aarch64": "arm64", "i686": "386", "i386": "386", "armv7l": "arm"}.get(machine, machine)
+
+
+def write_objects(runtime: str, sandbox: str, out: str) -> None:
+    """Gather what the SIF holds besides the file system: definition, inspect metadata, arch."""
+    target = Path(out)
+    target.mkdir(parents=True, exist_ok=True)
+    deffile = Path(sandbox, ".singularity.d", "Singularity")
+    (target / "deffile").write_bytes(deffile.read_bytes() if deffile.is_file() else b"")
+    (target / METADATA_NAME).write_bytes(inspect_metadata(runtime, sandbox))
+    (target / "arch").write_text(rootfs_arch(sandbox) + "\n", encoding="utf-8")
+
+
+# --- helper: assemble -----------------------------------------------------------------------------
+
+
+def _descriptor(ident: int, data_type: int, offset: int, size: int, padded: int, when: int, name: bytes = b"",
+                extra: bytes = b"") -> bytes:
+    return _DESCRIPTOR.pack(data_type, True, ident, _GROUP, 0, offset, size, padded, when, when, 0, 0, name, extra)
+
+
+def _squashfs_size(handle: BinaryIO, offset: int, path: str) -> int:
+    """The padded size of the squashfs mksquashfs wrote at `offset` (from its superblock, so that
+    assembling twice gives the same file)."""
+    superblock = os.pread(handle.fileno(), 96, offset)
+    if superblock[:4] != b"hsqs":
+        raise SystemExit(f"{path}: no squashfs at offset {offset} (was mksquashfs run with -offset {offset}?)")
+    bytes_used = struct.unpack_from("<Q", superblock, 40)[0]
+    size = -(-bytes_used // _SQUASHFS_PAD) * _SQUASHFS_PAD
+    if offset + size > os.fstat(handle.fileno()).st_size:
+        raise SystemExit(f"{path}: the squashfs ({bytes_used} bytes at {offset}) is cut short")
+    return size
+
+
+def _content_id(handle: BinaryIO, start: int, end: int, tail: bytes, when: int, arch: bytes) -> bytes:
+    """An image UUID derived from everything else in the file (name-based, RFC 4122 version 5)."""
+    digest = hashlib.sha256()
+    buffer = bytearray(4 << 20)
+    view = memoryview(buffer)
+    handle.seek(start)
+    remaining = end - start
+    while remaining > 0:
+        count = handle.readinto(view[:min(len(buffer), remaining)])
+        if not count:
+            break
+        digest.update(view[:count])
+        remaining -= count
+    digest.update(tail + struct.pack("<q", when) + arch)
+    return uuid.uuid5(_ID_NAMESPACE, digest.hexdigest()).bytes
+
+
+def assemble(path: str, *, deffile: bytes, metadata: bytes, arch: str, offset: int = PARTITION_OFFSET,
+             epoch: int | None = None) -> None:
+    """Make the file at `path`, which holds a squashfs at `offset` (and zeros before it), a SIF image:
+    header and descriptors in front, definition and metadata objects after the file system.
+    With `epoch`, every time field is that epoch and the UUID is derived from the content."""
+    if offset < _DATA_OFFSET or offset % _SQUASHFS_PAD:
+        raise SystemExit(f"the partition offset {offset} must be a multiple of 4096 after the descriptor table ({_DATA_OFFSET})")
+    if arch not in SIF_ARCHES:
+        raise SystemExit(f"unknown architecture {arch!r} (known: {', '.join(SIF_ARCHES)})")
+    arch_code = SIF_ARCHES[arch] + b"\x00"
+    when = int(time.time()) if epoch is None else _epoch(epoch)
+    with open(path, "r+b") as handle:
+        fs_size = _squashfs_size(handle, offset, path)
+        fs_end = offset + fs_size
+        def_offset, json_offset = fs_end, fs_end + len(deffile)
+        end = json_offset + len(metadata)
+        handle.truncate(fs_end)
+        handle.seek(fs_end)
+        handle.write(deffile + metadata)
+        partition_extra = struct.pack("<ii3s", _FS_SQUASH, _PART_PRIMARY_SYSTEM, arch_code)
+        table = b"".join((
+            _descriptor(1, _DEFFILE, def_offset, len(deffile), len(deffile), when),
+            _descriptor(2, _GENERIC_JSON, json_offset, len(metadata), len(metadata), when, METADATA_NAME.encode()),
+            # The padding in front of the partition counts as its own, as in the sif library.
+            _descriptor(3, _PARTITION, offset, fs_size, offset - _DATA_OFFSET + fs_size, when, extra=partition_extra),
+        )).ljust(_DESCRIPTOR_CAPACITY * _DESCRIPTOR.size, b"\x00")
+        handle.seek(_DESCRIPTORS_OFFSET)
+        handle.write(table)
+        if epoch is None:
+            ident = uuid.uuid4().bytes  # as apptainer build: a random id
+        else:
+            handle.flush()
+            ident = _content_id(handle, offset, fs_end, table + deffile + metadata, when, arch_code)
+        header = _HEADER.pack(
+            LAUNCH_SCRIPT, b"SIF_MAGIC\x00", b"01\x00", arch_code, ident, when, when,
+            _DESCRIPTOR_CAPACITY - 3, _DESCRIPTOR_CAPACITY, _DESCRIPTORS_OFFSET, len(table), _DATA_OFFSET, end - _DATA_OFFSET,
+        )
+        handle.seek(0)
+        handle.write(header)
+    # Executable like apptainer's images (the launch script lets `./image.sif` run it), minus the umask.
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o755 & ~mask)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m envbuild.build.squash", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    meta = commands.add_parser("metadata", help="write the definition, inspect metadata and arch of a sandbox to a directory")
+    meta.add_argument("--runtime", required=True, help="apptainer or singularity")
+    meta.add_argument("--sandbox", required=True)
+    meta.add_argument("--out", required=True)
+    build = commands.add_parser("assemble", help="turn a file with a squashfs at --offset into a SIF image, in place")
+    build.add_argument("--objects", required=True, help="the directory `metadata` wrote")
+    build.add_argument("--offset", type=int, default=PARTITION_OFFSET)
+    build.add_argument("--epoch", type=int, default=None, help="SOURCE_DATE_EPOCH: fixed times and a content-derived id")
+    build.add_argument("image")
+    args = parser.parse_args(argv)
+    if args.command == "metadata":
+        write_objects(args.runtime, args.sandbox, args.out)
+        return 0
+    objects = Path(args.objects)
+    assemble(args.image, deffile=(objects / "deffile").read_bytes(), metadata=(objects / METADATA_NAME).read_bytes(),
+             arch=(objects / "arch").read_text(encoding="utf-8").strip(), offset=args.offset, epoch=args.epoch)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""What the machine envrun runs on has: CPUs in this process's affinity and the GPUs the drivers show.
+
+Light on imports (envrun's start-up path: os only), and pure over its inputs where tests need it
+(a mapping of variables, a CPU count, a directory listing function).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+
+# Device lists a GPU job exposes; the first one set counts the GPUs when Slurm's own counts are absent.
+VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+
+
+def count_devices(text: str) -> int:
+    """'0,1' -> 2; '' -> 0; 'GPU-uuid-a,GPU-uuid-b' -> 2; 'NoDevFiles' (Slurm's placeholder) -> 0."""
+    return len([d for d in text.split(",") if d.strip() and d.strip() != "NoDevFiles"])
+
+
+class HostNode:
+    """The machine envrun runs on: node facts for recipes that have none of their own (`node: host`)."""
+
+    __slots__ = ("cpus", "gpu_vendor", "gpus", "why")
+
+    def __init__(self, cpus: int, gpus: int = 0, gpu_vendor: str = "none", why: dict[str, str] | None = None) -> None:
+        self.cpus = cpus
+        self.gpus = gpus
+        self.gpu_vendor = gpu_vendor
+        self.why = why or {}
+
+
+def read_host_node(environ: Mapping[str, str], cpus: int | None = None,
+                   listdir: Callable[[str], list[str]] | None = None) -> HostNode:
+    """CPUs this process may run on (its affinity, which Slurm and cgroups narrow), and the GPUs the
+    drivers show, narrowed by the visible-device variables when they are set."""
+    import os
+
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    listdir = listdir or _listdir
+    why = {"cpus": f"{cpus} CPUs in this process's affinity"}
+    nvidia = [e for e in listdir("/proc/driver/nvidia/gpus")]
+    amd = [e for e in listdir("/sys/class/kfd/kfd/topology/nodes") if _kfd_is_gpu(e)]
+    vendor, gpus, source = "none", 0, ""
+    if nvidia:
+        vendor, gpus, source = "nvidia", len(nvidia), "/proc/driver/nvidia/gpus"
+    elif amd:
+        vendor, gpus, source = "amd", len(amd), "/sys/class/kfd/kfd/topology/nodes"
+    for name in VISIBLE_DEVICE_VARIABLES:
+        if gpus and name in environ:
+            gpus, source = min(gpus, count_devices(environ[name])), f"{name}={environ[name]}"
+            break
+    if source:
+        why["gpus"] = f"{gpus} {vendor} GPUs ({source})"
+    return HostNode(cpus=cpus, gpus=gpus, gpu_vendor=vendor, why=why)
+
+
+def _listdir(path: str) -> list[str]:
+    import os
+
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _kfd_is_gpu(node: str) -> bool:
+    """KFD topology nodes are CPUs (gpu_id 0) and GPUs (gpu_id non-zero)."""
+    try:
+        with open(f"/sys/class/kfd/kfd/topology/nodes/{node}/gpu_id") as handle:
+            return handle.read().strip() not in ("", "0")
+    except OSError:
+        return False

@@ -1,0 +1,125 @@
+"""Recipe file schema (pydantic): validates recipes/*.yaml. Loading, with its JSON cache, is in
+envbuild.recipes.load; what a recipe computes is in envbuild.recipes.ops (shared with the cached view)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from envbuild.recipes.ops import MODEL_KEY, NodeMethods, RecipeMethods, parse_core_list
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Detect(_Strict):
+    slurm_cluster_names: tuple[str, ...] = ()
+    hostname_patterns: tuple[str, ...] = ()
+
+
+class Node(_Strict, NodeMethods):
+    gpus: int = Field(ge=0)
+    gpu_vendor: Literal["none", "amd", "nvidia"] = "none"
+    gpu_type: str | None = None
+    cores: int = Field(ge=1, description="physical cores per node")
+    usable_cores: int | None = Field(default=None, ge=1, description="cores jobs may use (some sites reserve cores)")
+    threads_per_core: int = Field(default=1, ge=1)
+    cores_per_gpu: int | None = Field(default=None, ge=1)
+    memory_gb: int | None = Field(default=None, ge=1, description="memory a job may request per node")
+    memory_per_gpu_gb: int | None = Field(default=None, ge=1)
+    # GPU (local rank) -> the cores closest to it, e.g. LUMI-G's {0: '49-55', ...}.
+    gpu_cores: dict[int, tuple[int, ...]] = {}
+    local_scratch: str | None = Field(default=None, description="variable naming node-local disk, e.g. LOCAL_SCRATCH")
+
+    @field_validator("gpu_cores", mode="before")
+    @classmethod
+    def _parse_gpu_cores(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {int(k): parse_core_list(v) if isinstance(v, (str, int)) else v for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Node:
+        if self.gpu_cores and sorted(self.gpu_cores) != list(range(self.gpus)):
+            raise ValueError(f"gpu_cores must list GPUs 0..{self.gpus - 1}")
+        for gpu, cores in self.gpu_cores.items():
+            if any(core >= self.cores for core in cores):
+                raise ValueError(f"gpu_cores[{gpu}] names a core beyond the node's {self.cores}")
+        return self
+
+
+
+class Partition(_Strict):
+    full_node: bool = False
+    max_nodes: int | None = Field(default=None, ge=1)
+    max_gpus_per_node: int | None = Field(default=None, ge=1)
+    max_time: str | None = None
+
+
+class Runtime(_Strict):
+    flags: tuple[str, ...] = ()
+
+
+class PyTorchIndex(_Strict):
+    # "host": add no index and rely on the host's pip configuration; otherwise a URL where {tag}
+    # becomes the variant's directory name (cpu, cu126, rocm6.4).
+    index: str = "https://download.pytorch.org/whl/{tag}"
+    default_variant: str = "cpu"
+
+
+class ForbiddenOption(_Strict):
+    options: tuple[str, ...]
+    unless: str | None = None  # an srun option that makes them safe, e.g. --gres-flags=allow-task-sharing
+    why: str
+
+
+class Launch(_Strict):
+    """How jobs start on this system."""
+
+    gpu_request: str | None = Field(default=None, description="srun/sbatch form, {gpus} replaced, e.g. --gres=gpu:v100:{gpus}")
+    # Set in each task of a one-task-per-GPU launch, from that task's SLURM_* values (e.g. LUMI's
+    # ROCR_VISIBLE_DEVICES=$SLURM_LOCALID). Values are variable names, evaluated inside the task.
+    per_task_gpu_env: dict[str, str] = {}
+    # Set in the launching environment before srun (e.g. JUWELS: SRUN_CPUS_PER_TASK from SLURM_CPUS_PER_TASK).
+    srun_env_from: dict[str, str] = {}
+    master_addr_suffix: str = Field(default="", description="appended to the first node's name, e.g. 'i' for InfiniBand")
+    bind_cpus: bool = Field(default=True, description="pin each rank to its cores (mask_cpu from gpu_cores, or an even split)")
+    forbidden_srun_options: tuple[ForbiddenOption, ...] = ()
+
+
+class Recipe(_Strict, RecipeMethods):
+    name: str
+    description: str = ""
+    detect: Detect = Detect()
+    # `node: host` in the file (None here): no site facts; envrun reads the cores and GPUs of the machine it
+    # runs on and of the job it runs in (any cluster, a workstation)
+    node: Node | None
+    processes_per_node: int | None = Field(default=None, ge=1, description="CPU-only systems: DDP processes per node")
+    partitions: dict[str, Partition] = {}
+    runtime: Runtime = Runtime()
+    binds: tuple[str, ...] = ()
+    multinode_binds: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+    launch: Launch = Launch()
+    pytorch: PyTorchIndex = PyTorchIndex()
+    notes: tuple[str, ...] = ()
+
+    @field_validator("node", mode="before")
+    @classmethod
+    def _host_node(cls, value: object) -> object:
+        if value is None:
+            raise ValueError("give the node's facts, or `node: host` to read them from the machine envrun runs on")
+        return None if value == "host" else value
+
+
+def dump_for_cache(value: Any) -> Any:
+    """JSON-able form of a validated model that keeps which model each mapping was (for the views)."""
+    if isinstance(value, BaseModel):
+        return {MODEL_KEY: type(value).__name__, **{name: dump_for_cache(getattr(value, name)) for name in type(value).model_fields}}
+    if isinstance(value, dict):
+        return {str(key): dump_for_cache(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [dump_for_cache(item) for item in value]
+    return value

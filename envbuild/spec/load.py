@@ -1,0 +1,193 @@
+"""Read a spec file into a validated `Spec`, turning every problem into a located, fixable message."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from envbuild.errors import SpecError, SpecProblem
+from envbuild.recipes.load import available_recipes, recipes_dir
+from envbuild.spec.model import Spec
+from envbuild.yamlsource import FieldPath, LocatedDocument, load_yaml_file, parse_yaml_text
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec plus where it came from (for relative paths, labels and the embedded copy)."""
+
+    spec: Spec
+    path: Path
+    text: str
+
+    @property
+    def directory(self) -> Path:
+        return self.path.parent
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    def resolve_host_path(self, relative: str) -> Path:
+        """A path written in the spec, relative to the spec file's directory."""
+        candidate = Path(relative).expanduser()
+        return candidate if candidate.is_absolute() else (self.directory / candidate).resolve()
+
+
+def load_spec(path: Path, *, check_host: bool = True) -> LoadedSpec:
+    """Load and validate `path`. With `check_host`, also check what the spec refers to on this machine
+    (recipe exists, `files[].src` and local base images exist)."""
+    document = load_yaml_file(path)
+    text = path.read_text(encoding="utf-8")
+    return _validate(document, text, path, check_host=check_host)
+
+
+def load_spec_text(text: str, name: str = "<spec>", *, check_host: bool = False) -> LoadedSpec:
+    """Validate spec text (used by tests and `envbuild validate -`)."""
+    document = parse_yaml_text(text, name)
+    return _validate(document, text, Path(name), check_host=check_host)
+
+
+def _validate(document: LocatedDocument, text: str, path: Path, *, check_host: bool) -> LoadedSpec:
+    if document.data is None:
+        raise SpecError([SpecProblem(document.file, 1, 1, "", "the spec is empty", "start from envs/local-cpu-pytorch.yaml")])
+    if not isinstance(document.data, dict):
+        raise SpecError(
+            [SpecProblem(document.file, 1, 1, "", f"the spec must be a mapping of fields, not a {type(document.data).__name__}",
+                         "write `name: ...`, `base: ...` etc. at the top level")]
+        )
+    try:
+        spec = Spec.model_validate(document.data)
+    except ValidationError as exc:
+        problems = [_problem_from_error(document, error) for error in exc.errors()]
+        raise SpecError(sorted(problems, key=lambda p: (p.line, p.column))) from None
+    loaded = LoadedSpec(spec=spec, path=path, text=text)
+    if check_host:
+        problems = _host_problems(document, loaded)
+        if problems:
+            raise SpecError(problems)
+    return loaded
+
+
+# Hints for the pydantic error types users meet most; the message itself says what is wrong.
+_FIELD_HINTS: dict[str, str] = {
+    "name": "use letters, digits, '.', '_' and '-', starting with a letter or digit (e.g. my-env)",
+    "base": "e.g. `base: debootstrap:bookworm`, `base: docker://rocm/pytorch:latest`, `base: localimage:/path/img.sif`",
+    "python.pytorch.version": "quote the version so YAML keeps it text, e.g. version: '2.13.0'",
+    "python.installer": "use auto, uv or pip",
+    "version": "this envbuild reads spec format version 1; write `version: 1` or leave it out",
+}
+
+
+def _problem_from_error(document: LocatedDocument, error: dict[str, Any]) -> SpecProblem:
+    loc: FieldPath = tuple(part for part in error["loc"] if not _is_union_tag(part))
+    kind = error["type"]
+    field = _dotted(loc)
+    pos = document.position_of(loc)
+    message = error["msg"]
+    hint: str | None = None
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    if kind == "extra_forbidden":
+        allowed = _allowed_fields(loc[:-1])
+        unknown = str(loc[-1])
+        message = f"unknown field {unknown!r}"
+        close = difflib.get_close_matches(unknown, allowed, n=1)
+        hint = (f"did you mean {close[0]!r}? " if close else "") + f"allowed here: {', '.join(allowed)}"
+    elif kind == "missing":
+        message = "required field is missing"
+        hint = _FIELD_HINTS.get(field) or f"add `{loc[-1]}:` here"
+        parent = loc[:-1]
+        pos = document.position_of(parent) if parent else document.positions.get((), pos)
+    elif kind in ("string_type", "int_type", "dict_type", "tuple_type", "list_type", "model_type", "bool_type"):
+        expected = {
+            "string_type": "a string", "int_type": "an integer", "dict_type": "a mapping (key: value lines)",
+            "tuple_type": "a list (lines starting with '- ')", "list_type": "a list (lines starting with '- ')",
+            "model_type": "a mapping (key: value lines)", "bool_type": "true or false",
+        }[kind]
+        message = f"expected {expected}, got {_describe(error.get('input'))}"
+        hint = _FIELD_HINTS.get(field)
+    elif kind == "string_pattern_mismatch":
+        message = f"{error.get('input')!r} does not match the pattern {error['ctx']['pattern']}"
+        hint = _FIELD_HINTS.get(field)
+    elif kind == "literal_error":
+        hint = _FIELD_HINTS.get(field)
+    else:
+        hint = _FIELD_HINTS.get(field)
+    return SpecProblem(document.file, pos.line, pos.column, field, message, hint)
+
+
+def _is_union_tag(part: Any) -> bool:
+    # pydantic adds the chosen member's type name (e.g. 'str', 'bool') to a union field's loc.
+    return isinstance(part, str) and part in {"str", "bool", "none", "int", "float", "[key]"}
+
+
+def _dotted(loc: FieldPath) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (an empty value)"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _allowed_fields(parent: FieldPath) -> list[str]:
+    model: type[BaseModel] | None = Spec
+    for part in parent:
+        if model is None or isinstance(part, int):
+            continue
+        info = model.model_fields.get(str(part))
+        model = _model_of(info.annotation) if info else None
+    if model is None:
+        return []
+    return list(model.model_fields)
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _host_problems(document: LocatedDocument, loaded: LoadedSpec) -> list[SpecProblem]:
+    spec = loaded.spec
+    problems: list[SpecProblem] = []
+
+    def add(loc: FieldPath, message: str, hint: str) -> None:
+        pos = document.position_of(loc)
+        problems.append(SpecProblem(document.file, pos.line, pos.column, _dotted(loc), message, hint))
+
+    known = available_recipes()
+    if spec.system not in known:
+        close = difflib.get_close_matches(spec.system, known, n=1)
+        add(("system",), f"no system recipe named {spec.system!r} (looked in {recipes_dir()})",
+            (f"did you mean {close[0]!r}? " if close else "") + f"known systems: {', '.join(known)}")
+    for index, item in enumerate(spec.files):
+        source = loaded.resolve_host_path(item.src)
+        if not source.exists():
+            add(("files", index, "src"), f"{item.src!r} does not exist (resolved to {source})",
+                "paths in files[].src are relative to the spec file's directory")
+    if spec.base.kind == "localimage":
+        image = loaded.resolve_host_path(spec.base.ref)
+        if not image.exists():
+            add(("base",), f"local image {spec.base.ref!r} does not exist (resolved to {image})",
+                "give the path of a .sif file or a sandbox directory, relative to the spec file")
+        elif image.is_file() and image.suffix not in (".sif", ".simg", ".img"):
+            add(("base",), f"{image} is a file but not a .sif image", "use a .sif file or a sandbox directory")
+    return problems

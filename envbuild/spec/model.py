@@ -1,0 +1,279 @@
+"""The environment spec (format version 1): what a user writes in envs/*.yaml, as a validated model.
+
+The model only checks what can be checked from the text itself. Checks that need the outside world
+(does `files[].src` exist, is `system` a known recipe) live in `envbuild.spec.load`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+SPEC_FORMAT_VERSION = 1
+
+# Where the Python environment lives inside every image envbuild builds. Fixed, so that wrappers,
+# overlays and `envbuild packages` know where to look without reading the image first.
+VENV_PREFIX = "/opt/envbuild/venv"
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# cpu | cuda<major><minor> (PyTorch's index names: cu118, cu121, cu124, cu126, cu128...) | rocm<major>.<minor>[.<patch>]
+VARIANT_PATTERN = r"^(cpu|cuda\d{3,4}|rocm\d+\.\d+(\.\d+)?)$"
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors: a typo like `pakages:` must not be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BaseImage(StrictModel):
+    """Where the root filesystem comes from."""
+
+    kind: Literal["debootstrap", "docker", "oras", "localimage"]
+    ref: str = Field(description="Debian suite, docker:// or oras:// URI, or path of a .sif or sandbox dir")
+    include: tuple[str, ...] = Field(
+        default=(), description="debootstrap only: extra Debian packages for the base (python3 and python3-venv are always added)"
+    )
+    mirror: str | None = Field(default=None, description="debootstrap only: Debian mirror URL (default: the host's)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_short_forms(cls, value: Any) -> Any:
+        """`base:` may be a string (`debootstrap:bookworm`, `docker://...`, `oras://...`,
+        `localimage:/path`, a path) or a one-key mapping (`{debootstrap: bookworm}`)."""
+        if isinstance(value, str):
+            return _parse_base_string(value)
+        if isinstance(value, dict) and "kind" not in value:
+            value = dict(value)
+            for kind in ("debootstrap", "docker", "oras", "localimage"):
+                if kind in value:
+                    ref = value.pop(kind)
+                    if not isinstance(ref, str):
+                        raise ValueError(f"base.{kind} must be a string, got {type(ref).__name__}")
+                    if kind in ("docker", "oras") and not ref.startswith(f"{kind}://"):
+                        ref = f"{kind}://{ref}"
+                    return {"kind": kind, "ref": ref, **value}
+            raise ValueError(
+                "base needs one of the keys debootstrap, docker, oras, localimage "
+                f"(got {', '.join(map(str, value)) or 'an empty mapping'})"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_kind_options(self) -> BaseImage:
+        if self.kind != "debootstrap" and (self.include or self.mirror):
+            raise ValueError("include and mirror apply to debootstrap bases only")
+        if self.kind == "debootstrap" and not re.match(r"^[a-z][a-z0-9-]*$", self.ref):
+            raise ValueError(f"{self.ref!r} is not a Debian suite name (e.g. bookworm, trixie)")
+        if self.kind in ("docker", "oras") and len(self.ref) <= len(self.kind) + 3:
+            raise ValueError(f"{self.kind} base needs an image reference after {self.kind}://")
+        return self
+
+    def describe(self) -> str:
+        if self.kind == "debootstrap":
+            return f"debootstrap:{self.ref}"
+        if self.kind == "localimage":
+            return f"localimage:{self.ref}"
+        return self.ref
+
+
+def _parse_base_string(text: str) -> dict[str, Any]:
+    text = text.strip()
+    if text.startswith(("docker://", "oras://")):
+        return {"kind": text.split(":", 1)[0], "ref": text}
+    for kind in ("debootstrap", "localimage"):
+        if text.startswith(kind + ":"):
+            return {"kind": kind, "ref": text[len(kind) + 1 :].strip()}
+    if text.startswith(("/", "./", "../", "~")) or text.endswith(".sif"):
+        return {"kind": "localimage", "ref": text}
+    raise ValueError(
+        f"cannot tell what kind of base {text!r} is; write debootstrap:<suite>, docker://<image>, "
+        "oras://<image>, or localimage:<path to .sif or sandbox dir>"
+    )
+
+
+def _check_requirement(text: str) -> str:
+    try:
+        Requirement(text)
+    except InvalidRequirement as exc:
+        detail = str(exc).splitlines()[0].strip()
+        raise ValueError(f"{text!r} is not a pip requirement: {detail}") from None
+    return text
+
+
+RequirementText = Annotated[str, AfterValidator(_check_requirement)]
+
+
+class PyTorch(StrictModel):
+    version: str = Field(description="PyTorch release, e.g. 2.13.0")
+    variant: str = Field(default="cpu", description="cpu, cuda<ver> (e.g. cuda126) or rocm<ver> (e.g. rocm6.4)")
+    index_url: str | None = Field(
+        default=None, description="wheel index for this variant; default: the system recipe's, else PyTorch's official one"
+    )
+    extras: tuple[RequirementText, ...] = Field(
+        default=(), description="companion packages from the same index, e.g. torchvision (requirement strings)"
+    )
+
+    @field_validator("version")
+    @classmethod
+    def _valid_version(cls, value: str) -> str:
+        try:
+            Version(value)
+        except InvalidVersion:
+            raise ValueError(f"{value!r} is not a version number (write e.g. 2.13.0)") from None
+        return value
+
+    @field_validator("variant")
+    @classmethod
+    def _valid_variant(cls, value: str) -> str:
+        if not re.match(VARIANT_PATTERN, value):
+            raise ValueError(
+                f"{value!r} is not a PyTorch variant; use cpu, cuda<major><minor> (e.g. cuda126) "
+                "or rocm<major>.<minor> (e.g. rocm6.4)"
+            )
+        return value
+
+    @property
+    def wheel_tag(self) -> str:
+        """PyTorch's index directory name for the variant: cpu, cu126, rocm6.4."""
+        if self.variant.startswith("cuda"):
+            return "cu" + self.variant[4:]
+        return self.variant
+
+
+
+
+PackageVersion = Annotated[
+    str | bool | None,
+    Field(description="true for the newest, or a version / specifier such as 4.57.1 or '>=4.50,<5'"),
+]
+
+
+def _normalise_shorthand(name: str, value: str | bool | None) -> str | None:
+    """`transformers: true` -> 'transformers'; `4.57.1` -> 'transformers==4.57.1'; '>=4.50' kept."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return name
+    text = str(value).strip()
+    if re.match(r"^\d", text):
+        text = "==" + text
+    try:
+        SpecifierSet(text)
+    except InvalidSpecifier:
+        raise ValueError(f"{value!r} is not a version or version specifier for {name}") from None
+    return f"{name}{text}"
+
+
+class PythonEnv(StrictModel):
+    interpreter: str = Field(
+        default="python3", description="the base image's Python used to create the venv (name or absolute path)"
+    )
+    installer: Literal["auto", "uv", "pip"] = Field(
+        default="auto", description="auto: uv when envbuild has it, else pip"
+    )
+    pytorch: PyTorch | None = None
+    transformers: PackageVersion = None
+    lightning: PackageVersion = None
+    packages: tuple[RequirementText, ...] = Field(default=(), description="pip requirement strings")
+
+    @field_validator("transformers", "lightning", mode="before")
+    @classmethod
+    def _numbers_as_text(cls, value: Any) -> Any:
+        # YAML reads `transformers: 4.57` as a float; keep what the user meant.
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    @model_validator(mode="after")
+    def _check_shorthands(self) -> PythonEnv:
+        _normalise_shorthand("transformers", self.transformers)
+        _normalise_shorthand("lightning", self.lightning)
+        return self
+
+    def requirements(self) -> list[str]:
+        """Every requirement to install, in the spec's order: torch first, then the shorthands."""
+        reqs: list[str] = []
+        if self.pytorch is not None:
+            reqs.append(f"torch=={self.pytorch.version}")
+            reqs.extend(self.pytorch.extras)
+        for name in ("transformers", "lightning"):
+            req = _normalise_shorthand(name, getattr(self, name))
+            if req:
+                reqs.append(req)
+        reqs.extend(self.packages)
+        return reqs
+
+
+class FileCopy(StrictModel):
+    src: str = Field(description="path on the build host, relative to the spec file")
+    dest: str = Field(description="absolute path inside the image")
+    mode: str | None = Field(default=None, description="octal permission bits, e.g. '0755'")
+
+    @field_validator("dest")
+    @classmethod
+    def _absolute_dest(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"{value!r} must be an absolute path inside the image (start with /)")
+        if value.rstrip("/") in ("", "/proc", "/sys", "/dev"):
+            raise ValueError(f"{value!r} is managed by the container runtime; choose another destination")
+        return value
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _octal_mode(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        text = str(value)
+        if not re.match(r"^0?[0-7]{3,4}$", text):
+            raise ValueError(f"{value!r} is not an octal mode; quote it, e.g. '0755'")
+        return text
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, bool):
+        raise ValueError("a YAML true/false/yes/no is ambiguous here; quote it ('true', '1', 'yes')")
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    raise ValueError(f"must be a string or number, got {type(value).__name__}")
+
+
+def _env_name(value: Any) -> str:
+    if not isinstance(value, str) or not re.match(ENV_NAME_PATTERN, value):
+        raise ValueError(
+            f"{value!r} is not a valid environment variable name (letters, digits and _, not starting with a digit)"
+        )
+    return value
+
+
+EnvName = Annotated[str, BeforeValidator(_env_name)]
+TextValue = Annotated[str, BeforeValidator(_env_value)]
+
+
+class Spec(StrictModel):
+    """An environment: a base image, a Python environment on top, and what to check in it."""
+
+    version: Literal[1] = Field(default=1, description="spec format version")
+    name: str = Field(pattern=NAME_PATTERN, description="image name; the default output is <name>.sif")
+    system: str = Field(default="local", description="a recipe name from recipes/ (e.g. lumi-g, puhti, local)")
+    base: BaseImage
+    python: PythonEnv = PythonEnv()
+    env: dict[EnvName, TextValue] = Field(default_factory=dict, description="environment variables set inside the image")
+    labels: dict[str, TextValue] = Field(default_factory=dict, description="image labels (apptainer inspect)")
+    files: tuple[FileCopy, ...] = ()
+    post: tuple[str, ...] = Field(default=(), description="shell commands run inside the image after installs")
+    tests: tuple[str, ...] = Field(default=(), description="shell commands run inside the finished image; any failure stops the build")
+
+    @field_validator("labels")
+    @classmethod
+    def _no_reserved_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if key.startswith("org.envbuild."):
+                raise ValueError(f"label {key!r} uses the prefix org.envbuild., which envbuild writes itself")
+        return value

@@ -1,0 +1,45 @@
+"""The content-addressed build store: what is in it, who is using it, and what may go.
+
+Layout under the store root (`envbuild.host.runtime.default_cache_dir()`; the build code relies on it):
+
+    bases/<name>/   rootfs/, complete, [digest], [meta.json], [last-used]
+    envs/<name>/    rootfs/, complete, meta.json, [last-used]
+    images/<name>/  image.sif, complete, meta.json, [last-used]
+    locks/<kind>-<name>.lock   flock'ed by a build while it creates or uses an entry
+    work/<build>/   scratch of running (or killed) builds
+    trash/<name>-<random>/     entries being removed (renamed here first, so removal is atomic)
+    uv/, pip/       installer download caches
+
+An entry is complete only once its `complete` marker exists; a directory without it is what a killed
+build left behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envbuild.errors import EnvbuildError
+
+# Entry kind -> the store directory that holds entries of that kind.
+ENTRY_DIRS = {"base": "bases", "env": "envs", "image": "images"}
+DOWNLOAD_CACHES = ("uv", "pip")
+LOCK_KINDS = (*ENTRY_DIRS, "work", "download")
+# Listing order: what was built, then what builds left behind, then the download caches.
+KIND_ORDER = ("base", "env", "image", "work", "trash", "download")
+
+# A build that is still running keeps touching its files; an hour of silence means it was killed. This is
+# a floor, never lowered by --older-than, because removing a running build's scratch breaks that build.
+STALE_AFTER_SECONDS = 3600.0
+
+
+def check_entry_name(name: str) -> None:
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise EnvbuildError(f"invalid store entry name {name!r}", "an entry name is one path component, without '/'")
+
+
+def kind_dir(root: Path, kind: str) -> Path:
+    if kind == "download":
+        return root
+    return root / ENTRY_DIRS.get(kind, kind)
+
+

@@ -1,0 +1,153 @@
+"""Who is using an entry: one flock'ed file per entry under locks/, held by a build while it creates or
+uses the entry, with the holder (host, pid) written in for messages."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from envbuild.errors import EnvbuildError
+from envbuild.store.layout import LOCK_KINDS, check_entry_name
+
+
+class EntryLock:
+    """An exclusive flock on `<root>/locks/<kind>-<name>.lock`, held until `release()` or the end of a
+    `with` block. The lock file is never deleted: deleting a flock'ed file lets two processes each lock a
+    different file of the same name."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.ftruncate(fd, 0)  # so no waiter names a holder that has gone
+        except OSError:
+            pass
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> EntryLock:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+def lock_path(root: Path, kind: str, name: str) -> Path:
+    if kind not in LOCK_KINDS:
+        raise EnvbuildError(f"unknown store entry kind {kind!r} for a lock", f"use one of: {', '.join(LOCK_KINDS)}")
+    check_entry_name(name)
+    return Path(root) / "locks" / f"{kind}-{name}.lock"
+
+
+def entry_lock(root: Path, kind: str, name: str, *, on_wait: Callable[[str], None] | None = None) -> EntryLock:
+    """Take the exclusive lock on an entry, waiting as long as another process holds it. `on_wait` is
+    called once, before waiting, with a message naming the holder. Use as `with entry_lock(...):`."""
+    path = lock_path(root, kind, name)
+    fd = _open_lock_file(path)
+    try:
+        if not _flock(fd, path, blocking=False):
+            if on_wait is not None:
+                on_wait(f"waiting for another build that holds {path} ({_holder(fd)})")
+            _flock(fd, path, blocking=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    _write_holder(fd)
+    return EntryLock(path, fd)
+
+
+def try_entry_lock(root: Path, kind: str, name: str) -> EntryLock | None:
+    """The entry's lock if it is free now, else None (another process holds it)."""
+    path = lock_path(root, kind, name)
+    fd = _open_lock_file(path)
+    try:
+        acquired = _flock(fd, path, blocking=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not acquired:
+        os.close(fd)
+        return None
+    _write_holder(fd)
+    return EntryLock(path, fd)
+
+
+def lock_holder(root: Path, kind: str, name: str) -> str:
+    """Who wrote themselves into the entry's lock file: "pid 1234 on host x", or "holder unknown"."""
+    try:
+        fd = os.open(lock_path(root, kind, name), os.O_RDONLY)
+    except OSError:
+        return "holder unknown"
+    try:
+        return _holder(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_lock_file(path: Path) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EnvbuildError(f"cannot create the lock directory {path.parent}: {exc.strerror}",
+                            "make the store writable or point --cache-dir / $ENVBUILD_CACHE_DIR elsewhere") from None
+    try:
+        # 0o666 (less the umask): a store shared by a project's group must let every member lock it.
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except PermissionError:
+        pass
+    try:
+        # Another user's lock file we may not write: flock works on a read-only descriptor too.
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise EnvbuildError(f"cannot open the lock file {path}: {exc.strerror}",
+                            "make the store writable or point --cache-dir / $ENVBUILD_CACHE_DIR elsewhere") from None
+
+
+def _flock(fd: int, path: Path, *, blocking: bool) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL):
+            # Lustre mounted without -o flock, some NFS setups.
+            raise EnvbuildError(
+                f"the file system of {path} does not support file locks ({exc.strerror})",
+                "put the store on a file system with flock support (local disk, or Lustre mounted with -o flock) "
+                "via --cache-dir or $ENVBUILD_CACHE_DIR",
+            ) from None
+        raise
+    return True
+
+
+def _write_holder(fd: int) -> None:
+    # Best effort: a read-only lock file (another user's) still locks, it just cannot say who holds it.
+    data = f"pid {os.getpid()} on host {socket.gethostname()}\n".encode()
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+    except OSError:
+        pass
+
+
+def _holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    return text.splitlines()[0] if text else "holder unknown"

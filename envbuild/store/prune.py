@@ -1,0 +1,167 @@
+"""What may go and taking it away: the least recently used entries beyond a size or age, removed by
+renaming into trash/ first so that a removal is atomic."""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from envbuild.errors import EnvbuildError
+from envbuild.store.entries import StoreEntry
+from envbuild.store.layout import ENTRY_DIRS, KIND_ORDER, STALE_AFTER_SECONDS, kind_dir
+from envbuild.store.locks import lock_holder, try_entry_lock
+
+
+def choose_prunable(
+    entries: Iterable[StoreEntry],
+    *,
+    now: float,
+    older_than: float | None,
+    max_size: int | None,
+    include_downloads: bool = False,
+) -> list[StoreEntry]:
+    """What a prune removes, in removal order:
+
+    1. always: incomplete entries, work dirs and trash untouched for an hour (a running build keeps writing);
+    2. complete entries last used more than `older_than` seconds ago;
+    3. then, while the entries that are left total more than `max_size` bytes, the least recently used
+       complete entries.
+
+    Download caches are never chosen unless `include_downloads`; they then follow rules 2 and 3 like
+    builds, and with neither `older_than` nor `max_size` they are all chosen (asking to prune the download
+    caches and nothing else means emptying them). Without `include_downloads` they do not count toward
+    `max_size` either, so a big download cache does not evict builds.
+    """
+    in_scope = [e for e in entries if e.kind != "download" or include_downloads]
+    chosen: list[StoreEntry] = []
+    chosen_ids: set[int] = set()
+
+    def choose(entry: StoreEntry) -> None:
+        chosen.append(entry)
+        chosen_ids.add(id(entry))
+
+    removable = [e for e in in_scope if _is_build_result(e)]
+    for entry in in_scope:
+        if not _is_build_result(entry) and now - entry.last_used > STALE_AFTER_SECONDS:
+            choose(entry)
+    if include_downloads and older_than is None and max_size is None:
+        for entry in removable:
+            if entry.kind == "download":
+                choose(entry)
+    if older_than is not None:
+        for entry in sorted(removable, key=_lru_key):
+            if now - entry.last_used > older_than:
+                choose(entry)
+    if max_size is not None:
+        remaining = sum(e.size_bytes for e in in_scope if id(e) not in chosen_ids)
+        for entry in sorted(removable, key=_lru_key):
+            if remaining <= max_size:
+                break
+            if id(entry) not in chosen_ids:
+                choose(entry)
+                remaining -= entry.size_bytes
+    return chosen
+
+
+def _is_build_result(entry: StoreEntry) -> bool:
+    """A finished entry (or a download cache), as opposed to a leftover of an unfinished build or removal."""
+    return entry.complete and entry.kind in (*ENTRY_DIRS, "download")
+
+
+def _lru_key(entry: StoreEntry) -> tuple[float, str, str]:
+    return (entry.last_used, entry.kind, entry.name)
+
+
+class EntryBusyError(EnvbuildError):
+    """The entry's lock is held: a build is creating or using it."""
+
+
+def remove_entry(root: Path, entry: StoreEntry) -> None:
+    """Remove an entry. Under its lock it is renamed into `<root>/trash/` first, so a build never sees half
+    an entry; the slow delete happens after the lock is released. Raises EntryBusyError when a build holds
+    the lock."""
+    root = Path(root)
+    if entry.kind not in KIND_ORDER or entry.path.parent != kind_dir(root, entry.kind):
+        raise EnvbuildError(f"{entry.path} is not an entry of the store {root}", "list the entries of this store with list_entries(root)")
+    if entry.kind == "trash":
+        _force_rmtree(entry.path)  # already out of the way; nobody locks trash
+        return
+    lock = try_entry_lock(root, entry.kind, entry.name)
+    if lock is None:
+        raise EntryBusyError(
+            f"{entry.kind} {entry.name} is in use by a build ({lock_holder(root, entry.kind, entry.name)})",
+            "retry when that build has finished",
+        )
+    with lock:
+        if not entry.path.exists():
+            return  # someone else removed it meanwhile
+        trash = root / "trash"
+        trash.mkdir(parents=True, exist_ok=True)
+        doomed = trash / f"{entry.name}-{secrets.token_hex(4)}"
+        try:
+            _rename_dir(entry.path, doomed)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise EnvbuildError(f"cannot remove {entry.path}: {exc.strerror}", _permission_hint(entry.path)) from None
+            # The kind directory is a link to another file system: no atomic rename is possible, so
+            # withdraw the complete marker first (readers then see an unfinished entry) and delete in place.
+            (entry.path / "complete").unlink(missing_ok=True)
+            doomed = entry.path
+    _force_rmtree(doomed)
+
+
+def _rename_dir(source: Path, target: Path) -> None:
+    try:
+        os.rename(source, target)
+    except PermissionError:
+        # Moving a directory to another parent rewrites its "..", which needs write permission on the
+        # directory itself; entries built read-only lack it.
+        mode = source.stat(follow_symlinks=False).st_mode
+        os.chmod(source, stat.S_IMODE(mode) | stat.S_IRWXU)
+        os.rename(source, target)
+
+
+def _force_rmtree(path: Path) -> None:
+    import shutil
+
+    try:
+        shutil.rmtree(path)
+        return
+    except OSError:
+        if not os.path.lexists(path):
+            return  # a concurrent prune finished it
+    # Rootfs trees hold read-only directories (e.g. usr/share/doc from some packages): make every
+    # directory writable by us, then try once more.
+    _make_dirs_writable(path)
+    try:
+        shutil.rmtree(path)
+    except OSError as exc:
+        if not os.path.lexists(path):
+            return
+        where = exc.filename or path
+        raise EnvbuildError(f"cannot delete {where}: {exc.strerror}", _permission_hint(path)) from None
+
+
+def _make_dirs_writable(top: Path) -> None:
+    def allow(path: str) -> None:
+        try:
+            mode = os.lstat(path).st_mode
+            if stat.S_ISDIR(mode):
+                os.chmod(path, stat.S_IMODE(mode) | stat.S_IRWXU)
+        except OSError:
+            pass  # not ours to change: the second rmtree reports it
+
+    allow(os.fspath(top))
+    # Top-down: each directory is opened up before os.walk lists it.
+    for directory, subdirs, _files in os.walk(top):
+        for sub in subdirs:
+            allow(os.path.join(directory, sub))
+
+
+def _permission_hint(path: Path) -> str:
+    return (f"files under {path} belong to another user (root, if a build ran under sudo): "
+            f"remove it as that user, e.g. `sudo rm -rf {path}`")
