@@ -86,11 +86,11 @@ def debootstrap_base(tmp_path_factory: pytest.TempPathFactory, build_cache: Path
     is reused as is). Needs apptainer and debootstrap like any build: a missing tool fails the test."""
     import io
 
-    from envbuild.buildexec import BuildExecutor
-    from envbuild.buildplan import plan_base
-    from envbuild.buildsession import BuildOptions, make_request
-    from envbuild.hostfacts import gather_host_facts
-    from envbuild.specload import load_spec
+    from envbuild.app.buildsession import BuildOptions, make_request
+    from envbuild.build.executor import BuildExecutor
+    from envbuild.build.plan import plan_base
+    from envbuild.host.facts import gather_host_facts
+    from envbuild.spec.load import load_spec
 
     loaded = load_spec(REPO / "envs/local-cpu-pytorch.yaml")
     facts = gather_host_facts(cache_dir=build_cache)

@@ -2,7 +2,7 @@
 output is up to date (nothing runs), and which complete env layer a build starts from. The host facts
 are the golden tests' fixed ones (tests/plan_fixtures.py) with the store moved to a temporary
 directory; store entries are written as the build writes them (complete, digest, meta.json,
-freeze.txt, last-used), and the output image is a real SIF (mksquashfs + envbuild.squash.assemble)."""
+freeze.txt, last-used), and the output image is a real SIF (mksquashfs + envbuild.build.squash.assemble)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
-import envbuild.hostfacts
-from envbuild.buildplan import RECORD_DIR, BuildRequest, Layers, plan_base, plan_layers
-from envbuild.buildsession import BuildOptions, BuildSession, find_env_parent, image_key_of, make_request
-from envbuild.specload import LoadedSpec, load_spec
-from envbuild.squash import assemble, mksquashfs_argv
+import envbuild.host.facts
+from envbuild.app.buildsession import BuildOptions, BuildSession, find_env_parent, image_key_of, make_request
+from envbuild.build.paths import RECORD_DIR
+from envbuild.build.plan import plan_base, plan_layers
+from envbuild.build.request import BuildRequest, Layers
+from envbuild.build.squash import assemble, mksquashfs_argv
+from envbuild.spec.load import LoadedSpec, load_spec
 from tests.plan_fixtures import FIXED_FACTS
 
 DIGEST = "sha256:" + "d" * 64
@@ -42,7 +44,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "store"
     root.mkdir()
     facts = replace(FIXED_FACTS, cache_dir=root)
-    monkeypatch.setattr(envbuild.hostfacts, "gather_host_facts", lambda **_: facts)
+    monkeypatch.setattr(envbuild.host.facts, "gather_host_facts", lambda **_: facts)
     return root
 
 
@@ -54,7 +56,7 @@ def write_spec(directory: Path, packages: list[str]) -> LoadedSpec:
 
 def request_for(loaded: LoadedSpec, store: Path, output: Path) -> BuildRequest:
     facts = replace(FIXED_FACTS, cache_dir=store)
-    return replace(make_request(loaded, BuildOptions(output=output), facts, lock=None), base_digest=DIGEST)
+    return make_request(loaded, BuildOptions(output=output), facts, lock=None).with_base_digest(DIGEST)
 
 
 def complete_base(request: BuildRequest) -> None:
@@ -77,7 +79,7 @@ def stop_at_build(monkeypatch: pytest.MonkeyPatch) -> None:
     def started(*_: object, **__: object) -> None:
         raise BuildStarted
 
-    monkeypatch.setattr("envbuild.buildexec.BuildExecutor.execute_base", started)
+    monkeypatch.setattr("envbuild.build.executor.BuildExecutor.execute_base", started)
 
 
 # -- is the output up to date? -------------------------------------------------------------------
@@ -205,8 +207,8 @@ def test_between_equal_layers_the_most_recently_used_wins(tmp_path: Path, store:
 
 def test_locked_build_needs_every_package_at_the_locked_version(tmp_path: Path, store: Path) -> None:
     _, request = layers_for(tmp_path, store, ["six", "idna"])
-    locked = replace(request, locked_requirements=f"six==1.17.0 --hash={'sha256:' + 'a' * 64}\n"
-                                                  f"idna==3.10 --hash={'sha256:' + 'b' * 64}\n")
+    locked = replace(request, lock=replace(request.lock, requirements=f"six==1.17.0 --hash={'sha256:' + 'a' * 64}\n"
+                                                                      f"idna==3.10 --hash={'sha256:' + 'b' * 64}\n"))
     compat = plan_layers(locked).env_compat
     add_env(store, "older-six", compat=compat, requirements=["six", "idna"], freeze=["six==1.16.0", "idna==3.10"])
     assert find_env_parent(store, plan_layers(locked), locked) is None

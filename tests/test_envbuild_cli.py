@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.buildsession import torch_index_for
-from envbuild.lockfile import Lock, LockedPackage, LockTarget, lock_inputs, render_lock
-from envbuild.specload import load_spec
+from envbuild.app.buildsession import torch_index_for
+from envbuild.lock.fileformat import render_lock
+from envbuild.lock.model import Lock, LockedPackage, LockTarget, lock_inputs
+from envbuild.spec.load import load_spec
 from tests.conftest import REPO, run_cli
 
 ENVBUILD = str(REPO / "bin" / "envbuild")

@@ -1,4 +1,4 @@
-"""envrun's config file (envbuild.envrunconfig): where it is looked for, what it gives per system, and
+"""envrun's config file (envbuild.launch.config): where it is looked for, what it gives per system, and
 each kind of bad file refused with file:line:column, what is wrong and a fix (exit status 2)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.envrunconfig import config_path, load_envrun_config
-from envbuild.envrunconfigschema import EnvrunConfig, SystemSettings
 from envbuild.errors import UsageError
+from envbuild.launch.config import config_path, load_envrun_config
+from envbuild.launch.configschema import EnvrunConfig, SystemSettings
 
 CONFIG = """\
 binds: [/scratch/data, /projappl/models]

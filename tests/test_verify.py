@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.app.verify import Verification, lock_differences, render_verification, verify_image
 from envbuild.errors import EnvbuildError
-from envbuild.lockfile import Lock, LockedPackage, LockInputs, LockTarget, render_lock
-from envbuild.spec import VENV_PREFIX
-from envbuild.verify import Verification, lock_differences, render_verification, verify_image
+from envbuild.lock.fileformat import render_lock
+from envbuild.lock.model import Lock, LockedPackage, LockInputs, LockTarget
+from envbuild.spec.model import VENV_PREFIX
 from tests.conftest import REPO, run_cli
 
 ENVBUILD = str(REPO / "bin" / "envbuild")

@@ -13,7 +13,7 @@ from envbuild.build.layers import VENV_SEED as _VENV_SEED  # seeded by `python -
 from envbuild.errors import EnvbuildError
 
 if TYPE_CHECKING:
-    from envbuild.lockfile import Lock
+    from envbuild.lock.model import Lock
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,8 @@ def _compare_with_embedded_lock(result: Verification, contents: _ImageContents, 
                                 lock: Lock) -> None:
     """The lock next to the spec against the lock embedded in the image: a different lock is a difference,
     listed as what differs (pins, hashes, target, inputs); a text differing only in comments is the same lock."""
-    from envbuild.lockfile import lock_sha256, read_lock
+    from envbuild.lock.fileformat import read_lock
+    from envbuild.lock.model import lock_sha256
 
     if contents.lock_text is None:
         result.passed.append(f"lock: the image was built without a lock (not --locked); "
@@ -205,7 +206,7 @@ def _compare_with_embedded_lock(result: Verification, contents: _ImageContents, 
 def lock_differences(built: Lock, given: Lock, name: str) -> list[str]:
     """What `given` (the file `name`) pins or records differently from `built` (the image's embedded lock),
     one line per difference; empty when both pin the same packages, hashes, target and inputs."""
-    from envbuild.lockfile import stale_reasons
+    from envbuild.lock.staleness import stale_reasons
 
     theirs = "the image's lock"
     lines = []

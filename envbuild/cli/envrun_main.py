@@ -167,7 +167,7 @@ def launch(args: Any) -> None:
 
 
 def _config_file() -> str:
-    from envbuild.envrunconfig import config_path
+    from envbuild.launch.config import config_path
 
     return config_path(os.environ)
 
