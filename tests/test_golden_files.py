@@ -1,15 +1,16 @@
 """tests/golden/ holds exactly the files the golden tests compare with: a file that no case table
 produces any more (a renamed or dropped case) is stale and fails here, listing it; a case whose file is
 missing fails too. The names come from the case tables the golden tests are parametrized with
-(tests/test_buildplan_golden.py, tests/test_launchplan.py).
+(tests/build/test_plan.py, tests/launch/test_plan.py).
 
-Golden files are rewritten with ENVBUILD_UPDATE_GOLDEN=1 pytest tests/test_buildplan_golden.py
-tests/test_launchplan.py (review the diff); that never deletes a stale file: git rm it."""
+Golden files are rewritten with ENVBUILD_UPDATE_GOLDEN=1 pytest tests/build/test_plan.py
+tests/launch/test_plan.py (review the diff); that never deletes a stale file: git rm it."""
 
 from __future__ import annotations
 
-from tests import test_buildplan_golden, test_launchplan
-from tests.test_buildplan_golden import GOLDEN
+from tests.build import test_plan as test_buildplan_golden
+from tests.build.test_plan import GOLDEN
+from tests.launch import test_plan as test_launchplan
 
 
 def expected_golden_files() -> set[str]:

@@ -1,7 +1,7 @@
 """The launch plan: what envrun runs for each command form and system (pure; no Slurm needed).
 
 Golden scripts in tests/golden/launch-*.sh come from recorded SLURM_* environments of real jobs.
-Regenerate after an intended change with ENVBUILD_UPDATE_GOLDEN=1 pytest tests/test_launchplan.py and review
+Regenerate after an intended change with ENVBUILD_UPDATE_GOLDEN=1 pytest tests/launch/test_plan.py and review
 the diff. A golden file no case of GOLDEN_CASES produces fails tests/test_golden_files.py."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from envbuild.launch.allocation import read_allocation
 from envbuild.launch.args import split_srun
 from envbuild.launch.plan import LaunchRequest, plan_launch
 from envbuild.recipes.load import load_recipe
+from tests.build.test_plan import check_golden
 from tests.launch_allocations import (
     JUWELS_1_GPU,
     JUWELS_2_NODES,
@@ -38,7 +39,6 @@ from tests.launch_allocations import (
     PUHTI_4_GPUS,
     PUHTI_4_GPUS_TASK_PER_GPU,
 )
-from tests.test_buildplan_golden import check_golden
 
 RUNTIME = Runtime("/usr/bin/apptainer", "apptainer")
 

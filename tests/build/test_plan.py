@@ -1,7 +1,7 @@
 """The build plan is pure: fixed inputs give the same plan, compared with files in tests/golden/.
 
-Regenerate after an intended change with: ENVBUILD_UPDATE_GOLDEN=1 pytest tests/test_buildplan_golden.py
-and review the diff. A golden file that no case here or in tests/test_launchplan.py produces fails
+Regenerate after an intended change with: ENVBUILD_UPDATE_GOLDEN=1 pytest tests/build/test_plan.py
+and review the diff. A golden file that no case here or in tests/launch/test_plan.py produces fails
 tests/test_golden_files.py (delete it, or add its case)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def render_both(spec_file: str, **overrides: object) -> str:
     base = fixed_base_plan(spec_file, **overrides)
     return render_steps("base", base.steps) + "\n" + render_build_plan(fixed_plan(spec_file, **overrides))
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 UPDATE_FLAG = "ENVBUILD_UPDATE_GOLDEN"
 
 # The golden files of this module, from the case tables the tests are parametrized with
@@ -44,7 +44,7 @@ def golden_names() -> set[str]:
 
 def check_golden(name: str, text: str) -> None:
     """Compare `text` with tests/golden/NAME. After an intended change, rewrite the files with
-    ENVBUILD_UPDATE_GOLDEN=1 pytest tests/test_buildplan_golden.py tests/test_launchplan.py, review the diff,
+    ENVBUILD_UPDATE_GOLDEN=1 pytest tests/build/test_plan.py tests/launch/test_plan.py, review the diff,
     and commit it; a name that no case table lists is reported as stale by tests/test_golden_files.py."""
     path = GOLDEN / name
     if os.environ.get(UPDATE_FLAG) == "1":

@@ -1,6 +1,6 @@
 """envrun as a user runs it (bin/envrun in a subprocess), for what needs no container runtime: the
 refusals (exit 2, what is wrong and a `fix:` line) and the config file's binds and env in the
---dry-run script. The launches themselves are tested under Slurm in tests/test_e2e_ddp.py."""
+--dry-run script. The launches themselves are tested under Slurm in tests/e2e/test_ddp.py."""
 
 from __future__ import annotations
 

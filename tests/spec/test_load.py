@@ -21,7 +21,7 @@ def problems_of(text: str) -> list[str]:
     return [p.render() for p in info.value.problems]
 
 
-@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parent.parent.glob("envs/*.yaml")))
+@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[2].glob("envs/*.yaml")))
 def test_shipped_specs_are_valid(path: Path) -> None:
     loaded = load_spec(path)
     assert loaded.spec.name == path.stem

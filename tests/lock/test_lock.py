@@ -30,7 +30,7 @@ from envbuild.lock.staleness import stale_reasons
 from envbuild.lock.uv import parse_uv_requirements, uv_compile_argv, uv_python_platform
 from envbuild.spec.model import Spec
 
-FIXTURE = Path(__file__).parent / "fixtures" / "uv-compile-output.txt"
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "uv-compile-output.txt"
 TARGET = LockTarget(python="3.11.2", platform="x86_64-manylinux_2_36")
 INPUTS = LockInputs(
     requirements=("torch==2.13.0", "transformers", 'numpy>=1.26,<3; python_version >= "3.10"', "accelerate[deepspeed]"),

@@ -67,7 +67,7 @@ def test_dry_run_locked_without_a_lock_is_refused_the_same_way(tmp_path: Path) -
 @pytest.fixture
 def store(tmp_path: Path, build_cache: Path) -> Path:
     """A fresh store holding the shared cache's complete debootstrap bases (hard links), as in
-    tests/test_build_store.py: nothing is debootstrapped twice."""
+    tests/integration/test_build_store.py: nothing is debootstrapped twice."""
     root = tmp_path / "store"
     (root / "bases").mkdir(parents=True)
     bases = sorted(p for p in (build_cache / "bases").glob("debootstrap-bookworm-*") if (p / "complete").exists()) \
