@@ -37,10 +37,9 @@ class BuildOptions:
 def torch_index_for(loaded: LoadedSpec) -> str | None:
     from envbuild.recipes.load import load_recipe
 
-    pytorch = loaded.spec.python.pytorch
-    if pytorch is None:
-        return None
-    return pytorch.index_url or load_recipe(loaded.spec.system).pytorch_index_for(pytorch.wheel_tag)
+    if loaded.spec.python.pytorch is None:
+        return None  # without PyTorch the recipe has nothing to say: do not load it
+    return loaded.spec.python.pytorch_index_url(load_recipe(loaded.spec.system))
 
 
 def load_fresh_lock(loaded: LoadedSpec) -> tuple[Lock, str, Path]:

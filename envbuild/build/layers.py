@@ -63,7 +63,6 @@ def env_compat_identity(request: BuildRequest, installer: str, base_entry: str) 
     """Everything that shapes the Python layer except the package set: an env layer may start from
     another one (install only the difference) only when these agree."""
     pip = request.facts.pip
-    pytorch = request.spec.python.pytorch
     return {
         "layout": ENV_LAYOUT_VERSION,
         "base": base_entry,
@@ -77,7 +76,7 @@ def env_compat_identity(request: BuildRequest, installer: str, base_entry: str) 
         },
         # SOURCE_DATE_EPOCH makes Python write hash-based .pyc files: different bytes in the layer.
         "reproducible": request.options.source_date_epoch is not None,
-        "torch_index": (pytorch.index_url or request.recipe.pytorch_index_for(pytorch.wheel_tag)) if pytorch else None,
+        "torch_index": request.spec.python.pytorch_index_url(request.recipe),
     }
 
 

@@ -7,12 +7,15 @@ The model only checks what can be checked from the text itself. Checks that need
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from envbuild.recipes.ops import RecipeMethods
 
 SPEC_FORMAT_VERSION = 1
 
@@ -147,8 +150,6 @@ class PyTorch(StrictModel):
         return self.variant
 
 
-
-
 PackageVersion = Annotated[
     str | bool | None,
     Field(description="true for the newest, or a version / specifier such as 4.57.1 or '>=4.50,<5'"),
@@ -209,6 +210,13 @@ class PythonEnv(StrictModel):
                 reqs.append(req)
         reqs.extend(self.packages)
         return reqs
+
+    def pytorch_index_url(self, recipe: RecipeMethods) -> str | None:
+        """The wheel index for the PyTorch variant: the spec's own index_url, else the system recipe's;
+        None without PyTorch, or when the recipe leaves it to the host's pip configuration."""
+        if self.pytorch is None:
+            return None
+        return self.pytorch.index_url or recipe.pytorch_index_for(self.pytorch.wheel_tag)
 
 
 class FileCopy(StrictModel):
