@@ -115,20 +115,10 @@ def image_key(request: BuildRequest, env: str) -> str:
 VENV_SEED = frozenset({"pip", "setuptools", "wheel"})
 
 
-def _canonical(name: str) -> str:
-    from envbuild.inventory.pkgmeta import canonical_name
+def _pins(lines: list[str]) -> set[tuple[str, str]]:
+    from envbuild.inventory.pkgmeta import parse_pin
 
-    return canonical_name(name)
-
-
-def _pins(lines: list[str]) -> set[str]:
-    pins = set()
-    for line in lines:
-        head = line.split("--hash", 1)[0].strip().rstrip("\\").strip()
-        if "==" in head and not head.startswith("#"):
-            name, version = head.split("==", 1)
-            pins.add(f"{_canonical(name)}=={version.strip()}")
-    return pins
+    return {pin for pin in map(parse_pin, lines) if pin}
 
 
 def choose_env_parent(candidates: list[tuple[str, dict[str, Any], list[str], float]], *, compat: str,
@@ -144,7 +134,7 @@ def choose_env_parent(candidates: list[tuple[str, dict[str, Any], list[str], flo
     for name, meta, freeze, last_used in candidates:
         if meta.get("kind") != "env" or meta.get("compat") != compat:
             continue
-        have = {p for p in _pins(freeze) if p.split("==", 1)[0] not in VENV_SEED}
+        have = {pin for pin in _pins(freeze) if pin[0] not in VENV_SEED}
         if locked is not None:
             if not have <= wanted_pins:
                 continue
