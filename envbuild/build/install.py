@@ -12,6 +12,7 @@ from envbuild.build.request import BuildRequest
 from envbuild.build.sandbox import Bind, sandbox_exec
 from envbuild.host.pip import local_path_of
 from envbuild.spec.model import VENV_PREFIX
+from envbuild.store.layout import StorePaths
 
 
 def venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
@@ -138,11 +139,12 @@ def install_actions(request: BuildRequest, sandbox: str, installer: str, require
         targets = ["--require-hashes", "--no-deps", "-r", lock_inside]
     else:
         targets = list(requirements)
+    host_cache = StorePaths(str(facts.cache_dir)).download_cache(installer)
+    cache_bind = Bind(host_cache, f"{HOST_MOUNT}/cache", read_only=False)
     if installer == "uv":
         assert facts.uv is not None
         uv_inside = f"{HOST_MOUNT}/uv"
-        binds.append(Bind(facts.uv, uv_inside, is_file=True))
-        binds.append(Bind(f"{facts.cache_dir}/uv", f"{HOST_MOUNT}/cache", read_only=False))
+        binds += [Bind(facts.uv, uv_inside, is_file=True), cache_bind]
         argv = [uv_inside, "pip", "install", "--python", f"{VENV_PREFIX}/bin/python",
                 # Compile now: in a read-only image Python would recompile on every start.
                 "--compile-bytecode", "--link-mode=copy", "--cache-dir", f"{HOST_MOUNT}/cache",
@@ -151,12 +153,10 @@ def install_actions(request: BuildRequest, sandbox: str, installer: str, require
             env.append(("SSL_CERT_FILE", sources.cert))
         if sources.client_cert:
             env.append(("SSL_CLIENT_CERT", sources.client_cert))
-        host_cache = f"{facts.cache_dir}/uv"
     else:
-        binds.append(Bind(f"{facts.cache_dir}/pip", f"{HOST_MOUNT}/cache", read_only=False))
+        binds.append(cache_bind)
         argv = [f"{VENV_PREFIX}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
                 "--cache-dir", f"{HOST_MOUNT}/cache", *sources.pip_args(), *targets]
-        host_cache = f"{facts.cache_dir}/pip"
     mount_dirs = tuple(f"{sandbox}{b.inside}" for b in binds if not b.is_file)
     mount_files = tuple(f"{sandbox}{b.inside}" for b in binds if b.is_file)
     actions.append(MakeDirs((host_cache, *mount_dirs)))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from envbuild.spec.model import VENV_PREFIX
@@ -34,22 +33,6 @@ def _hash(identity: dict[str, Any]) -> str:
 
 def entry_name(readable: str, key: str) -> str:
     return f"{readable}-{key[:16]}"
-
-
-@dataclass(frozen=True)
-class StorePaths:
-    """The store's directory layout (see envbuild.store.layout)."""
-
-    root: str
-
-    def base(self, name: str) -> str:
-        return f"{self.root}/bases/{name}"
-
-    def env(self, name: str) -> str:
-        return f"{self.root}/envs/{name}"
-
-    def image(self, name: str) -> str:
-        return f"{self.root}/images/{name}"
 
 
 def installer_identity(request: BuildRequest, installer: str) -> str:
