@@ -88,9 +88,9 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     if text == old_text:
         print(f"{path} is unchanged ({len(packages)} packages)", file=out)
     else:
-        partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, path)
+        from envbuild.atomicfile import atomic_write
+
+        atomic_write(path, text)
         print(f"wrote {path} ({len(packages)} packages); build it with: envbuild build {loaded.path} --locked", file=out)
     return path
 

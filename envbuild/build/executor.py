@@ -14,6 +14,7 @@ from collections import deque
 from pathlib import Path
 from typing import TextIO
 
+from envbuild.atomicfile import atomic_write
 from envbuild.build.actions import (
     Action,
     ClampTimes,
@@ -130,7 +131,7 @@ class BuildExecutor:
         if isinstance(action, Run):
             self._run(step, action)
         elif isinstance(action, WriteFile):
-            _replace_file(action.path, action.content.encode("utf-8"), action.mode)
+            atomic_write(action.path, action.content, mode=action.mode)
         elif isinstance(action, MergeJson):
             path = Path(action.path)
             data = {}
@@ -141,7 +142,7 @@ class BuildExecutor:
                     data = {}  # the base's labels file is unreadable; ours replaces it
             data.update(dict(action.values))
             mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-            _replace_file(action.path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"), mode)
+            atomic_write(action.path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=mode)
         elif isinstance(action, CopyTree):
             self._run(step, Run(action.argv()))
         elif isinstance(action, CopyFile):
@@ -206,10 +207,7 @@ class BuildExecutor:
             if not is_replaceable_wrapper(target):
                 kept.append(name)  # someone else's file: never overwrite it
                 continue
-            partial = dest / f".{name}.partial"
-            partial.write_text(render_wrapper(name, action.image, recipe, action.runtime_name), encoding="utf-8")
-            partial.chmod(0o755)
-            os.replace(partial, target)
+            atomic_write(target, render_wrapper(name, action.image, recipe, action.runtime_name), mode=0o755)
             names.append(name)
         self._log.write(f"wrote {len(names)} wrappers: {' '.join(names)}\n")
         if kept:
@@ -258,16 +256,6 @@ def file_states(root: str) -> dict[str, tuple[int, int]]:
             if stat.S_ISREG(info.st_mode):
                 states[path[prefix:]] = (info.st_mtime_ns, info.st_size)
     return states
-
-
-def _replace_file(path: str, data: bytes, mode: int) -> None:
-    """Write a file by atomic replacement: a reader never sees half of it, and a file that is a hard
-    link into a store layer is replaced rather than written through."""
-    partial = f"{path}.envbuild-partial"
-    with open(partial, "wb") as handle:
-        handle.write(data)
-    os.chmod(partial, mode)
-    os.replace(partial, path)
 
 
 def clamp_times(root: str, epoch: int) -> None:
