@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
+
+from envbuild.strictmodel import StrictModel, check_version
 
 if TYPE_CHECKING:
     from envbuild.recipes.ops import RecipeMethods
@@ -27,12 +28,6 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # cpu | cuda<major><minor> (PyTorch's index names: cu118, cu121, cu124, cu126, cu128...) | rocm<major>.<minor>[.<patch>]
 VARIANT_PATTERN = r"^(cpu|cuda\d{3,4}|rocm\d+\.\d+(\.\d+)?)$"
-
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors: a typo like `pakages:` must not be silently ignored."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class BaseImage(StrictModel):
@@ -126,11 +121,7 @@ class PyTorch(StrictModel):
     @field_validator("version")
     @classmethod
     def _valid_version(cls, value: str) -> str:
-        try:
-            Version(value)
-        except InvalidVersion:
-            raise ValueError(f"{value!r} is not a version number (write e.g. 2.13.0)") from None
-        return value
+        return check_version(value, "a version number (write e.g. 2.13.0)")
 
     @field_validator("variant")
     @classmethod
