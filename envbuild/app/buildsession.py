@@ -235,12 +235,9 @@ class BuildSession:
         return plan_build(request)
 
     def _reuse_stored_image(self, executor: BuildExecutor, request: BuildRequest, plan: BuildPlan, started: float) -> None:
-        from envbuild.build.actions import CopyFile, Remove, Rename, Step
-        from envbuild.build.plan import wrappers_step
+        from envbuild.build.plan import output_step, wrappers_step
 
-        partial = f"{plan.output}.partial-{request.options.build_id}"
-        copy = Step("output", f"copy the stored image {plan.layers.image_entry} to {plan.output}",
-                    (CopyFile(plan.store_image, partial), Rename(partial, plan.output)), cleanup=(Remove((partial,)),))
+        copy = output_step(request, plan.store_image, f"copy the stored image {plan.layers.image_entry} to {plan.output}")
         executor.execute_steps((copy, wrappers_step(request, plan.store_image)), None, "cached")
         self._say(f"image unchanged, taken from the store: {plan.output} in {time.monotonic() - started:.1f} s")
 

@@ -37,7 +37,7 @@ from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
 from envbuild.build.sandbox import sandbox_exec
 from envbuild.host.facts import HostFacts
 from envbuild.spec.model import VENV_PREFIX, BaseImage, Spec
-from envbuild.store.layout import StorePaths
+from envbuild.store.layout import EntryPaths, StorePaths
 
 # Always in a debootstrap base: a Python that can make venvs, and CA certificates for HTTPS.
 DEBOOTSTRAP_ALWAYS = ("python3", "python3-venv", "ca-certificates")
@@ -94,29 +94,9 @@ def plan_build(request: BuildRequest) -> BuildPlan:
             Step("test", f"run {len(spec.tests)} test(s) inside the image",
                  tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=False) for cmd in spec.tests))
         )
-    entry = store.image(layers.image_entry)
-    store_image = entry.image
-    partial = f"{store_image}.partial-{request.options.build_id}"
-    from envbuild.build.squash import squash_actions
-
-    squash = squash_actions(sandbox, partial, compression=request.options.compression, source_date_epoch=request.options.source_date_epoch,
-                            runtime_path=facts.runtime.path, work_dir=work, all_root=not request.options.as_root,
-                            python=facts.python or None, processors=facts.cpus)
-    steps.append(
-        Step("squash", f"write the image ({request.options.compression}) into the store",
-             (Remove((entry.complete,)), MakeDirs((entry.dir,)),
-              *((ClampTimes(sandbox, request.options.source_date_epoch),) if request.options.source_date_epoch is not None else ()),
-              *squash, Rename(partial, store_image),
-              WriteFile(entry.meta, _meta_json(request, "image", layers.image_key, layers.env_entry)),
-              WriteFile(entry.complete, f"{spec.name}\n")),
-             cleanup=(Remove((partial,)),))
-    )
-    output_partial = f"{request.options.output}.partial-{request.options.build_id}"
-    steps.append(
-        Step("output", f"copy the image to {request.options.output}",
-             (CopyFile(store_image, output_partial), Rename(output_partial, request.options.output)),
-             cleanup=(Remove((output_partial,)),))
-    )
+    store_image = store.image(layers.image_entry).image
+    steps.append(_squash_step(request, store.image(layers.image_entry), layers, sandbox, work))
+    steps.append(output_step(request, store_image, f"copy the image to {request.options.output}"))
     steps.append(wrappers_step(request, f"{sandbox}{VENV_PREFIX}/bin"))
     if not request.options.keep_work:
         steps.append(Step("clean", "remove the build sandbox", (Remove((work,)),)))
@@ -125,6 +105,31 @@ def plan_build(request: BuildRequest) -> BuildPlan:
         requirements=requirements, package_sources=sources.shown, layers=layers, store_image=store_image,
         steps=tuple(steps),
     )
+
+
+def _squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbox: str, work: str) -> Step:
+    """The finished sandbox squashed into the image entry of the store."""
+    from envbuild.build.squash import squash_actions
+
+    options, facts = request.options, request.facts
+    partial = f"{entry.image}.partial-{options.build_id}"
+    squash = squash_actions(sandbox, partial, compression=options.compression, source_date_epoch=options.source_date_epoch,
+                            runtime_path=facts.runtime.path, work_dir=work, all_root=not options.as_root,
+                            python=facts.python or None, processors=facts.cpus)
+    return Step("squash", f"write the image ({options.compression}) into the store",
+                (Remove((entry.complete,)), MakeDirs((entry.dir,)),
+                 *((ClampTimes(sandbox, options.source_date_epoch),) if options.source_date_epoch is not None else ()),
+                 *squash, Rename(partial, entry.image),
+                 WriteFile(entry.meta, _meta_json(request, "image", layers.image_key, layers.env_entry)),
+                 WriteFile(entry.complete, f"{request.spec.name}\n")),
+                cleanup=(Remove((partial,)),))
+
+
+def output_step(request: BuildRequest, store_image: str, title: str) -> Step:
+    """Copy the image from the store to the output path, which changes at once from old to new."""
+    output = request.options.output
+    partial = f"{output}.partial-{request.options.build_id}"
+    return Step("output", title, (CopyFile(store_image, partial), Rename(partial, output)), cleanup=(Remove((partial,)),))
 
 
 def wrappers_step(request: BuildRequest, venv_bin: str) -> Step:
