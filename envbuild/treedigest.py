@@ -54,12 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m envbuild.treedigest PATH OUT`: write PATH's digest (file or tree) to OUT."""
     import sys
 
+    from envbuild.atomicfile import atomic_write
+
     path, out = (argv if argv is not None else sys.argv[1:])[:2]
     value = tree_digest(path) if os.path.isdir(path) else file_digest(path)
-    partial = out + ".partial"
-    with open(partial, "w", encoding="utf-8") as handle:
-        handle.write(value + "\n")
-    os.replace(partial, out)
+    atomic_write(out, value + "\n")
     return 0
 
 

@@ -37,10 +37,9 @@ class BuildOptions:
 def torch_index_for(loaded: LoadedSpec) -> str | None:
     from envbuild.recipes.load import load_recipe
 
-    pytorch = loaded.spec.python.pytorch
-    if pytorch is None:
-        return None
-    return pytorch.index_url or load_recipe(loaded.spec.system).pytorch_index_for(pytorch.wheel_tag)
+    if loaded.spec.python.pytorch is None:
+        return None  # without PyTorch the recipe has nothing to say: do not load it
+    return loaded.spec.python.pytorch_index_url(load_recipe(loaded.spec.system))
 
 
 def load_fresh_lock(loaded: LoadedSpec) -> tuple[Lock, str, Path]:
@@ -171,6 +170,7 @@ class BuildSession:
         from envbuild.build.plan import plan_base, plan_layers
         from envbuild.host.facts import gather_host_facts
         from envbuild.store.entries import touch_used
+        from envbuild.store.layout import EntryPaths, StorePaths
         from envbuild.store.locks import entry_lock
 
         started = time.monotonic()
@@ -185,8 +185,9 @@ class BuildSession:
         self._note_compression()
         base = plan_base(request)
         store_root = Path(facts.cache_dir)
+        store = StorePaths(str(store_root))
         digest = read_digest(base)
-        if digest and os.path.exists(f"{base.entry}/complete"):
+        if digest and os.path.exists(EntryPaths(base.entry).complete):
             layers = plan_layers(request.with_base_digest(digest))
             if image_key_of(output) == layers.image_key:
                 self._finish_up_to_date(request, layers, started)
@@ -212,20 +213,21 @@ class BuildSession:
                 self._finish_up_to_date(request, layers, started)
                 return output
             plan = self._plan(request, layers)
-            if os.path.exists(f"{store_root}/images/{layers.image_entry}/complete"):
+            if os.path.exists(store.image(layers.image_entry).complete):
                 self._reuse_stored_image(executor, request, plan, started)
             else:
                 executor.execute(plan)
-        for kind, name in (("envs", layers.env_entry), ("images", layers.image_entry)):
-            if os.path.isdir(f"{store_root}/{kind}/{name}"):
-                touch_used(Path(f"{store_root}/{kind}/{name}"))
+        for entry in (store.env(layers.env_entry), store.image(layers.image_entry)):
+            if os.path.isdir(entry.dir):
+                touch_used(Path(entry.dir))
         return output
 
     def _plan(self, request: BuildRequest, layers: Layers) -> BuildPlan:
         from envbuild.build.plan import plan_build
+        from envbuild.store.layout import StorePaths
 
         store_root = Path(request.facts.cache_dir)
-        if not os.path.exists(f"{store_root}/envs/{layers.env_entry}/complete"):
+        if not os.path.exists(StorePaths(str(store_root)).env(layers.env_entry).complete):
             parent = find_env_parent(store_root, layers, request)
             if parent:
                 self._say(f"reusing env layer {parent}: installing only the difference")
@@ -233,12 +235,9 @@ class BuildSession:
         return plan_build(request)
 
     def _reuse_stored_image(self, executor: BuildExecutor, request: BuildRequest, plan: BuildPlan, started: float) -> None:
-        from envbuild.build.actions import CopyFile, Remove, Rename, Step
-        from envbuild.build.plan import wrappers_step
+        from envbuild.build.plan import output_step, wrappers_step
 
-        partial = f"{plan.output}.partial-{request.options.build_id}"
-        copy = Step("output", f"copy the stored image {plan.layers.image_entry} to {plan.output}",
-                    (CopyFile(plan.store_image, partial), Rename(partial, plan.output)), cleanup=(Remove((partial,)),))
+        copy = output_step(request, plan.store_image, f"copy the stored image {plan.layers.image_entry} to {plan.output}")
         executor.execute_steps((copy, wrappers_step(request, plan.store_image)), None, "cached")
         self._say(f"image unchanged, taken from the store: {plan.output} in {time.monotonic() - started:.1f} s")
 
@@ -265,20 +264,22 @@ def find_env_parent(store_root: Path, layers: Layers, request: BuildRequest) -> 
     """A complete env layer to install the difference on top of: same base, installer and sources,
     and every package it has is wanted by the new build (so nothing needs removing)."""
     from envbuild.build.layers import choose_env_parent
+    from envbuild.store.layout import EntryPaths, kind_dir
 
     candidates = []
-    envs = store_root / "envs"
+    envs = kind_dir(store_root, "env")
     if not envs.is_dir():
         return None
-    for entry in envs.iterdir():
+    for entry_dir in envs.iterdir():
+        entry = EntryPaths(str(entry_dir))
         try:
-            if not (entry / "complete").exists():
+            if not os.path.exists(entry.complete):
                 continue
-            meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
-            freeze = (entry / "freeze.txt").read_text(encoding="utf-8").split()
-            used = (entry / "last-used").stat().st_mtime if (entry / "last-used").exists() else (entry / "complete").stat().st_mtime
+            meta = json.loads(Path(entry.meta).read_text(encoding="utf-8"))
+            freeze = Path(entry.freeze).read_text(encoding="utf-8").split()
+            used = os.stat(entry.last_used if os.path.exists(entry.last_used) else entry.complete).st_mtime
         except (OSError, ValueError):
             continue
-        candidates.append((entry.name, meta, freeze, used))
+        candidates.append((entry_dir.name, meta, freeze, used))
     return choose_env_parent(candidates, compat=layers.env_compat, requirements=request.spec.python.requirements(),
                              locked=request.lock.requirements)

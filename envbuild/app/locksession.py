@@ -88,9 +88,9 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     if text == old_text:
         print(f"{path} is unchanged ({len(packages)} packages)", file=out)
     else:
-        partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, path)
+        from envbuild.atomicfile import atomic_write
+
+        atomic_write(path, text)
         print(f"wrote {path} ({len(packages)} packages); build it with: envbuild build {loaded.path} --locked", file=out)
     return path
 
@@ -100,6 +100,7 @@ def _resolve(request: BuildRequest, target: LockTarget, previous: Lock | None, *
     from envbuild.build.install import host_index_args
     from envbuild.lock.model import requirements_with_hashes
     from envbuild.lock.uv import parse_uv_requirements, uv_compile_argv
+    from envbuild.store.layout import StorePaths
 
     facts = request.facts
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
@@ -109,7 +110,8 @@ def _resolve(request: BuildRequest, target: LockTarget, previous: Lock | None, *
             # uv keeps the versions found in an existing output file (unless told to upgrade them).
             Path(output_file).write_text(requirements_with_hashes(previous), encoding="utf-8")
         argv = uv_compile_argv(facts.uv or "uv", inputs_file, output_file, target, index_args=host_index_args(request),
-                               cache_dir=f"{facts.cache_dir}/uv", upgrade=upgrade, upgrade_packages=upgrade_packages)
+                               cache_dir=StorePaths(str(facts.cache_dir)).download_cache("uv"),
+                               upgrade=upgrade, upgrade_packages=upgrade_packages)
         env = dict(os.environ)
         if facts.pip.cert:
             env["SSL_CERT_FILE"] = facts.pip.cert

@@ -76,12 +76,9 @@ def _read_image(path: Path) -> _ImageContents:
 
 
 def _pins(lines: list[str]) -> dict[str, str]:
-    pins = {}
-    for line in lines:
-        if "==" in line:
-            name, version = line.split("==", 1)
-            pins[_canonical(name.strip())] = version.strip()
-    return pins
+    from envbuild.inventory.pkgmeta import parse_pin
+
+    return dict(pin for pin in map(parse_pin, lines) if pin)
 
 
 def _compare(expected: dict[str, str], actual: dict[str, str], what: str, *, ignore: frozenset[str] = frozenset()) -> list[str]:

@@ -11,9 +11,11 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
+from envbuild.atomicfile import atomic_write
 from envbuild.build.actions import (
     Action,
     ClampTimes,
@@ -127,72 +129,82 @@ class BuildExecutor:
     # -- actions ----------------------------------------------------------------------------------
 
     def _do(self, step: Step, action: Action) -> None:
-        if isinstance(action, Run):
-            self._run(step, action)
-        elif isinstance(action, WriteFile):
-            _replace_file(action.path, action.content.encode("utf-8"), action.mode)
-        elif isinstance(action, MergeJson):
-            path = Path(action.path)
-            data = {}
-            if path.exists():
-                try:
-                    data = json.loads(path.read_text(encoding="utf-8") or "{}")
-                except json.JSONDecodeError:
-                    data = {}  # the base's labels file is unreadable; ours replaces it
-            data.update(dict(action.values))
-            mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-            _replace_file(action.path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"), mode)
-        elif isinstance(action, CopyTree):
-            self._run(step, Run(action.argv()))
-        elif isinstance(action, CopyFile):
-            if os.path.isdir(action.src):
-                # --remove-destination: existing files are replaced, never written through (they may
-                # be hard links into a store layer).
-                self._run(step, Run(("cp", "-a", "--reflink=auto", "--remove-destination", "-T", action.src, action.dest)))
-            else:
-                partial = f"{action.dest}.envbuild-partial"
-                shutil.copy2(action.src, partial)
-                os.replace(partial, action.dest)
-            if action.mode is not None:
-                os.chmod(action.dest, action.mode)
-        elif isinstance(action, MakeDirs):
-            for path in action.paths:
-                os.makedirs(path, exist_ok=True)
-        elif isinstance(action, Touch):
-            for path in action.paths:
-                Path(path).touch()
-        elif isinstance(action, Remove):
-            for path in action.paths:
-                if os.path.islink(path) or os.path.isfile(path):
-                    os.unlink(path)
-                elif os.path.isdir(path):
-                    shutil.rmtree(path)
-        elif isinstance(action, Rename):
-            os.replace(action.src, action.dest)
-        elif isinstance(action, SnapshotTree):
-            Path(action.dest).write_text(json.dumps(file_states(action.path)), encoding="utf-8")
-        elif isinstance(action, GuardTree):
-            before = json.loads(Path(action.snapshot).read_text(encoding="utf-8"))
-            after = file_states(action.path)
-            changed = sorted(name for name, state in before.items() if list(after.get(name, state)) != list(state))
-            if changed:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(action.invalidate)
-                shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-                self._say(f"warning: the installer wrote through hard links into {action.path} ({shown}); "
-                          f"that layer is marked incomplete and will be rebuilt when needed")
-        elif isinstance(action, ClampTimes):
-            clamp_times(action.path, action.epoch)
-        elif isinstance(action, RecordDigest):
-            from envbuild.treedigest import main as record_digest
-
-            record_digest([action.path, action.dest])
-        elif isinstance(action, WriteRunWrappers):
-            self._write_wrappers(action)
-        else:  # pragma: no cover - the Action union is closed
+        handler = _ACTION_HANDLERS.get(type(action))
+        if handler is None:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown action {action!r}")
+        handler(self, step, action)
 
-    def _write_wrappers(self, action: WriteRunWrappers) -> None:
+    def _write_file(self, step: Step, action: WriteFile) -> None:
+        atomic_write(action.path, action.content, mode=action.mode)
+
+    def _merge_json(self, step: Step, action: MergeJson) -> None:
+        path = Path(action.path)
+        data = {}
+        if path.exists():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8") or "{}")
+            except json.JSONDecodeError:
+                data = {}  # the base's labels file is unreadable; ours replaces it
+        data.update(dict(action.values))
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+        atomic_write(action.path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=mode)
+
+    def _copy_tree(self, step: Step, action: CopyTree) -> None:
+        self._run(step, Run(action.argv()))
+
+    def _copy_file(self, step: Step, action: CopyFile) -> None:
+        if os.path.isdir(action.src):
+            # --remove-destination: existing files are replaced, never written through (they may
+            # be hard links into a store layer).
+            self._run(step, Run(("cp", "-a", "--reflink=auto", "--remove-destination", "-T", action.src, action.dest)))
+        else:
+            partial = f"{action.dest}.envbuild-partial"
+            shutil.copy2(action.src, partial)
+            os.replace(partial, action.dest)
+        if action.mode is not None:
+            os.chmod(action.dest, action.mode)
+
+    def _make_dirs(self, step: Step, action: MakeDirs) -> None:
+        for path in action.paths:
+            os.makedirs(path, exist_ok=True)
+
+    def _touch(self, step: Step, action: Touch) -> None:
+        for path in action.paths:
+            Path(path).touch()
+
+    def _remove(self, step: Step, action: Remove) -> None:
+        for path in action.paths:
+            if os.path.islink(path) or os.path.isfile(path):
+                os.unlink(path)
+            elif os.path.isdir(path):
+                shutil.rmtree(path)
+
+    def _rename(self, step: Step, action: Rename) -> None:
+        os.replace(action.src, action.dest)
+
+    def _snapshot_tree(self, step: Step, action: SnapshotTree) -> None:
+        Path(action.dest).write_text(json.dumps(file_states(action.path)), encoding="utf-8")
+
+    def _guard_tree(self, step: Step, action: GuardTree) -> None:
+        before = json.loads(Path(action.snapshot).read_text(encoding="utf-8"))
+        after = file_states(action.path)
+        changed = sorted(name for name, state in before.items() if list(after.get(name, state)) != list(state))
+        if changed:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(action.invalidate)
+            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+            self._say(f"warning: the installer wrote through hard links into {action.path} ({shown}); "
+                      f"that layer is marked incomplete and will be rebuilt when needed")
+
+    def _clamp_times(self, step: Step, action: ClampTimes) -> None:
+        clamp_times(action.path, action.epoch)
+
+    def _record_digest(self, step: Step, action: RecordDigest) -> None:
+        from envbuild.treedigest import main as record_digest
+
+        record_digest([action.path, action.dest])
+
+    def _write_wrappers(self, step: Step, action: WriteRunWrappers) -> None:
         from envbuild.launch.wrappers import render_wrapper, wrapped_commands
         from envbuild.recipes.load import load_recipe
 
@@ -206,10 +218,7 @@ class BuildExecutor:
             if not is_replaceable_wrapper(target):
                 kept.append(name)  # someone else's file: never overwrite it
                 continue
-            partial = dest / f".{name}.partial"
-            partial.write_text(render_wrapper(name, action.image, recipe, action.runtime_name), encoding="utf-8")
-            partial.chmod(0o755)
-            os.replace(partial, target)
+            atomic_write(target, render_wrapper(name, action.image, recipe, action.runtime_name), mode=0o755)
             names.append(name)
         self._log.write(f"wrote {len(names)} wrappers: {' '.join(names)}\n")
         if kept:
@@ -247,6 +256,17 @@ class BuildExecutor:
             )
 
 
+# Action type -> the executor's method that carries it out (the Action union is closed: one entry each).
+_ACTION_HANDLERS: dict[type, Callable[[BuildExecutor, Step, Any], None]] = {
+    Run: BuildExecutor._run, WriteFile: BuildExecutor._write_file, MergeJson: BuildExecutor._merge_json,
+    CopyTree: BuildExecutor._copy_tree, CopyFile: BuildExecutor._copy_file, MakeDirs: BuildExecutor._make_dirs,
+    Touch: BuildExecutor._touch, Remove: BuildExecutor._remove, Rename: BuildExecutor._rename,
+    SnapshotTree: BuildExecutor._snapshot_tree, GuardTree: BuildExecutor._guard_tree,
+    ClampTimes: BuildExecutor._clamp_times, RecordDigest: BuildExecutor._record_digest,
+    WriteRunWrappers: BuildExecutor._write_wrappers,
+}
+
+
 def file_states(root: str) -> dict[str, tuple[int, int]]:
     """relative path -> (mtime in ns, size) of every regular file under `root` (lstat, no symlinks)."""
     states: dict[str, tuple[int, int]] = {}
@@ -258,16 +278,6 @@ def file_states(root: str) -> dict[str, tuple[int, int]]:
             if stat.S_ISREG(info.st_mode):
                 states[path[prefix:]] = (info.st_mtime_ns, info.st_size)
     return states
-
-
-def _replace_file(path: str, data: bytes, mode: int) -> None:
-    """Write a file by atomic replacement: a reader never sees half of it, and a file that is a hard
-    link into a store layer is replaced rather than written through."""
-    partial = f"{path}.envbuild-partial"
-    with open(partial, "wb") as handle:
-        handle.write(data)
-    os.chmod(partial, mode)
-    os.replace(partial, path)
 
 
 def clamp_times(root: str, epoch: int) -> None:

@@ -4,7 +4,7 @@ sees them (indexes, find-links, certificates), the PyTorch index, and the pip or
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from envbuild.build.actions import Action, MakeDirs, Touch, WriteFile
 from envbuild.build.paths import HOST_MOUNT
@@ -12,6 +12,7 @@ from envbuild.build.request import BuildRequest
 from envbuild.build.sandbox import Bind, sandbox_exec
 from envbuild.host.pip import local_path_of
 from envbuild.spec.model import VENV_PREFIX
+from envbuild.store.layout import StorePaths
 
 
 def venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
@@ -47,43 +48,54 @@ class PackageSources:
     shown: tuple[str, ...]
 
     @classmethod
-    def from_request(cls, request: BuildRequest) -> PackageSources:
+    def on_host(cls, request: BuildRequest) -> PackageSources:
+        """The sources as the host's pip sees them, for resolving on the host (envbuild lock)."""
         pip = request.facts.pip
+        torch_index = request.spec.python.pytorch_index_url(request.recipe)
+        # The variant's PyTorch index goes first among the extra indexes: uv gives earlier indexes priority.
+        extras = ((torch_index,) if torch_index else ()) + pip.extra_index_urls
+        return cls(
+            index_url=pip.index_url, extra_index_urls=extras, find_links=pip.find_links,
+            trusted_hosts=pip.trusted_hosts, no_index=pip.no_index, cert=pip.cert, client_cert=pip.client_cert,
+            binds=(), shown=tuple(x for x in (pip.index_url, *extras, *pip.find_links) if x),
+        )
+
+    @classmethod
+    def from_request(cls, request: BuildRequest) -> PackageSources:
+        """The host's sources as seen from inside the sandbox."""
+        host = cls.on_host(request)
         binds: list[Bind] = []
         counter = iter(range(1000))
 
         def inside(location: str, *, is_index: bool = False) -> str:
-            host = local_path_of(location)
-            if host is None:
+            local = local_path_of(location)
+            if local is None:
                 return location
             mount = f"{HOST_MOUNT}/src{next(counter)}"
             if is_index:
                 # A local "simple" index links its files relatively (../../files/x.whl,
                 # ../../packages/...): bind the index's parent so those links resolve inside.
-                host = host.rstrip("/") or "/"
-                parent, leaf = host.rsplit("/", 1) if "/" in host.lstrip("/") else ("/", host.lstrip("/"))
+                local = local.rstrip("/") or "/"
+                parent, leaf = local.rsplit("/", 1) if "/" in local.lstrip("/") else ("/", local.lstrip("/"))
                 binds.append(Bind(parent or "/", mount))
                 return f"file://{mount}/{leaf}"
-            binds.append(Bind(host, mount))
+            binds.append(Bind(local, mount))
             return ("file://" + mount) if location.startswith("file://") else mount
 
-        torch_index = pytorch_index_url(request)
-        # The variant's PyTorch index goes first among the extra indexes: uv gives earlier indexes priority.
-        extras = ((torch_index,) if torch_index else ()) + pip.extra_index_urls
-        shown = tuple(x for x in (pip.index_url, *extras, *pip.find_links) if x)
         cert = client_cert = None
-        if pip.cert:
+        if host.cert:
             cert = f"{HOST_MOUNT}/ca-bundle.pem"
-            binds.append(Bind(pip.cert, cert, is_file=True))
-        if pip.client_cert:
+            binds.append(Bind(host.cert, cert, is_file=True))
+        if host.client_cert:
             client_cert = f"{HOST_MOUNT}/client-cert.pem"
-            binds.append(Bind(pip.client_cert, client_cert, is_file=True))
-        return cls(
-            index_url=inside(pip.index_url, is_index=True) if pip.index_url else None,
-            extra_index_urls=tuple(inside(x, is_index=True) for x in extras),
-            find_links=tuple(inside(x) for x in pip.find_links),
-            trusted_hosts=pip.trusted_hosts, no_index=pip.no_index, cert=cert, client_cert=client_cert,
-            binds=tuple(binds), shown=shown,
+            binds.append(Bind(host.client_cert, client_cert, is_file=True))
+        # binds= comes last: the inside() calls before it add to the list.
+        return replace(
+            host,
+            index_url=inside(host.index_url, is_index=True) if host.index_url else None,
+            extra_index_urls=tuple(inside(x, is_index=True) for x in host.extra_index_urls),
+            find_links=tuple(inside(x) for x in host.find_links),
+            cert=cert, client_cert=client_cert, binds=tuple(binds),
         )
 
     def _index_args(self, trusted_host_flag: str) -> list[str]:
@@ -114,15 +126,6 @@ class PackageSources:
         return [*self._index_args("--allow-insecure-host"), "--index-strategy", "unsafe-best-match"]
 
 
-def pytorch_index_url(request: BuildRequest) -> str | None:
-    pytorch = request.spec.python.pytorch
-    if pytorch is None:
-        return None
-    if pytorch.index_url:
-        return pytorch.index_url
-    return request.recipe.pytorch_index_for(pytorch.wheel_tag)
-
-
 def install_actions(request: BuildRequest, sandbox: str, installer: str, requirements: tuple[str, ...],
                      sources: PackageSources) -> list[Action]:
     facts = request.facts
@@ -136,11 +139,12 @@ def install_actions(request: BuildRequest, sandbox: str, installer: str, require
         targets = ["--require-hashes", "--no-deps", "-r", lock_inside]
     else:
         targets = list(requirements)
+    host_cache = StorePaths(str(facts.cache_dir)).download_cache(installer)
+    cache_bind = Bind(host_cache, f"{HOST_MOUNT}/cache", read_only=False)
     if installer == "uv":
         assert facts.uv is not None
         uv_inside = f"{HOST_MOUNT}/uv"
-        binds.append(Bind(facts.uv, uv_inside, is_file=True))
-        binds.append(Bind(f"{facts.cache_dir}/uv", f"{HOST_MOUNT}/cache", read_only=False))
+        binds += [Bind(facts.uv, uv_inside, is_file=True), cache_bind]
         argv = [uv_inside, "pip", "install", "--python", f"{VENV_PREFIX}/bin/python",
                 # Compile now: in a read-only image Python would recompile on every start.
                 "--compile-bytecode", "--link-mode=copy", "--cache-dir", f"{HOST_MOUNT}/cache",
@@ -149,12 +153,10 @@ def install_actions(request: BuildRequest, sandbox: str, installer: str, require
             env.append(("SSL_CERT_FILE", sources.cert))
         if sources.client_cert:
             env.append(("SSL_CLIENT_CERT", sources.client_cert))
-        host_cache = f"{facts.cache_dir}/uv"
     else:
-        binds.append(Bind(f"{facts.cache_dir}/pip", f"{HOST_MOUNT}/cache", read_only=False))
+        binds.append(cache_bind)
         argv = [f"{VENV_PREFIX}/bin/python", "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
                 "--cache-dir", f"{HOST_MOUNT}/cache", *sources.pip_args(), *targets]
-        host_cache = f"{facts.cache_dir}/pip"
     mount_dirs = tuple(f"{sandbox}{b.inside}" for b in binds if not b.is_file)
     mount_files = tuple(f"{sandbox}{b.inside}" for b in binds if b.is_file)
     actions.append(MakeDirs((host_cache, *mount_dirs)))
@@ -167,16 +169,4 @@ def install_actions(request: BuildRequest, sandbox: str, installer: str, require
 def host_index_args(request: BuildRequest) -> list[str]:
     """uv's index flags for resolving on the host (envbuild lock): the host's sources as they are,
     the variant's PyTorch index first among the extra indexes."""
-    pip = request.facts.pip
-    torch_index = pytorch_index_url(request)
-    extras = ((torch_index,) if torch_index else ()) + pip.extra_index_urls
-    args: list[str] = ["--no-index"] if pip.no_index else []
-    if pip.index_url:
-        args += ["--index-url", pip.index_url]
-    for url in extras:
-        args += ["--extra-index-url", url]
-    for link in pip.find_links:
-        args += ["--find-links", link]
-    for host in pip.trusted_hosts:
-        args += ["--allow-insecure-host", host]
-    return [*args, "--index-strategy", "unsafe-best-match"]
+    return PackageSources.on_host(request).uv_args()

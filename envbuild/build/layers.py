@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from envbuild.spec.model import VENV_PREFIX
@@ -36,22 +35,6 @@ def entry_name(readable: str, key: str) -> str:
     return f"{readable}-{key[:16]}"
 
 
-@dataclass(frozen=True)
-class StorePaths:
-    """The store's directory layout (see envbuild.store.layout)."""
-
-    root: str
-
-    def base(self, name: str) -> str:
-        return f"{self.root}/bases/{name}"
-
-    def env(self, name: str) -> str:
-        return f"{self.root}/envs/{name}"
-
-    def image(self, name: str) -> str:
-        return f"{self.root}/images/{name}"
-
-
 def installer_identity(request: BuildRequest, installer: str) -> str:
     facts = request.facts
     if installer == "uv":
@@ -63,7 +46,6 @@ def env_compat_identity(request: BuildRequest, installer: str, base_entry: str) 
     """Everything that shapes the Python layer except the package set: an env layer may start from
     another one (install only the difference) only when these agree."""
     pip = request.facts.pip
-    pytorch = request.spec.python.pytorch
     return {
         "layout": ENV_LAYOUT_VERSION,
         "base": base_entry,
@@ -77,7 +59,7 @@ def env_compat_identity(request: BuildRequest, installer: str, base_entry: str) 
         },
         # SOURCE_DATE_EPOCH makes Python write hash-based .pyc files: different bytes in the layer.
         "reproducible": request.options.source_date_epoch is not None,
-        "torch_index": (pytorch.index_url or request.recipe.pytorch_index_for(pytorch.wheel_tag)) if pytorch else None,
+        "torch_index": request.spec.python.pytorch_index_url(request.recipe),
     }
 
 
@@ -116,20 +98,10 @@ def image_key(request: BuildRequest, env: str) -> str:
 VENV_SEED = frozenset({"pip", "setuptools", "wheel"})
 
 
-def _canonical(name: str) -> str:
-    from envbuild.inventory.pkgmeta import canonical_name
+def _pins(lines: list[str]) -> set[tuple[str, str]]:
+    from envbuild.inventory.pkgmeta import parse_pin
 
-    return canonical_name(name)
-
-
-def _pins(lines: list[str]) -> set[str]:
-    pins = set()
-    for line in lines:
-        head = line.split("--hash", 1)[0].strip().rstrip("\\").strip()
-        if "==" in head and not head.startswith("#"):
-            name, version = head.split("==", 1)
-            pins.add(f"{_canonical(name)}=={version.strip()}")
-    return pins
+    return {pin for pin in map(parse_pin, lines) if pin}
 
 
 def choose_env_parent(candidates: list[tuple[str, dict[str, Any], list[str], float]], *, compat: str,
@@ -145,7 +117,7 @@ def choose_env_parent(candidates: list[tuple[str, dict[str, Any], list[str], flo
     for name, meta, freeze, last_used in candidates:
         if meta.get("kind") != "env" or meta.get("compat") != compat:
             continue
-        have = {p for p in _pins(freeze) if p.split("==", 1)[0] not in VENV_SEED}
+        have = {pin for pin in _pins(freeze) if pin[0] not in VENV_SEED}
         if locked is not None:
             if not have <= wanted_pins:
                 continue

@@ -30,13 +30,14 @@ from envbuild.build.actions import (
     WriteRunWrappers,
 )
 from envbuild.build.install import PackageSources, install_actions, venv_actions
-from envbuild.build.layers import StorePaths, entry_name, env_compat_key, env_key, env_readable, image_key
+from envbuild.build.layers import entry_name, env_compat_key, env_key, env_readable, image_key
 from envbuild.build.paths import ENV_SCRIPT, HOST_MOUNT, LABELS_FILE, RECORD_DIR
 from envbuild.build.record import build_record, env_script, image_labels
 from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
 from envbuild.build.sandbox import sandbox_exec
 from envbuild.host.facts import HostFacts
 from envbuild.spec.model import VENV_PREFIX, BaseImage, Spec
+from envbuild.store.layout import EntryPaths, StorePaths
 
 # Always in a debootstrap base: a Python that can make venvs, and CA certificates for HTTPS.
 DEBOOTSTRAP_ALWAYS = ("python3", "python3-venv", "ca-certificates")
@@ -63,14 +64,14 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     spec, facts = request.spec, request.facts
     store = StorePaths(str(facts.cache_dir))
     layers = plan_layers(request)
-    work = f"{facts.cache_dir}/work/{spec.name}-{request.options.build_id}"
+    work = store.work(f"{spec.name}-{request.options.build_id}")
     sandbox = f"{work}/sandbox"
     installer = _choose_installer(spec, facts)
     requirements = tuple(spec.python.requirements())
     sources = PackageSources.from_request(request)
 
     steps: list[Step] = [_env_step(request, layers, store, installer, sources)]
-    env_rootfs = f"{store.env(layers.env_entry)}/rootfs"
+    env_rootfs = store.env(layers.env_entry).rootfs
     # The user layer only adds or atomically replaces files (configure, record), so the sandbox can
     # share the env layer's files by hard links, which makes this copy instant. `post` commands may
     # write files in place, and clamping times for SOURCE_DATE_EPOCH changes inodes: a real copy then.
@@ -93,29 +94,9 @@ def plan_build(request: BuildRequest) -> BuildPlan:
             Step("test", f"run {len(spec.tests)} test(s) inside the image",
                  tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=False) for cmd in spec.tests))
         )
-    entry = store.image(layers.image_entry)
-    store_image = f"{entry}/image.sif"
-    partial = f"{store_image}.partial-{request.options.build_id}"
-    from envbuild.build.squash import squash_actions
-
-    squash = squash_actions(sandbox, partial, compression=request.options.compression, source_date_epoch=request.options.source_date_epoch,
-                            runtime_path=facts.runtime.path, work_dir=work, all_root=not request.options.as_root,
-                            python=facts.python or None, processors=facts.cpus)
-    steps.append(
-        Step("squash", f"write the image ({request.options.compression}) into the store",
-             (Remove((f"{entry}/complete",)), MakeDirs((entry,)),
-              *((ClampTimes(sandbox, request.options.source_date_epoch),) if request.options.source_date_epoch is not None else ()),
-              *squash, Rename(partial, store_image),
-              WriteFile(f"{entry}/meta.json", _meta_json(request, "image", layers.image_key, layers.env_entry)),
-              WriteFile(f"{entry}/complete", f"{spec.name}\n")),
-             cleanup=(Remove((partial,)),))
-    )
-    output_partial = f"{request.options.output}.partial-{request.options.build_id}"
-    steps.append(
-        Step("output", f"copy the image to {request.options.output}",
-             (CopyFile(store_image, output_partial), Rename(output_partial, request.options.output)),
-             cleanup=(Remove((output_partial,)),))
-    )
+    store_image = store.image(layers.image_entry).image
+    steps.append(_squash_step(request, store.image(layers.image_entry), layers, sandbox, work))
+    steps.append(output_step(request, store_image, f"copy the image to {request.options.output}"))
     steps.append(wrappers_step(request, f"{sandbox}{VENV_PREFIX}/bin"))
     if not request.options.keep_work:
         steps.append(Step("clean", "remove the build sandbox", (Remove((work,)),)))
@@ -124,6 +105,31 @@ def plan_build(request: BuildRequest) -> BuildPlan:
         requirements=requirements, package_sources=sources.shown, layers=layers, store_image=store_image,
         steps=tuple(steps),
     )
+
+
+def _squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbox: str, work: str) -> Step:
+    """The finished sandbox squashed into the image entry of the store."""
+    from envbuild.build.squash import squash_actions
+
+    options, facts = request.options, request.facts
+    partial = f"{entry.image}.partial-{options.build_id}"
+    squash = squash_actions(sandbox, partial, compression=options.compression, source_date_epoch=options.source_date_epoch,
+                            runtime_path=facts.runtime.path, work_dir=work, all_root=not options.as_root,
+                            python=facts.python or None, processors=facts.cpus)
+    return Step("squash", f"write the image ({options.compression}) into the store",
+                (Remove((entry.complete,)), MakeDirs((entry.dir,)),
+                 *((ClampTimes(sandbox, options.source_date_epoch),) if options.source_date_epoch is not None else ()),
+                 *squash, Rename(partial, entry.image),
+                 WriteFile(entry.meta, _meta_json(request, "image", layers.image_key, layers.env_entry)),
+                 WriteFile(entry.complete, f"{request.spec.name}\n")),
+                cleanup=(Remove((partial,)),))
+
+
+def output_step(request: BuildRequest, store_image: str, title: str) -> Step:
+    """Copy the image from the store to the output path, which changes at once from old to new."""
+    output = request.options.output
+    partial = f"{output}.partial-{request.options.build_id}"
+    return Step("output", title, (CopyFile(store_image, partial), Rename(partial, output)), cleanup=(Remove((partial,)),))
 
 
 def wrappers_step(request: BuildRequest, venv_bin: str) -> Step:
@@ -198,10 +204,10 @@ def plan_base(request: BuildRequest) -> BasePlan:
     base = spec.base
     name = base_cache_key(base, facts, request.base.fingerprint)
     entry = StorePaths(str(facts.cache_dir)).base(name)
-    partial, rootfs, marker, digest_file = f"{entry}/rootfs.partial", f"{entry}/rootfs", f"{entry}/complete", f"{entry}/digest"
+    partial, rootfs, marker, digest_file = f"{entry.rootfs}.partial", entry.rootfs, entry.complete, entry.digest
     if base.kind == "debootstrap":
         include = ",".join(dict.fromkeys((*DEBOOTSTRAP_ALWAYS, *base.include)))
-        tree = f"{entry}/debootstrap.partial"
+        tree = f"{entry.dir}/debootstrap.partial"
         argv = ["debootstrap", "--variant=minbase", f"--include={include}", base.ref, tree]
         mirror = base.mirror or facts.debian_mirror
         if mirror:
@@ -231,16 +237,16 @@ def plan_base(request: BuildRequest) -> BasePlan:
     digest_of = request.base.path if (base.kind == "localimage" and request.base.path and _is_sif(request.base.path)) else rootfs
     ensure = Step(
         "base", title,
-        (Remove((partial, rootfs, digest_file)), MakeDirs((entry,)), *fetch, Rename(partial, rootfs),
+        (Remove((partial, rootfs, digest_file)), MakeDirs((entry.dir,)), *fetch, Rename(partial, rootfs),
          RecordDigest(digest_of, digest_file),
-         WriteFile(f"{entry}/meta.json", _meta_json(request, "base", name, None)),
+         WriteFile(entry.meta, _meta_json(request, "base", name, None)),
          WriteFile(marker, base.describe() + "\n")),
         skip_if_exists=marker, cleanup=cleanup, lock=("base", name),
     )
     # Entries made before digests were recorded get theirs on first use.
     digest = Step("base-digest", "record the base's content digest", (RecordDigest(digest_of, digest_file),),
                   skip_if_exists=digest_file, lock=("base", name))
-    return BasePlan(entry=entry, rootfs=rootfs, digest_file=digest_file, steps=(ensure, digest))
+    return BasePlan(entry=entry.dir, rootfs=rootfs, digest_file=digest_file, steps=(ensure, digest))
 
 
 def _is_sif(path: str) -> bool:
@@ -250,10 +256,10 @@ def _is_sif(path: str) -> bool:
 def _env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer: str, sources: PackageSources) -> Step:
     """The env layer: the base (or a parent env layer) plus the venv with every requirement installed."""
     entry = store.env(layers.env_entry)
-    partial, rootfs = f"{entry}/rootfs.partial", f"{entry}/rootfs"
-    start = f"{store.env(layers.env_parent)}/rootfs" if layers.env_parent else f"{store.base(layers.base_entry)}/rootfs"
-    actions: list[Action] = [Remove((partial, rootfs)), MakeDirs((entry,))]
-    snapshot = f"{entry}/parent.snapshot"
+    partial, rootfs = f"{entry.rootfs}.partial", entry.rootfs
+    start = store.env(layers.env_parent).rootfs if layers.env_parent else store.base(layers.base_entry).rootfs
+    actions: list[Action] = [Remove((partial, rootfs)), MakeDirs((entry.dir,))]
+    snapshot = f"{entry.dir}/parent.snapshot"
     if layers.env_parent:
         # Only the difference is installed, so the parent's 1-2 GB are shared by hard links instead
         # of copied (about 20 s on ext4). Installers add, replace and delete files; should one ever
@@ -271,18 +277,18 @@ def _env_step(request: BuildRequest, layers: Layers, store: StorePaths, installe
     actions += [
         MakeDirs((f"{partial}{HOST_MOUNT}",)),
         sandbox_exec(request, partial, [f"{VENV_PREFIX}/bin/python", "-I", "-c", FREEZE_TO_FILE_SCRIPT, freeze_inside], writable=True),
-        Rename(freeze, f"{entry}/freeze.txt"),
+        Rename(freeze, entry.freeze),
         Remove((f"{partial}{HOST_MOUNT}",)),
-        *((GuardTree(start, snapshot, f"{store.env(layers.env_parent)}/complete"), Remove((snapshot,)))
+        *((GuardTree(start, snapshot, store.env(layers.env_parent).complete), Remove((snapshot,)))
           if layers.env_parent else ()),
         Rename(partial, rootfs),
-        WriteFile(f"{entry}/meta.json", _meta_json(request, "env", layers.env_key, layers.env_parent or layers.base_entry,
+        WriteFile(entry.meta, _meta_json(request, "env", layers.env_key, layers.env_parent or layers.base_entry,
                                                    compat=layers.env_compat, installer=installer)),
-        WriteFile(f"{entry}/complete", f"{request.spec.name}\n"),
+        WriteFile(entry.complete, f"{request.spec.name}\n"),
     ]
     what = f"install the difference on top of env layer {layers.env_parent}" if layers.env_parent else "create the venv and install"
     return Step("env", f"Python env layer: {what} (cached after the first build)", tuple(actions),
-                skip_if_exists=f"{entry}/complete", cleanup=(Remove((partial, snapshot)),), lock=("env", layers.env_entry))
+                skip_if_exists=entry.complete, cleanup=(Remove((partial, snapshot)),), lock=("env", layers.env_entry))
 
 
 def _meta_json(request: BuildRequest, kind: str, key: str, parent: str | None, **extra: str) -> str:

@@ -43,6 +43,20 @@ from typing import BinaryIO
 
 from envbuild.build.actions import Action, MakeDirs, Remove, Run, WriteFile
 from envbuild.errors import UsageError
+from envbuild.inventory.sifformat import (
+    ARCH_CODES,
+    DATA_DEFFILE,
+    DATA_GENERIC_JSON,
+    DATA_PARTITION,
+    DESCRIPTOR,
+    FS_SQUASHFS,
+    GROUP_MASK,
+    HEADER,
+    MAGIC,
+    PART_PRIMARY_SYSTEM,
+    PARTITION_EXTRA,
+    VERSION,
+)
 
 # Compressions mksquashfs can write and container runtimes can read, with the mksquashfs options
 # used for each, and an optional level ("gzip:6", "zstd:9").
@@ -77,21 +91,12 @@ _NOT_EVERYWHERE = {
 # partition written by the sif library is aligned (header 128 B, table at 4096, 48 x 585 B).
 PARTITION_OFFSET = 32768
 LAUNCH_SCRIPT = b"#!/usr/bin/env run-singularity\n"
-_HEADER = struct.Struct("<32s10s3s3s16s8q")
-_DESCRIPTOR = struct.Struct("<i?3I7q128s384s")
 _DESCRIPTORS_OFFSET = 4096
 _DESCRIPTOR_CAPACITY = 48
-_DATA_OFFSET = _DESCRIPTORS_OFFSET + _DESCRIPTOR_CAPACITY * _DESCRIPTOR.size
-_GROUP = 1 | 0xF0000000  # group ids are stored with the high bits set; 1 is the default group
-_DEFFILE, _GENERIC_JSON, _PARTITION = 0x4001, 0x4006, 0x4004
-_FS_SQUASH, _PART_PRIMARY_SYSTEM = 1, 2
+_DATA_OFFSET = _DESCRIPTORS_OFFSET + _DESCRIPTOR_CAPACITY * DESCRIPTOR.size
+_GROUP = 1 | GROUP_MASK  # 1 is the default group
 METADATA_NAME = "inspect-metadata.json"
 _SQUASHFS_PAD = 4096  # mksquashfs pads the file system to a multiple of 4 KiB (unless -nopad)
-# The SIF header's arch codes, by Go's GOARCH name.
-SIF_ARCHES = {
-    "386": b"01", "amd64": b"02", "arm": b"03", "arm64": b"04", "ppc64": b"05", "ppc64le": b"06",
-    "mips": b"07", "mipsle": b"08", "mips64": b"09", "mips64le": b"10", "s390x": b"11", "riscv64": b"12",
-}
 # uuid5 namespace for image ids derived from content (any fixed UUID works; this one is ours).
 _ID_NAMESPACE = uuid.UUID("6f1c5d2e-3b7a-5e0f-9a41-8d2c7e6b0a53")
 OBJECTS_DIR = "sif-objects"  # under work_dir: the definition, metadata and arch found in the sandbox
@@ -258,7 +263,7 @@ def write_objects(runtime: str, sandbox: str, out: str) -> None:
 
 def _descriptor(ident: int, data_type: int, offset: int, size: int, padded: int, when: int, name: bytes = b"",
                 extra: bytes = b"") -> bytes:
-    return _DESCRIPTOR.pack(data_type, True, ident, _GROUP, 0, offset, size, padded, when, when, 0, 0, name, extra)
+    return DESCRIPTOR.pack(data_type, True, ident, _GROUP, 0, offset, size, padded, when, when, 0, 0, name, extra)
 
 
 def _squashfs_size(handle: BinaryIO, offset: int, path: str) -> int:
@@ -298,9 +303,9 @@ def assemble(path: str, *, deffile: bytes, metadata: bytes, arch: str, offset: i
     With `epoch`, every time field is that epoch and the UUID is derived from the content."""
     if offset < _DATA_OFFSET or offset % _SQUASHFS_PAD:
         raise SystemExit(f"the partition offset {offset} must be a multiple of 4096 after the descriptor table ({_DATA_OFFSET})")
-    if arch not in SIF_ARCHES:
-        raise SystemExit(f"unknown architecture {arch!r} (known: {', '.join(SIF_ARCHES)})")
-    arch_code = SIF_ARCHES[arch] + b"\x00"
+    if arch not in ARCH_CODES:
+        raise SystemExit(f"unknown architecture {arch!r} (known: {', '.join(ARCH_CODES)})")
+    arch_code = ARCH_CODES[arch] + b"\x00"
     when = int(time.time()) if epoch is None else _epoch(epoch)
     with open(path, "r+b") as handle:
         fs_size = _squashfs_size(handle, offset, path)
@@ -310,13 +315,13 @@ def assemble(path: str, *, deffile: bytes, metadata: bytes, arch: str, offset: i
         handle.truncate(fs_end)
         handle.seek(fs_end)
         handle.write(deffile + metadata)
-        partition_extra = struct.pack("<ii3s", _FS_SQUASH, _PART_PRIMARY_SYSTEM, arch_code)
+        partition_extra = PARTITION_EXTRA.pack(FS_SQUASHFS, PART_PRIMARY_SYSTEM, arch_code)
         table = b"".join((
-            _descriptor(1, _DEFFILE, def_offset, len(deffile), len(deffile), when),
-            _descriptor(2, _GENERIC_JSON, json_offset, len(metadata), len(metadata), when, METADATA_NAME.encode()),
+            _descriptor(1, DATA_DEFFILE, def_offset, len(deffile), len(deffile), when),
+            _descriptor(2, DATA_GENERIC_JSON, json_offset, len(metadata), len(metadata), when, METADATA_NAME.encode()),
             # The padding in front of the partition counts as its own, as in the sif library.
-            _descriptor(3, _PARTITION, offset, fs_size, offset - _DATA_OFFSET + fs_size, when, extra=partition_extra),
-        )).ljust(_DESCRIPTOR_CAPACITY * _DESCRIPTOR.size, b"\x00")
+            _descriptor(3, DATA_PARTITION, offset, fs_size, offset - _DATA_OFFSET + fs_size, when, extra=partition_extra),
+        )).ljust(_DESCRIPTOR_CAPACITY * DESCRIPTOR.size, b"\x00")
         handle.seek(_DESCRIPTORS_OFFSET)
         handle.write(table)
         if epoch is None:
@@ -324,8 +329,8 @@ def assemble(path: str, *, deffile: bytes, metadata: bytes, arch: str, offset: i
         else:
             handle.flush()
             ident = _content_id(handle, offset, fs_end, table + deffile + metadata, when, arch_code)
-        header = _HEADER.pack(
-            LAUNCH_SCRIPT, b"SIF_MAGIC\x00", b"01\x00", arch_code, ident, when, when,
+        header = HEADER.pack(
+            LAUNCH_SCRIPT, MAGIC, VERSION.encode() + b"\x00", arch_code, ident, when, when,
             _DESCRIPTOR_CAPACITY - 3, _DESCRIPTOR_CAPACITY, _DESCRIPTORS_OFFSET, len(table), _DATA_OFFSET, end - _DATA_OFFSET,
         )
         handle.seek(0)

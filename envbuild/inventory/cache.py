@@ -8,11 +8,11 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from envbuild.atomicfile import atomic_write
 from envbuild.inventory.pyenvs import Environment, Inventory, Package, Problem
 
 # Bump when the walk or the stored shape changes, so older entries are ignored.
@@ -70,11 +70,5 @@ class InventoryCache:
         # A cache that cannot be written (read-only home, full disk) only costs speed, never the listing.
         with contextlib.suppress(OSError):
             entry.parent.mkdir(parents=True, exist_ok=True)
-            fd, temp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-", suffix=".json")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    json.dump(inventory_to_dict(inventory), handle)
-                os.replace(temp, entry)
-            except OSError:
-                os.unlink(temp)
-                raise
+            # 0600: the cache files have always been private to their user (as mkstemp made them).
+            atomic_write(entry, json.dumps(inventory_to_dict(inventory)), mode=0o600)

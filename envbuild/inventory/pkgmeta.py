@@ -71,7 +71,16 @@ def parse_conda_meta_json(data: bytes) -> tuple[str, str] | None:
     return None
 
 
-
 def canonical_name(name: str) -> str:
     """PEP 503 normalised name, under which `Foo_Bar`, `foo-bar` and `foo.bar` are one package."""
     return _NAME_SEPARATORS.sub("-", name).lower()
+
+
+def parse_pin(line: str) -> tuple[str, str] | None:
+    """(canonical name, version) from a `name==version` line of a requirements file or a freeze list;
+    None for a comment or any other requirement. A trailing `--hash ...` and line continuation are ignored."""
+    head = line.split("--hash", 1)[0].strip().rstrip("\\").strip()
+    if "==" not in head or head.startswith("#"):
+        return None
+    name, version = head.split("==", 1)
+    return canonical_name(name.strip()), version.strip()

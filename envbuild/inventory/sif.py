@@ -1,42 +1,25 @@
-"""The SIF container format (sylabs/sif, version 01): global header and descriptor table.
-
-Layout, all little-endian and packed (Go's encoding/binary, no alignment padding):
-  header (128 bytes): launch script [32], magic "SIF_MAGIC\\0" [10], version "01\\0" [3], arch [3],
-    uuid [16], created, modified, descriptors free, total, offset, size, data offset, size (int64 each)
-  descriptor (585 bytes): data type int32, used bool, id, group id, linked id (uint32),
-    offset, size, size with padding, created, modified, uid, gid (int64), name [128], extra [384]
-  a partition's `extra` starts with fs type int32, partition type int32, arch [3].
-"""
+"""Reading a SIF image's global header and descriptor table (the format: envbuild.inventory.sifformat)."""
 
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from envbuild.inventory.errors import ImageFormatError
-
-MAGIC = b"SIF_MAGIC\x00"
-_HEADER = struct.Struct("<32s10s3s3s16s8q")
-_DESCRIPTOR = struct.Struct("<i?3I7q128s384s")
-_PARTITION_EXTRA = struct.Struct("<ii3s")
-# Group ids are stored with this bit set so that 0 can mean "no group".
-_GROUP_MASK = 0xF0000000
-
-DATA_TYPES = {
-    0x4001: "deffile", 0x4002: "envvars", 0x4003: "labels", 0x4004: "partition", 0x4005: "signature",
-    0x4006: "generic-json", 0x4007: "generic", 0x4008: "crypto-message", 0x4009: "sbom",
-    0x400A: "oci-root-index", 0x400B: "oci-blob",
-}
-FS_TYPES = {1: "squashfs", 2: "ext3", 3: "archive", 4: "raw", 5: "encrypted-squashfs"}
-PART_TYPES = {1: "system", 2: "primary-system", 3: "data", 4: "overlay"}
-ARCHES = {
-    "00": "unknown", "01": "386", "02": "amd64", "03": "arm", "04": "arm64", "05": "ppc64", "06": "ppc64le",
-    "07": "mips", "08": "mipsle", "09": "mips64", "10": "mips64le", "11": "s390x", "12": "riscv64", "13": "loong64",
-}
-DATA_PARTITION = 0x4004
-PART_PRIMARY_SYSTEM = 2
+from envbuild.inventory.sifformat import (
+    ARCHES,
+    DATA_PARTITION,
+    DATA_TYPES,
+    DESCRIPTOR,
+    FS_TYPES,
+    GROUP_MASK,
+    HEADER,
+    MAGIC,
+    PART_TYPES,
+    PARTITION_EXTRA,
+    VERSION,
+)
 
 
 @dataclass(frozen=True)
@@ -107,12 +90,12 @@ def parse_header(raw: bytes, path: str) -> SifHeader:
         what = "an empty file" if not raw else "no SIF_MAGIC in the header"
         raise ImageFormatError(path, f"not a SIF image ({what})",
                                "give a .sif image built by apptainer or singularity (old .simg/ext3 images are not read)")
-    if len(raw) < _HEADER.size:
-        raise ImageFormatError(path, f"the file is {len(raw)} bytes, shorter than a SIF header ({_HEADER.size} bytes)",
+    if len(raw) < HEADER.size:
+        raise ImageFormatError(path, f"the file is {len(raw)} bytes, shorter than a SIF header ({HEADER.size} bytes)",
                                "the file is truncated: copy or download it again")
-    launch, _magic, version, arch, ident, *numbers = _HEADER.unpack_from(raw)
-    if _cstring(version) != "01":
-        raise ImageFormatError(path, f"SIF version {_cstring(version)!r} is not supported (only 01)",
+    launch, _magic, version, arch, ident, *numbers = HEADER.unpack_from(raw)
+    if _cstring(version) != VERSION:
+        raise ImageFormatError(path, f"SIF version {_cstring(version)!r} is not supported (only {VERSION})",
                                "convert the image with a current apptainer: apptainer build new.sif old.sif")
     created, modified, free, total, desc_offset, desc_size, data_offset, data_size = numbers
     return SifHeader(
@@ -125,13 +108,13 @@ def parse_header(raw: bytes, path: str) -> SifHeader:
 
 def parse_descriptors(raw: bytes, count: int, file_size: int, path: str) -> tuple[SifObject, ...]:
     """Decode `count` descriptors and keep the used ones; each must point inside the file."""
-    if len(raw) < count * _DESCRIPTOR.size:
-        raise ImageFormatError(path, f"descriptor table is cut short ({len(raw)} of {count * _DESCRIPTOR.size} bytes)",
+    if len(raw) < count * DESCRIPTOR.size:
+        raise ImageFormatError(path, f"descriptor table is cut short ({len(raw)} of {count * DESCRIPTOR.size} bytes)",
                                "the file is truncated or damaged: copy or download it again")
     objects = []
     for index in range(count):
         (data_type, used, ident, group, linked, offset, size, _padded, created, _modified, _uid, _gid,
-         name, extra) = _DESCRIPTOR.unpack_from(raw, index * _DESCRIPTOR.size)
+         name, extra) = DESCRIPTOR.unpack_from(raw, index * DESCRIPTOR.size)
         if not used:
             continue
         if offset < 0 or size < 0 or offset + size > file_size:
@@ -140,12 +123,12 @@ def parse_descriptors(raw: bytes, count: int, file_size: int, path: str) -> tupl
                       f"past the end of the {file_size}-byte file", "the file is truncated: copy or download it again")
         fs_type = part_type = arch = ""
         if data_type == DATA_PARTITION:
-            fs, part, arch_raw = _PARTITION_EXTRA.unpack_from(extra)
+            fs, part, arch_raw = PARTITION_EXTRA.unpack_from(extra)
             fs_type = FS_TYPES.get(fs, f"unknown({fs})")
             part_type = PART_TYPES.get(part, f"unknown({part})")
             arch = ARCHES.get(_cstring(arch_raw), "unknown")
         objects.append(SifObject(
-            id=ident, group_id=group & ~_GROUP_MASK if group else 0, linked_id=linked & ~_GROUP_MASK if linked else 0,
+            id=ident, group_id=group & ~GROUP_MASK if group else 0, linked_id=linked & ~GROUP_MASK if linked else 0,
             data_type=DATA_TYPES.get(data_type, f"unknown({data_type:#x})"), offset=offset, size=size,
             name=_cstring(name), created_at=created, fs_type=fs_type, part_type=part_type, arch=arch,
         ))
@@ -158,12 +141,12 @@ def read_sif_layout(path: str | Path) -> SifLayout:
     try:
         with open(path, "rb") as handle:
             file_size = os.fstat(handle.fileno()).st_size
-            header = parse_header(handle.read(_HEADER.size), path)
+            header = parse_header(handle.read(HEADER.size), path)
             if header.descriptors_total < 0 or header.descriptors_total > 100_000:
                 raise ImageFormatError(path, f"implausible descriptor count {header.descriptors_total}",
                                        "the header is damaged: copy or download the image again")
             handle.seek(header.descriptors_offset)
-            raw = handle.read(header.descriptors_total * _DESCRIPTOR.size)
+            raw = handle.read(header.descriptors_total * DESCRIPTOR.size)
     except IsADirectoryError:
         raise ImageFormatError(path, "is a directory, not a SIF file",
                                "for a sandbox directory, build it into a SIF first: apptainer build img.sif DIR/") from None

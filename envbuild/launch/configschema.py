@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
+
+from envbuild.strictmodel import StrictModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SystemSettings(_Strict):
+class SystemSettings(StrictModel):
     binds: tuple[str, ...] = ()
-    env: dict[str, str] = {}
+    env: dict[str, str] = Field(default_factory=dict)
 
 
 class EnvrunConfig(SystemSettings):
-    systems: dict[str, SystemSettings] = {}
+    systems: dict[str, SystemSettings] = Field(default_factory=dict)
 
     def for_system(self, name: str) -> SystemSettings:
         extra = self.systems.get(name, SystemSettings())

@@ -7,13 +7,13 @@ from typing import Annotated, Any
 
 import yaml
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, field_validator
 
 from envbuild import __version__
 from envbuild.errors import EnvbuildError
 from envbuild.lock.model import DIGEST_PATTERN, HASH_PATTERN, LOCK_FORMAT_VERSION, Lock, LockedPackage, LockInputs, LockTarget
 from envbuild.spec.model import NAME_PATTERN
+from envbuild.strictmodel import StrictModel, check_version
 
 _REGENERATE_HINT = "lock files are written by envbuild, not by hand: run `envbuild lock SPEC` again to rewrite it"
 
@@ -62,9 +62,9 @@ def _canonical_name(name: str) -> str:
     return name
 
 
-class _LockModel(BaseModel):
+class _LockModel(StrictModel):
     # strict: a version that YAML read as a number (hand-edited `version: 1.10`) is an error, not 1.1.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(strict=True)
 
 
 class _PackageEntry(_LockModel):
@@ -74,11 +74,7 @@ class _PackageEntry(_LockModel):
     @field_validator("version")
     @classmethod
     def _pep440(cls, value: str) -> str:
-        try:
-            Version(value)
-        except InvalidVersion:
-            raise ValueError(f"{value!r} is not a version number") from None
-        return value
+        return check_version(value)
 
 
 class _InputsEntry(_LockModel):
@@ -96,11 +92,7 @@ class _TargetEntry(_LockModel):
     @field_validator("python")
     @classmethod
     def _python_version(cls, value: str) -> str:
-        try:
-            Version(value)
-        except InvalidVersion:
-            raise ValueError(f"{value!r} is not a Python version") from None
-        return value
+        return check_version(value, "a Python version")
 
 
 class _LockDocument(_LockModel):

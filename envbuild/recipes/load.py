@@ -128,11 +128,10 @@ def validate_recipe_file(path: Path, name: str, document: Any = None) -> Recipe:
 
 def _write_cache(cache: str, data: dict[str, Any]) -> None:
     """Best effort: an unwritable cache only costs speed."""
+    from envbuild.atomicfile import atomic_write
+
     try:
         os.makedirs(os.path.dirname(cache), exist_ok=True)
-        partial = os.path.join(os.path.dirname(cache), f".{os.path.basename(cache)}.{os.getpid()}")
-        with open(partial, "wb") as handle:
-            marshal.dump(data, handle)
-        os.replace(partial, cache)
+        atomic_write(cache, marshal.dumps(data))
     except OSError:
         pass

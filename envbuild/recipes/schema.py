@@ -5,21 +5,18 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from envbuild.recipes.ops import MODEL_KEY, NodeMethods, RecipeMethods, parse_core_list
+from envbuild.strictmodel import StrictModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Detect(_Strict):
+class Detect(StrictModel):
     slurm_cluster_names: tuple[str, ...] = ()
     hostname_patterns: tuple[str, ...] = ()
 
 
-class Node(_Strict, NodeMethods):
+class Node(StrictModel, NodeMethods):
     gpus: int = Field(ge=0)
     gpu_vendor: Literal["none", "amd", "nvidia"] = "none"
     gpu_type: str | None = None
@@ -30,7 +27,7 @@ class Node(_Strict, NodeMethods):
     memory_gb: int | None = Field(default=None, ge=1, description="memory a job may request per node")
     memory_per_gpu_gb: int | None = Field(default=None, ge=1)
     # GPU (local rank) -> the cores closest to it, e.g. LUMI-G's {0: '49-55', ...}.
-    gpu_cores: dict[int, tuple[int, ...]] = {}
+    gpu_cores: dict[int, tuple[int, ...]] = Field(default_factory=dict)
     local_scratch: str | None = Field(default=None, description="variable naming node-local disk, e.g. LOCAL_SCRATCH")
 
     @field_validator("gpu_cores", mode="before")
@@ -51,45 +48,45 @@ class Node(_Strict, NodeMethods):
 
 
 
-class Partition(_Strict):
+class Partition(StrictModel):
     full_node: bool = False
     max_nodes: int | None = Field(default=None, ge=1)
     max_gpus_per_node: int | None = Field(default=None, ge=1)
     max_time: str | None = None
 
 
-class Runtime(_Strict):
+class Runtime(StrictModel):
     flags: tuple[str, ...] = ()
 
 
-class PyTorchIndex(_Strict):
+class PyTorchIndex(StrictModel):
     # "host": add no index and rely on the host's pip configuration; otherwise a URL where {tag}
     # becomes the variant's directory name (cpu, cu126, rocm6.4).
     index: str = "https://download.pytorch.org/whl/{tag}"
     default_variant: str = "cpu"
 
 
-class ForbiddenOption(_Strict):
+class ForbiddenOption(StrictModel):
     options: tuple[str, ...]
     unless: str | None = None  # an srun option that makes them safe, e.g. --gres-flags=allow-task-sharing
     why: str
 
 
-class Launch(_Strict):
+class Launch(StrictModel):
     """How jobs start on this system."""
 
     gpu_request: str | None = Field(default=None, description="srun/sbatch form, {gpus} replaced, e.g. --gres=gpu:v100:{gpus}")
     # Set in each task of a one-task-per-GPU launch, from that task's SLURM_* values (e.g. LUMI's
     # ROCR_VISIBLE_DEVICES=$SLURM_LOCALID). Values are variable names, evaluated inside the task.
-    per_task_gpu_env: dict[str, str] = {}
+    per_task_gpu_env: dict[str, str] = Field(default_factory=dict)
     # Set in the launching environment before srun (e.g. JUWELS: SRUN_CPUS_PER_TASK from SLURM_CPUS_PER_TASK).
-    srun_env_from: dict[str, str] = {}
+    srun_env_from: dict[str, str] = Field(default_factory=dict)
     master_addr_suffix: str = Field(default="", description="appended to the first node's name, e.g. 'i' for InfiniBand")
     bind_cpus: bool = Field(default=True, description="pin each rank to its cores (mask_cpu from gpu_cores, or an even split)")
     forbidden_srun_options: tuple[ForbiddenOption, ...] = ()
 
 
-class Recipe(_Strict, RecipeMethods):
+class Recipe(StrictModel, RecipeMethods):
     name: str
     description: str = ""
     detect: Detect = Detect()
@@ -97,11 +94,11 @@ class Recipe(_Strict, RecipeMethods):
     # runs on and of the job it runs in (any cluster, a workstation)
     node: Node | None
     processes_per_node: int | None = Field(default=None, ge=1, description="CPU-only systems: DDP processes per node")
-    partitions: dict[str, Partition] = {}
+    partitions: dict[str, Partition] = Field(default_factory=dict)
     runtime: Runtime = Runtime()
     binds: tuple[str, ...] = ()
     multinode_binds: tuple[str, ...] = ()
-    env: dict[str, str] = {}
+    env: dict[str, str] = Field(default_factory=dict)
     launch: Launch = Launch()
     pytorch: PyTorchIndex = PyTorchIndex()
     notes: tuple[str, ...] = ()

@@ -7,12 +7,16 @@ The model only checks what can be checked from the text itself. Checks that need
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
+
+from envbuild.strictmodel import StrictModel, check_version
+
+if TYPE_CHECKING:
+    from envbuild.recipes.ops import RecipeMethods
 
 SPEC_FORMAT_VERSION = 1
 
@@ -24,12 +28,6 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # cpu | cuda<major><minor> (PyTorch's index names: cu118, cu121, cu124, cu126, cu128...) | rocm<major>.<minor>[.<patch>]
 VARIANT_PATTERN = r"^(cpu|cuda\d{3,4}|rocm\d+\.\d+(\.\d+)?)$"
-
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors: a typo like `pakages:` must not be silently ignored."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class BaseImage(StrictModel):
@@ -123,11 +121,7 @@ class PyTorch(StrictModel):
     @field_validator("version")
     @classmethod
     def _valid_version(cls, value: str) -> str:
-        try:
-            Version(value)
-        except InvalidVersion:
-            raise ValueError(f"{value!r} is not a version number (write e.g. 2.13.0)") from None
-        return value
+        return check_version(value, "a version number (write e.g. 2.13.0)")
 
     @field_validator("variant")
     @classmethod
@@ -145,8 +139,6 @@ class PyTorch(StrictModel):
         if self.variant.startswith("cuda"):
             return "cu" + self.variant[4:]
         return self.variant
-
-
 
 
 PackageVersion = Annotated[
@@ -209,6 +201,13 @@ class PythonEnv(StrictModel):
                 reqs.append(req)
         reqs.extend(self.packages)
         return reqs
+
+    def pytorch_index_url(self, recipe: RecipeMethods) -> str | None:
+        """The wheel index for the PyTorch variant: the spec's own index_url, else the system recipe's;
+        None without PyTorch, or when the recipe leaves it to the host's pip configuration."""
+        if self.pytorch is None:
+            return None
+        return self.pytorch.index_url or recipe.pytorch_index_for(self.pytorch.wheel_tag)
 
 
 class FileCopy(StrictModel):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.errors import UsageError
-from envbuild.store.layout import DOWNLOAD_CACHES, ENTRY_DIRS
+from envbuild.store.layout import COMPLETE, DOWNLOAD_CACHES, ENTRY_DIRS, LAST_USED, META, kind_dir
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,12 @@ def list_entries(root: Path, *, with_sizes: bool = True) -> list[StoreEntry]:
     """Every entry under `root`, ordered by kind then name; an empty list when the store does not exist."""
     root = Path(root)
     entries: list[StoreEntry] = []
-    for kind, dirname in ENTRY_DIRS.items():
-        for path in _subdirs(root / dirname):
+    for kind in ENTRY_DIRS:
+        for path in _subdirs(kind_dir(root, kind)):
             entries.append(_build_entry(kind, path, with_sizes))
-    for path in _subdirs(root / "work"):
+    for path in _subdirs(kind_dir(root, "work")):
         entries.append(_scratch_entry("work", path, "scratch of a running or killed build", with_sizes))
-    for path in _subdirs(root / "trash"):
+    for path in _subdirs(kind_dir(root, "trash")):
         entries.append(_scratch_entry("trash", path, "left over from an interrupted removal", with_sizes))
     for name in DOWNLOAD_CACHES:
         path = root / name
@@ -65,16 +65,16 @@ def _subdirs(parent: Path) -> list[Path]:
 
 
 def _build_entry(kind: str, path: Path, with_sizes: bool) -> StoreEntry:
-    meta = _read_meta(path / "meta.json")
+    meta = _read_meta(path / META)
     dir_mtime = _mtime(path) or 0.0
-    complete_mtime = _mtime(path / "complete")
+    complete_mtime = _mtime(path / COMPLETE)
     size, newest = _tree_usage(path) if with_sizes else (0, dir_mtime)
     if complete_mtime is None:
         # A killed build: its age is the last time anything inside changed, so a build that is still
         # writing is not mistaken for a stale one.
         return StoreEntry(kind, path.name, path, False, dir_mtime, max(newest, dir_mtime), size, _describe(kind, path, meta), meta)
     created = _parse_iso(meta.get("created")) or complete_mtime
-    last_used = _mtime(path / "last-used") or complete_mtime
+    last_used = _mtime(path / LAST_USED) or complete_mtime
     return StoreEntry(kind, path.name, path, True, created, last_used, size, _describe(kind, path, meta), meta)
 
 
@@ -162,7 +162,7 @@ def _tree_usage(top: Path) -> tuple[int, float]:
 def touch_used(entry_dir: Path) -> None:
     """Record that a build used the entry now (the mtime of `<entry>/last-used`). A store the caller may
     only read (a shared, read-only one) is not an error: the entry then just ages from its creation."""
-    marker = Path(entry_dir) / "last-used"
+    marker = Path(entry_dir) / LAST_USED
     try:
         marker.touch()
         os.utime(marker)  # touch() leaves the time alone on some file systems when the file exists

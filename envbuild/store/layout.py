@@ -16,6 +16,7 @@ build left behind.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from envbuild.errors import EnvbuildError
@@ -26,6 +27,11 @@ DOWNLOAD_CACHES = ("uv", "pip")
 LOCK_KINDS = (*ENTRY_DIRS, "work", "download")
 # Listing order: what was built, then what builds left behind, then the download caches.
 KIND_ORDER = ("base", "env", "image", "work", "trash", "download")
+
+# The files of an entry directory.
+COMPLETE = "complete"
+META = "meta.json"
+LAST_USED = "last-used"
 
 # A build that is still running keeps touching its files; an hour of silence means it was killed. This is
 # a floor, never lowered by --older-than, because removing a running build's scratch breaks that build.
@@ -43,3 +49,71 @@ def kind_dir(root: Path, kind: str) -> Path:
     return root / ENTRY_DIRS.get(kind, kind)
 
 
+
+
+@dataclass(frozen=True)
+class EntryPaths:
+    """The files of one entry directory, as text (build plans show them in their steps)."""
+
+    dir: str
+
+    @property
+    def complete(self) -> str:
+        return f"{self.dir}/{COMPLETE}"
+
+    @property
+    def meta(self) -> str:
+        return f"{self.dir}/{META}"
+
+    @property
+    def last_used(self) -> str:
+        return f"{self.dir}/{LAST_USED}"
+
+    @property
+    def rootfs(self) -> str:
+        """bases and envs: the root file system (made as `rootfs.partial`, then renamed)."""
+        return f"{self.dir}/rootfs"
+
+    @property
+    def digest(self) -> str:
+        """bases: the content digest of the root file system."""
+        return f"{self.dir}/digest"
+
+    @property
+    def freeze(self) -> str:
+        """envs: the venv's packages, one `name==version` a line (for choosing a parent env layer)."""
+        return f"{self.dir}/freeze.txt"
+
+    @property
+    def image(self) -> str:
+        """images: the SIF file."""
+        return f"{self.dir}/image.sif"
+
+
+@dataclass(frozen=True)
+class StorePaths:
+    """Where things lie in the store under `root`, as text (see the layout above)."""
+
+    root: str
+
+    def entry(self, kind: str, name: str) -> EntryPaths:
+        return EntryPaths(f"{self.root}/{ENTRY_DIRS[kind]}/{name}")
+
+    def base(self, name: str) -> EntryPaths:
+        return self.entry("base", name)
+
+    def env(self, name: str) -> EntryPaths:
+        return self.entry("env", name)
+
+    def image(self, name: str) -> EntryPaths:
+        return self.entry("image", name)
+
+    def work(self, build: str) -> str:
+        return f"{self.root}/work/{build}"
+
+    def download_cache(self, installer: str) -> str:
+        """uv's or pip's download cache, shared by every build."""
+        return f"{self.root}/{installer}"
+
+    def lock(self, kind: str, name: str) -> str:
+        return f"{self.root}/locks/{kind}-{name}.lock"

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from envbuild.errors import EnvbuildError
-from envbuild.store.layout import LOCK_KINDS, check_entry_name
+from envbuild.store.layout import LOCK_KINDS, StorePaths, check_entry_name
 
 
 class EntryLock:
@@ -51,7 +51,7 @@ def lock_path(root: Path, kind: str, name: str) -> Path:
     if kind not in LOCK_KINDS:
         raise EnvbuildError(f"unknown store entry kind {kind!r} for a lock", f"use one of: {', '.join(LOCK_KINDS)}")
     check_entry_name(name)
-    return Path(root) / "locks" / f"{kind}-{name}.lock"
+    return Path(StorePaths(str(root)).lock(kind, name))
 
 
 def entry_lock(root: Path, kind: str, name: str, *, on_wait: Callable[[str], None] | None = None) -> EntryLock:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from envbuild.errors import EnvbuildError
 from envbuild.store.entries import StoreEntry
-from envbuild.store.layout import ENTRY_DIRS, KIND_ORDER, STALE_AFTER_SECONDS, kind_dir
+from envbuild.store.layout import COMPLETE, ENTRY_DIRS, KIND_ORDER, STALE_AFTER_SECONDS, kind_dir
 from envbuild.store.locks import lock_holder, try_entry_lock
 
 
@@ -99,7 +99,7 @@ def remove_entry(root: Path, entry: StoreEntry) -> None:
     with lock:
         if not entry.path.exists():
             return  # someone else removed it meanwhile
-        trash = root / "trash"
+        trash = kind_dir(root, "trash")
         trash.mkdir(parents=True, exist_ok=True)
         doomed = trash / f"{entry.name}-{secrets.token_hex(4)}"
         try:
@@ -109,7 +109,7 @@ def remove_entry(root: Path, entry: StoreEntry) -> None:
                 raise EnvbuildError(f"cannot remove {entry.path}: {exc.strerror}", _permission_hint(entry.path)) from None
             # The kind directory is a link to another file system: no atomic rename is possible, so
             # withdraw the complete marker first (readers then see an unfinished entry) and delete in place.
-            (entry.path / "complete").unlink(missing_ok=True)
+            (entry.path / COMPLETE).unlink(missing_ok=True)
             doomed = entry.path
     _force_rmtree(doomed)
 

@@ -231,3 +231,12 @@ def test_session_plans_the_env_step_on_the_chosen_parent(tmp_path: Path, store: 
     (complete / "complete").write_text("")
     again = session._plan(request, layers)
     assert "install the difference" not in next(step for step in again.steps if step.name == "env").title
+
+
+def test_the_executor_has_a_handler_for_every_action_type() -> None:
+    import typing
+
+    from envbuild.build.actions import Action
+    from envbuild.build.executor import _ACTION_HANDLERS
+
+    assert set(_ACTION_HANDLERS) == set(typing.get_args(Action))

@@ -134,3 +134,13 @@ def test_debootstrap_base_is_cached_per_reference() -> None:
     plan = fixed_base_plan("envs/local-cpu-pytorch.yaml")
     assert plan.steps[0].skip_if_exists and plan.steps[0].skip_if_exists.startswith("/cache/envbuild/bases/debootstrap-bookworm-")
     assert plan.steps[0].lock == ("base", plan.entry.rsplit("/", 1)[1])
+
+
+def test_lock_resolves_with_the_host_sources_as_they_are_torch_index_first() -> None:
+    from envbuild.build.install import host_index_args
+    from tests.plan_fixtures import fixed_request
+
+    assert host_index_args(fixed_request("envs/lumi-pytorch.yaml")) == [
+        "--extra-index-url", "https://download.pytorch.org/whl/rocm6.3", "--extra-index-url", "file:///opt/pypi/simple",
+        "--find-links", "/opt/wheels", "--index-strategy", "unsafe-best-match",
+    ]

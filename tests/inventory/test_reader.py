@@ -388,3 +388,17 @@ def test_inspect_and_diff_commands(tmp_path: Path, cli_env) -> None:
     assert json.loads(run_cli([ENVBUILD, "diff", a, a, "--json"], env_extra=cli_env).stdout)["identical"] is True
     missing = run_cli([ENVBUILD, "inspect", str(tmp_path / "nope.sif")], env_extra=cli_env)
     assert missing.returncode == 1 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize(("line", "pin"), [
+    ("Foo_Bar==1.2.3", ("foo-bar", "1.2.3")),
+    ("numpy==2.1.0 \\", ("numpy", "2.1.0")),
+    ("torch==2.5.1+cpu --hash=sha256:00ff", ("torch", "2.5.1+cpu")),
+    ("# via torch==2.5.1", None),
+    ("requests>=2", None),
+    ("    --hash=sha256:00ff", None),
+])
+def test_parse_pin_reads_name_and_version_of_pinned_lines_only(line: str, pin: tuple[str, str] | None) -> None:
+    from envbuild.inventory.pkgmeta import parse_pin
+
+    assert parse_pin(line) == pin

@@ -444,3 +444,16 @@ def test_cli_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cache("dir", "--cache-dir", str(tmp_path))[1].strip() == str(tmp_path)
     monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "env-store"))
     assert cache("dir")[1].strip() == str(tmp_path / "env-store")
+
+
+def test_store_paths_name_every_place_the_layout_describes() -> None:
+    from envbuild.store.layout import StorePaths
+
+    store = StorePaths("/s")
+    assert store.base("b").rootfs == "/s/bases/b/rootfs"
+    assert store.env("e").freeze == "/s/envs/e/freeze.txt"
+    assert store.image("i").image == "/s/images/i/image.sif"
+    assert (store.image("i").complete, store.image("i").meta) == ("/s/images/i/complete", "/s/images/i/meta.json")
+    assert store.work("x-1") == "/s/work/x-1"
+    assert store.download_cache("uv") == "/s/uv"
+    assert store.lock("env", "e") == "/s/locks/env-e.lock"
