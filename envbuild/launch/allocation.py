@@ -70,6 +70,21 @@ def count_gpus(text: str) -> int | None:
     return total
 
 
+def gres_gpus(text: str) -> int | None:
+    """GPUs per node in a gres list, as srun's --gres or scontrol's TresPerNode write it: 'gpu:v100:2,nvme:200'
+    -> 2, 'gres:gpu:2' and 'gres/gpu:a100:4' -> 2 and 4, 'gpu' or 'gpu:v100' (no count: one) -> 1; None when
+    the list names no GPU."""
+    for entry in text.split(","):
+        name = entry.strip()
+        for prefix in ("gres:", "gres/"):
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+        if name == "gpu" or name.startswith("gpu:"):
+            count = count_gpus(name)
+            return count if count is not None else 1
+    return None
+
+
 def read_allocation(environ: Mapping[str, str]) -> Allocation | None:
     """The job envrun runs in, or None outside one (login node, workstation)."""
     job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
@@ -133,8 +148,7 @@ def gpus_from_scontrol(allocation: Allocation, run: Callable[[list[str]], str] |
     for field in text.split():
         key, _, value = field.partition("=")
         if key == "TresPerNode":  # gres:gpu:2, gres/gpu:a100:2, gres:gpu:v100:2,gres:nvme:200
-            gpus = [e.split("gpu", 1)[1].lstrip(":") for e in value.split(",") if e.replace("/", ":").startswith("gres:gpu")]
-            count = count_gpus(gpus[0]) if gpus and gpus[0] else (1 if gpus else None)
+            count = gres_gpus(value)
             if count is not None:
                 allocation.gpus_on_node = count
                 allocation.why["gpus_on_node"] = f"scontrol show job: TresPerNode={value}"

@@ -337,7 +337,7 @@ class _Sizer:
 
 def _srun_gpus(opts: tuple[str, ...]) -> tuple[int, str] | None:
     """GPUs per node the user's srun options ask for: --gpus-per-node=N, --gres=gpu[:type]:N."""
-    from envbuild.launch.allocation import count_gpus
+    from envbuild.launch.allocation import count_gpus, gres_gpus
 
     per_node = option_value(opts, "--gpus-per-node")
     if per_node is not None:
@@ -345,7 +345,6 @@ def _srun_gpus(opts: tuple[str, ...]) -> tuple[int, str] | None:
         return (count, f"--gpus-per-node={per_node}") if count is not None else None
     gres = option_value(opts, "--gres")
     if gres is not None:
-        gpu = [e for e in gres.split(",") if e.split(":", 1)[0] == "gpu"]
-        count = count_gpus(gpu[0]) if gpu and ":" in gpu[0] else (1 if gpu else None)
+        count = gres_gpus(gres)
         return (count, f"--gres={gres}") if count is not None else None
     return None

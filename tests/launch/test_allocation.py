@@ -105,3 +105,12 @@ def test_scontrol_tres_forms() -> None:
     allocation = Allocation(job_id="7")
     gpus_from_scontrol(allocation, run=lambda argv: (_ for _ in ()).throw(OSError("no scontrol")))
     assert allocation.gpus_on_node is None
+
+
+@pytest.mark.parametrize(("text", "count"), [("gpu:v100:2,nvme:200", 2), ("nvme:200,gpu:4", 4), ("gres:gpu:2", 2),
+                                             ("gres/gpu:a100:4", 4), ("gpu", 1), ("gpu:v100", 1), ("nvme:200", None)])
+def test_gres_gpus(text: str, count: int | None) -> None:
+    """One reader for srun's --gres and scontrol's TresPerNode."""
+    from envbuild.launch.allocation import gres_gpus
+
+    assert gres_gpus(text) == count
