@@ -20,7 +20,7 @@ PACKAGE_DIR = REPO / "envbuild"
 PACKAGE_ORDER = ("cli", "app", "build", "lock", "launch", "inventory", "spec", "recipes", "host", "store")
 # Modules any package may import: they import nothing of envbuild but each other.
 SHARED_LEAVES = ("envbuild", "envbuild.errors", "envbuild.yamlsource", "envbuild.treedigest", "envbuild.atomicfile",
-                 "envbuild.strictmodel")
+                 "envbuild.strictmodel", "envbuild.overlayformat")
 
 
 def module_name(path: Path) -> str:
