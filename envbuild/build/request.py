@@ -35,6 +35,8 @@ class BaseSource:
     fingerprint: str = ""  # localimage: .sif size and mtime / sandbox tree digest, so a changed base is not served from cache
     # Known once the base is in the store (the base plan has run); "" while planning a dry run.
     digest: str = ""
+    sif_id: str = ""  # localimage .sif: the SIF header's image UUID (overlays record it; envrun compares it)
+    size: int = 0  # localimage .sif: bytes
 
 
 @dataclass(frozen=True)

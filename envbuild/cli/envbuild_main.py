@@ -40,7 +40,8 @@ _cache_dir_option = click.option(
 
 @main.command()
 @click.argument("spec", type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="image to write (default: ./<name>.sif)")
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="image to write (default: ./<name>.sif; ./<name>.sqsh for a spec with overlay:)")
 @click.option("--locked", is_flag=True, help="install exactly the lock file next to SPEC (SPEC.lock); fail if it is stale")
 @click.option("--compression", default="gzip:6", show_default=True, callback=_compression, metavar="NAME[:LEVEL]",
               help="squashfs compression: gzip (every runtime reads it; level 6 squashes 3.5x faster than 9 for +1 %% size), "
@@ -53,7 +54,8 @@ _cache_dir_option = click.option(
 @reports_errors
 def build(spec: Path, output: Path | None, locked: bool, compression: str, cache_dir: Path | None, dry_run: bool, verbose: bool,
           keep_work: bool, log_path: Path | None) -> None:
-    """Build SPEC (a YAML file) into a SIF image.
+    """Build SPEC (a YAML file) into a SIF image, or, when SPEC has an `overlay:` section, into a squashfs
+    venv overlay (NAME.sqsh) on its base image: run it with envrun --image BASE.sif --overlay NAME.sqsh.
 
     Layers are kept in the store: an unchanged spec returns at once, a changed package list reuses the
     base and installs only the difference on the nearest env layer, a changed user layer (env, files,
@@ -62,17 +64,24 @@ def build(spec: Path, output: Path | None, locked: bool, compression: str, cache
     from envbuild.spec.load import load_spec
 
     loaded = load_spec(spec)
-    output = (output or Path(f"{loaded.spec.name}.sif")).absolute()
-    if output.suffix != ".sif":
-        raise UsageError(f"output {output} does not end in .sif", "name the image <something>.sif")
+    suffix, what = (".sqsh", "overlay") if loaded.spec.overlay is not None else (".sif", "image")
+    output = (output or Path(f"{loaded.spec.name}{suffix}")).absolute()
+    if output.suffix != suffix:
+        raise UsageError(f"output {output} does not end in {suffix}", f"name the {what} <something>{suffix}")
     if output.is_dir():
-        raise UsageError(f"output {output} is a directory", "give a file path ending in .sif")
+        raise UsageError(f"output {output} is a directory", f"give a file path ending in {suffix}")
     options = BuildOptions(
         output=output, keep_work=keep_work, verbose=verbose, locked=locked, compression=compression,
         cache_dir=cache_dir.absolute() if cache_dir else None, log_path=log_path,
         source_date_epoch=_source_date_epoch(),
     )
-    session = BuildSession(loaded, options, out=sys.stderr)
+    session: BuildSession | OverlaySession
+    if loaded.spec.overlay is not None:
+        from envbuild.app.overlaysession import OverlaySession
+
+        session = OverlaySession(loaded, options, out=sys.stderr)
+    else:
+        session = BuildSession(loaded, options, out=sys.stderr)
     if dry_run:
         click.echo(session.dry_run(), nl=False)
         return

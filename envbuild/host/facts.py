@@ -29,6 +29,9 @@ class HostFacts:
     host_info: tuple[tuple[str, str], ...] = ()
     python: str = ""  # the interpreter running envbuild (runs envbuild's own helpers during a build)
     cpus: int | None = None  # CPUs this process may use (mksquashfs -processors); None: ask at build time
+    # envbuild's own pip package directory and version: overlays install with it (bound into the base).
+    pip_module: str | None = None
+    pip_version: str | None = None
 
 
 def find_uv() -> str | None:
@@ -131,4 +134,20 @@ def gather_host_facts(*, need_runtime: bool = True, cache_dir: Path | None = Non
         host_info=build_host_info(),
         python=sys.executable,
         cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        pip_module=own_pip()[0], pip_version=own_pip()[1],
     )
+
+
+def own_pip() -> tuple[str | None, str | None]:
+    """The directory of the pip package in envbuild's own environment, and its version (not imported)."""
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("pip")
+    if spec is None or not spec.submodule_search_locations:
+        return None, None
+    try:
+        version = importlib.metadata.version("pip")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return next(iter(spec.submodule_search_locations)), version

@@ -13,6 +13,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
+from envbuild.overlayformat import DEFAULT_MOUNT
 from envbuild.strictmodel import StrictModel, check_version
 
 if TYPE_CHECKING:
@@ -255,6 +256,55 @@ EnvName = Annotated[str, BeforeValidator(_env_name)]
 TextValue = Annotated[str, BeforeValidator(_env_value)]
 
 
+# Mount points that would hide what the base image needs to run (its Python, libraries, /etc).
+_HIDDEN_BY_MOUNT = ("/", "/bin", "/sbin", "/lib", "/lib64", "/usr", "/etc", "/opt", "/var", "/tmp", "/home", "/root",  # noqa: S108 - a name, not a file
+                    "/proc", "/sys", "/dev", "/run", "/.singularity.d")
+
+
+class OverlaySettings(StrictModel):
+    """`overlay:` turns the spec into a squashfs venv overlay on an existing image instead of an image."""
+
+    mount: str = Field(default=DEFAULT_MOUNT, description="where the overlay is mounted in the container")
+    python: str | None = Field(
+        default=None, description="the base image's Python to make the venv with (absolute path inside the image); "
+        "default: detected ($WITH_CONDA's conda env, /opt/venv, envbuild's venv, the system python3)",
+    )
+    allow_torch_change: bool = Field(
+        default=False, description="allow a torch other than the base's (its ROCm/CUDA libraries belong to its torch)"
+    )
+    processors: int = Field(
+        default=1, ge=1, le=1024,
+        description="mksquashfs -processors (1, as LUMI documents for login nodes; raise it on a build node)",
+    )
+
+    @field_validator("mount")
+    @classmethod
+    def _valid_mount(cls, value: str) -> str:
+        text = value.rstrip("/") or "/"
+        if not text.startswith("/"):
+            raise ValueError(f"{value!r} must be an absolute path inside the container (e.g. {DEFAULT_MOUNT})")
+        if text in _HIDDEN_BY_MOUNT or any(part in (".", "..") for part in text.split("/")):
+            raise ValueError(f"mounting at {value!r} would hide part of the base image; use a new directory such as "
+                             f"{DEFAULT_MOUNT} or /opt/<name>")
+        return text
+
+    @field_validator("python")
+    @classmethod
+    def _absolute_python(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{value!r} must be an absolute path inside the base image, e.g. /opt/venv/bin/python")
+        return value
+
+
+# Spec sections an overlay cannot carry: it holds only a venv at its mount point.
+_NOT_IN_OVERLAY = {
+    "files": "copy the files into your project directory or bind them with envrun --bind",
+    "post": "an overlay cannot change the base image; build a full image (remove overlay:) to run commands in it",
+    "env": "set them in envrun.yaml (env:) next to your project, or in ~/.config/envbuild/envrun.yaml",
+    "labels": "an overlay has no labels; its record (envbuild inspect NAME.sqsh) says how it was made",
+}
+
+
 class Spec(StrictModel):
     """An environment: a base image, a Python environment on top, and what to check in it."""
 
@@ -268,6 +318,30 @@ class Spec(StrictModel):
     files: tuple[FileCopy, ...] = ()
     post: tuple[str, ...] = Field(default=(), description="shell commands run inside the image after installs")
     tests: tuple[str, ...] = Field(default=(), description="shell commands run inside the finished image; any failure stops the build")
+    overlay: OverlaySettings | None = Field(
+        default=None, description="build a squashfs venv overlay (NAME.sqsh) on the base image instead of an image"
+    )
+
+    @model_validator(mode="after")
+    def _check_overlay(self) -> Spec:
+        if self.overlay is None:
+            return self
+        if self.base.kind != "localimage":
+            raise ValueError(
+                f"an overlay is made on an existing image file, but base is {self.base.describe()}; "
+                "pull it once (apptainer pull base.sif docker://...) and write base: localimage:base.sif"
+            )
+        used = [name for name in _NOT_IN_OVERLAY if getattr(self, name)]
+        if used:
+            raise ValueError("an overlay spec cannot have " + "; ".join(f"{name} ({_NOT_IN_OVERLAY[name]})" for name in used))
+        if self.python.installer == "uv":
+            raise ValueError(
+                "python.installer: uv is not used for overlays: uv does not count the packages a base venv provides "
+                "as installed and reinstalls them into the overlay (measured with uv 0.13.9); remove the line (pip is used)"
+            )
+        if self.python.interpreter != "python3":
+            raise ValueError("python.interpreter does not apply to overlays; write overlay: {python: /path/in/image/bin/python}")
+        return self
 
     @field_validator("labels")
     @classmethod

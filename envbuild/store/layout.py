@@ -5,6 +5,8 @@ Layout under the store root (`envbuild.host.runtime.default_cache_dir()`; the bu
     bases/<name>/   rootfs/, complete, [digest], [meta.json], [last-used]
     envs/<name>/    rootfs/, complete, meta.json, [last-used]
     images/<name>/  image.sif, complete, meta.json, [last-used]
+    overlays/<name>/  overlay.sqsh, complete, meta.json, [last-used]   (venv overlays)
+    overlays/base-<name>/  digest, probe-<python>.json, complete        (a base .sif's digest and Python, once)
     locks/<kind>-<name>.lock   flock'ed by a build while it creates or uses an entry
     work/<build>/   scratch of running (or killed) builds
     trash/<name>-<random>/     entries being removed (renamed here first, so removal is atomic)
@@ -22,11 +24,11 @@ from pathlib import Path
 from envbuild.errors import EnvbuildError
 
 # Entry kind -> the store directory that holds entries of that kind.
-ENTRY_DIRS = {"base": "bases", "env": "envs", "image": "images"}
+ENTRY_DIRS = {"base": "bases", "env": "envs", "image": "images", "overlay": "overlays"}
 DOWNLOAD_CACHES = ("uv", "pip")
 LOCK_KINDS = (*ENTRY_DIRS, "work", "download")
 # Listing order: what was built, then what builds left behind, then the download caches.
-KIND_ORDER = ("base", "env", "image", "work", "trash", "download")
+KIND_ORDER = ("base", "env", "image", "overlay", "work", "trash", "download")
 
 # The files of an entry directory.
 COMPLETE = "complete"
@@ -89,6 +91,17 @@ class EntryPaths:
         """images: the SIF file."""
         return f"{self.dir}/image.sif"
 
+    @property
+    def overlay(self) -> str:
+        """overlays: the squashfs file."""
+        return f"{self.dir}/overlay.sqsh"
+
+    def probe(self, python: str) -> str:
+        """overlays/base-*: what the base's Python is and has, per interpreter choice ("" = detected)."""
+        import hashlib
+
+        return f"{self.dir}/probe-{hashlib.sha256(python.encode()).hexdigest()[:12]}.json"
+
 
 @dataclass(frozen=True)
 class StorePaths:
@@ -107,6 +120,9 @@ class StorePaths:
 
     def image(self, name: str) -> EntryPaths:
         return self.entry("image", name)
+
+    def overlay(self, name: str) -> EntryPaths:
+        return self.entry("overlay", name)
 
     def work(self, build: str) -> str:
         return f"{self.root}/work/{build}"

@@ -1,0 +1,158 @@
+"""One `envbuild build` of an overlay spec: the base's digest and Python (cached), the pure overlay plan,
+the store entry, the output file. What a build does is decided in envbuild.build.overlayplan."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from envbuild.errors import UsageError
+
+if TYPE_CHECKING:
+    from envbuild.app.buildsession import BuildOptions
+    from envbuild.build.overlayplan import OverlayBasePlan, OverlayPlan
+    from envbuild.build.overlayprobe import BaseProbe
+    from envbuild.build.request import BuildRequest
+    from envbuild.host.facts import HostFacts
+    from envbuild.spec.load import LoadedSpec
+
+
+class OverlaySession:
+    def __init__(self, loaded: LoadedSpec, options: BuildOptions, *, out: TextIO) -> None:
+        self.loaded = loaded
+        self.options = options
+        self.out = out
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def _request(self, facts: HostFacts) -> BuildRequest:
+        from envbuild.app.buildsession import load_fresh_lock, make_request
+        from envbuild.inventory.sif import read_sif_layout
+
+        lock = load_fresh_lock(self.loaded) if self.options.locked else None
+        request = make_request(self.loaded, self.options, facts, lock=lock)
+        base = request.base.path or ""
+        if os.path.isdir(base) or not _is_sif_file(base):
+            raise UsageError(
+                f"{self.loaded.path}: the overlay's base {base} is not a SIF file; an overlay is mounted over an image "
+                "file with --bind NAME.sqsh:/mount:image-src=/",
+                f"build a .sif from it first (apptainer build base.sif {base}) and write base: localimage:base.sif")
+        header = read_sif_layout(base).header
+        return replace(request, base=replace(request.base, sif_id=header.image_id, size=os.path.getsize(base)))
+
+    def dry_run(self) -> str:
+        from envbuild.build.overlayplan import plan_overlay, plan_overlay_base
+        from envbuild.build.render import render_steps
+        from envbuild.host.facts import gather_host_facts
+
+        facts = gather_host_facts(need_runtime=False, cache_dir=self.options.cache_dir)
+        request = self._request(facts)
+        base = plan_overlay_base(request)
+        text = render_steps("base", base.steps)
+        probe = _cached_probe(base)
+        if probe is None:
+            return text + "\n# the overlay's steps depend on the base's Python, found by the base-python step: " \
+                          "run the build (or this dry run again after it) to see them\n"
+        request = request.with_base_digest(_read(base.digest_file))
+        plan = plan_overlay(request, probe, spec_path=str(self.loaded.path))
+        return text + "\n" + render_steps("overlay", plan.steps)
+
+    def build(self) -> Path:
+        from envbuild.build.executor import BuildExecutor, ensure_can_write
+        from envbuild.build.overlayplan import overlay_key, plan_overlay, plan_overlay_base
+        from envbuild.host.facts import gather_host_facts
+        from envbuild.store.entries import touch_used
+        from envbuild.store.layout import StorePaths
+        from envbuild.store.locks import entry_lock
+
+        started = time.monotonic()
+        output = self.options.output
+        ensure_can_write(output)
+        facts = gather_host_facts(cache_dir=self.options.cache_dir)
+        request = self._request(facts)
+        base = plan_overlay_base(request)
+        probe = _cached_probe(base)
+        if probe is not None and os.path.exists(base.digest_file):
+            key = overlay_key(request.with_base_digest(_read(base.digest_file)), probe)
+            if _overlay_key_of(output) == key:
+                self._say(f"{output} is up to date (overlay {key[:16]}); nothing to build ({time.monotonic() - started:.2f} s)")
+                return output
+        log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
+        if log_path.exists():
+            log_path.unlink()
+        self._say(f"building overlay {self.loaded.spec.name} on {request.base.path} -> {output}")
+        store_root = Path(facts.cache_dir)
+        executor = BuildExecutor(log_path, store_root=store_root, verbose=self.options.verbose,
+                                 keep_work=self.options.keep_work, out=self.out)
+        executor.execute_steps(base.steps, None, "base")
+        probe = _cached_probe(base)
+        assert probe is not None
+        request = request.with_base_digest(_read(base.digest_file))
+        plan = plan_overlay(request, probe, spec_path=str(self.loaded.path))
+        self._report(probe, plan)
+        entry = StorePaths(str(store_root)).overlay(plan.entry)
+        with entry_lock(store_root, "overlay", plan.entry, on_wait=lambda m: self._say(f"{m}; will reuse its overlay")):
+            if _overlay_key_of(output) == plan.key:
+                self._say(f"{output} is up to date (overlay {plan.key[:16]})")
+                return output
+            if os.path.exists(entry.complete):
+                from envbuild.build.plan import output_step
+
+                step = output_step(request, plan.store_overlay, f"copy the stored overlay {plan.entry} to {output}")
+                executor.execute_steps((step,), None, "cached")
+                self._say(f"overlay unchanged, taken from the store: {output} in {time.monotonic() - started:.1f} s")
+            else:
+                executor.execute_steps(plan.steps, plan.work_dir, "overlay")
+                self._say(f"built {output} in {time.monotonic() - started:.0f} s (log: {log_path})")
+        for directory in (base.entry, entry.dir):
+            if os.path.isdir(directory):
+                touch_used(Path(directory))
+        return output
+
+    def _report(self, probe: BaseProbe, plan: OverlayPlan) -> None:
+        self._say(f"base Python: {probe.python} (Python {probe.version}, {probe.abi or 'no ABI tag'}): {probe.why}")
+        for line in plan.kept:
+            self._say(f"  kept from the base: {line}")
+        if plan.added:
+            self._say(f"  to install into the overlay: {' '.join(plan.added)}")
+        if plan.constraints:
+            self._say(f"  pinned to the base's versions while installing: {' '.join(plan.constraints)}")
+
+
+def _is_sif_file(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(42)[32:41] == b"SIF_MAGIC"
+    except OSError:
+        return False
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+def _cached_probe(base: OverlayBasePlan) -> BaseProbe | None:
+    from envbuild.build.overlayprobe import parse_probe
+
+    text = _read(base.probe_file)
+    return parse_probe(text, base.probe_file) if text else None
+
+
+def _overlay_key_of(path: Path) -> str | None:
+    """The key recorded in an existing overlay file; None when there is none or it is unreadable."""
+    if not path.is_file():
+        return None
+    from envbuild.errors import EnvbuildError
+    from envbuild.inventory.overlay import read_overlay_record
+
+    try:
+        return read_overlay_record(str(path)).get("key")
+    except EnvbuildError:
+        return None

@@ -1,0 +1,312 @@
+"""Pure planner for venv overlays (issue 11): (request, what the base has) -> the steps that make NAME.sqsh.
+
+What LUMI users do by hand (LUMI AI guide, workshop exercise 07, EasyBuild `make-squashfs`), as a plan:
+the base's own Python makes a venv with --system-site-packages at the mount point (a host directory
+bound there, so the base stays read-only and is never unpacked), pip installs only what the base lacks,
+the venv is squashed into one file and copied out. Running it: envrun --image BASE --overlay NAME.sqsh.
+
+pip, not uv: the overlay must count what the base provides as installed. pip in the overlay's venv sees
+every package on its sys.path; uv 0.13.9 looks only at the venv's own site directory and reinstalled a
+package the base venv had (measured here with typing-extensions). envbuild's own pip is bound in, so a
+base without pip works the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from envbuild.build.actions import Action, MakeDirs, RecordDigest, Remove, Rename, Run, Step, WriteFile
+from envbuild.build.install import PackageSources
+from envbuild.build.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BaseProbe, in_base
+from envbuild.build.paths import HOST_MOUNT
+from envbuild.build.plan import base_cache_key, output_step
+from envbuild.build.request import BuildRequest
+from envbuild.build.sandbox import Bind, sandbox_exec
+from envbuild.errors import EnvbuildError
+from envbuild.overlayformat import BASE_PTH, LOCK_FILE, OVERLAY_RECORD_FORMAT, RECORD_DIR, RECORD_FILE, SPEC_FILE
+from envbuild.store.layout import EntryPaths, StorePaths
+
+# Bump when what an overlay contains changes for the same inputs, so older store entries are not reused.
+OVERLAY_LAYOUT_VERSION = 1
+# Packages whose binaries are built against the base's torch and its ROCm/CUDA libraries: pinned to the
+# base's versions while installing, so no dependency can pull a second torch into the overlay.
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "pytorch-triton-rocm")
+
+# Run by the new venv's Python: the base environment's site directories its sys.path lacks go into a .pth
+# file. A venv made from a venv's Python (LAIF's /opt/venv, envbuild's own) inherits only the underlying
+# interpreter's site directory; the .pth adds the base venv's, after the overlay's own (overlay wins).
+BASE_PTH_SCRIPT = f"""\
+import os, sys, sysconfig
+missing = [p for p in sys.argv[1:] if p not in sys.path]
+with open(os.path.join(sysconfig.get_paths()["purelib"], {BASE_PTH!r}), "w") as handle:
+    handle.write("".join(p + chr(10) for p in missing))
+"""
+
+# Run by the overlay's Python after installing: the packages in the overlay itself go into the record.
+RECORD_ADDED_SCRIPT = """\
+import importlib.metadata as md, json, os, sys, sysconfig
+record_file = sys.argv[1]
+own = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+added = sorted({d.metadata["Name"] + "==" + d.version for d in md.distributions(path=own) if d.metadata["Name"]})
+with open(record_file) as handle:
+    record = json.load(handle)
+record["packages"]["added"] = added
+with open(record_file + ".partial", "w") as handle:
+    json.dump(record, handle, indent=2, sort_keys=True)
+    handle.write(chr(10))
+os.replace(record_file + ".partial", record_file)
+print("added to the overlay: " + (" ".join(added) or "nothing"))
+"""
+
+
+@dataclass(frozen=True)
+class RequirementSplit:
+    kept: tuple[str, ...]  # "requirement: name version from the base"
+    added: tuple[str, ...]  # requirements the base does not satisfy: installed into the overlay
+
+
+@dataclass(frozen=True)
+class OverlayBasePlan:
+    entry: str  # store entry with the base's digest and probes
+    digest_file: str
+    probe_file: str
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class OverlayPlan:
+    name: str
+    output: str
+    work_dir: str
+    venv_dir: str
+    mount: str
+    key: str
+    entry: str  # store entry name
+    store_overlay: str
+    kept: tuple[str, ...]
+    added: tuple[str, ...]
+    constraints: tuple[str, ...]
+    package_sources: tuple[str, ...]
+    steps: tuple[Step, ...]
+
+
+def _canonical(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(name)
+
+
+def split_requirements(requirements: list[str], probe: BaseProbe) -> RequirementSplit:
+    """Which requirements the base already satisfies (kept there) and which the overlay installs.
+    A requirement with extras is installed (pip skips what is there, and adds the extras' packages)."""
+    from packaging.requirements import Requirement
+
+    installed = probe.installed()
+    kept, added = [], []
+    for text in requirements:
+        req = Requirement(text)
+        have = installed.get(_canonical(req.name))
+        if have and not req.extras and not req.url and req.specifier.contains(have[1], prereleases=True):
+            kept.append(f"{text}: {have[0]} {have[1]} from the base")
+        else:
+            added.append(text)
+    return RequirementSplit(kept=tuple(kept), added=tuple(added))
+
+
+def check_torch(requirements: list[str], probe: BaseProbe, *, allowed: bool, spec_path: str) -> None:
+    """A torch other than the base's is refused: the base's ROCm/CUDA libraries, RCCL/NCCL plugins and
+    every extension in it were built for its torch."""
+    from packaging.requirements import Requirement
+
+    installed = probe.installed()
+    for text in requirements:
+        req = Requirement(text)
+        name = _canonical(req.name)
+        have = installed.get(name)
+        if name in TORCH_FAMILY and have and not req.specifier.contains(have[1], prereleases=True) and not allowed:
+            raise EnvbuildError(
+                f"{spec_path}: the overlay asks for {text}, but the base has {have[0]} {have[1]} (in {probe.prefix}); "
+                "a different torch in an overlay would not match the ROCm/CUDA libraries and extensions the base "
+                "was built with",
+                f"drop the requirement (the base's {have[1]} is used), choose a base image with the torch you need, "
+                "or, knowing the risk, set overlay: {allow_torch_change: true}",
+            )
+
+
+def torch_constraints(probe: BaseProbe, *, allowed: bool) -> tuple[str, ...]:
+    if allowed:
+        return ()
+    installed = probe.installed()
+    return tuple(f"{installed[name][0]}=={installed[name][1]}" for name in TORCH_FAMILY if name in installed)
+
+
+def base_entry_name(request: BuildRequest) -> str:
+    return "base-" + base_cache_key(request.spec.base, request.facts, request.base.fingerprint)
+
+
+def plan_overlay_base(request: BuildRequest) -> OverlayBasePlan:
+    """The base .sif's content digest (cached by its size and time) and its Python probe (cached per digest)."""
+    assert request.base.path, "an overlay's base is a local .sif (checked when the spec is loaded)"
+    name = base_entry_name(request)
+    entry = StorePaths(str(request.facts.cache_dir)).overlay(name)
+    override = request.spec.overlay.python or "" if request.spec.overlay else ""
+    probe_file = entry.probe(override)
+    digest = Step("base-digest", f"record the content digest of {request.base.path} (once per base file)",
+                  (MakeDirs((entry.dir,)), RecordDigest(request.base.path, entry.digest),
+                   WriteFile(entry.complete, request.spec.base.describe() + "\n")),
+                  skip_if_exists=entry.digest, lock=("overlay", name))
+    partial = f"{probe_file}.partial"
+    inside = f"{HOST_MOUNT}/{partial.rsplit('/', 1)[1]}"
+    probe = Step(
+        "base-python", "find the base's Python and what it has installed (once per base file)",
+        (Remove((partial,)),
+         sandbox_exec(request, request.base.path, ["/bin/sh", "-c", PROBE_SHELL, "envbuild-probe", override, inside,
+                                                   PROBE_PYTHON],
+                      writable=False, binds=[Bind(entry.dir, HOST_MOUNT, read_only=False)]),
+         Rename(partial, probe_file)),
+        skip_if_exists=probe_file, cleanup=(Remove((partial,)),), lock=("overlay", name),
+    )
+    return OverlayBasePlan(entry=entry.dir, digest_file=entry.digest, probe_file=probe_file, steps=(digest, probe))
+
+
+def overlay_key(request: BuildRequest, probe: BaseProbe) -> str:
+    """Everything that decides the overlay's bytes: same inputs, same key, on any machine."""
+    pip = request.facts.pip
+    identity = {
+        "layout": OVERLAY_LAYOUT_VERSION, "envbuild": request.facts.envbuild_version,
+        "spec": request.source.sha256, "lock": request.lock.sha256, "base_digest": request.base.digest,
+        "python": probe.as_record(), "base_packages": list(probe.packages),
+        "installer": f"pip {request.facts.pip_version or 'unknown'}",
+        "sources": {"index_url": pip.index_url, "extra_index_urls": list(pip.extra_index_urls),
+                    "find_links": list(pip.find_links), "no_index": pip.no_index},
+        "compression": request.options.compression, "epoch": request.options.source_date_epoch,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def overlay_record(request: BuildRequest, probe: BaseProbe, split: RequirementSplit, key: str) -> dict[str, object]:
+    """overlay.json as the build writes it (the record step fills packages.added from the venv)."""
+    spec, facts = request.spec, request.facts
+    assert spec.overlay is not None
+    return {
+        "record_format": OVERLAY_RECORD_FORMAT, "kind": "overlay", "envbuild_version": facts.envbuild_version,
+        "built_at": request.options.built_at, "name": spec.name,
+        "spec": {"name": spec.name, "sha256": request.source.sha256},
+        "lock": {"sha256": request.lock.sha256, "python": request.lock.python} if request.lock.text else None,
+        "system": spec.system, "mount": spec.overlay.mount, "key": key,
+        "base": {"ref": spec.base.describe(), "path": request.base.path, "digest": request.base.digest,
+                 "sif_id": request.base.sif_id, "size": request.base.size},
+        "python": probe.as_record(), "requirements": spec.python.requirements(),
+        "packages": {"kept": list(split.kept), "added": []},
+        "installer": {"name": "pip", "version": facts.pip_version},
+        "compression": request.options.compression, "build_host": dict(facts.host_info),
+    }
+
+
+def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "the spec") -> OverlayPlan:
+    spec, facts, options = request.spec, request.facts, request.options
+    overlay = spec.overlay
+    assert overlay is not None and request.base.path
+    requirements = spec.python.requirements()
+    _check_mount(overlay.mount, probe, spec_path)
+    check_torch(requirements, probe, allowed=overlay.allow_torch_change, spec_path=spec_path)
+    split = split_requirements(requirements, probe)
+    key = overlay_key(request, probe)
+    store = StorePaths(str(facts.cache_dir))
+    entry_name = f"{spec.name[:40]}-{key[:16]}"
+    entry = store.overlay(entry_name)
+    work = store.work(f"{spec.name}-{options.build_id}")
+    venv, host = f"{work}/venv", f"{work}/host"
+    mount, base = overlay.mount, request.base.path
+    python = f"{mount}/bin/python"
+    writable_venv = Bind(venv, mount, read_only=False)
+    host_bind = Bind(host, HOST_MOUNT, read_only=False)
+
+    def run(argv: list[str], binds: list[Bind], env: list[tuple[str, str]] | None = None) -> Run:
+        return sandbox_exec(request, base, in_base(probe, argv), writable=False, binds=binds, env=env)
+
+    steps = [Step("venv", f"make the venv at {mount} with the base's {probe.python} (Python {probe.version})", (
+        Remove((work,)), MakeDirs((venv, host)),
+        run([probe.python, "-m", "venv", "--system-site-packages", "--without-pip", mount], [writable_venv]),
+        run([python, "-c", BASE_PTH_SCRIPT, *probe.site_dirs], [writable_venv]),
+    ))]
+    constraints = torch_constraints(probe, allowed=overlay.allow_torch_change)
+    sources = PackageSources.from_request(request)
+    if split.added:
+        steps.append(_install_step(request, split, constraints, sources, run, writable_venv, host, host_bind, python))
+    record = overlay_record(request, probe, split, key)
+    record_file = f"{venv}/{RECORD_FILE}"
+    record_actions: list[Action] = [
+        MakeDirs((f"{venv}/{RECORD_DIR}",)),
+        WriteFile(record_file, json.dumps(record, indent=2, sort_keys=True) + "\n"),
+        WriteFile(f"{venv}/{SPEC_FILE}", request.source.text),
+        *((WriteFile(f"{venv}/{LOCK_FILE}", request.lock.text),) if request.lock.text else ()),
+        run([python, "-c", RECORD_ADDED_SCRIPT, f"{mount}/{RECORD_FILE}"], [writable_venv]),
+    ]
+    steps.append(Step("record", "record how the overlay was made and what it added", tuple(record_actions)))
+    if spec.tests:
+        read_only = Bind(venv, mount)
+        steps.append(Step("test", f"run {len(spec.tests)} test(s) with the overlay on the base", tuple(
+            run(["/bin/sh", "-ec", f'PATH="{mount}/bin:$PATH" VIRTUAL_ENV="{mount}"; export PATH VIRTUAL_ENV\n{cmd}'],
+                [read_only]) for cmd in spec.tests)))
+    steps.append(_squash_step(request, entry, key, venv, overlay.processors))
+    steps.append(output_step(request, entry.overlay, f"copy the overlay to {options.output}"))
+    if not options.keep_work:
+        steps.append(Step("clean", "remove the build's venv directory", (Remove((work,)),)))
+    return OverlayPlan(
+        name=spec.name, output=options.output, work_dir=work, venv_dir=venv, mount=mount, key=key, entry=entry_name,
+        store_overlay=entry.overlay, kept=split.kept, added=split.added, constraints=constraints,
+        package_sources=sources.shown, steps=tuple(steps),
+    )
+
+
+def _check_mount(mount: str, probe: BaseProbe, spec_path: str) -> None:
+    """The overlay must not hide the base's own Python environment."""
+    for path in (probe.prefix, probe.python):
+        if path == mount or path.startswith(mount.rstrip("/") + "/"):
+            raise EnvbuildError(f"{spec_path}: overlay.mount {mount} would hide the base's Python environment {path}",
+                                "mount the overlay elsewhere, e.g. overlay: {mount: /user-software}")
+
+
+def _install_step(request: BuildRequest, split: RequirementSplit, constraints: tuple[str, ...], sources: PackageSources,
+                  run, writable_venv: Bind, host: str, host_bind: Bind, python: str) -> Step:
+    facts = request.facts
+    if not facts.pip_module:
+        raise EnvbuildError("envbuild's own environment has no pip, which overlays install with",
+                            "reinstall envbuild (bash provision/python-env.sh) or `python -m ensurepip` in its venv")
+    cache = StorePaths(str(facts.cache_dir)).download_cache("pip")
+    binds = [writable_venv, host_bind, Bind(facts.pip_module, f"{HOST_MOUNT}/pylib/pip"),
+             Bind(cache, f"{HOST_MOUNT}/cache", read_only=False), *sources.binds]
+    argv = [python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-warn-script-location",
+            "--cache-dir", f"{HOST_MOUNT}/cache", *sources.pip_args(), "--constraint", f"{HOST_MOUNT}/constraints.txt",
+            *split.added]
+    mount_points = [f"{host}/pylib/pip", f"{host}/cache", *(f"{host}{b.inside[len(HOST_MOUNT):]}" for b in sources.binds
+                                                             if not b.is_file)]
+    files = [f"{host}{b.inside[len(HOST_MOUNT):]}" for b in sources.binds if b.is_file]
+    actions: list[Action] = [
+        MakeDirs((cache, *mount_points)),
+        WriteFile(f"{host}/constraints.txt", "".join(c + "\n" for c in constraints)),
+        *(WriteFile(path, "") for path in files),  # mount points of bound files
+        run(argv, binds, env=[("PYTHONPATH", f"{HOST_MOUNT}/pylib")]),
+    ]
+    return Step("install", f"pip install {' '.join(split.added)} (what the base lacks)", tuple(actions))
+
+
+def _squash_step(request: BuildRequest, entry: EntryPaths, key: str, venv: str, processors: int) -> Step:
+    from envbuild.build.squash import mksquashfs_argv
+
+    options = request.options
+    partial = f"{entry.overlay}.partial-{options.build_id}"
+    argv = mksquashfs_argv(venv, partial, compression=options.compression, processors=processors,
+                           source_date_epoch=options.source_date_epoch, all_root=True, offset=0)
+    meta = {"kind": "overlay", "key": key, "created": options.built_at, "spec": request.spec.name,
+            "parent": None, "description": f"{request.spec.name}: venv overlay on {request.spec.base.describe()}"}
+    return Step("squash", f"squash the venv into one file ({options.compression}, -processors {processors})",
+                (Remove((entry.complete,)), MakeDirs((entry.dir,)), Run((*argv, "-no-xattrs")), Rename(partial, entry.overlay),
+                 WriteFile(entry.meta, json.dumps(meta, indent=2, sort_keys=True) + "\n"),
+                 WriteFile(entry.complete, f"{request.spec.name}\n")),
+                # No lock here: the session holds the entry's lock around the whole plan (the flock is per
+                # open file, so taking it again from this process would wait for itself).
+                skip_if_exists=entry.complete, cleanup=(Remove((partial,)),))
