@@ -2,12 +2,17 @@
 image it is about to run on. A venv made with another base's Python fails in confusing ways at import time
 (a missing libpython, packages built for another ABI), so envrun refuses before launching, naming both.
 
-Only imported when an overlay is given: envrun's plain path never pays for the squashfs reader or hashlib.
+Only imported when an overlay is given. Even then envrun runs before every job step, so what it learns
+from a file is cached in envbuild's cache dir per (absolute path, size, mtime): the overlay's record (the
+squashfs reader's imports alone cost 25 ms) and the image's sha256 (seconds for a multi-GiB base). The
+image's SIF id is read from its 128-byte header directly, without the full SIF reader.
 """
 
 from __future__ import annotations
 
+import marshal
 import os
+import zlib
 
 from envbuild.errors import UsageError
 from envbuild.inventory.errors import ImageFormatError
@@ -32,18 +37,22 @@ class Overlay:
 
 def read_overlays(paths: Sequence[str]) -> list[Overlay]:
     """Each overlay file's record, bottom first; UsageError for a missing file or one envbuild did not make."""
-    from envbuild.inventory.overlay import read_overlay_record
-
     overlays = []
     for path in paths:
         if not os.path.isfile(path):
             raise UsageError(f"overlay {path} does not exist",
                              "build it with `envbuild build SPEC` (a spec with an overlay: section), or fix the path")
         try:
-            overlays.append(Overlay(path, read_overlay_record(path)))
+            overlays.append(Overlay(path, _cached(path, "records", _read_record)))
         except ImageFormatError as exc:
             raise UsageError(f"overlay {exc.message}", exc.hint) from None
     return overlays
+
+
+def _read_record(path: str) -> dict[str, Any]:
+    from envbuild.inventory.overlay import read_overlay_record
+
+    return read_overlay_record(path)
 
 
 class ImageIdentity:
@@ -107,44 +116,61 @@ def _fix(overlay: Overlay, image: str, built_for: str | None) -> str:
 
 
 def _sif_id(path: str) -> str | None:
-    """The SIF header's image id (128 bytes read), None for a file that is not a SIF."""
-    from envbuild.inventory.sif import parse_header
-    from envbuild.inventory.sifformat import HEADER
+    """The SIF header's image id as envbuild.inventory.sif shows it, None for a file that is not a SIF."""
+    from envbuild.inventory.sifformat import HEADER, MAGIC
 
     try:
         with open(path, "rb") as handle:
-            return parse_header(handle.read(HEADER.size), path).image_id
-    except (OSError, ImageFormatError):
+            raw = handle.read(HEADER.size)
+    except OSError:
         return None
+    if len(raw) < HEADER.size or raw[32:42] != MAGIC:
+        return None
+    text = HEADER.unpack_from(raw)[4].hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def file_digest(path: str) -> str:
-    """"sha256:<hex>" of the file, computed once per (absolute path, size, mtime_ns): a multi-GiB base takes
-    seconds to hash, and envrun runs before every job step."""
+    """"sha256:<hex>" of the file, computed once per (absolute path, size, mtime_ns)."""
+    return _cached(path, "digests", _sha256)
+
+
+def _sha256(path: str) -> str:
     import hashlib
 
-    from envbuild.host.runtime import cache_dir_path
-
-    status = os.stat(path)
-    key = f"{os.path.abspath(path)}\0{status.st_size}\0{status.st_mtime_ns}"
-    cache = os.path.join(cache_dir_path(), "envrun", "digests", hashlib.sha256(key.encode()).hexdigest()[:32])
-    try:
-        with open(cache, encoding="utf-8") as handle:
-            cached = handle.read().strip()
-        if cached.startswith("sha256:") and len(cached) == 71:
-            return cached
-    except OSError:
-        pass
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(4 << 20), b""):
             digest.update(block)
-    value = f"sha256:{digest.hexdigest()}"
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _cached(path: str, kind: str, compute: Any) -> Any:
+    """compute(path), kept in the cache dir per (absolute path, size, mtime_ns). The file name is a crc32
+    of that key (hashlib's import costs 5 ms); the key is stored with the value and compared on reading."""
+    from envbuild.host.runtime import cache_dir_path
+
+    status = os.stat(path)
+    key = f"{CACHE_FORMAT}\0{os.path.abspath(path)}\0{status.st_size}\0{status.st_mtime_ns}"
+    name = f"{zlib.crc32(key.encode()):08x}{len(key):x}.marshal"
+    cache = os.path.join(cache_dir_path(), "envrun", kind, name)
+    try:
+        with open(cache, "rb") as handle:
+            stored = marshal.load(handle)  # noqa: S302 - our own cache file in the user's cache dir
+        if isinstance(stored, dict) and stored.get("key") == key:
+            return stored["value"]
+    except (OSError, ValueError, EOFError, TypeError, KeyError):
+        pass
+    value = compute(path)
     try:
         from envbuild.atomicfile import atomic_write
 
         os.makedirs(os.path.dirname(cache), exist_ok=True)
-        atomic_write(cache, value + "\n")
-    except OSError:
-        pass  # an unwritable cache only costs the hashing again
+        atomic_write(cache, marshal.dumps({"key": key, "value": value}))
+    except (OSError, ValueError):
+        pass  # an unwritable cache only costs the work again
     return value
+
+
+# Bump when what is cached changes (the record's layout as read, the digest's form).
+CACHE_FORMAT = 1

@@ -16,6 +16,7 @@ import pytest
 
 from envbuild.errors import UsageError
 from envbuild.inventory.sif import read_sif_layout
+from envbuild.launch import overlays as overlays_module
 from envbuild.launch.overlays import check_overlays, file_digest, read_overlays
 from envbuild.overlayformat import DEFAULT_MOUNT, OVERLAY_RECORD_FORMAT, RECORD_FILE
 from tests.conftest import REPO
@@ -134,11 +135,26 @@ def test_files_that_are_no_envbuild_overlay_are_refused(tmp_path: Path, base: Pa
         read_overlays(["/no/such.sqsh"])
 
 
-def test_the_digest_is_computed_once_per_path_size_and_mtime(tmp_path: Path, base: Path, cache_dir: Path) -> None:
+def test_the_digest_and_the_record_are_read_once_per_path_size_and_mtime(
+        tmp_path: Path, base: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    overlay = make_overlay(tmp_path, "env", base_record(base))
     assert file_digest(str(base)) == sha256_of(base)
-    cached = list((cache_dir / "envrun" / "digests").iterdir())
-    assert len(cached) == 1
-    cached[0].write_text("sha256:" + "0" * 64 + "\n")  # proves the next call reads the cache, not the file
-    assert file_digest(str(base)) == "sha256:" + "0" * 64
-    base.write_bytes(base.read_bytes() + b"x")  # a changed file (size, mtime) is hashed again
+    record = read_overlays([str(overlay)])[0].record
+    assert len(list((cache_dir / "envrun" / "digests").iterdir())) == 1
+
+    def not_again(path: str) -> None:
+        raise AssertionError(f"{path} was read again although it did not change")
+
+    monkeypatch.setattr(overlays_module, "_sha256", not_again)
+    monkeypatch.setattr(overlays_module, "_read_record", not_again)
     assert file_digest(str(base)) == sha256_of(base)
+    assert read_overlays([str(overlay)])[0].record == record
+    base.write_bytes(base.read_bytes() + b"x")  # a changed file (size, mtime) is read again
+    with pytest.raises(AssertionError, match="was read again"):
+        file_digest(str(base))
+
+
+def test_the_sif_id_is_the_one_the_inventory_reads(base: Path) -> None:
+    assert overlays_module._sif_id(str(base)) == read_sif_layout(base).header.image_id
+    assert overlays_module._sif_id(str(FIXTURE_SIF.parent)) is None
+    assert overlays_module._sif_id("/etc/hostname") is None
