@@ -24,10 +24,17 @@ EPILOG = """examples:
   envrun --image env.sif srun torchrun train.py --lr 3e-4     # one launcher per node
   envrun --image env.sif srun python train.py                 # one task per GPU
   envrun --image env.sif torchrun train.py                    # this node only
-  envrun --image env.sif python -c 'import torch; print(torch.__version__)'
+  envrun --image base.sif --overlay env.sqsh python train.py  # a venv overlay over a site image
+  envrun srun torchrun train.py                               # the environment of this project
+
+Without --image/--overlay, the environment is $ENVRUN_IMAGE (+ $ENVRUN_OVERLAYS, colon-separated),
+else image:/overlays: in the nearest envrun.yaml (this directory or a parent; `envbuild build` writes it),
+else the one *.sif in this directory. An overlay built for another base is refused (--force-overlay runs
+it with a warning). $WITH_CONDA (LUMI images) runs under bash in the container; envrun stops if it fails.
 
 Data directories and HF_HOME/TORCH_HOME can be set in ~/.config/envbuild/envrun.yaml
 (binds: [...], env: {...}, systems: {NAME: {binds, env}}); $ENVRUN_CONFIG names another file.
+A project's envrun.yaml takes the same keys (its env wins) plus image: and overlays:.
 """
 
 
