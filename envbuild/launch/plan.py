@@ -317,7 +317,7 @@ class _Planner:
         if request.missing_recipe_binds:
             self.note(f"skipped recipe binds missing on this host: {', '.join(request.missing_recipe_binds)}")
         for path, mount in checked_overlays(request.overlays):
-            argv += ["--bind", f"{path}:{mount}:image-src=/"]
+            argv += ["--bind", f"{path}:{mount}:image-src=/,ro"]
             self.note(f"overlay {path} mounted read-only at {mount}")
         argv += ["--pwd", request.cwd, request.image]
         return argv

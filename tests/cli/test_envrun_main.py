@@ -145,7 +145,7 @@ def test_envrun_srun_torchrun_works_verbatim_in_a_project(project: Path, env: di
     result = envrun(["--explain", "--dry-run", "srun", "torchrun", "train.py"], env, cwd=project / "src")
     assert result.returncode == 0, result.stderr
     script = result.stdout
-    assert f"--bind {data} --bind {project}/build/env.sqsh:/user-software:image-src=/ --pwd {project}/src " \
+    assert f"--bind {data} --bind {project}/build/env.sqsh:/user-software:image-src=/,ro --pwd {project}/src " \
            f"{project}/build/base.sif /bin/sh -c" in script
     assert "' python -m torch.distributed.run --nproc-per-node=" in script
     assert f"# image and overlays from {project}/envrun.yaml\n" in script
@@ -161,7 +161,7 @@ def test_overlay_options_and_the_project_env_winning(project: Path, tmp_path: Pa
     result = envrun(["--image", str(build / "base.sif"), f"--overlay={build / 'env.sqsh'}", "--dry-run", "python", "x.py"],
                     {**env, "ENVRUN_CONFIG": str(config)}, cwd=project)
     assert result.returncode == 0, result.stderr
-    assert f"--bind {build}/env.sqsh:/user-software:image-src=/" in result.stdout
+    assert f"--bind {build}/env.sqsh:/user-software:image-src=/,ro" in result.stdout
     assert "export HF_HOME=/from/project\n" in result.stdout and "export TORCH_HOME=/t\n" in result.stdout
 
 

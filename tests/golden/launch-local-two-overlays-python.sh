@@ -8,7 +8,7 @@
 # overlay /work/proj/dev tools.sqsh mounted read-only at /user-dev
 export OMP_NUM_THREADS=2
 export TOKENIZERS_PARALLELISM=false
-exec /usr/bin/apptainer exec --bind /work/proj --bind /work/proj/env.sqsh:/user-software:image-src=/ --bind '/work/proj/dev tools.sqsh:/user-dev:image-src=/' --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+exec /usr/bin/apptainer exec --bind /work/proj --bind /work/proj/env.sqsh:/user-software:image-src=/,ro --bind '/work/proj/dev tools.sqsh:/user-dev:image-src=/,ro' --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
 if [ -n "${WITH_CONDA:-}" ]; then

@@ -29,7 +29,7 @@ export PET_NNODES="${SLURM_STEP_NUM_NODES:-${SLURM_NNODES:-1}}"
 [ "${SLURMD_NODENAME:-}" = "$first" ] && is_host=1 || is_host=0
 export PET_RDZV_CONF="is_host=$is_host"
 unset SLURM_NTASKS SLURM_NPROCS
-exec "$@"' envrun-task /usr/bin/apptainer exec --bind /work/proj --bind /pfs --bind /scratch --bind /projappl --bind /project --bind /flash --bind /appl --bind /var/spool/slurmd --bind /opt/cray --bind /usr/lib64/libcxi.so.1 --bind /usr/lib64/libjansson.so.4 --bind /work/proj/env.sqsh:/user-software:image-src=/ --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+exec "$@"' envrun-task /usr/bin/apptainer exec --bind /work/proj --bind /pfs --bind /scratch --bind /projappl --bind /project --bind /flash --bind /appl --bind /var/spool/slurmd --bind /opt/cray --bind /usr/lib64/libcxi.so.1 --bind /usr/lib64/libjansson.so.4 --bind /work/proj/env.sqsh:/user-software:image-src=/,ro --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
 if [ -n "${WITH_CONDA:-}" ]; then

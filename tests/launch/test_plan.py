@@ -387,8 +387,8 @@ def test_wrappers_never_replace_files_envbuild_did_not_write(tmp_path) -> None:
 def test_overlays_are_bound_after_the_other_binds_and_go_first_on_path() -> None:
     p = plan("python", "x.py", binds=("/data",), overlays=TWO_OVERLAYS)
     binds = [p.argv[i + 1] for i, a in enumerate(p.argv) if a == "--bind"]
-    assert binds == ["/work/proj", "/data", "/work/proj/env.sqsh:/user-software:image-src=/",
-                     "/work/proj/dev tools.sqsh:/user-dev:image-src=/"]
+    assert binds == ["/work/proj", "/data", "/work/proj/env.sqsh:/user-software:image-src=/,ro",
+                     "/work/proj/dev tools.sqsh:/user-dev:image-src=/,ro"]
     body = words_after(p.argv, "envrun-task")[0]
     assert "export PATH=/user-dev/bin:/user-software/bin:\"$PATH\" VIRTUAL_ENV=/user-dev\n" in body
     assert body.index("WITH_CONDA") < body.index("export PATH=")
@@ -423,6 +423,6 @@ def test_wrapper_with_an_overlay() -> None:
     from envbuild.launch.wrappers import render_wrapper
 
     script = render_wrapper("torchrun", "/img/base.sif", load_recipe("local"), overlays=(("/p/env.sqsh", "/user-software"),))
-    assert "--bind /p/env.sqsh:/user-software:image-src=/ --pwd \"$PWD\"" in script
+    assert "--bind /p/env.sqsh:/user-software:image-src=/,ro --pwd \"$PWD\"" in script
     assert script.rstrip().endswith('exec "$@"\' python -m torch.distributed.run "$@"')
     assert "VIRTUAL_ENV=/user-software" in script
