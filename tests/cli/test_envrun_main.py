@@ -195,3 +195,21 @@ def test_the_one_sif_in_the_working_directory(tmp_path: Path, env: dict[str, str
     result = envrun(["--dry-run", "python", "x.py"], env, cwd=work)
     assert result.returncode == 0, result.stderr
     assert f" {work}/only.sif /bin/sh -c" in result.stdout and f"# image from the only .sif in {work}\n" in result.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    ["--overlay", "a.sqsh", "--overlay=b.sqsh", "--force-overlay", "-B/d", "srun", "torchrun", "--overlay", "x.py"],
+    ["--image", "i.sif", "--", "python", "-V"],
+])
+def test_the_fast_option_loop_agrees_with_argparse(argv: list[str]) -> None:
+    """The loop reads what the help describes; argparse (for --help and what the loop cannot decide)
+    gives the same options and leaves the command, envrun-like words included, untouched."""
+    from envbuild.cli.envrun_main import build_parser, parse_options
+
+    fast = parse_options(argv)
+    assert fast is not None
+    slow = build_parser().parse_args(argv)
+    for name in ("image", "overlays", "force_overlay", "binds", "system", "dry_run", "explain"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    assert slow.command in (fast.command, ["--", *fast.command])  # argparse keeps a leading "--" in REMAINDER
+    assert parse_options(["--over", "a.sqsh", "python"]) is None, "abbreviations are argparse's"
