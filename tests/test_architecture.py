@@ -119,7 +119,7 @@ import json, sys
 from envbuild.cli import envrun_main
 HEAVY = sys.argv[1].split(",")
 try:
-    envrun_main.main(["--image", "/etc/hostname", "--dry-run", "srun", "torchrun", "x.py"])
+    envrun_main.main(json.loads(sys.argv[2]))
 except SystemExit as exc:
     code = exc.code
 else:
@@ -129,12 +129,25 @@ print(json.dumps({"code": code, "heavy": sorted(m for m in HEAVY if m in sys.mod
 
 
 def test_envrun_dry_run_imports_no_heavy_module(tmp_path: Path) -> None:
+    dry_run_loads_nothing_heavy(tmp_path, ["--image", "/etc/hostname", "--dry-run", "srun", "torchrun", "x.py"])
+
+
+def test_envrun_in_a_project_with_a_config_imports_no_heavy_module(tmp_path: Path) -> None:
+    """The image from the project's envrun.yaml, binds and env from it and from the user's config: both
+    files are validated once, then read back from their cache."""
+    (tmp_path / "envrun.yaml").write_text("image: /etc/hostname\nbinds: [/tmp]\nenv: {HF_HOME: /tmp/hf}\n")
+    (tmp_path / ".config" / "envbuild").mkdir(parents=True)
+    (tmp_path / ".config" / "envbuild" / "envrun.yaml").write_text("env: {TORCH_HOME: /tmp/t}\n")
+    dry_run_loads_nothing_heavy(tmp_path, ["--dry-run", "srun", "torchrun", "x.py"])
+
+
+def dry_run_loads_nothing_heavy(tmp_path: Path, argv: list[str]) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache"),
            "ENVBUILD_CACHE_DIR": str(tmp_path / "cache" / "envbuild"), "PYTHONPATH": str(REPO)}
     reports = []
     for _ in range(2):  # the first run fills the recipe cache (pydantic may load); the second must not need it
-        done = subprocess.run([sys.executable, "-c", DRY_RUN_LAUNCH, ",".join(HEAVY_MODULES)], capture_output=True, text=True, env=env,
-                              cwd=tmp_path, timeout=60)
+        done = subprocess.run([sys.executable, "-c", DRY_RUN_LAUNCH, ",".join(HEAVY_MODULES), json.dumps(argv)],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
         reports.append(json.loads(done.stderr.strip().splitlines()[-1]))
     assert reports[1]["code"] in (0, None), reports
     assert reports[1]["heavy"] == [], f"envrun --dry-run loaded {reports[1]['heavy']}"

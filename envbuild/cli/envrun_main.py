@@ -24,10 +24,17 @@ EPILOG = """examples:
   envrun --image env.sif srun torchrun train.py --lr 3e-4     # one launcher per node
   envrun --image env.sif srun python train.py                 # one task per GPU
   envrun --image env.sif torchrun train.py                    # this node only
-  envrun --image env.sif python -c 'import torch; print(torch.__version__)'
+  envrun --image base.sif --overlay env.sqsh python train.py  # a venv overlay over a site image
+  envrun srun torchrun train.py                               # the environment of this project
+
+Without --image/--overlay, the environment is $ENVRUN_IMAGE (+ $ENVRUN_OVERLAYS, colon-separated),
+else image:/overlays: in the nearest envrun.yaml (this directory or a parent; `envbuild build` writes it),
+else the one *.sif in this directory. An overlay built for another base is refused (--force-overlay runs
+it with a warning). $WITH_CONDA (LUMI images) runs under bash in the container; envrun stops if it fails.
 
 Data directories and HF_HOME/TORCH_HOME can be set in ~/.config/envbuild/envrun.yaml
 (binds: [...], env: {...}, systems: {NAME: {binds, env}}); $ENVRUN_CONFIG names another file.
+A project's envrun.yaml takes the same keys (its env wins) plus image: and overlays:.
 """
 
 
@@ -39,8 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run COMMAND inside IMG with the system's binds, environment and CPU binding.",
     )
     parser.add_argument("--version", action="version", version=f"envrun, version {__version__}")
-    parser.add_argument("--image", default=os.environ.get("ENVRUN_IMAGE"), metavar="IMG",
-                        help="the .sif image (default: $ENVRUN_IMAGE)")
+    parser.add_argument("--image", metavar="IMG",
+                        help="the .sif image (default: $ENVRUN_IMAGE, envrun.yaml here or above, the one *.sif here)")
+    parser.add_argument("--overlay", dest="overlays", action="append", default=[], metavar="FILE.sqsh",
+                        help="a venv overlay built by envbuild, mounted read-only at its mount point over IMG "
+                             "(repeatable: later ones on top; default: $ENVRUN_OVERLAYS, envrun.yaml)")
+    parser.add_argument("--force-overlay", action="store_true",
+                        help="run an overlay on a base other than the one it was built for (with a warning)")
     parser.add_argument("--bind", "-B", dest="binds", action="append", default=[], metavar="SRC[:DEST[:OPTS]]",
                         help="extra bind mount (repeatable)")
     parser.add_argument("--system", metavar="NAME", help="system recipe (default: $ENVBUILD_SYSTEM or detected)")
@@ -51,10 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Options:
-    __slots__ = ("binds", "command", "dry_run", "explain", "image", "system")
+    __slots__ = ("binds", "command", "dry_run", "explain", "force_overlay", "image", "overlays", "system")
 
     def __init__(self) -> None:
-        self.image: str | None = os.environ.get("ENVRUN_IMAGE")
+        self.image: str | None = None  # None: found by envbuild.launch.project
+        self.overlays: list[str] = []
+        self.force_overlay = False
         self.binds: list[str] = []
         self.system: str | None = None
         self.dry_run = False
@@ -62,8 +76,9 @@ class _Options:
         self.command: list[str] = []
 
 
-_WITH_VALUE = {"--image": "image", "--bind": "binds", "-B": "binds", "--system": "system"}
-_FLAGS = {"--dry-run": "dry_run", "--explain": "explain"}
+_WITH_VALUE = {"--image": "image", "--overlay": "overlays", "--bind": "binds", "-B": "binds", "--system": "system"}
+_FLAGS = {"--dry-run": "dry_run", "--explain": "explain", "--force-overlay": "force_overlay"}
+_REPEATED = ("binds", "overlays")
 
 
 def parse_options(argv: list[str]) -> _Options | None:
@@ -97,8 +112,8 @@ def parse_options(argv: list[str]) -> _Options | None:
                 return None
             value = argv[index + 1]
             index += 1
-        if attribute == "binds":
-            options.binds.append(value)
+        if attribute in _REPEATED:
+            getattr(options, attribute).append(value)
         else:
             setattr(options, attribute, value)
         index += 1
@@ -122,20 +137,24 @@ def launch(args: Any) -> None:
     from envbuild.host.runtime import require_runtime
     from envbuild.launch.allocation import gpus_from_scontrol, read_allocation
     from envbuild.launch.plan import LaunchRequest, plan_launch
+    from envbuild.launch.project import find_environment, project_settings
     from envbuild.recipes.detect import resolve_recipe
 
-    if not args.image:
-        raise UsageError("no image given", "pass --image IMG.sif or set ENVRUN_IMAGE")
-    image_path = os.path.abspath(args.image)
-    if not os.path.exists(image_path):
-        raise UsageError(f"image {args.image} does not exist", "build it with `envbuild build SPEC -o IMG.sif` or fix the path")
+    environment = find_environment(image=args.image, overlays=args.overlays, environ=os.environ, cwd=os.getcwd())
+    image_path, overlays, warnings, notes = _image_and_overlays(environment, args.force_overlay)
     recipe, why = resolve_recipe(args.system, os.environ)
-    settings = _config_for(recipe.name)
-    all_binds = (*settings.binds, *args.binds)
+    user_binds, user_env = _config_for(recipe.name)
+    project_binds, project_env = project_settings(environment, recipe.name)
+    all_binds = (*user_binds, *project_binds, *args.binds)
     for bind in all_binds:
         source = bind.split(":", 1)[0]
         if not os.path.exists(source):
-            given = f"--bind {bind}" if bind in args.binds else f"binds in the envrun config {_config_file()}"
+            if bind in args.binds:
+                given = f"--bind {bind}"
+            elif bind in project_binds:
+                given = f"binds in {environment.project_file}"
+            else:
+                given = f"binds in the envrun config {_config_file()}"
             raise UsageError(f"bind source {source} does not exist ({given})",
                              "create the directory, or fix the path given to --bind (or in the envrun config)")
     missing = tuple(b for b in (*recipe.binds, *recipe.multinode_binds) if not os.path.exists(b.split(":", 1)[0]))
@@ -144,9 +163,9 @@ def launch(args: Any) -> None:
         gpus_from_scontrol(allocation)  # an salloc shell: its variables do not say
     plan = plan_launch(LaunchRequest(
         command=tuple(args.command), image=image_path, recipe=recipe, runtime=require_runtime(probe=False),
-        cwd=os.getcwd(), binds=all_binds, env=tuple(settings.env.items()), environ=dict(os.environ),
+        cwd=os.getcwd(), binds=all_binds, env=tuple({**user_env, **project_env}.items()), environ=dict(os.environ),
         missing_recipe_binds=missing, system_reason=why, allocation=allocation,
-        host=read_host_node(os.environ),
+        host=read_host_node(os.environ), overlays=overlays, warnings=tuple(warnings), notes=tuple(notes),
     ))
     if args.dry_run:
         sys.stdout.write(plan.script())
@@ -166,19 +185,50 @@ def launch(args: Any) -> None:
         raise UsageError(f"{plan.argv[0]} is not on PATH", "load Slurm / apptainer or fix PATH") from None
 
 
+def _image_and_overlays(environment: Any, force: bool) -> tuple[str, tuple[tuple[str, str], ...], list[str], list[str]]:
+    """The image, the overlays as (path, mount), warnings and notes. Overlays are read and checked against
+    the image only when there are any: the plain path stays free of the squashfs reader and hashlib."""
+    image, source = environment.image, environment.source
+    notes = [f"image{' and overlays' if environment.overlays else ''} from {source}"]
+    if not environment.overlays:
+        _require_image(image, source)
+        return image, (), [], notes
+    from envbuild.launch.overlays import check_overlays, read_overlays
+
+    overlays = read_overlays(environment.overlays)
+    if image is None:  # only overlays named: the base the bottom one was built for
+        image = (overlays[0].record.get("base") or {}).get("path")
+        if not image or not os.path.exists(image):
+            raise UsageError(f"no image given for overlay {overlays[0].path}, and the base it was built for "
+                             f"({image or 'not recorded'}) is not here", "pass --image BASE.sif")
+        notes.append(f"image {image}: the base overlay {overlays[0].path} was built for")
+    _require_image(image, source)
+    warnings, checked = check_overlays(overlays, image, force=force)
+    return image, tuple((o.path, o.mount) for o in overlays), warnings, notes + checked
+
+
+def _require_image(image: str | None, source: str) -> None:
+    if not image or not os.path.exists(image):
+        named = "" if source == "the command line" else f" (named by {source})"
+        raise UsageError(f"image {image} does not exist{named}", "build it with `envbuild build SPEC -o IMG.sif` or fix the path")
+
+
 def _config_file() -> str:
     from envbuild.launch.config import config_path
 
     return config_path(os.environ)
 
 
-def _config_for(system: str) -> Any:
-    """The envrun config's binds and env for `system`; validated (pydantic) only when a file exists."""
-    from envbuild.launch.config import EMPTY, config_path, load_envrun_config
+def _config_for(system: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The envrun config's binds and env for `system`; validated (pydantic) only when the file changed."""
+    from envbuild.launch.config import config_path, read_settings, settings_for
 
-    if not os.path.exists(config_path(os.environ)) and not os.environ.get("ENVRUN_CONFIG"):
-        return EMPTY
-    return load_envrun_config().for_system(system)
+    path = config_path(os.environ)
+    if not os.path.exists(path):
+        if os.environ.get("ENVRUN_CONFIG"):
+            raise UsageError(f"ENVRUN_CONFIG names {path}, which does not exist", "fix or unset ENVRUN_CONFIG")
+        return (), {}
+    return settings_for(read_settings(path), system)
 
 
 if __name__ == "__main__":

@@ -5,23 +5,36 @@ globally or per system. File: $ENVRUN_CONFIG, else ~/.config/envbuild/envrun.yam
     env: {HF_HOME: /scratch/project_465000000/hf-cache}
     systems:
       lumi-g: {env: {TORCH_HOME: /flash/project_465000000/torch}}
+
+A project's envrun.yaml (envbuild.launch.project) has the same keys plus `image` and `overlays`.
+envrun reads both through `read_settings`: validated (YAML + pydantic) only when the file changed, else
+read back from a marshal cache keyed by the file's content, like the recipes (envbuild.recipes.load).
 """
 
 from __future__ import annotations
 
+import marshal
 import os
+import sys
+import zlib
 from types import SimpleNamespace
 
+from envbuild import __version__
 from envbuild.errors import SpecError, UsageError
 
 TYPE_CHECKING = False  # pathlib and typing stay off envrun's start-up path
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from pathlib import Path
+    from typing import Any
 
     from envbuild.launch.configschema import EnvrunConfig
+    from envbuild.strictmodel import StrictModel
 
 # What an absent config means; a plain object so that envrun needs no pydantic for it.
 EMPTY = SimpleNamespace(binds=(), env={})
+# Bump when the cached data's layout changes, so older cache files are not read.
+CACHE_FORMAT = 1
 
 
 def config_path(environ: Mapping[str, str]) -> str:
@@ -34,10 +47,7 @@ def config_path(environ: Mapping[str, str]) -> str:
 def load_envrun_config(environ: Mapping[str, str] | None = None) -> EnvrunConfig:
     from pathlib import Path
 
-    from pydantic import ValidationError
-
     from envbuild.launch.configschema import EnvrunConfig
-    from envbuild.yamlsource import load_yaml_file
 
     environ = os.environ if environ is None else environ
     path = Path(config_path(environ))
@@ -47,22 +57,86 @@ def load_envrun_config(environ: Mapping[str, str] | None = None) -> EnvrunConfig
         return EnvrunConfig()
     if path.is_dir():
         raise UsageError(f"{path}: is a directory, not envrun's config file", _FIX_PATH)
+    return validate_file(path, EnvrunConfig, "envrun config", "binds, env and systems")
+
+
+def validate_file(path: Path, model: type[StrictModel], what: str, keys: str) -> Any:
+    """`path` validated as `model`; every problem is a UsageError at file:line:column with a fix."""
+    from pydantic import ValidationError
+
+    from envbuild.yamlsource import load_yaml_file
+
     try:
         document = load_yaml_file(path)
     except SpecError as exc:  # YAML syntax or a duplicate key: located, but this is no spec
         problem = exc.problems[0]
-        raise UsageError(f"{problem.file}:{problem.line}:{problem.column}: envrun config: {problem.message}",
+        raise UsageError(f"{problem.file}:{problem.line}:{problem.column}: {what}: {problem.message}",
                          problem.hint) from None
     if document.data is not None and not isinstance(document.data, dict):
-        raise UsageError(f"{path}:1:1: envrun config: must be a mapping with binds, env and systems, "
-                         f"not a {type(document.data).__name__}", _FIX_FORMAT)
+        raise UsageError(f"{path}:1:1: {what}: must be a mapping with {keys}, not a {type(document.data).__name__}",
+                         _FIX_FORMAT)
     try:
-        return EnvrunConfig.model_validate(document.data or {})
+        return model.model_validate(document.data or {})
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = tuple(first["loc"])
         pos = document.position_of(loc)
         raise UsageError(f"{path}:{pos.line}:{pos.column}: {'.'.join(map(str, loc))}: {first['msg']}", _FIX_FORMAT) from None
+
+
+def read_settings(path: str, *, project: bool = False) -> dict[str, Any]:
+    """The validated content of envrun's config (or, with `project`, of a project's envrun.yaml) as plain
+    data: {"binds": [...], "env": {...}, "systems": {NAME: {"binds", "env"}}} (+ "image", "overlays")."""
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read()
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory, not envrun's config file", _FIX_PATH) from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}", "check the file and its permissions") from None
+    cache = _cache_file("project" if project else "config", content)
+    try:
+        with open(cache, "rb") as handle:
+            return marshal.load(handle)  # noqa: S302 - our own cache file in the user's cache dir
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    from pathlib import Path
+
+    from envbuild.launch.configschema import EnvrunConfig, ProjectConfig
+
+    if project:
+        data = validate_file(Path(path), ProjectConfig, "envrun.yaml", "image, overlays, binds, env and systems")
+    else:
+        data = validate_file(Path(path), EnvrunConfig, "envrun config", "binds, env and systems")
+    plain = data.model_dump(mode="json")
+    _write_cache(cache, plain)
+    return plain
+
+
+def settings_for(data: Mapping[str, Any], system: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """(binds, env) of `read_settings` data for `system`: the global ones, then the system's."""
+    extra = data.get("systems", {}).get(system, {})
+    return (*data.get("binds", ()), *extra.get("binds", ())), {**data.get("env", {}), **extra.get("env", {})}
+
+
+def _cache_file(kind: str, content: bytes) -> str:
+    from envbuild.host.runtime import cache_dir_path
+
+    # crc32, size and version, as envbuild.recipes.load does: hashlib's import would cost envrun 5 ms
+    stamp = f"{__version__}/{CACHE_FORMAT}/{sys.version_info[0]}.{sys.version_info[1]}".encode()
+    key = f"{zlib.crc32(content):08x}{len(content):x}-{zlib.crc32(stamp):08x}"
+    return os.path.join(cache_dir_path(), "envrun", f"{kind}-{key}.marshal")
+
+
+def _write_cache(cache: str, data: dict[str, Any]) -> None:
+    """Best effort: an unwritable cache only costs speed."""
+    from envbuild.atomicfile import atomic_write
+
+    try:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        atomic_write(cache, marshal.dumps(data))
+    except (OSError, ValueError):
+        pass
 
 
 _FIX_FORMAT = "see `envrun --help` for the config format"

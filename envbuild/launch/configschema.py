@@ -18,3 +18,11 @@ class EnvrunConfig(SystemSettings):
     def for_system(self, name: str) -> SystemSettings:
         extra = self.systems.get(name, SystemSettings())
         return SystemSettings(binds=(*self.binds, *extra.binds), env={**self.env, **extra.env})
+
+
+class ProjectConfig(EnvrunConfig):
+    """A project's envrun.yaml (envbuild.launch.project): the environment to run in, plus the same settings.
+    Relative paths are relative to the file's directory."""
+
+    image: str | None = None
+    overlays: tuple[str, ...] = ()

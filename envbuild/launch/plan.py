@@ -4,7 +4,8 @@ Layers, outermost first:
   srun (optional, on the host)
   -> host task shim   /bin/sh -c '<Slurm-derived variables: ranks, MASTER_ADDR, rendezvous>' (one per task)
   -> apptainer exec IMAGE
-  -> container shim   /bin/sh -c '<$WITH_CONDA, per-rank CPU affinity>'
+  -> container shim   /bin/sh -c BOOT envrun-task BODY (envbuild.launch.shims: $WITH_CONDA under bash, venv
+                      overlays on PATH, the recipe's per-task variables)
   -> the program (torchrun, python, ...) with the user's arguments.
 Every shim ends in `exec "$@"`: the user's arguments travel as separate argv words from end to end and
 are never joined into a string that a shell parses again. Values that only exist inside a Slurm task
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from envbuild.errors import UsageError
 from envbuild.launch.args import has_option, option_value, split_srun, torchrun_has, torchrun_own_options
+from envbuild.launch.shims import BOOT, TASK_SHIM_NAME, activation_lines, overlay_lines, rank_affinity_script
 from envbuild.launch.sizing import LaunchSize, size_launch
 
 TYPE_CHECKING = False  # typing, dataclasses and shlex stay off envrun's start-up path (measured: ~30 ms)
@@ -26,20 +28,18 @@ if TYPE_CHECKING:
     from envbuild.launch.allocation import Allocation
     from envbuild.recipes.schema import Recipe
 
-TASK_SHIM_NAME = "envrun-task"  # $0 of the shims, shown by ps
-
-
 class LaunchRequest:
     """What to launch and everything the planner needs to know, as plain data."""
 
     __slots__ = ("allocation", "binds", "command", "cwd", "env", "environ", "host", "image", "missing_recipe_binds",
-                 "recipe", "runtime", "system_reason")
+                 "notes", "overlays", "recipe", "runtime", "system_reason", "warnings")
 
     def __init__(
         self, *, command: tuple[str, ...], image: str, recipe: Recipe, runtime: Runtime, cwd: str,
         binds: tuple[str, ...] = (), env: tuple[tuple[str, str], ...] = (), environ: Mapping[str, str] | None = None,
         missing_recipe_binds: tuple[str, ...] = (), system_reason: str = "", host: HostNode | None = None,
-        allocation: Allocation | None = None,
+        allocation: Allocation | None = None, overlays: tuple[tuple[str, str], ...] = (),
+        warnings: tuple[str, ...] = (), notes: tuple[str, ...] = (),
     ) -> None:
         self.command = command  # everything after envrun's own options, e.g. ("srun", "torchrun", "train.py")
         self.image = image
@@ -53,6 +53,10 @@ class LaunchRequest:
         self.system_reason = system_reason
         self.host = host  # this machine's CPUs and GPUs (None: unknown, e.g. a wrapper planned for later)
         self.allocation = allocation  # the job envrun runs in (read_allocation(environ)), None outside one
+        # venv overlays, bottom first: (absolute host path of NAME.sqsh, mount point its record names)
+        self.overlays = overlays
+        self.warnings = warnings  # the caller's own (e.g. an overlay run on another base with --force-overlay)
+        self.notes = notes  # the caller's own reasons (how the image was found, overlay checks)
 
 
 class LaunchPlan:
@@ -105,6 +109,7 @@ class _Planner:
         self.reasons: list[str] = []
         if request.system_reason:
             self.reasons.append(f"system {self.recipe.name}: {request.system_reason}")
+        self.reasons += request.notes
         self.env: list[tuple[str, str]] = []
         self.unset: list[str] = []
 
@@ -128,7 +133,7 @@ class _Planner:
         self.common_env(size)
         argv = [*outer, *host_shim, *self.container_argv(), *container_shim, *program]
         return LaunchPlan(argv=tuple(argv), env=tuple(self.env), unset=tuple(self.unset), reasons=tuple(self.reasons),
-                          warnings=tuple(size.warnings))
+                          warnings=(*self.request.warnings, *size.warnings))
 
     # -- srun ----------------------------------------------------------------------------------------
 
@@ -218,17 +223,23 @@ class _Planner:
         return ["/bin/sh", "-c", "\n".join(lines), TASK_SHIM_NAME]
 
     def container_shim(self) -> list[str]:
-        """Inside the container: activate the image's conda when it says how ($WITH_CONDA, LUMI images), and
-        set the recipe's variables whose values refer to others (${USER}, ${SLURM_NODEID}): they can only be
-        expanded in the task itself."""
-        lines = ['[ -z "${WITH_CONDA:-}" ] || eval "$WITH_CONDA"']
-        self.note("$WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images)")
+        """Inside the container: activate the image's conda when it says how ($WITH_CONDA, LUMI images), put
+        the venv overlays on PATH, and set the recipe's variables whose values refer to others (${USER},
+        ${SLURM_NODEID}): they can only be expanded in the task itself."""
+        lines = activation_lines(self.request.runtime.env_prefix)
+        self.note("$WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash "
+                  "when the image has it; envrun stops if the activation fails")
+        mounts = tuple(mount for _, mount in self.request.overlays)
+        lines += overlay_lines(mounts)
+        if mounts:
+            self.note(f"PATH starts with {', '.join(m + '/bin' for m in reversed(mounts))}, VIRTUAL_ENV={mounts[-1]}: "
+                      "the overlays' venvs, the last given on top")
         for key, value in self.recipe.env.items():
             if "$" in value and key not in self.environ:
                 lines.append(f'export {key}="${{{key}-{value}}}"')
                 self.note(f"{key}={value}: {self.recipe.cite('env.' + key)}, expanded in each task")
         lines.append('exec "$@"')
-        return ["/bin/sh", "-c", "\n".join(lines), TASK_SHIM_NAME]
+        return ["/bin/sh", "-c", BOOT, TASK_SHIM_NAME, "\n".join(lines)]
 
     # -- torchrun ------------------------------------------------------------------------------------
 
@@ -245,12 +256,19 @@ class _Planner:
             added.append("--standalone")
             self.note("--standalone: " + ("one node, so torchrun hosts its own rendezvous on a free port"
                                           if self.srun_opts is not None else "no srun, so this is a single-node run"))
+        launcher = [words[0]]
+        if self.request.overlays:
+            # The image's torchrun script starts with the base's Python, which does not see the overlay's
+            # packages; so would every rank it starts itself (sys.executable). The overlay's python does.
+            launcher = ["python", "-m", "torch.distributed.run"]
+            self.note("torchrun as `python -m torch.distributed.run` with the overlay's python, so that the launcher "
+                      "and every rank see the overlay's packages")
         if rest and self.recipe.launch.bind_cpus and not torchrun_has(own, "--no-python", "--numa-binding", "--run-path"):
             # --no-python and --module exclude each other in torchrun: -m moves into the rank step.
             module = any(w in ("-m", "--module") for w in own)
             own = tuple(w for w in own if w not in ("-m", "--module"))
-            return [words[0], *added, *own, "--no-python", *self.rank_affinity(size, module), *rest]
-        return [words[0], *added, *own, *rest]
+            return [*launcher, *added, *own, "--no-python", *self.rank_affinity(size, module), *rest]
+        return [*launcher, *added, *own, *rest]
 
     def wants_standalone(self) -> bool:
         own = torchrun_own_options(self.program)
@@ -269,20 +287,7 @@ class _Planner:
         the recipe's GPU-to-core map on a whole node; otherwise the task's own CPUs (which only Slurm knows
         until the task runs), split evenly by LOCAL_RANK of LOCAL_WORLD_SIZE."""
         table = ";".join(f"{rank}:{','.join(map(str, cores))}" for rank, cores in enumerate(size.rank_cores or ()))
-        script = (
-            'py=$(command -v python || command -v python3)\n'
-            'exec "$py" -c \'import os, sys\n'
-            'have = sorted(os.sched_getaffinity(0))\n'
-            'rank, ranks = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))\n'
-            'if sys.argv[1]:\n'
-            '    table = dict(e.split(":") for e in sys.argv[1].split(";"))\n'
-            '    want = {int(c) for c in table.get(str(rank), "").split(",") if c} & set(have)\n'
-            'else:\n'
-            '    share = max(1, len(have) // max(1, ranks))\n'
-            '    want = set(have[rank * share % len(have):][:share])\n'
-            'if want: os.sched_setaffinity(0, want)\n'
-            'os.execvp(sys.argv[2], sys.argv[2:])\' "$ENVRUN_RANK_CORES" "$py" -u "$@"'
-        )
+        script = rank_affinity_script()
         self.env.append(("ENVRUN_RANK_CORES", table))
         if not table:
             self.note("per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each "
@@ -311,6 +316,9 @@ class _Planner:
             self.note(f"binds {', '.join(present)}: {recipe.cite('binds')}")
         if request.missing_recipe_binds:
             self.note(f"skipped recipe binds missing on this host: {', '.join(request.missing_recipe_binds)}")
+        for path, mount in checked_overlays(request.overlays):
+            argv += ["--bind", f"{path}:{mount}:image-src=/,ro"]
+            self.note(f"overlay {path} mounted read-only at {mount}")
         argv += ["--pwd", request.cwd, request.image]
         return argv
 
@@ -330,3 +338,20 @@ class _Planner:
 
 # The runtime's GPU flag for a host whose GPUs envrun found itself (recipes with `node: host`).
 HOST_GPU_FLAGS = {"nvidia": "--nv", "amd": "--rocm"}
+
+
+def checked_overlays(overlays: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The overlays, refused when the runtime's bind syntax cannot carry them or two share a mount point
+    (the later one would hide the earlier one entirely)."""
+    seen: dict[str, str] = {}
+    for path, mount in overlays:
+        for word, what in ((path, "overlay file"), (mount, "mount point")):
+            if ":" in word or "," in word:
+                raise UsageError(f"{what} {word} contains ':' or ',', which --bind cannot carry",
+                                 "rename or move the overlay file (or build it with another mount point)")
+        if mount in seen:
+            raise UsageError(f"overlays {seen[mount]} and {path} both mount at {mount}: the later one would hide the first",
+                             "build one of them with another mount point (overlay mount in its spec), or put both "
+                             "sets of packages into one overlay")
+        seen[mount] = path
+    return overlays

@@ -30,11 +30,14 @@ def wrapped_commands(venv_bin_entries: list[str]) -> list[str]:
     return sorted(set(names), key=lambda n: (n not in ALWAYS, n))
 
 
-def render_wrapper(command: str, image: str, recipe: Recipe, runtime_name: str = "apptainer") -> str:
+def render_wrapper(command: str, image: str, recipe: Recipe, runtime_name: str = "apptainer", *,
+                   overlays: tuple[tuple[str, str], ...] = ()) -> str:
     """The wrapper script for `command`: the direct (no srun) launch plan with the caller's working
-    directory and arguments filled in at run time."""
+    directory and arguments filled in at run time. `overlays`: venv overlays mounted over `image`,
+    bottom first, as (absolute path of NAME.sqsh, mount point)."""
     plan = plan_launch(LaunchRequest(
         command=(_CMD,), image=image, recipe=recipe, runtime=Runtime("RUNTIME", runtime_name), cwd=_CWD,
+        overlays=overlays,
     ))
     argv = list(plan.argv)
     # recipe binds exist only on their system: bind those that exist where the wrapper runs
@@ -67,8 +70,9 @@ def render_wrapper(command: str, image: str, recipe: Recipe, runtime_name: str =
         lines.append("binds=")
         lines.append(f"for b in {' '.join(shlex.quote(b) for b in recipe.binds)}; do [ -e \"$b\" ] && binds=\"$binds --bind $b\"; done")
         quoted_head += " $binds"
-    assert tail[-2:] == [TASK_SHIM_NAME, _CMD]
-    tail[-1] = command
+    assert tail[-3] == TASK_SHIM_NAME and tail[-1] == _CMD
+    # with overlays, torchrun runs under the overlay's python (see envbuild.launch.plan's torchrun_argv)
+    tail[-1:] = ["python", "-m", "torch.distributed.run"] if overlays and command == "torchrun" else [command]
     lines.append(f"exec {quoted_head} \"$image\" {' '.join(shlex.quote(w) for w in tail)} \"$@\"")
     return "\n".join(lines) + "\n"
 

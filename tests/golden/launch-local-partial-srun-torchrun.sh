@@ -6,7 +6,7 @@
 # OMP_NUM_THREADS=1: 1 CPUs / 1 processes
 # --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
 # SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that check Slurm first would take the world size from it instead of torchrun's
-# $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images)
+# $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 # --standalone: one node, so torchrun hosts its own rendezvous on a free port
 # per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
@@ -14,8 +14,22 @@ export ENVRUN_RANK_CORES=''
 export OMP_NUM_THREADS=1
 export TOKENIZERS_PARALLELISM=false
 exec srun --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=1 /bin/sh -c 'unset SLURM_NTASKS SLURM_NPROCS
-exec "$@"' envrun-task /usr/bin/apptainer exec --bind /work/proj --pwd /work/proj /img/env.sif /bin/sh -c '[ -z "${WITH_CONDA:-}" ] || eval "$WITH_CONDA"
-exec "$@"' envrun-task torchrun --nproc-per-node=1 --standalone --no-python /bin/sh -c 'py=$(command -v python || command -v python3)
+exec "$@"' envrun-task /usr/bin/apptainer exec --bind /work/proj --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
+eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
+if [ -n "${WITH_CONDA:-}" ]; then
+    envrun_activate || {
+        status=$?
+        if [ -n "${BASH_VERSION:-}" ]; then how=bash; fix="check that the environment it activates exists in the image"
+        else how="/bin/sh, as this image has no bash"; fix="make it a command /bin/sh understands (. instead of source)"; fi
+        printf '"'"'envrun: %s\n'"'"' >&2 \
+            "could not activate the image'"'"'s environment: WITH_CONDA=$WITH_CONDA failed in $how (exit status $status)" \
+            "stopping here instead of running the program with the image'"'"'s other Python" \
+            "fix: $fix, or set APPTAINERENV_WITH_CONDA on the host to a command that works (empty: run without activating)"
+        exit 1
+    }
+fi
+exec "$@"' torchrun --nproc-per-node=1 --standalone --no-python /bin/sh -c 'py=$(command -v python || command -v python3)
 exec "$py" -c '"'"'import os, sys
 have = sorted(os.sched_getaffinity(0))
 rank, ranks = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))

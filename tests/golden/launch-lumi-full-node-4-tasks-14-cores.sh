@@ -8,7 +8,7 @@
 # --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
 # ROCR_VISIBLE_DEVICES: GPUs $SLURM_LOCALID*2 .. +1 in each task, 2 per task (recipes/lumi-g.yaml:53 launch.per_task_gpu_env.ROCR_VISIBLE_DEVICES)
 # RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_STEP_TASKS_PER_NODE; MASTER_ADDR = first node of the step (host's scontrol), MASTER_PORT from the job id
-# $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images)
+# $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 # MIOPEN_USER_DB_PATH=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:48 env.MIOPEN_USER_DB_PATH, expanded in each task
 # MIOPEN_CUSTOM_CACHE_DIR=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:49 env.MIOPEN_CUSTOM_CACHE_DIR, expanded in each task
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
@@ -24,7 +24,21 @@ n="${SLURM_NODEID:-0}"; lws=1; IFS=,; for e in ${SLURM_STEP_TASKS_PER_NODE:-1}; 
 export LOCAL_WORLD_SIZE="$lws"
 export MASTER_ADDR="${first}" MASTER_PORT="$port"
 export ROCR_VISIBLE_DEVICES="$(( $SLURM_LOCALID * 2 + 0 )),$(( $SLURM_LOCALID * 2 + 1 ))"
-exec "$@"' envrun-task /usr/bin/apptainer exec --bind /work/proj --bind /pfs --bind /scratch --bind /projappl --bind /project --bind /flash --bind /appl --pwd /work/proj /img/env.sif /bin/sh -c '[ -z "${WITH_CONDA:-}" ] || eval "$WITH_CONDA"
+exec "$@"' envrun-task /usr/bin/apptainer exec --bind /work/proj --bind /pfs --bind /scratch --bind /projappl --bind /project --bind /flash --bind /appl --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
+eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
+if [ -n "${WITH_CONDA:-}" ]; then
+    envrun_activate || {
+        status=$?
+        if [ -n "${BASH_VERSION:-}" ]; then how=bash; fix="check that the environment it activates exists in the image"
+        else how="/bin/sh, as this image has no bash"; fix="make it a command /bin/sh understands (. instead of source)"; fi
+        printf '"'"'envrun: %s\n'"'"' >&2 \
+            "could not activate the image'"'"'s environment: WITH_CONDA=$WITH_CONDA failed in $how (exit status $status)" \
+            "stopping here instead of running the program with the image'"'"'s other Python" \
+            "fix: $fix, or set APPTAINERENV_WITH_CONDA on the host to a command that works (empty: run without activating)"
+        exit 1
+    }
+fi
 export MIOPEN_USER_DB_PATH="${MIOPEN_USER_DB_PATH-/tmp/${USER}-miopen-cache-${SLURM_NODEID}}"
 export MIOPEN_CUSTOM_CACHE_DIR="${MIOPEN_CUSTOM_CACHE_DIR-/tmp/${USER}-miopen-cache-${SLURM_NODEID}}"
-exec "$@"' envrun-task python train.py
+exec "$@"' python train.py

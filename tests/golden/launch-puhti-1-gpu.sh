@@ -6,7 +6,7 @@
 # OMP_NUM_THREADS=10: the 10 CPUs of each task
 # --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
 # RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_STEP_TASKS_PER_NODE; MASTER_ADDR = first node of the step (host's scontrol), MASTER_PORT from the job id
-# $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images)
+# $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 # --nv: recipes/puhti.yaml:26 runtime.flags
 # binds /scratch, /projappl: recipes/puhti.yaml:27 binds
@@ -18,5 +18,19 @@ export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASK
 n="${SLURM_NODEID:-0}"; lws=1; IFS=,; for e in ${SLURM_STEP_TASKS_PER_NODE:-1}; do c=${e%%(*}; r=1; case $e in *"(x"*) r=${e#*(x}; r=${r%)};; esac; if [ "$n" -lt "$r" ]; then lws=$c; break; fi; n=$((n - r)); done; unset IFS
 export LOCAL_WORLD_SIZE="$lws"
 export MASTER_ADDR="${first}" MASTER_PORT="$port"
-exec "$@"' envrun-task /usr/bin/apptainer exec --nv --bind /work/proj --bind /scratch --bind /projappl --pwd /work/proj /img/env.sif /bin/sh -c '[ -z "${WITH_CONDA:-}" ] || eval "$WITH_CONDA"
-exec "$@"' envrun-task python train.py
+exec "$@"' envrun-task /usr/bin/apptainer exec --nv --bind /work/proj --bind /scratch --bind /projappl --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
+eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
+if [ -n "${WITH_CONDA:-}" ]; then
+    envrun_activate || {
+        status=$?
+        if [ -n "${BASH_VERSION:-}" ]; then how=bash; fix="check that the environment it activates exists in the image"
+        else how="/bin/sh, as this image has no bash"; fix="make it a command /bin/sh understands (. instead of source)"; fi
+        printf '"'"'envrun: %s\n'"'"' >&2 \
+            "could not activate the image'"'"'s environment: WITH_CONDA=$WITH_CONDA failed in $how (exit status $status)" \
+            "stopping here instead of running the program with the image'"'"'s other Python" \
+            "fix: $fix, or set APPTAINERENV_WITH_CONDA on the host to a command that works (empty: run without activating)"
+        exit 1
+    }
+fi
+exec "$@"' python train.py

@@ -48,16 +48,21 @@ HOST = HostNode(cpus=2, why={"cpus": "2 CPUs in this process's affinity"})
 
 
 def plan(*command: str, system: str = "local", environ: dict[str, str] | None = None, binds: tuple[str, ...] = (),
-         cwd: str = "/work/proj", host: HostNode = HOST):
+         cwd: str = "/work/proj", host: HostNode = HOST, overlays: tuple[tuple[str, str], ...] = ()):
     environ = environ or {}
     return plan_launch(LaunchRequest(
         command=command, image="/img/env.sif", recipe=load_recipe(system), runtime=RUNTIME, cwd=cwd,
-        binds=binds, environ=environ, allocation=read_allocation(environ), host=host,
+        binds=binds, environ=environ, allocation=read_allocation(environ), host=host, overlays=overlays,
     ))
 
 
-# name -> (system, recorded job variables, command). The first group is the old set, the rest are the
-# course and guide examples of tests/launch_allocations.py.
+# venv overlays (issue 11): one at LUMI's documented mount point, and two stacked
+ONE_OVERLAY = (("/work/proj/env.sqsh", "/user-software"),)
+TWO_OVERLAYS = (("/work/proj/env.sqsh", "/user-software"), ("/work/proj/dev tools.sqsh", "/user-dev"))
+
+
+# name -> (system, recorded job variables, command[, overlays]). The first group is the old set, the rest
+# are the course and guide examples of tests/launch_allocations.py, then launches with venv overlays.
 GOLDEN_CASES = {
     "lumi-full-node-8-tasks": ("lumi-g", LUMI_FULL_NODE, ("srun", "python", "train.py", "--epochs", "3")),
     "lumi-full-node-4-tasks-14-cores": ("lumi-g", LUMI_FULL_NODE_4_TASKS, ("srun", "python", "train.py")),
@@ -78,6 +83,8 @@ GOLDEN_CASES = {
     "local-partial-srun-torchrun": ("local", LOCAL_PARTIAL, ("srun", "torchrun", "examples/ddp_minimal.py")),
     "local-full-srun-python": ("local", LOCAL_FULL, ("srun", "python", "examples/ddp_minimal.py")),
     "lumi-login-node-dry-run": ("lumi-g", {}, ("srun", "python", "train.py")),
+    "lumi-overlay-srun-torchrun": ("lumi-g", LUMI_4_NODES, ("srun", "torchrun", "train.py"), ONE_OVERLAY),
+    "local-two-overlays-python": ("local", {}, ("python", "train.py", "--lr", "3e-4"), TWO_OVERLAYS),
 }
 
 
@@ -92,12 +99,18 @@ def golden_names() -> set[str]:
 @pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
 def test_launch_script_matches_golden(case: str) -> None:
     """tests/golden/launch-CASE.sh; update after an intended change: ENVBUILD_UPDATE_GOLDEN=1 pytest THIS_FILE."""
-    system, environ, command = GOLDEN_CASES[case]
-    check_golden(launch_golden_name(case), plan(*command, system=system, environ=environ).script())
+    system, environ, command, *overlays = GOLDEN_CASES[case]
+    script = plan(*command, system=system, environ=environ, overlays=overlays[0] if overlays else ()).script()
+    check_golden(launch_golden_name(case), script)
 
 
 def words_after(argv: tuple[str, ...], marker: str) -> tuple[str, ...]:
     return argv[len(argv) - 1 - argv[::-1].index(marker) + 1 :]
+
+
+def program_words(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """The program and its arguments: the words after the container shim (`... envrun-task BODY`)."""
+    return words_after(argv, "envrun-task")[1:]
 
 
 def test_lumi_full_node_uses_documented_masks_and_rocr() -> None:
@@ -108,7 +121,7 @@ def test_lumi_full_node_uses_documented_masks_and_rocr() -> None:
     host_shim = p.argv[p.argv.index("/bin/sh") + 2]
     assert 'export ROCR_VISIBLE_DEVICES="$SLURM_LOCALID"' in host_shim
     assert dict(p.env)["OMP_NUM_THREADS"] == "7"
-    assert words_after(p.argv, "envrun-task") == ("python", "train.py")
+    assert program_words(p.argv) == ("python", "train.py")
 
 
 def test_full_node_masks_only_when_the_job_holds_the_node() -> None:
@@ -288,7 +301,7 @@ def test_module_form_moves_into_the_rank_step() -> None:
 def test_plain_python_without_srun() -> None:
     p = plan("python", "x.py")
     assert p.argv[0] == "/usr/bin/apptainer" and "srun" not in p.argv
-    assert words_after(p.argv, "envrun-task") == ("python", "x.py")
+    assert program_words(p.argv) == ("python", "x.py")
 
 
 def test_extra_binds_in_order_without_duplicates() -> None:
@@ -348,9 +361,9 @@ def test_wrapper_passes_arguments_and_uses_caller_cwd() -> None:
     script = render_wrapper("torchrun", "/img/env.sif", load_recipe("lumi-g"))
     assert script.startswith("#!/bin/sh\n")
     assert 'exec "$runtime" exec --bind "$PWD" --pwd "$PWD" $binds "$image"' in script
-    assert script.rstrip().endswith('envrun-task torchrun "$@"')
+    assert script.rstrip().endswith('exec "$@"\' torchrun "$@"')
     assert "OMP_NUM_THREADS=$((cpus / procs))" in script  # computed where the wrapper runs, not from the recipe
-    assert 'envrun-task torchrun "$@"' in script and "envrun-rank" not in script  # the caller's torchrun options, untouched
+    assert "envrun-task 'envrun_activate()" in script and "envrun-rank" not in script  # the caller's torchrun options, untouched
     assert wrapped_commands(["pip", "activate", "Activate.ps1", "transformers", "python", "torchrun"]) == [
         "pip", "python", "torchrun", "transformers"]
 
@@ -369,3 +382,47 @@ def test_wrappers_never_replace_files_envbuild_did_not_write(tmp_path) -> None:
     assert is_replaceable_wrapper(ours)
     assert not is_replaceable_wrapper(theirs)
     assert not is_replaceable_wrapper(link)
+
+
+def test_overlays_are_bound_after_the_other_binds_and_go_first_on_path() -> None:
+    p = plan("python", "x.py", binds=("/data",), overlays=TWO_OVERLAYS)
+    binds = [p.argv[i + 1] for i, a in enumerate(p.argv) if a == "--bind"]
+    assert binds == ["/work/proj", "/data", "/work/proj/env.sqsh:/user-software:image-src=/,ro",
+                     "/work/proj/dev tools.sqsh:/user-dev:image-src=/,ro"]
+    body = words_after(p.argv, "envrun-task")[0]
+    assert "export PATH=/user-dev/bin:/user-software/bin:\"$PATH\" VIRTUAL_ENV=/user-dev\n" in body
+    assert body.index("WITH_CONDA") < body.index("export PATH=")
+    assert program_words(p.argv) == ("python", "x.py")
+
+
+def test_torchrun_runs_with_the_overlays_python() -> None:
+    p = plan("srun", "torchrun", "--nnodes=1", "train.py", overlays=ONE_OVERLAY)
+    assert program_words(p.argv)[:5] == ("python", "-m", "torch.distributed.run", "--nproc-per-node=2", "--nnodes=1")
+    assert "torchrun" not in p.argv
+    assert words_after(p.argv, "envrun-rank") == ("train.py",)
+
+
+def test_two_overlays_at_one_mount_point_are_refused() -> None:
+    with pytest.raises(UsageError, match=r"overlays /a\.sqsh and /b\.sqsh both mount at /user-software") as info:
+        plan("python", "x.py", overlays=(("/a.sqsh", "/user-software"), ("/b.sqsh", "/user-software")))
+    assert "another mount point" in info.value.hint
+    with pytest.raises(UsageError, match=r"overlay file /a:b.sqsh contains ':' or ','"):
+        plan("python", "x.py", overlays=(("/a:b.sqsh", "/user-software"),))
+
+
+def test_caller_warnings_and_notes_reach_the_script() -> None:
+    p = plan_launch(LaunchRequest(command=("python", "x.py"), image="/img/env.sif", recipe=load_recipe("local"),
+                                  runtime=RUNTIME, cwd="/w", host=HOST, warnings=("overlay built for another base",),
+                                  notes=("image /img/env.sif: --image",)))
+    assert p.warnings[0] == "overlay built for another base"
+    assert "# warning: overlay built for another base\n" in p.script()
+    assert "# image /img/env.sif: --image\n" in p.script()
+
+
+def test_wrapper_with_an_overlay() -> None:
+    from envbuild.launch.wrappers import render_wrapper
+
+    script = render_wrapper("torchrun", "/img/base.sif", load_recipe("local"), overlays=(("/p/env.sqsh", "/user-software"),))
+    assert "--bind /p/env.sqsh:/user-software:image-src=/,ro --pwd \"$PWD\"" in script
+    assert script.rstrip().endswith('exec "$@"\' python -m torch.distributed.run "$@"')
+    assert "VIRTUAL_ENV=/user-software" in script

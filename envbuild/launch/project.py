@@ -1,0 +1,124 @@
+"""Which environment envrun runs in when the command line does not say, so that `envrun srun torchrun
+train.py` works verbatim in a project directory. The first of these that names an image or overlays wins:
+
+1. the command line: --image, --overlay;
+2. $ENVRUN_IMAGE, with $ENVRUN_OVERLAYS (colon-separated);
+3. `image:` / `overlays:` in the nearest envrun.yaml, in the working directory or a parent (paths relative
+   to the file; `envbuild build` writes it, see envbuild.launch.projectfile);
+4. the one *.sif in the working directory.
+
+Whichever wins, the nearest envrun.yaml's `binds:` and `env:` apply on top of the user's config (the
+project's env wins). Light on purpose (envrun's start-up path): a few stat calls, and the project file is
+validated only when it changed (envbuild.launch.config.read_settings).
+"""
+
+from __future__ import annotations
+
+import os
+
+from envbuild.errors import UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+PROJECT_FILE = "envrun.yaml"
+
+
+class Environment:
+    """What to run in (absolute paths) and why; `project` is the nearest envrun.yaml's data, if any."""
+
+    __slots__ = ("image", "overlays", "project", "project_file", "source")
+
+    def __init__(self, image: str | None, overlays: tuple[str, ...], source: str,
+                 project_file: str | None = None, project: Mapping[str, Any] | None = None) -> None:
+        self.image = image  # None: only overlays were named; their record says which base they were made for
+        self.overlays = overlays  # bottom first
+        self.source = source  # where they came from, for --explain and error messages
+        self.project_file = project_file
+        self.project = project
+
+
+def find_project_file(cwd: str) -> tuple[str | None, list[str]]:
+    """The nearest envrun.yaml in `cwd` or a parent, and every path checked on the way."""
+    checked: list[str] = []
+    directory = os.path.abspath(cwd)
+    while True:
+        candidate = os.path.join(directory, PROJECT_FILE)
+        checked.append(candidate)
+        if os.path.isfile(candidate):
+            return candidate, checked
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None, checked
+        directory = parent
+
+
+def find_environment(*, image: str | None, overlays: Sequence[str], environ: Mapping[str, str], cwd: str) -> Environment:
+    """The environment to run in (see the module's docstring for the order). UsageError when nothing names
+    one, listing every place looked at."""
+    from envbuild.launch.config import read_settings
+
+    project_file, checked = find_project_file(cwd)
+    project = read_settings(project_file, project=True) if project_file else None
+    found = Environment(None, (), "", project_file, project)
+    if image or overlays:
+        found.image, found.overlays, found.source = _absolute(image, cwd), _all_absolute(overlays, cwd), "the command line"
+        return found
+    env_image, env_overlays = environ.get("ENVRUN_IMAGE", ""), environ.get("ENVRUN_OVERLAYS", "")
+    if env_image or env_overlays:
+        found.image, found.source = _absolute(env_image or None, cwd), "$ENVRUN_IMAGE" if env_image else "$ENVRUN_OVERLAYS"
+        found.overlays = _all_absolute([p for p in env_overlays.split(":") if p], cwd)
+        return found
+    if project_file and project and (project.get("image") or project.get("overlays")):
+        base = os.path.dirname(project_file)
+        found.image, found.overlays = _absolute(project.get("image"), base), _all_absolute(project.get("overlays", ()), base)
+        found.source = project_file
+        return found
+    sifs = sorted(name for name in _entries(cwd) if name.endswith(".sif") and os.path.isfile(os.path.join(cwd, name)))
+    if len(sifs) == 1:
+        found.image, found.source = os.path.join(os.path.abspath(cwd), sifs[0]), f"the only .sif in {cwd}"
+        return found
+    if sifs:
+        raise UsageError(f"no image given, and {cwd} holds {len(sifs)} images: {', '.join(sifs)}",
+                         f"pick one with --image (e.g. --image {sifs[0]}), or name it in {PROJECT_FILE} (image: {sifs[0]})")
+    looked = ["  --image / --overlay: not given", "  $ENVRUN_IMAGE, $ENVRUN_OVERLAYS: not set"]
+    looked += [f"  {path}: {'names no image' if path == project_file else 'absent'}" for path in checked]
+    looked.append(f"  {os.path.join(os.path.abspath(cwd), '*.sif')}: none")
+    raise UsageError("no image to run in; envrun looked at:\n" + "\n".join(looked),
+                     f"pass --image IMG.sif (and --overlay ENV.sqsh), set ENVRUN_IMAGE, put `image: IMG.sif` in {PROJECT_FILE} "
+                     "here (`envbuild build` writes it when it builds in this directory), or run envrun where the image is")
+
+
+def project_settings(environment: Environment, system: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """(binds, env) of the nearest envrun.yaml for `system`, bind sources made absolute against its directory."""
+    from envbuild.launch.config import settings_for
+
+    if not environment.project or not environment.project_file:
+        return (), {}
+    binds, env = settings_for(environment.project, system)
+    base = os.path.dirname(environment.project_file)
+    return tuple(_absolute_bind(bind, base) for bind in binds), env
+
+
+def _absolute(path: str | None, base: str) -> str | None:
+    if not path:
+        return None
+    return os.path.normpath(os.path.join(base, os.path.expanduser(path)))
+
+
+def _all_absolute(paths: Sequence[str], base: str) -> tuple[str, ...]:
+    return tuple(os.path.normpath(os.path.join(base, os.path.expanduser(p))) for p in paths)
+
+
+def _absolute_bind(bind: str, base: str) -> str:
+    source, colon, rest = bind.partition(":")
+    return os.path.normpath(os.path.join(base, os.path.expanduser(source))) + colon + rest
+
+
+def _entries(directory: str) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []

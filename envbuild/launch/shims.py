@@ -1,0 +1,80 @@
+"""The shell text envrun runs inside the container before the program: activating the image's conda
+environment ($WITH_CONDA), putting venv overlays on PATH, the recipe's per-task variables.
+
+The shim is two words: BOOT, run by the image's /bin/sh, and BODY, passed to it as $1:
+
+    /bin/sh -c BOOT envrun-task BODY program args...
+
+BOOT re-executes BODY under bash when $WITH_CONDA is set and the image has bash, else evaluates BODY in
+/bin/sh. $WITH_CONDA is written for bash (LUMI's images set `source /opt/miniconda3/bin/activate
+pytorch`, which dash, Debian's /bin/sh, does not know: it printed "source: not found" and the program
+ran with the image's system Python). BODY stops with a clear message when the activation fails instead
+of running the program in the wrong environment. The program's arguments stay separate argv words
+throughout (`exec "$@"`), never parsed by a shell.
+"""
+
+from __future__ import annotations
+
+# $0 of the shims, shown by ps
+TASK_SHIM_NAME = "envrun-task"
+
+BOOT = (
+    'body=$1; shift\n'
+    'if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi\n'
+    'eval "$body"'
+)
+
+
+def sh_quote(text: str) -> str:
+    """`text` as one word for a POSIX shell (shlex.quote without shlex, which costs envrun its re import)."""
+    if text and all(c.isalnum() or c in "@%+=:,./-_" for c in text):
+        return text
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def activation_lines(env_prefix: str) -> list[str]:
+    """Evaluate $WITH_CONDA in a function, so that a `source .../activate` without arguments sees no
+    positional parameters (bash would hand it the program's arguments), and stop when it fails."""
+    override = f"or set {env_prefix}WITH_CONDA on the host to a command that works (empty: run without activating)"
+    return [
+        'envrun_activate() { eval "$WITH_CONDA"; }',
+        'if [ -n "${WITH_CONDA:-}" ]; then',
+        '    envrun_activate || {',
+        '        status=$?',
+        '        if [ -n "${BASH_VERSION:-}" ]; then how=bash; fix="check that the environment it activates exists in the image"',
+        '        else how="/bin/sh, as this image has no bash"; fix="make it a command /bin/sh understands (. instead of source)"; fi',
+        "        printf 'envrun: %s\\n' >&2 \\",
+        '            "could not activate the image\'s environment: WITH_CONDA=$WITH_CONDA failed in $how (exit status $status)" \\',
+        '            "stopping here instead of running the program with the image\'s other Python" \\',
+        f'            "fix: $fix, {override}"',
+        "        exit 1",
+        "    }",
+        "fi",
+    ]
+
+
+def overlay_lines(mounts: tuple[str, ...]) -> list[str]:
+    """Each overlay's bin/ first on PATH, a later overlay (which sits on top) before an earlier one, and
+    VIRTUAL_ENV naming the top one, as the venv's own activate script would set them."""
+    if not mounts:
+        return []
+    path = ":".join(sh_quote(f"{mount}/bin") for mount in reversed(mounts))
+    return [f'export PATH={path}:"$PATH" VIRTUAL_ENV={sh_quote(mounts[-1])}']
+
+
+def rank_affinity_script() -> str:
+    """torchrun --no-python runs this before each rank's Python (see _Planner.rank_affinity)."""
+    return (
+        'py=$(command -v python || command -v python3)\n'
+        'exec "$py" -c \'import os, sys\n'
+        'have = sorted(os.sched_getaffinity(0))\n'
+        'rank, ranks = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))\n'
+        'if sys.argv[1]:\n'
+        '    table = dict(e.split(":") for e in sys.argv[1].split(";"))\n'
+        '    want = {int(c) for c in table.get(str(rank), "").split(",") if c} & set(have)\n'
+        'else:\n'
+        '    share = max(1, len(have) // max(1, ranks))\n'
+        '    want = set(have[rank * share % len(have):][:share])\n'
+        'if want: os.sched_setaffinity(0, want)\n'
+        'os.execvp(sys.argv[2], sys.argv[2:])\' "$ENVRUN_RANK_CORES" "$py" -u "$@"'
+    )
