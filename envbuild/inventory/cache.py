@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.atomicfile import atomic_write
-from envbuild.inventory.overlay import OverlayVenv
+from envbuild.inventory.overlayvenv import OverlayVenv
 from envbuild.inventory.pyenvs import Environment, Inventory, Package, Problem
 
 # Bump when the walk or the stored shape changes, so older entries are ignored. ("overlay" is optional:

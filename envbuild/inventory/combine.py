@@ -16,7 +16,7 @@ from __future__ import annotations
 import posixpath
 
 from envbuild.inventory.errors import ImageFormatError
-from envbuild.inventory.overlay import OverlayVenv
+from envbuild.inventory.overlayvenv import OverlayVenv
 from envbuild.inventory.pkgmeta import canonical_name
 from envbuild.inventory.pyenvs import Environment, Inventory, Package, Problem
 from envbuild.overlayformat import BASE_PTH

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from envbuild.inventory.errors import ImageFormatError
-from envbuild.inventory.overlay import OverlayVenv, is_overlay_file, read_overlay_venv, record_in_tree
+from envbuild.inventory.overlay import is_overlay_file, record_in_tree
+from envbuild.inventory.overlayvenv import OverlayVenv, read_overlay_venv
 from envbuild.inventory.pyenvs import Inventory, Problem, take_inventory
 from envbuild.inventory.sif import SifLayout, SifObject, read_sif_layout
 from envbuild.inventory.squashfs import DECODE_ERRORS, Squashfs

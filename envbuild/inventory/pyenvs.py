@@ -17,7 +17,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from envbuild.inventory.overlay import OverlayVenv
+from envbuild.inventory.overlayvenv import OverlayVenv
 from envbuild.inventory.pkgmeta import (
     HEAD_BYTES,
     LONG_HEAD_BYTES,

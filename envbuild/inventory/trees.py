@@ -145,9 +145,12 @@ class MountedTree:
         self.mount = posixpath.normpath("/" + mount.lstrip("/"))
 
     def _inner_path(self, path: str) -> str | None:
+        """`path` in the inner tree, or None when it lies outside the mount point."""
         path = posixpath.normpath(path)
-        if self.mount == "/" or path == self.mount:
-            return path if self.mount == "/" else "/"
+        if self.mount == "/":
+            return path
+        if path == self.mount:
+            return "/"
         if path.startswith(self.mount + "/"):
             return path[len(self.mount):]
         return None
