@@ -28,6 +28,7 @@ class Verification:
     spec: str | None
     passed: list[str] = field(default_factory=list)
     differences: list[Difference] = field(default_factory=list)
+    kind: str = "image"  # or "overlay" (a venv overlay, envbuild.app.verify_overlay)
 
     @property
     def ok(self) -> bool:
@@ -35,11 +36,23 @@ class Verification:
 
 
 @dataclass(frozen=True)
-class _ImageContents:
+class ImageContents:
+    """What verify reads from an image or an overlay."""
+
     record: dict[str, Any]
     spec_text: str | None
     lock_text: str | None
     installed: dict[str, str]  # canonical name -> version, in the venv
+    # An overlay's packages its record says the base provides (canonical name -> version): its Python
+    # meets requirements with them, and a lock's pins for them are not expected in the overlay.
+    kept: dict[str, str] = field(default_factory=dict)
+    noun: str = "the image"
+    lock_location: str = "/.envbuild/spec.lock"  # where the embedded lock is, for messages
+
+    @property
+    def visible(self) -> dict[str, str]:
+        """What the venv's Python imports: its own packages over those kept from the base."""
+        return {**self.kept, **self.installed}
 
 
 def _canonical(name: str) -> str:
@@ -48,7 +61,7 @@ def _canonical(name: str) -> str:
     return canonical_name(name)
 
 
-def _read_image(path: Path) -> _ImageContents:
+def _read_image(path: Path) -> ImageContents:
     from envbuild.build.paths import RECORD_DIR
     from envbuild.inventory.image import guarded, open_image
     from envbuild.inventory.pyenvs import take_inventory
@@ -72,16 +85,19 @@ def _read_image(path: Path) -> _ImageContents:
     except ValueError as exc:
         raise EnvbuildError(f"{path}: its build record {RECORD_DIR}/build.json is not JSON ({exc})") from None
     installed = {_canonical(p.name): p.version for p in inventory.packages if p.environment == VENV_PREFIX}
-    return _ImageContents(record=record, spec_text=spec_text, lock_text=lock_text, installed=installed)
+    return ImageContents(record=record, spec_text=spec_text, lock_text=lock_text, installed=installed)
 
 
-def _pins(lines: list[str]) -> dict[str, str]:
+def pins(lines: list[str]) -> dict[str, str]:
+    """canonical name -> version of the `name==version` lines (a record's package lists, a freeze)."""
     from envbuild.inventory.pkgmeta import parse_pin
 
     return dict(pin for pin in map(parse_pin, lines) if pin)
 
 
-def _compare(expected: dict[str, str], actual: dict[str, str], what: str, *, ignore: frozenset[str] = frozenset()) -> list[str]:
+def compare_versions(expected: dict[str, str], actual: dict[str, str], what: str, *, ignore: frozenset[str] = frozenset(),
+                     noun: str = "the image") -> list[str]:
+    """One line per package whose version in `actual` (installed in `noun`) is not the one `what` expects."""
     lines = []
     for name in sorted(expected.keys() | actual.keys()):
         if name in ignore:
@@ -94,7 +110,7 @@ def _compare(expected: dict[str, str], actual: dict[str, str], what: str, *, ign
         elif want is None:
             lines.append(f"{name} {have}: installed, not in {what}")
         else:
-            lines.append(f"{name}: {what} has {want}, the image has {have}")
+            lines.append(f"{name}: {what} has {want}, {noun} has {have}")
     return lines
 
 
@@ -109,31 +125,51 @@ def verify_image(image: Path, spec_path: Path | None = None) -> Verification:
     if recorded is None:
         result.passed.append("build record: no per-environment package list (built by an older envbuild); skipped")
     else:
-        lines = _compare(_pins(recorded), installed, "the build record")
-        _add(result, "record", lines, f"build record: all {len(installed)} venv packages installed as recorded")
+        lines = compare_versions(pins(recorded), installed, "the build record")
+        add_findings(result, "record", lines, f"build record: all {len(installed)} venv packages installed as recorded")
 
-    image_lock = None
-    if contents.lock_text is not None:
-        from envbuild.lock.fileformat import read_lock
-
-        image_lock = read_lock(contents.lock_text, f"{image}:/.envbuild/spec.lock")
-        locked = {p.name: p.version for p in image_lock.packages}
-        _add(result, "lock", _compare(locked, installed, "the embedded lock", ignore=_VENV_SEED),
-             f"embedded lock: all {len(locked)} packages at their locked versions")
-
+    check_embedded_lock(result, contents)
     if spec_path is not None:
-        _verify_against_spec(result, contents, spec_path, record)
+        verify_against_spec(result, contents, spec_path)
     return result
 
 
-def _add(result: Verification, area: str, lines: list[str], passed: str) -> None:
+def check_embedded_lock(result: Verification, contents: ImageContents) -> None:
+    """The lock embedded at build time against what is installed."""
+    if contents.lock_text is None:
+        return
+    from envbuild.lock.fileformat import read_lock
+
+    image_lock = read_lock(contents.lock_text, f"{result.image}:{contents.lock_location}")
+    locked = {p.name: p.version for p in image_lock.packages}
+    add_findings(result, "lock", _locked_differences(locked, contents, "the embedded lock"),
+                 f"embedded lock: all {len(locked)} packages at their locked versions{_kept_note(locked, contents)}")
+
+
+def _locked_differences(locked: dict[str, str], contents: ImageContents, what: str) -> list[str]:
+    """A lock's pins against what is installed. Pins of packages kept from an overlay's base are not
+    expected in the overlay: they are compared with the version the base provides instead."""
+    from_base = contents.kept.keys() - contents.installed.keys()
+    lines = compare_versions(locked, contents.installed, what, ignore=_VENV_SEED | from_base, noun=contents.noun)
+    lines += [f"{name}: {what} has {version}, {contents.noun} uses the base's {contents.kept[name]}"
+              for name, version in sorted(locked.items()) if name in from_base and contents.kept[name] != version]
+    return lines
+
+
+def _kept_note(locked: dict[str, str], contents: ImageContents) -> str:
+    count = len(locked.keys() & contents.kept.keys() - contents.installed.keys())
+    return f" ({count} of them kept from the base)" if count else ""
+
+
+def add_findings(result: Verification, area: str, lines: list[str], passed: str) -> None:
     if lines:
         result.differences.extend(Difference(area, line) for line in lines)
     else:
         result.passed.append(passed)
 
 
-def _verify_against_spec(result: Verification, contents: _ImageContents, spec_path: Path, record: dict[str, Any]) -> None:
+def verify_against_spec(result: Verification, contents: ImageContents, spec_path: Path) -> None:
+    """The image (or overlay) against a spec and the lock next to it."""
     from packaging.requirements import Requirement
 
     from envbuild.lock.fileformat import read_lock
@@ -142,29 +178,33 @@ def _verify_against_spec(result: Verification, contents: _ImageContents, spec_pa
 
     loaded = load_spec(spec_path, check_host=False)
     spec = loaded.spec
+    record = contents.record
     built_sha = (record.get("spec") or {}).get("sha256", "")
     if built_sha == loaded.sha256:
-        result.passed.append(f"spec: {spec_path} is the spec the image was built from")
+        result.passed.append(f"spec: {spec_path} is the spec {contents.noun} was built from")
     else:
         result.differences.append(Difference("spec", f"{spec_path} changed since the build "
                                                       f"(sha256 {built_sha[:12] or '?'} -> {loaded.sha256[:12]})"))
         built_base = (record.get("base") or {}).get("ref")
         if built_base and built_base != spec.base.describe():
-            result.differences.append(Difference("base", f"base: the image has {built_base}, the spec says {spec.base.describe()}"))
+            result.differences.append(Difference("base", f"base: {contents.noun} has {built_base}, "
+                                                         f"the spec says {spec.base.describe()}"))
         if record.get("system") and record["system"] != spec.system:
-            result.differences.append(
-                Difference("spec", f"system: the image was built for {record['system']}, the spec says {spec.system}"))
-        _compare_env(result, contents.spec_text, spec.env)
+            result.differences.append(Difference(
+                "spec", f"system: {contents.noun} was built for {record['system']}, the spec says {spec.system}"))
+        _compare_env(result, contents, spec.env)
 
     unmet = []
+    visible = contents.visible
     for text in spec.python.requirements():
         requirement = Requirement(text)
-        have = contents.installed.get(_canonical(requirement.name))
+        have = visible.get(_canonical(requirement.name))
         if have is None:
             unmet.append(f"{requirement.name}: the spec wants {text}, not installed")
         elif requirement.specifier and not requirement.specifier.contains(have, prereleases=True):
-            unmet.append(f"{requirement.name}: the spec wants {text}, the image has {have}")
-    _add(result, "package", unmet, f"requirements: all {len(spec.python.requirements())} of the spec's requirements are met")
+            unmet.append(f"{requirement.name}: the spec wants {text}, {contents.noun} has {have}")
+    add_findings(result, "package", unmet,
+                 f"requirements: all {len(spec.python.requirements())} of the spec's requirements are met")
 
     lock_path = lock_path_for(spec_path)
     if lock_path.is_file():
@@ -172,11 +212,12 @@ def _verify_against_spec(result: Verification, contents: _ImageContents, spec_pa
         lock = read_lock(lock_text, str(lock_path))
         _compare_with_embedded_lock(result, contents, lock_path, lock_text, lock)
         locked = {p.name: p.version for p in lock.packages}
-        _add(result, "lock", _compare(locked, contents.installed, lock_path.name, ignore=_VENV_SEED),
-             f"lock: all {len(locked)} packages of {lock_path.name} installed at their versions")
+        add_findings(result, "lock", _locked_differences(locked, contents, lock_path.name),
+                     f"lock: all {len(locked)} packages of {lock_path.name} installed at their versions"
+                     f"{_kept_note(locked, contents)}")
 
 
-def _compare_with_embedded_lock(result: Verification, contents: _ImageContents, lock_path: Path, lock_text: str,
+def _compare_with_embedded_lock(result: Verification, contents: ImageContents, lock_path: Path, lock_text: str,
                                 lock: Lock) -> None:
     """The lock next to the spec against the lock embedded in the image: a different lock is a difference,
     listed as what differs (pins, hashes, target, inputs); a text differing only in comments is the same lock."""
@@ -184,18 +225,18 @@ def _compare_with_embedded_lock(result: Verification, contents: _ImageContents, 
     from envbuild.lock.model import lock_sha256
 
     if contents.lock_text is None:
-        result.passed.append(f"lock: the image was built without a lock (not --locked); "
+        result.passed.append(f"lock: {contents.noun} was built without a lock (not --locked); "
                              f"its packages are compared with {lock_path.name} below")
         return
     if lock_text == contents.lock_text:
-        result.passed.append(f"lock: {lock_path} is the lock the image was built with")
+        result.passed.append(f"lock: {lock_path} is the lock {contents.noun} was built with")
         return
-    built = read_lock(contents.lock_text, f"{result.image}:/.envbuild/spec.lock")
+    built = read_lock(contents.lock_text, f"{result.image}:{contents.lock_location}")
     lines = lock_differences(built, lock, lock_path.name)
     if not lines:
         result.passed.append(f"lock: {lock_path} pins what the image's lock pins (only its comments differ)")
         return
-    result.differences.append(Difference("lock", f"{lock_path} is not the lock the image was built with (sha256 "
+    result.differences.append(Difference("lock", f"{lock_path} is not the lock {contents.noun} was built with (sha256 "
                                                  f"{lock_sha256(contents.lock_text)[:12]} -> {lock_sha256(lock_text)[:12]})"))
     result.differences.extend(Difference("lock", line) for line in lines)
 
@@ -233,7 +274,8 @@ def lock_differences(built: Lock, given: Lock, name: str) -> list[str]:
     return lines
 
 
-def _compare_env(result: Verification, built_spec_text: str | None, env: dict[str, str]) -> None:
+def _compare_env(result: Verification, contents: ImageContents, env: dict[str, str]) -> None:
+    built_spec_text = contents.spec_text
     if built_spec_text is None:
         return
     from envbuild.errors import SpecError
@@ -246,7 +288,7 @@ def _compare_env(result: Verification, built_spec_text: str | None, env: dict[st
     for name in sorted(built.env.keys() | env.keys()):
         if built.env.get(name) != env.get(name):
             result.differences.append(Difference(
-                "env", f"env {name}: the image sets {built.env.get(name)!r}, the spec says {env.get(name)!r}"))
+                "env", f"env {name}: {contents.noun} sets {built.env.get(name)!r}, the spec says {env.get(name)!r}"))
 
 
 def render_verification(result: Verification) -> str:
@@ -255,10 +297,10 @@ def render_verification(result: Verification) -> str:
     lines += [f"  ok    {line}" for line in result.passed]
     lines += [f"  DIFF  {d.message}" for d in result.differences]
     if result.ok:
-        lines.append("result: the image matches")
+        lines.append(f"result: the {result.kind} matches")
     else:
         count = len(result.differences)
-        lines.append(f"result: the image does NOT match ({count} difference{'s' if count != 1 else ''})")
+        lines.append(f"result: the {result.kind} does NOT match ({count} difference{'s' if count != 1 else ''})")
     return "\n".join(lines) + "\n"
 
 

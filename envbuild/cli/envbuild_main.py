@@ -125,15 +125,29 @@ def lock(spec: Path, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir
 @main.command()
 @click.argument("image", type=click.Path(path_type=Path))
 @click.argument("spec", type=click.Path(path_type=Path), required=False)
+@click.option("--base", type=click.Path(path_type=Path), metavar="BASE.sif",
+              help="for a venv overlay (.sqsh): check that BASE is the image it was made for and provides what it kept")
 @click.option("--json", "as_json", is_flag=True, help="print the findings as JSON")
 @reports_errors
-def verify(image: Path, spec: Path | None, as_json: bool) -> None:
+def verify(image: Path, spec: Path | None, base: Path | None, as_json: bool) -> None:
     """Check that IMAGE matches its build record and lock, and, given SPEC, that spec (and SPEC.lock).
+
+    IMAGE may be a venv overlay (.sqsh): its record's added packages against its venv, its lock (less
+    what it kept from the base), and with --base the base it was made for.
 
     Exit status 0: everything matches; 1: something differs (each difference is listed)."""
     from envbuild.app.verify import render_verification, verification_to_dict, verify_image
+    from envbuild.inventory.overlay import is_overlay_file
 
-    result = verify_image(image, spec)
+    if is_overlay_file(str(image)):
+        from envbuild.app.verify_overlay import verify_overlay
+
+        result = verify_overlay(image, spec, base)
+    elif base is not None:
+        raise UsageError(f"--base is for venv overlays; {image} is not one (not a squashfs file)",
+                         "leave out --base: an image carries its own base")
+    else:
+        result = verify_image(image, spec)
     if as_json:
         click.echo(json.dumps(verification_to_dict(result), indent=2))
     else:

@@ -14,7 +14,8 @@ from envbuild.errors import UsageError
 from envbuild.host.runtime import default_cache_dir, require_runtime
 from envbuild.inventory.cache import InventoryCache
 from envbuild.inventory.errors import ImageFormatError
-from envbuild.inventory.image import read_inventory
+from envbuild.inventory.image import read_inventory, sif_image_id
+from envbuild.inventory.overlay import is_overlay_file
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.report import ImageResult, package_rows, render_json, render_matrix, render_table
 
@@ -49,33 +50,47 @@ def _warn_problems(path: str, inventory: Inventory) -> None:
 @click.option("--grep", "pattern", metavar="REGEX", help="only packages whose name matches (Python regex, case-insensitive)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 @click.option("--matrix", "as_matrix", is_flag=True, help="one row per package, one column per image, versions in the cells")
+@click.option("--overlay", "overlays", multiple=True, metavar="SQSH",
+              help="a venv overlay (.sqsh) mounted on each image; repeatable, in mount order. Lists the combination: "
+                   "the overlay's venv as its Python sees it, inherited packages marked 'pip (base PREFIX)'")
 @click.option("--no-cache", is_flag=True, help=_NO_CACHE_HELP)
 @click.option("--via-runtime", is_flag=True, help="start each image with apptainer/singularity instead of reading the file "
                                                    "(for encrypted images; slower; never cached)")
 @reports_errors
-def packages_command(images: tuple[str, ...], pattern: str | None, as_json: bool, as_matrix: bool, no_cache: bool,
-             via_runtime: bool) -> None:
-    """List the Python packages (pip and conda) in every environment of IMAGES (.sif files or sandbox
-    directories), without starting containers. Exit 1 when an image could not be read; the others are listed."""
+def packages_command(images: tuple[str, ...], pattern: str | None, as_json: bool, as_matrix: bool,
+                     overlays: tuple[str, ...], no_cache: bool, via_runtime: bool) -> None:
+    """List the Python packages (pip and conda) in every environment of IMAGES (.sif files, sandbox
+    directories or venv overlays .sqsh), without starting containers. Exit 1 when an image could not be
+    read; the others are listed."""
     try:
         regex = re.compile(pattern, re.IGNORECASE) if pattern else None
     except re.error as exc:
         raise UsageError(f"--grep {pattern!r} is not a valid regular expression: {exc}",
                          "use Python regex syntax, e.g. --grep '^torch' or --grep 'lightning|transformers'") from None
+    if overlays and via_runtime:
+        raise UsageError("--overlay combines files read here; --via-runtime starts each image instead",
+                         "leave out --via-runtime (overlays are never encrypted), or list the base alone with it")
     cache = _cache(no_cache or via_runtime)
     runtime = require_runtime() if via_runtime else None
     if runtime:
         from envbuild.inventory.via_runtime import read_inventory_via_runtime
+    mounted = _overlay_inventories(overlays, cache)
     results = []
     for path in images:
+        label = _combined(path, overlays)
         try:
+            if runtime and is_overlay_file(path):
+                raise ImageFormatError(path, "is a venv overlay: it is read from the file, not started",
+                                       "list it without --via-runtime")
             inventory = read_inventory_via_runtime(path, runtime.path) if runtime else _inventory(path, cache)
+            if mounted:
+                inventory = _overlaid(path, inventory, mounted)
         except ImageFormatError as exc:
             click.echo(exc.render(), err=True)
-            results.append(ImageResult(path, error=exc.message))
+            results.append(ImageResult(label, error=exc.message))
             continue
-        _warn_problems(path, inventory)
-        results.append(ImageResult(path, inventory))
+        _warn_problems(label, inventory)
+        results.append(ImageResult(label, inventory))
     rows = package_rows(results, regex)
     readable = [r.path for r in results if r.inventory is not None]
     if as_json:
@@ -88,6 +103,32 @@ def packages_command(images: tuple[str, ...], pattern: str | None, as_json: bool
     if failed:
         click.echo(f"{failed} of {len(results)} image{'s' if len(results) != 1 else ''} could not be read", err=True)
         sys.exit(1)
+
+
+def _overlay_inventories(overlays: tuple[str, ...], cache: InventoryCache) -> list[tuple[str, Inventory]]:
+    """Each --overlay's inventory, read once for all images; a file that is no overlay stops the command."""
+    if not overlays:
+        return []
+    from envbuild.inventory.combine import require_overlay
+
+    mounted = [(path, _inventory(path, cache)) for path in overlays]
+    for path, inventory in mounted:
+        require_overlay(path, inventory)
+    return mounted
+
+
+def _combined(path: str, overlays: tuple[str, ...]) -> str:
+    if not overlays:
+        return path
+    from envbuild.inventory.combine import combined_label
+
+    return combined_label(path, list(overlays))
+
+
+def _overlaid(path: str, inventory: Inventory, mounted: list[tuple[str, Inventory]]) -> Inventory:
+    from envbuild.inventory.combine import overlaid_inventory
+
+    return overlaid_inventory(path, inventory, sif_image_id(path), mounted)
 
 
 def _facts(path: str, cache: InventoryCache) -> ImageFacts:
@@ -105,7 +146,8 @@ def _facts(path: str, cache: InventoryCache) -> ImageFacts:
 @click.option("--no-cache", is_flag=True, help=_NO_CACHE_HELP)
 @reports_errors
 def diff_command(image_a: str, image_b: str, as_json: bool, no_cache: bool) -> None:
-    """What changed from IMAGE_A to IMAGE_B: packages per environment, environment variables, labels."""
+    """What changed from IMAGE_A to IMAGE_B (images or venv overlays): packages per environment,
+    environment variables, labels, and what overlays were made for (base, Python, mount)."""
     from envbuild.inventory.diff import diff_images, diff_to_dict, render_diff
 
     cache = _cache(no_cache)
@@ -123,7 +165,8 @@ def diff_command(image_a: str, image_b: str, as_json: bool, no_cache: bool) -> N
 @reports_errors
 def inspect_command(image: str, as_json: bool, no_cache: bool) -> None:
     """Labels, start scripts, runscript, embedded envbuild spec and lock, partitions, compression, sizes
-    and Python environments of IMAGE, read from the file."""
+    and Python environments of IMAGE, read from the file. For a venv overlay (.sqsh): its record (the base
+    and Python it was made for, mount point, packages added and kept), squashfs facts, spec and lock."""
     from envbuild.inventory.inspect_report import inspect_to_dict, render_inspect
 
     facts = _facts(image, _cache(no_cache))

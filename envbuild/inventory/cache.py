@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.atomicfile import atomic_write
+from envbuild.inventory.overlayvenv import OverlayVenv
 from envbuild.inventory.pyenvs import Environment, Inventory, Package, Problem
 
-# Bump when the walk or the stored shape changes, so older entries are ignored.
+# Bump when the walk or the stored shape changes, so older entries are ignored. ("overlay" is optional:
+# entries written before it describe SIF files, which have none, so they stay valid.)
 INDEX_FORMAT = 1
 
 
@@ -24,6 +26,7 @@ def inventory_to_dict(inventory: Inventory) -> dict[str, Any]:
         "environments": [asdict(e) for e in inventory.environments],
         "packages": [asdict(p) for p in inventory.packages],
         "problems": [asdict(p) for p in inventory.problems],
+        "overlay": asdict(inventory.overlay) if inventory.overlay else None,
     }
 
 
@@ -32,7 +35,12 @@ def inventory_from_dict(data: dict[str, Any]) -> Inventory:
         environments=[Environment(**{**e, "site_dirs": tuple(e["site_dirs"])}) for e in data["environments"]],
         packages=[Package(**p) for p in data["packages"]],
         problems=[Problem(**p) for p in data["problems"]],
+        overlay=_overlay_from_dict(data.get("overlay")),
     )
+
+
+def _overlay_from_dict(data: dict[str, Any] | None) -> OverlayVenv | None:
+    return None if data is None else OverlayVenv(**{**data, "base_site_dirs": tuple(data["base_site_dirs"])})
 
 
 class InventoryCache:

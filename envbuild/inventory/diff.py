@@ -1,4 +1,5 @@
-"""What changed from image A to image B: packages per environment, start-script variables, labels (pure)."""
+"""What changed from image A to image B: packages per environment, start-script variables, labels, and
+for venv overlays what their records say they were made for (base, Python, mount) (pure)."""
 
 from __future__ import annotations
 
@@ -35,10 +36,30 @@ class ImageDiff:
     environments: list[EnvironmentDiff] = field(default_factory=list)
     variables: list[Change] = field(default_factory=list)
     labels: list[Change] = field(default_factory=list)
+    record: list[Change] = field(default_factory=list)  # overlay records; an image has none
 
     @property
     def identical(self) -> bool:
-        return not (self.variables or self.labels or any(e.status != "both" or e.changes for e in self.environments))
+        return not (self.variables or self.labels or self.record
+                    or any(e.status != "both" or e.changes for e in self.environments))
+
+
+# What an overlay was made for and from: the record's fields that a diff shows. The build time, the
+# envbuild version and the store key differ on every rebuild and would hide what matters.
+RECORD_FIELDS = ("mount", "name", "system", "base.ref", "base.digest", "base.sif_id", "python.path", "python.version",
+                 "python.abi", "python.env", "python.activation", "spec.sha256", "lock.sha256")
+
+
+def record_fields(record: dict[str, Any] | None) -> dict[str, str]:
+    """The RECORD_FIELDS of an overlay record that are set, as text; {} for an image (no record)."""
+    fields = {}
+    for key in RECORD_FIELDS if record else ():
+        value: Any = record
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value not in (None, ""):
+            fields[key] = str(value)
+    return fields
 
 
 def compare_maps(old: dict[str, str], new: dict[str, str]) -> list[Change]:
@@ -68,6 +89,7 @@ def diff_images(a: ImageFacts, b: ImageFacts) -> ImageDiff:
         result.environments.append(EnvironmentDiff(prefix, status, changes))
     result.variables = compare_maps(a.environment, b.environment)
     result.labels = compare_maps(a.labels, b.labels)
+    result.record = compare_maps(record_fields(a.overlay), record_fields(b.overlay))
     return result
 
 
@@ -82,7 +104,7 @@ def _change_line(change: Change) -> str:
 def render_diff(diff: ImageDiff) -> str:
     lines = [f"--- {diff.a}", f"+++ {diff.b}"]
     if diff.identical:
-        return "\n".join([*lines, "no differences in packages, environment variables or labels"]) + "\n"
+        return "\n".join([*lines, "no differences in packages, environment variables, labels or overlay records"]) + "\n"
     for env in diff.environments:
         if env.status == "both" and not env.changes:
             continue
@@ -97,6 +119,9 @@ def render_diff(diff: ImageDiff) -> str:
     if diff.labels:
         lines.append("labels:")
         lines += [_change_line(c) for c in diff.labels]
+    if diff.record:
+        lines.append("overlay record (.envbuild/overlay.json):")
+        lines += [_change_line(c) for c in diff.record]
     return "\n".join(lines) + "\n"
 
 
@@ -109,4 +134,5 @@ def diff_to_dict(diff: ImageDiff) -> dict[str, Any]:
         "environments": [{"prefix": e.prefix, "status": e.status, "packages": changes(e.changes)} for e in diff.environments],
         "environment_variables": changes(diff.variables),
         "labels": changes(diff.labels),
+        "overlay_record": changes(diff.record),
     }

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from envbuild.inventory.envscripts import exported_variables
-from envbuild.inventory.image import OpenImage, guarded, open_image
-from envbuild.inventory.pyenvs import Inventory, take_inventory
+from envbuild.inventory.image import OpenImage, guarded, inventory_of, open_image
+from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.sif import read_object
+from envbuild.overlayformat import LOCK_FILE, SPEC_FILE
 
 TEXT_LIMIT = 1024 * 1024  # scripts and specs are small; a bigger file is shown cut
 ENV_DIR = "/.singularity.d/env"
@@ -40,6 +42,8 @@ class ImageFacts:
     deffile: str | None = None
     envbuild: dict[str, Any] = field(default_factory=dict)
     inventory: Inventory = field(default_factory=Inventory)
+    squashfs: dict[str, Any] | None = None  # a bare squashfs file (an overlay): its superblock's facts
+    overlay: dict[str, Any] | None = None  # an envbuild overlay's record (.envbuild/overlay.json)
 
 
 def _text(image: OpenImage, path: str) -> str | None:
@@ -51,7 +55,8 @@ def _partition_details(image: OpenImage) -> dict[str, Any]:
     if image.fs is None:
         return {}
     block = image.fs.superblock
-    return {"compression": block.compression, "block_size": block.block_size, "inodes": block.inodes,
+    return {"version": f"{block.major}.{block.minor}", "compression": block.compression,
+            "block_size": block.block_size, "inodes": block.inodes,
             "bytes_used": block.bytes_used, "created_at": block.mkfs_time}
 
 
@@ -69,7 +74,15 @@ def _sif_labels(image: OpenImage) -> dict[str, str]:
 
 
 def _read_facts(image: OpenImage, inventory: Inventory | None) -> ImageFacts:
-    facts = ImageFacts(path=image.path, inventory=inventory if inventory is not None else take_inventory(image.tree))
+    facts = ImageFacts(path=image.path, inventory=inventory if inventory is not None else inventory_of(image))
+    files = FILES
+    if image.bare_squashfs:
+        facts.file_size = os.path.getsize(image.path)
+        facts.squashfs = _partition_details(image)
+    if image.overlay is not None:
+        facts.overlay = image.overlay
+        mount = facts.overlay["mount"].rstrip("/")
+        files = {**FILES, "spec": f"{mount}/{SPEC_FILE}", "lock": f"{mount}/{LOCK_FILE}"}
     if image.layout is not None:
         header = image.layout.header
         facts.file_size = image.layout.file_size
@@ -96,16 +109,16 @@ def _read_facts(image: OpenImage, inventory: Inventory | None) -> ImageFacts:
     facts.environment = exported_variables(list(facts.env_scripts.items()))
     facts.runscript = _text(image, FILES["runscript"])
     facts.deffile = _text(image, FILES["deffile"])
-    record_text = _text(image, FILES["build_record"])
+    record_text = None if image.overlay is not None else _text(image, FILES["build_record"])
     record: Any = None
     if record_text:
         with contextlib.suppress(ValueError):
             record = json.loads(record_text)
     freeze = _text(image, FILES["pip_freeze"])
     facts.envbuild = {
-        "spec": _text(image, FILES["spec"]),
+        "spec": _text(image, files["spec"]),
         "build_record": record,
-        "lock": _text(image, FILES["lock"]),
+        "lock": _text(image, files["lock"]),
         "pip_freeze_lines": None if freeze is None else len([line for line in freeze.splitlines() if line.strip()]),
     }
     return facts

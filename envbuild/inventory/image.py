@@ -1,4 +1,5 @@
-"""Open an image for reading: a SIF file (its primary squashfs partition) or a sandbox directory."""
+"""Open an image for reading: a SIF file (its primary squashfs partition), a sandbox directory, or a
+venv overlay (a bare squashfs whose root is shown at the mount point its record names)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,16 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from envbuild.inventory.errors import ImageFormatError
+from envbuild.inventory.overlay import is_overlay_file, record_in_tree
+from envbuild.inventory.overlayvenv import OverlayVenv, read_overlay_venv
 from envbuild.inventory.pyenvs import Inventory, Problem, take_inventory
 from envbuild.inventory.sif import SifLayout, SifObject, read_sif_layout
 from envbuild.inventory.squashfs import DECODE_ERRORS, Squashfs
-from envbuild.inventory.trees import DirectoryTree, SquashfsTree, Tree
+from envbuild.inventory.trees import DirectoryTree, MountedTree, SquashfsTree, Tree
+from envbuild.overlayformat import RECORD_FILE
 
 T = TypeVar("T")
 
@@ -20,10 +24,13 @@ T = TypeVar("T")
 @dataclass
 class OpenImage:
     path: str
-    tree: Tree
-    layout: SifLayout | None = None  # None for a sandbox directory
+    tree: Tree  # the file system as the container sees it (an overlay's root at its mount point)
+    layout: SifLayout | None = None  # None for a sandbox directory or an overlay
     partition: SifObject | None = None
     fs: Squashfs | None = None
+    overlay: dict[str, Any] | None = None  # an envbuild overlay's record
+    venv: OverlayVenv | None = None  # ... and what its Python sees besides its own packages
+    bare_squashfs: bool = False  # a squashfs file, with or without a record
 
 
 @contextmanager
@@ -31,6 +38,10 @@ def open_image(path: str) -> Iterator[OpenImage]:
     """Yield a readable view of the image's root file system. Errors name the file and say what to do."""
     if os.path.isdir(path):
         yield OpenImage(path=path, tree=DirectoryTree(path))
+        return
+    if is_overlay_file(path):
+        with _open_overlay(path) as image:
+            yield image
         return
     layout = read_sif_layout(path)
     partition = layout.primary_partition()
@@ -48,6 +59,22 @@ def open_image(path: str) -> Iterator[OpenImage]:
         fs.close()
 
 
+@contextmanager
+def _open_overlay(path: str) -> Iterator[OpenImage]:
+    fs = guarded(path, lambda: Squashfs(path))
+    try:
+        root = guarded(path, lambda: SquashfsTree(fs))
+        record = guarded(path, lambda: record_in_tree(root, path))
+        if record is None:  # someone's own squashed venv: shown as the file holds it, at /
+            yield OpenImage(path=path, tree=root, fs=fs, bare_squashfs=True)
+            return
+        venv = guarded(path, lambda: read_overlay_venv(root, record))
+        yield OpenImage(path=path, tree=MountedTree(root, record["mount"]), fs=fs, overlay=record, venv=venv,
+                        bare_squashfs=True)
+    finally:
+        fs.close()
+
+
 def guarded(path: str, action: Callable[[], T]) -> T:
     """Run `action`; turn what a damaged file makes the decoders raise into one clear error for this image."""
     try:
@@ -57,15 +84,33 @@ def guarded(path: str, action: Callable[[], T]) -> T:
                                "the file is corrupt or truncated: copy or download it again") from None
 
 
+def inventory_of(image: OpenImage) -> Inventory:
+    """Environments and packages of an opened image, with what the file cannot tell noted as problems."""
+    inventory = guarded(image.path, lambda: take_inventory(image.tree))
+    inventory.overlay = image.venv
+    if image.bare_squashfs and image.overlay is None:
+        inventory.problems.append(Problem(
+            f"/{RECORD_FILE}", "absent: not an envbuild overlay, so its mount point is unknown; shown at its own "
+                               "root (mounted with --bind FILE:/MOUNT:image-src=/ its paths start with /MOUNT)"))
+    for obj in image.layout.objects if image.layout else ():
+        if obj.data_type == "partition" and obj.part_type == "overlay":
+            # A writable overlay (apptainer overlay create IMG.sif) is an ext3 file system on top
+            # of the squashfs; what was installed into it is only visible to the runtime.
+            inventory.problems.append(Problem(
+                f"SIF object {obj.id} ({obj.fs_type} overlay, {obj.size} bytes)",
+                "packages installed into the embedded overlay are not read from the file: compare with --via-runtime"))
+    return inventory
+
+
 def read_inventory(path: str) -> Inventory:
-    """Environments and packages of one image, read from the file."""
+    """Environments and packages of one image or overlay, read from the file."""
     with open_image(path) as image:
-        inventory = guarded(path, lambda: take_inventory(image.tree))
-        for obj in image.layout.objects if image.layout else ():
-            if obj.data_type == "partition" and obj.part_type == "overlay":
-                # A writable overlay (apptainer overlay create IMG.sif) is an ext3 file system on top
-                # of the squashfs; what was installed into it is only visible to the runtime.
-                inventory.problems.append(Problem(
-                    f"SIF object {obj.id} ({obj.fs_type} overlay, {obj.size} bytes)",
-                    "packages installed into the embedded overlay are not read from the file: compare with --via-runtime"))
-        return inventory
+        return inventory_of(image)
+
+
+def sif_image_id(path: str) -> str | None:
+    """The image id in a SIF file's header (a few hundred bytes read); None for a sandbox directory or a
+    squashfs file, which have none. ImageFormatError when the file is neither and no SIF."""
+    if os.path.isdir(path) or is_overlay_file(path):
+        return None
+    return read_sif_layout(path).header.image_id

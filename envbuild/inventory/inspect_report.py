@@ -10,6 +10,7 @@ from typing import Any
 
 from envbuild.inventory.envscripts import STOCK_SCRIPTS
 from envbuild.inventory.facts import FILES, ImageFacts
+from envbuild.overlayformat import LOCK_FILE, SPEC_FILE
 
 
 def human_size(size: int) -> str:
@@ -57,7 +58,80 @@ def _environments(facts: ImageFacts) -> list[str]:
     return lines
 
 
+def _value(value: object) -> str:
+    return "(none)" if value in (None, "") else str(value)
+
+
+def _python_lines(facts: ImageFacts, python: dict[str, Any]) -> list[str]:
+    lines = ["python (the base's interpreter, which the overlay's venv runs):",
+             f"  path:        {_value(python.get('path'))}",
+             f"  version:     {_value(python.get('version'))} (ABI {_value(python.get('abi'))})",
+             f"  environment: {_value(python.get('env'))}",
+             f"  activation:  {_value(python.get('activation'))}",
+             f"  chosen:      {_value(python.get('why'))}"]
+    venv = facts.inventory.overlay
+    if venv is not None:
+        seen = [f"{venv.mount}/lib/python{venv.python}/site-packages (its own)"]
+        seen += [f"{site} (_envbuild_base.pth)" for site in venv.base_site_dirs]
+        if venv.system_site:
+            seen.append(f"the site of the interpreter in {venv.home or '?'} (include-system-site-packages)")
+        lines.append("  sees, in order:")
+        lines += [f"    {entry}" for entry in seen]
+    return lines
+
+
+def _overlay_lines(facts: ImageFacts) -> list[str]:
+    record = facts.overlay or {}
+    base, packages = record.get("base") or {}, record.get("packages") or {}
+    spec, lock = record.get("spec") or {}, record.get("lock")
+    installer = record.get("installer") or {}
+    lines = [f"  name {_value(record.get('name'))}, system {_value(record.get('system'))}, built "
+             f"{_value(record.get('built_at'))} by envbuild {_value(record.get('envbuild_version'))}"
+             + (f" with {installer.get('name')} {installer.get('version')}" if installer else ""),
+             f"  mount: {record['mount']}  (apptainer exec --bind {facts.path}:{record['mount']}:image-src=/ BASE.sif ...)",
+             "base it was made for:",
+             f"  ref:    {_value(base.get('ref'))}",
+             f"  path:   {_value(base.get('path'))} (at build time)",
+             f"  digest: {_value(base.get('digest'))}",
+             f"  SIF id: {_value(base.get('sif_id'))}",
+             f"  size:   {_value(base.get('size'))} bytes"]
+    lines += _python_lines(facts, record.get("python") or {})
+    added, kept = packages.get("added") or [], packages.get("kept") or []
+    lines.append(f"packages: {len(added)} added in the overlay, {len(kept)} kept from the base")
+    for title, pins in (("added", added), ("kept", kept)):
+        lines += [f"  {title + ':' if index == 0 else '':<7}{pin}" for index, pin in enumerate(pins)]
+    lines.append(f"requirements: {', '.join(record.get('requirements') or []) or '(none)'}")
+    lines.append(f"spec: {_value(spec.get('name'))}, sha256 {_value(spec.get('sha256'))}")
+    lines.append(f"lock: sha256 {lock.get('sha256')}, python {lock.get('python')}" if isinstance(lock, dict)
+                 else "lock: (none: built without a lock)")
+    lines.append(f"key: {_value(record.get('key'))}")
+    return lines
+
+
+def _render_squashfs(facts: ImageFacts) -> str:
+    block = facts.squashfs or {}
+    lines = [f"overlay: {facts.path}" if facts.overlay is not None else f"squashfs: {facts.path}",
+             f"  {human_size(facts.file_size)} ({facts.file_size} bytes), squashfs {block.get('version')}, "
+             f"{block.get('compression')}, block {human_size(block.get('block_size', 0))}, "
+             f"{block.get('inodes')} inodes (files, directories, links), made {_when(block.get('created_at', 0))}"]
+    if facts.overlay is None:
+        lines.append("  no .envbuild/overlay.json: not an envbuild overlay (shown at its own root)")
+    else:
+        lines += _overlay_lines(facts)
+    lines += _environments(facts)
+    spec, lock = facts.envbuild.get("spec"), facts.envbuild.get("lock")
+    mount = (facts.overlay or {}).get("mount", "").rstrip("/")
+    for title, text, path in (("spec", spec, f"{mount}/{SPEC_FILE}"), ("lock", lock, f"{mount}/{LOCK_FILE}")):
+        if facts.overlay is not None:
+            lines.append(f"envbuild {title} ({path}):" if text is not None else f"envbuild {title}: (absent)")
+            if text is not None:
+                lines += _indented(text)
+    return "\n".join(lines) + "\n"
+
+
 def render_inspect(facts: ImageFacts) -> str:
+    if facts.squashfs is not None:
+        return _render_squashfs(facts)
     lines = [f"image: {facts.path}"]
     if facts.sif is not None:
         sif = facts.sif

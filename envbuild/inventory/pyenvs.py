@@ -17,6 +17,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
+from envbuild.inventory.overlayvenv import OverlayVenv
 from envbuild.inventory.pkgmeta import (
     HEAD_BYTES,
     LONG_HEAD_BYTES,
@@ -67,6 +68,7 @@ class Inventory:
     environments: list[Environment] = field(default_factory=list)
     packages: list[Package] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    overlay: OverlayVenv | None = None  # set when the file is a venv overlay
 
 
 @dataclass

@@ -63,9 +63,14 @@ def render_table(rows: list[Row]) -> str:
                     [(r.image, r.environment, r.package, r.version, r.source) for r in rows])
 
 
+def _short(path: str) -> str:
+    # A base with overlays is "base.sif + x.sqsh": each part is shortened, not the whole.
+    return " + ".join(os.path.basename(part.rstrip("/")) or part for part in path.split(" + "))
+
+
 def image_labels(paths: list[str]) -> dict[str, str]:
     """Short column names for images: the file name, or the whole path where two file names clash."""
-    names = [os.path.basename(p.rstrip("/")) or p for p in paths]
+    names = [_short(p) for p in paths]
     return {p: (n if names.count(n) == 1 else p) for p, n in zip(paths, names, strict=True)}
 
 
@@ -102,6 +107,8 @@ def render_json(results: list[ImageResult], rows: list[Row], *, with_matrix: boo
             data = inventory_to_dict(result.inventory)
             entry["environments"] = data["environments"]
             entry["problems"] = data["problems"]
+            if data["overlay"] is not None:
+                entry["overlay"] = data["overlay"]
         images.append(entry)
     document: dict[str, Any] = {"images": images}
     if with_matrix:

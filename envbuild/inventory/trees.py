@@ -133,3 +133,37 @@ class ListedTree:
     def read(self, path: str, limit: int) -> bytes | None:
         content = self._contents.get(path)
         return None if content is None else content[:limit]
+
+
+class MountedTree:
+    """Another tree as a container sees it mounted at `mount`: apptainer's `--bind FILE:MOUNT:image-src=/`
+    shows a venv overlay's root at /user-software, so its venv must be listed as /user-software, as its
+    scripts and pyvenv.cfg name it. Outside the mount point there is nothing but the way to it."""
+
+    def __init__(self, inner: Tree, mount: str) -> None:
+        self.inner = inner
+        self.mount = posixpath.normpath("/" + mount.lstrip("/"))
+
+    def _inner_path(self, path: str) -> str | None:
+        """`path` in the inner tree, or None when it lies outside the mount point."""
+        path = posixpath.normpath(path)
+        if self.mount == "/":
+            return path
+        if path == self.mount:
+            return "/"
+        if path.startswith(self.mount + "/"):
+            return path[len(self.mount):]
+        return None
+
+    def children(self, path: str) -> dict[str, str] | None:
+        inner = self._inner_path(path)
+        if inner is not None:
+            return self.inner.children(inner)
+        above = posixpath.normpath(path).rstrip("/") + "/"
+        if self.mount.startswith(above):  # a directory on the way to the mount point
+            return {self.mount[len(above):].split("/", 1)[0]: "dir"}
+        return None
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        inner = self._inner_path(path)
+        return None if inner is None else self.inner.read(inner, limit)
