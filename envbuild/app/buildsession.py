@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, TextIO
 from envbuild.errors import EnvbuildError, UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from envbuild.build.executor import BuildExecutor
     from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
     from envbuild.host.facts import HostFacts
@@ -220,6 +222,7 @@ class BuildSession:
         for entry in (store.env(layers.env_entry), store.image(layers.image_entry)):
             if os.path.isdir(entry.dir):
                 touch_used(Path(entry.dir))
+        note_project_file(self.loaded, output, image=str(output), overlays=(), say=self._say)
         return output
 
     def _plan(self, request: BuildRequest, layers: Layers) -> BuildPlan:
@@ -244,6 +247,7 @@ class BuildSession:
     def _finish_up_to_date(self, request: BuildRequest, layers: Layers, started: float) -> None:
         self._say(f"{request.options.output} is up to date (image {layers.image_entry}); nothing to build "
                   f"({time.monotonic() - started:.2f} s)")
+        note_project_file(self.loaded, Path(request.options.output), image=request.options.output, overlays=(), say=self._say)
 
     def _note_compression(self) -> None:
         from envbuild.build.squash import compression_note
@@ -258,6 +262,19 @@ class BuildSession:
         path = lock_path_for(self.loaded.path)
         if path.is_file():
             self._say(f"note: {path} exists but is not used; pass --locked to install exactly it")
+
+
+def note_project_file(loaded: LoadedSpec, output: Path, *, image: str, overlays: tuple[str, ...],
+                      say: Callable[[str], None]) -> None:
+    """When the build wrote into the working directory (a project), record it in ./envrun.yaml, so that a
+    plain `envrun srun torchrun train.py` there runs in it. Values the user set by hand are kept."""
+    from envbuild.launch.projectfile import update_project_file
+
+    here = Path.cwd()
+    if output.parent.resolve() != here.resolve():
+        return
+    for message in update_project_file(here, image=image, overlays=overlays, spec=str(loaded.path.absolute())):
+        say(message)
 
 
 def find_env_parent(store_root: Path, layers: Layers, request: BuildRequest) -> str | None:

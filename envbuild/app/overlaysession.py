@@ -80,6 +80,7 @@ class OverlaySession:
             key = overlay_key(request.with_base_digest(_read(base.digest_file)), probe)
             if _overlay_key_of(output) == key:
                 self._say(f"{output} is up to date (overlay {key[:16]}); nothing to build ({time.monotonic() - started:.2f} s)")
+                self._note_project(request, output)
                 return output
         log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
         if log_path.exists():
@@ -98,12 +99,16 @@ class OverlaySession:
         with entry_lock(store_root, "overlay", plan.entry, on_wait=lambda m: self._say(f"{m}; will reuse its overlay")):
             if _overlay_key_of(output) == plan.key:
                 self._say(f"{output} is up to date (overlay {plan.key[:16]})")
+                self._note_project(request, output)
                 return output
             if os.path.exists(entry.complete):
+                from envbuild.build.overlayplan import overlay_wrappers_step
                 from envbuild.build.plan import output_step
 
                 step = output_step(request, plan.store_overlay, f"copy the stored overlay {plan.entry} to {output}")
-                executor.execute_steps((step,), None, "cached")
+                # the commands are read from the stored overlay file (there is no venv directory now)
+                wrappers = overlay_wrappers_step(request, probe, plan.store_overlay)
+                executor.execute_steps((step, wrappers), None, "cached")
                 self._say(f"overlay unchanged, taken from the store: {output} in {time.monotonic() - started:.1f} s")
             else:
                 executor.execute_steps(plan.steps, plan.work_dir, "overlay")
@@ -111,7 +116,13 @@ class OverlaySession:
         for directory in (base.entry, entry.dir):
             if os.path.isdir(directory):
                 touch_used(Path(directory))
+        self._note_project(request, output)
         return output
+
+    def _note_project(self, request: BuildRequest, output: Path) -> None:
+        from envbuild.app.buildsession import note_project_file
+
+        note_project_file(self.loaded, output, image=request.base.path or "", overlays=(str(output),), say=self._say)
 
     def _report(self, probe: BaseProbe, plan: OverlayPlan) -> None:
         self._say(f"base Python: {probe.python} (Python {probe.version}, {probe.abi or 'no ABI tag'}): {probe.why}")

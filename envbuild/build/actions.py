@@ -126,9 +126,12 @@ class WriteRunWrappers:
     image: str
     system: str
     runtime_name: str
+    overlays: tuple[tuple[str, str], ...] = ()  # (NAME.sqsh, mount point), mounted over `image`
+    extra_commands: tuple[str, ...] = ()  # wrapped too although not in venv_bin (an overlay's base's torchrun)
 
     def describe(self) -> str:
-        return f"write run wrappers for the commands in {self.venv_bin} to {self.dest}/ (system {self.system})"
+        over = "".join(f" with overlay {path} at {mount}" for path, mount in self.overlays)
+        return f"write run wrappers for the commands in {self.venv_bin} to {self.dest}/ (system {self.system}{over})"
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,7 @@ class BuildExecutor:
         from envbuild.launch.wrappers import render_wrapper, wrapped_commands
         from envbuild.recipes.load import load_recipe
 
-        entries = _venv_commands(action.venv_bin)
+        entries = [*_venv_commands(action.venv_bin), *action.extra_commands]
         recipe = load_recipe(action.system)
         dest = Path(action.dest)
         dest.mkdir(parents=True, exist_ok=True)
@@ -218,7 +218,8 @@ class BuildExecutor:
             if not is_replaceable_wrapper(target):
                 kept.append(name)  # someone else's file: never overwrite it
                 continue
-            atomic_write(target, render_wrapper(name, action.image, recipe, action.runtime_name), mode=0o755)
+            atomic_write(target, render_wrapper(name, action.image, recipe, action.runtime_name, overlays=action.overlays),
+                         mode=0o755)
             names.append(name)
         self._log.write(f"wrote {len(names)} wrappers: {' '.join(names)}\n")
         if kept:
@@ -299,6 +300,15 @@ def _venv_commands(venv_bin: str) -> list[str]:
     cached image reused for a new output has no sandbox)."""
     if os.path.isdir(venv_bin):
         return [e.name for e in os.scandir(venv_bin) if os.access(e.path, os.X_OK) and not e.is_dir()]
+    from envbuild.inventory.overlay import is_overlay_file
+
+    if is_overlay_file(venv_bin):  # a stored overlay: its root is the venv
+        from envbuild.inventory.squashfs import Squashfs
+        from envbuild.inventory.trees import SquashfsTree
+
+        with Squashfs(venv_bin) as fs:
+            children = SquashfsTree(fs).children("/bin") or {}
+        return [name for name, kind in children.items() if kind in ("file", "symlink")]
     from envbuild.inventory.image import open_image
     from envbuild.spec.model import VENV_PREFIX
 

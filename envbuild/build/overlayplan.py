@@ -17,7 +17,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from envbuild.build.actions import Action, MakeDirs, RecordDigest, Remove, Rename, Run, Step, WriteFile
+from envbuild.build.actions import Action, MakeDirs, RecordDigest, Remove, Rename, Run, Step, WriteFile, WriteRunWrappers
 from envbuild.build.install import PackageSources
 from envbuild.build.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BaseProbe, in_base
 from envbuild.build.paths import HOST_MOUNT
@@ -253,6 +253,7 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
                 [read_only]) for cmd in spec.tests)))
     steps.append(_squash_step(request, entry, key, venv, overlay.processors))
     steps.append(output_step(request, entry.overlay, f"copy the overlay to {options.output}"))
+    steps.append(overlay_wrappers_step(request, probe, f"{venv}/bin"))
     if not options.keep_work:
         steps.append(Step("clean", "remove the build's venv directory", (Remove((work,)),)))
     return OverlayPlan(
@@ -260,6 +261,20 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
         store_overlay=entry.overlay, kept=split.kept, added=split.added, constraints=constraints,
         package_sources=sources.shown, steps=tuple(steps),
     )
+
+
+def overlay_wrappers_step(request: BuildRequest, probe: BaseProbe, venv_bin: str) -> Step:
+    """bin/python, bin/torchrun, ... next to the overlay: exec into the base with the overlay mounted."""
+    from pathlib import PurePosixPath
+
+    assert request.spec.overlay is not None and request.base.path
+    output = request.options.output
+    out_dir = str(PurePosixPath(output).parent)
+    # torchrun lives in the base; its wrapper runs it with the overlay's Python (see envbuild.launch.shims)
+    extra = ("torchrun",) if "torch" in probe.installed() else ()
+    return Step("wrappers", f"write run wrappers to {out_dir}/bin", (WriteRunWrappers(
+        venv_bin, f"{out_dir}/bin", request.base.path, request.spec.system, request.facts.runtime.name,
+        overlays=((output, request.spec.overlay.mount),), extra_commands=extra),))
 
 
 def _check_mount(mount: str, probe: BaseProbe, spec_path: str) -> None:
