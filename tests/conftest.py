@@ -114,3 +114,39 @@ def reports(output: str, tag: str = "DDP_REPORT") -> list[dict]:
 
     found = [json.loads(m.group(1)) for m in re.finditer(tag + r" (\{.*\})$", output, re.M)]
     return sorted(found, key=lambda r: r["rank"])
+
+
+# The three kinds of base an overlay is built on in the tests (no site image is on this machine; see
+# tests/standin_bases.py): the reference image itself (envbuild's venv), a LUMI-like image (conda-style env
+# activated by $WITH_CONDA) and a LUMI-AI-Factory-like image (/opt/venv).
+OVERLAY_BASES = ("envbuild", "lumi", "aif")
+OVERLAY_PACKAGE = "tabulate"  # small, pure Python, in none of the bases, on the local package index
+OVERLAY_SPEC = f"""\
+name: extras
+base: localimage:base.sif
+overlay: {{}}
+python:
+  packages: [{OVERLAY_PACKAGE}, torch]
+tests:
+  - python -c "import {OVERLAY_PACKAGE}, torch, sys; assert sys.prefix == '/user-software', sys.prefix"
+"""
+
+
+@pytest.fixture(scope="session")
+def overlay_projects(tmp_path_factory: pytest.TempPathFactory, reference_image: Path, build_cache: Path) -> dict[str, Path]:
+    """Per base kind, a project directory holding base.sif, extras.yaml (OVERLAY_SPEC), the overlay
+    extras.sqsh built by `envbuild build`, its bin/ wrappers and the envrun.yaml it wrote."""
+    from tests.standin_bases import standin_image
+
+    projects = {}
+    for kind in OVERLAY_BASES:
+        project = tmp_path_factory.mktemp(f"overlay-{kind}")
+        base = reference_image if kind == "envbuild" else standin_image(kind, reference_image, build_cache)
+        os.link(base, project / "base.sif") if os.stat(base).st_dev == os.stat(project).st_dev else shutil.copy(base, project / "base.sif")
+        (project / "extras.yaml").write_text(OVERLAY_SPEC)
+        result = run_cli([str(REPO / "bin/envbuild"), "build", "extras.yaml"], cwd=project,
+                         env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)}, timeout=900)
+        assert result.returncode == 0, f"{kind}: {result.stdout}{result.stderr[-4000:]}"
+        (project / "build-output.txt").write_text(result.stderr)
+        projects[kind] = project
+    return projects

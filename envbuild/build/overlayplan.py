@@ -177,6 +177,9 @@ def overlay_key(request: BuildRequest, probe: BaseProbe) -> str:
     identity = {
         "layout": OVERLAY_LAYOUT_VERSION, "envbuild": request.facts.envbuild_version,
         "spec": request.source.sha256, "lock": request.lock.sha256, "base_digest": request.base.digest,
+        # The record names the base's path (envrun --overlay without --image runs on it, and its errors
+        # name it): the same base at another path gets its own overlay (a few seconds to build).
+        "base_path": request.base.path,
         "python": probe.as_record(), "base_packages": list(probe.packages),
         "installer": f"pip {request.facts.pip_version or 'unknown'}",
         "sources": {"index_url": pip.index_url, "extra_index_urls": list(pip.extra_index_urls),
