@@ -39,8 +39,8 @@ class BuildOptions:
 def torch_index_for(loaded: LoadedSpec) -> str | None:
     from envbuild.recipes.load import load_recipe
 
-    if loaded.spec.python.pytorch is None:
-        return None  # without PyTorch the recipe has nothing to say: do not load it
+    if loaded.spec.python.pytorch is None or loaded.spec.overlay is not None:
+        return None  # without PyTorch the recipe has nothing to say; an overlay keeps the base's torch
     return loaded.spec.python.pytorch_index_url(load_recipe(loaded.spec.system))
 
 

@@ -50,11 +50,16 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     from envbuild.build.executor import BuildExecutor
     from envbuild.build.plan import plan_base
     from envbuild.host.facts import gather_host_facts
-    from envbuild.lock.fileformat import read_lock, render_lock
+    from envbuild.lock.fileformat import read_lock
     from envbuild.lock.model import Lock, lock_inputs, lock_path_for
     from envbuild.store.entries import touch_used
 
     spec = loaded.spec
+    if spec.overlay is not None:
+        from envbuild.app.overlaylock import run_overlay_lock
+
+        return run_overlay_lock(loaded, upgrade=upgrade, upgrade_packages=upgrade_packages, cache_dir=cache_dir,
+                                verbose=verbose, out=out)
     facts = gather_host_facts(cache_dir=cache_dir)
     if facts.uv is None:
         raise EnvbuildError("envbuild lock needs uv, which is not installed", "pip install uv (into envbuild's environment)")
@@ -81,17 +86,25 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     inputs = lock_inputs(spec, torch_index_for(loaded))
     lock = Lock(inputs=inputs, target=target, base_digest=request.base.digest, recipe_digest=request.recipe_digest,
                 resolver=f"uv {facts.uv_version}", packages=packages, spec_name=spec.name)
+    return write_lock(loaded, path, previous, lock, out)
+
+
+def write_lock(loaded: LoadedSpec, path: Path, previous: Lock | None, lock: Lock, out: TextIO) -> Path:
+    """Write `lock` to `path` when its text changes, saying what changed."""
+    from envbuild.lock.fileformat import render_lock
+
     text = render_lock(lock, spec_path_for_comment=_relative(loaded.path))
     old_text = path.read_text(encoding="utf-8") if path.is_file() else None
     for line in _changes(previous, lock):
         print(line, file=out)
+    count = len(lock.packages)
     if text == old_text:
-        print(f"{path} is unchanged ({len(packages)} packages)", file=out)
+        print(f"{path} is unchanged ({count} packages)", file=out)
     else:
         from envbuild.atomicfile import atomic_write
 
         atomic_write(path, text)
-        print(f"wrote {path} ({len(packages)} packages); build it with: envbuild build {loaded.path} --locked", file=out)
+        print(f"wrote {path} ({count} packages); build it with: envbuild build {loaded.path} --locked", file=out)
     return path
 
 

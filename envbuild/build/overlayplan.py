@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from envbuild.build.actions import Action, MakeDirs, RecordDigest, Remove, Rename, Run, Step, WriteFile, WriteRunWrappers
@@ -29,7 +30,7 @@ from envbuild.overlayformat import BASE_PTH, LOCK_FILE, OVERLAY_RECORD_FORMAT, R
 from envbuild.store.layout import EntryPaths, StorePaths
 
 # Bump when what an overlay contains changes for the same inputs, so older store entries are not reused.
-OVERLAY_LAYOUT_VERSION = 1
+OVERLAY_LAYOUT_VERSION = 2
 # Packages whose binaries are built against the base's torch and its ROCm/CUDA libraries: pinned to the
 # base's versions while installing, so no dependency can pull a second torch into the overlay.
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "pytorch-triton-rocm")
@@ -63,8 +64,9 @@ print("added to the overlay: " + (" ".join(added) or "nothing"))
 
 @dataclass(frozen=True)
 class RequirementSplit:
-    kept: tuple[str, ...]  # "requirement: name version from the base"
+    kept: tuple[str, ...]  # "requirement: name version from the base" (for the build's report)
     added: tuple[str, ...]  # requirements the base does not satisfy: installed into the overlay
+    kept_pins: tuple[str, ...] = ()  # name==version of each kept package (the record's packages.kept)
 
 
 @dataclass(frozen=True)
@@ -104,15 +106,16 @@ def split_requirements(requirements: list[str], probe: BaseProbe) -> Requirement
     from packaging.requirements import Requirement
 
     installed = probe.installed()
-    kept, added = [], []
+    kept, added, pins = [], [], []
     for text in requirements:
         req = Requirement(text)
         have = installed.get(_canonical(req.name))
         if have and not req.extras and not req.url and req.specifier.contains(have[1], prereleases=True):
             kept.append(f"{text}: {have[0]} {have[1]} from the base")
+            pins.append(f"{have[0]}=={have[1]}")
         else:
             added.append(text)
-    return RequirementSplit(kept=tuple(kept), added=tuple(added))
+    return RequirementSplit(kept=tuple(kept), added=tuple(added), kept_pins=tuple(pins))
 
 
 def check_torch(requirements: list[str], probe: BaseProbe, *, allowed: bool, spec_path: str) -> None:
@@ -202,7 +205,7 @@ def overlay_record(request: BuildRequest, probe: BaseProbe, split: RequirementSp
         "base": {"ref": spec.base.describe(), "path": request.base.path, "digest": request.base.digest,
                  "sif_id": request.base.sif_id, "size": request.base.size},
         "python": probe.as_record(), "requirements": spec.python.requirements(),
-        "packages": {"kept": list(split.kept), "added": []},
+        "packages": {"kept": list(split.kept_pins), "added": []},
         "installer": {"name": "pip", "version": facts.pip_version},
         "compression": request.options.compression, "build_host": dict(facts.host_info),
     }
@@ -237,8 +240,13 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
     ))]
     constraints = torch_constraints(probe, allowed=overlay.allow_torch_change)
     sources = PackageSources.from_request(request)
-    if split.added:
-        steps.append(_install_step(request, split, constraints, sources, run, writable_venv, host, host_bind, python))
+    if request.lock.requirements is not None:
+        _check_lock_python(request, probe, spec_path)
+        steps.append(_install_step(request, ("--require-hashes", "--no-deps", "-r", f"{HOST_MOUNT}/lock.txt"), constraints,
+                                   sources, run, writable_venv, host, host_bind, python,
+                                   files={f"{host}/lock.txt": request.lock.requirements}))
+    elif split.added:
+        steps.append(_install_step(request, split.added, constraints, sources, run, writable_venv, host, host_bind, python))
     record = overlay_record(request, probe, split, key)
     record_file = f"{venv}/{RECORD_FILE}"
     record_actions: list[Action] = [
@@ -288,8 +296,16 @@ def _check_mount(mount: str, probe: BaseProbe, spec_path: str) -> None:
                                 "mount the overlay elsewhere, e.g. overlay: {mount: /user-software}")
 
 
-def _install_step(request: BuildRequest, split: RequirementSplit, constraints: tuple[str, ...], sources: PackageSources,
-                  run, writable_venv: Bind, host: str, host_bind: Bind, python: str) -> Step:
+def _check_lock_python(request: BuildRequest, probe: BaseProbe, spec_path: str) -> None:
+    if request.lock.python and request.lock.python != probe.minor:
+        raise EnvbuildError(f"{spec_path}: the lock was made for Python {request.lock.python}, but the base's "
+                            f"{probe.python} is Python {probe.version}", f"run `envbuild lock {spec_path}` again")
+
+
+def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: tuple[str, ...], sources: PackageSources,
+                  run: Callable[..., Run], writable_venv: Bind, host: str, host_bind: Bind, python: str, *,
+                  files: dict[str, str] | None = None, pip_options: tuple[str, ...] = ("install",),
+                  title: str = "") -> Step:
     facts = request.facts
     if not facts.pip_module:
         raise EnvbuildError("envbuild's own environment has no pip, which overlays install with",
@@ -297,19 +313,21 @@ def _install_step(request: BuildRequest, split: RequirementSplit, constraints: t
     cache = StorePaths(str(facts.cache_dir)).download_cache("pip")
     binds = [writable_venv, host_bind, Bind(facts.pip_module, f"{HOST_MOUNT}/pylib/pip"),
              Bind(cache, f"{HOST_MOUNT}/cache", read_only=False), *sources.binds]
-    argv = [python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-warn-script-location",
+    argv = [python, "-m", "pip", *pip_options, "--no-input", "--disable-pip-version-check", "--no-warn-script-location",
             "--cache-dir", f"{HOST_MOUNT}/cache", *sources.pip_args(), "--constraint", f"{HOST_MOUNT}/constraints.txt",
-            *split.added]
+            *targets]
     mount_points = [f"{host}/pylib/pip", f"{host}/cache", *(f"{host}{b.inside[len(HOST_MOUNT):]}" for b in sources.binds
                                                              if not b.is_file)]
-    files = [f"{host}{b.inside[len(HOST_MOUNT):]}" for b in sources.binds if b.is_file]
+    bound_files = [f"{host}{b.inside[len(HOST_MOUNT):]}" for b in sources.binds if b.is_file]
     actions: list[Action] = [
         MakeDirs((cache, *mount_points)),
         WriteFile(f"{host}/constraints.txt", "".join(c + "\n" for c in constraints)),
-        *(WriteFile(path, "") for path in files),  # mount points of bound files
+        *(WriteFile(path, "") for path in bound_files),  # mount points of bound files
+        *(WriteFile(path, text) for path, text in (files or {}).items()),
         run(argv, binds, env=[("PYTHONPATH", f"{HOST_MOUNT}/pylib")]),
     ]
-    return Step("install", f"pip install {' '.join(split.added)} (what the base lacks)", tuple(actions))
+    what = "exactly the lock" if "--require-hashes" in targets else " ".join(targets) + " (what the base lacks)"
+    return Step("install", title or f"pip install {what}", tuple(actions))
 
 
 def _squash_step(request: BuildRequest, entry: EntryPaths, key: str, venv: str, processors: int) -> Step:
@@ -328,3 +346,32 @@ def _squash_step(request: BuildRequest, entry: EntryPaths, key: str, venv: str, 
                 # No lock here: the session holds the entry's lock around the whole plan (the flock is per
                 # open file, so taking it again from this process would wait for itself).
                 skip_if_exists=entry.complete, cleanup=(Remove((partial,)),))
+
+
+def plan_overlay_resolve(request: BuildRequest, probe: BaseProbe, pins: tuple[str, ...], report: str) -> tuple[str, tuple[Step, ...]]:
+    """`envbuild lock` for an overlay: pip, in a fresh overlay venv on the base, reports what it would add
+    for the requirements (`pip install --dry-run --report`), kept pins (`pins`, from the old lock) as
+    constraints. What the base has is not re-resolved: the lock holds what the overlay installs.
+    Returns the work directory and the steps; the report lands in `report` on the host."""
+    spec, facts = request.spec, request.facts
+    assert spec.overlay is not None and request.base.path
+    work = StorePaths(str(facts.cache_dir)).work(f"lock-{spec.name}-{request.options.build_id}")
+    venv, host = f"{work}/venv", f"{work}/host"
+    mount = spec.overlay.mount
+    writable_venv, host_bind = Bind(venv, mount, read_only=False), Bind(host, HOST_MOUNT, read_only=False)
+
+    def run(argv: list[str], binds: list[Bind], env: list[tuple[str, str]] | None = None) -> Run:
+        return sandbox_exec(request, request.base.path or "", in_base(probe, argv), writable=False, binds=binds, env=env)
+
+    venv_step = Step("venv", f"make a scratch venv at {mount} with the base's {probe.python}", (
+        Remove((work,)), MakeDirs((venv, host)),
+        run([probe.python, "-m", "venv", "--system-site-packages", "--without-pip", mount], [writable_venv]),
+        run([f"{mount}/bin/python", "-c", BASE_PTH_SCRIPT, *probe.site_dirs], [writable_venv]),
+    ))
+    constraints = (*torch_constraints(probe, allowed=spec.overlay.allow_torch_change), *pins)
+    resolve = _install_step(request, tuple(spec.python.requirements()), constraints, PackageSources.from_request(request),
+                            run, writable_venv, host, host_bind, f"{mount}/bin/python",
+                            pip_options=("install", "--dry-run", "--quiet", "--report", f"{HOST_MOUNT}/report.json"),
+                            title="resolve with pip in the base: what the overlay would add")
+    collect = Step("report", "keep pip's report", (Rename(f"{host}/report.json", report), Remove((work,))))
+    return work, (venv_step, resolve, collect)

@@ -62,6 +62,7 @@ info = {
     "version": "%d.%d.%d" % sys.version_info[:3], "abi": sysconfig.get_config_var("SOABI") or "",
     "prefix": sys.prefix, "site_dirs": sites, "packages": sorted(names.values()),
     "has_venv": importlib.util.find_spec("venv") is not None, "machine": platform.machine(),
+    "glibc": (os.confstr("CS_GNU_LIBC_VERSION") or "").replace("glibc ", "") if hasattr(os, "confstr") else "",
 }
 with open(out, "w") as handle:
     json.dump(info, handle, indent=2, sort_keys=True)
@@ -81,6 +82,7 @@ class BaseProbe:
     site_dirs: tuple[str, ...]  # the base Python's site directories, in sys.path order
     packages: tuple[str, ...]  # name==version of every distribution the base Python sees
     machine: str = ""
+    glibc: str = ""  # "2.36"; "" when the C library is not glibc (a lock needs it for the wheel platform)
 
     @property
     def minor(self) -> str:
@@ -113,7 +115,7 @@ def parse_probe(text: str, where: str) -> BaseProbe:
         return BaseProbe(
             python=data["path"], why=data["why"], activation=data["activation"], version=data["version"],
             abi=data["abi"], prefix=data["prefix"], site_dirs=tuple(data["site_dirs"]),
-            packages=tuple(data["packages"]), machine=data.get("machine", ""),
+            packages=tuple(data["packages"]), machine=data.get("machine", ""), glibc=data.get("glibc", ""),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise EnvbuildError(f"{where}: unreadable result of the base image probe ({exc})",

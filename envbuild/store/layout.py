@@ -100,7 +100,8 @@ class EntryPaths:
         """overlays/base-*: what the base's Python is and has, per interpreter choice ("" = detected)."""
         import hashlib
 
-        return f"{self.dir}/probe-{hashlib.sha256(python.encode()).hexdigest()[:12]}.json"
+        # v2: with the C library version (for locks)
+        return f"{self.dir}/probe-v2-{hashlib.sha256(python.encode()).hexdigest()[:12]}.json"
 
 
 @dataclass(frozen=True)

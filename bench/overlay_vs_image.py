@@ -1,0 +1,85 @@
+"""Adding one package to the reference environment (envs/local-cpu-pytorch.yaml): a venv overlay on the
+reference image vs rebuilding the full image with that package (issue 11; goal: overlay <= 5 % of the
+image rebuild), side by side in one run, plus the files each puts on the file system.
+
+For each package in --packages (small, pure Python, none of them in the reference image), alternately:
+    image    the reference spec plus the package, built into a new .sif: the store reuses the base and
+             the parent env layer, installs the difference, and squashes the whole image again
+    overlay  an overlay spec on the reference image with the package: venv, pip, squash of the venv
+Both start from a warm store (the reference image is built first) and use the same --compression.
+File count: what a user's project directory would hold as an unsquashed venv (the overlay's files,
+counted in its squashfs) vs the one .sqsh file.
+
+    .venv/bin/python bench/overlay_vs_image.py [--packages tabulate,humanize,termcolor] [--compression gzip:6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC = REPO / "envs/local-cpu-pytorch.yaml"
+
+
+def build(spec: Path, output: Path, store: Path, compression: str) -> float:
+    env = dict(os.environ, ENVBUILD_CACHE_DIR=str(store))
+    started = time.monotonic()
+    proc = subprocess.run([str(REPO / "bin/envbuild"), "build", str(spec), "-o", str(output), "--compression", compression],
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=spec.parent)
+    elapsed = time.monotonic() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"build of {spec} failed:\n{proc.stderr[-4000:]}")
+    return elapsed
+
+
+def squashfs_files(path: Path) -> int:
+    listing = subprocess.run(["unsquashfs", "-l", str(path)], capture_output=True, text=True, check=True).stdout
+    return sum(1 for line in listing.splitlines() if line.startswith("squashfs-root/"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--packages", default="tabulate,humanize,termcolor")
+    parser.add_argument("--compression", default="gzip:6")
+    parser.add_argument("--store", default=os.environ.get("ENVBUILD_CACHE_DIR", "/var/tmp/envbuild-test-cache"))
+    parser.add_argument("--workdir")
+    args = parser.parse_args()
+    store = Path(args.store)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-overlay-"))
+    work.mkdir(parents=True, exist_ok=True)
+    base = work / "reference.sif"
+    print(f"reference image (warm store {store}): {build(SPEC, base, store, args.compression):.1f} s", flush=True)
+    spec_text = SPEC.read_text()
+    image_times, overlay_times, files = [], [], []
+    for package in args.packages.split(","):
+        stamp = f"{package}-{os.getpid()}-{int(time.time())}"
+        image_spec = work / f"image-{stamp}.yaml"
+        # the reference spec plus one package (a new env layer on the reference's, then a new image)
+        image_spec.write_text(spec_text.replace("  packages:\n", f"  packages:\n    - {package}\n", 1)
+                              .replace("name: local-cpu-pytorch", f"name: plus-{package}", 1))
+        if f"    - {package}\n" not in image_spec.read_text():
+            raise SystemExit(f"could not add {package} to {SPEC}: expected a `  packages:` block")
+        overlay_spec = work / f"overlay-{stamp}.yaml"
+        overlay_spec.write_text(f"# {stamp}\nname: extras-{package}\nbase: localimage:{base}\noverlay: {{}}\n"
+                                f"python: {{packages: [{package}]}}\n")
+        image_times.append(build(image_spec, work / f"plus-{package}.sif", store, args.compression))
+        output = work / f"extras-{package}.sqsh"
+        overlay_times.append(build(overlay_spec, output, store, args.compression))
+        files.append(squashfs_files(output))
+        print(f"{package:>12}: image rebuild {image_times[-1]:6.1f} s   overlay {overlay_times[-1]:5.1f} s   "
+              f"ratio {overlay_times[-1] / image_times[-1]:.3f}   overlay venv: {files[-1]} files -> 1 .sqsh", flush=True)
+    ratio = statistics.median(o / i for o, i in zip(overlay_times, image_times, strict=True))
+    print(f"median ratio overlay / image rebuild: {ratio:.3f} (goal <= 0.05); "
+          f"median files: {statistics.median(files):.0f} in a venv vs 1 overlay file; compression {args.compression}")
+    sys.exit(0 if ratio <= 0.05 else 1)
+
+
+if __name__ == "__main__":
+    main()
