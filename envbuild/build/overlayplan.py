@@ -63,7 +63,7 @@ print("added to the overlay: " + (" ".join(added) or "nothing"))
 
 @dataclass(frozen=True)
 class RequirementSplit:
-    kept: tuple[str, ...]  # "requirement: name version from the base"
+    kept: tuple[str, ...]  # "name==version" of the base's distributions that satisfy a requirement (the record's format)
     added: tuple[str, ...]  # requirements the base does not satisfy: installed into the overlay
 
 
@@ -109,7 +109,9 @@ def split_requirements(requirements: list[str], probe: BaseProbe) -> Requirement
         req = Requirement(text)
         have = installed.get(_canonical(req.name))
         if have and not req.extras and not req.url and req.specifier.contains(have[1], prereleases=True):
-            kept.append(f"{text}: {have[0]} {have[1]} from the base")
+            pin = f"{have[0]}=={have[1]}"  # read back with parse_pin by verify and the inventory
+            if pin not in kept:
+                kept.append(pin)
         else:
             added.append(text)
     return RequirementSplit(kept=tuple(kept), added=tuple(added))
@@ -278,8 +280,8 @@ def overlay_wrappers_step(request: BuildRequest, probe: BaseProbe, venv_bin: str
 
 
 def _check_mount(mount: str, probe: BaseProbe, spec_path: str) -> None:
-    """The overlay must not hide the base's own Python environment."""
-    for path in (probe.prefix, probe.python):
+    """The overlay must not hide the base's own Python environment (its prefix, interpreter and site directories)."""
+    for path in (probe.prefix, probe.python, *probe.site_dirs):
         if path == mount or path.startswith(mount.rstrip("/") + "/"):
             raise EnvbuildError(f"{spec_path}: overlay.mount {mount} would hide the base's Python environment {path}",
                                 "mount the overlay elsewhere, e.g. overlay: {mount: /user-software}")
