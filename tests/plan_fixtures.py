@@ -27,6 +27,8 @@ FIXED_FACTS = HostFacts(
     envbuild_version="0.0.0-test",
     proxy_env=(("https_proxy", "http://proxy.invalid:3128"),),
     uv_version="0.13.9",
+    pip_module="/opt/envbuild-venv/lib/python3.11/site-packages/pip",
+    pip_version="25.2",
     python="/opt/envbuild-venv/bin/python",
     cpus=8,
     runtime_version="apptainer version 1.4.5",
@@ -40,6 +42,7 @@ _OVERRIDE_GROUPS = {
     "spec": ("source", "spec"), "spec_text": ("source", "text"), "spec_sha256": ("source", "sha256"),
     "spec_dir": ("source", "directory"), "file_digests": ("source", "file_digests"),
     "base_path": ("base", "path"), "base_fingerprint": ("base", "fingerprint"), "base_digest": ("base", "digest"),
+    "base_sif_id": ("base", "sif_id"), "base_size": ("base", "size"),
     "locked_requirements": ("lock", "requirements"), "lock_text": ("lock", "text"), "lock_sha256": ("lock", "sha256"),
     "lock_python": ("lock", "python"),
     "output": ("options", "output"), "build_id": ("options", "build_id"), "as_root": ("options", "as_root"),
@@ -63,8 +66,10 @@ def with_overrides(request: BuildRequest, **overrides: object) -> BuildRequest:
     return replace(request, **top)
 
 
-def fixed_request(spec_file: str, **overrides: object) -> BuildRequest:
-    loaded = load_spec(REPO / spec_file)
+def fixed_request(spec_file: str, *, check_host: bool = True, **overrides: object) -> BuildRequest:
+    """A request for the spec REPO/SPEC_FILE with FIXED_FACTS. check_host=False for a spec whose base is
+    not on this machine (an overlay on /appl/local/...)."""
+    loaded = load_spec(REPO / spec_file, check_host=check_host)
     facts = overrides.pop("facts", FIXED_FACTS)
     fields: dict[str, object] = {"base_digest": FIXED_BASE_DIGEST, "recipe_digest": "sha256:" + "c" * 64,
                                  "built_at": "2026-11-22T00:00:00Z"}

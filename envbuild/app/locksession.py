@@ -55,11 +55,6 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     from envbuild.store.entries import touch_used
 
     spec = loaded.spec
-    if spec.overlay is not None:
-        from envbuild.app.overlaylock import run_overlay_lock
-
-        return run_overlay_lock(loaded, upgrade=upgrade, upgrade_packages=upgrade_packages, cache_dir=cache_dir,
-                                verbose=verbose, out=out)
     facts = gather_host_facts(cache_dir=cache_dir)
     if facts.uv is None:
         raise EnvbuildError("envbuild lock needs uv, which is not installed", "pip install uv (into envbuild's environment)")

@@ -64,9 +64,8 @@ print("added to the overlay: " + (" ".join(added) or "nothing"))
 
 @dataclass(frozen=True)
 class RequirementSplit:
-    kept: tuple[str, ...]  # "requirement: name version from the base" (for the build's report)
+    kept: tuple[str, ...]  # "name==version" of the base's distributions that satisfy a requirement (the record's format)
     added: tuple[str, ...]  # requirements the base does not satisfy: installed into the overlay
-    kept_pins: tuple[str, ...] = ()  # name==version of each kept package (the record's packages.kept)
 
 
 @dataclass(frozen=True)
@@ -106,16 +105,17 @@ def split_requirements(requirements: list[str], probe: BaseProbe) -> Requirement
     from packaging.requirements import Requirement
 
     installed = probe.installed()
-    kept, added, pins = [], [], []
+    kept, added = [], []
     for text in requirements:
         req = Requirement(text)
         have = installed.get(_canonical(req.name))
         if have and not req.extras and not req.url and req.specifier.contains(have[1], prereleases=True):
-            kept.append(f"{text}: {have[0]} {have[1]} from the base")
-            pins.append(f"{have[0]}=={have[1]}")
+            pin = f"{have[0]}=={have[1]}"  # read back with parse_pin by verify and the inventory
+            if pin not in kept:
+                kept.append(pin)
         else:
             added.append(text)
-    return RequirementSplit(kept=tuple(kept), added=tuple(added), kept_pins=tuple(pins))
+    return RequirementSplit(kept=tuple(kept), added=tuple(added))
 
 
 def check_torch(requirements: list[str], probe: BaseProbe, *, allowed: bool, spec_path: str) -> None:
@@ -205,7 +205,7 @@ def overlay_record(request: BuildRequest, probe: BaseProbe, split: RequirementSp
         "base": {"ref": spec.base.describe(), "path": request.base.path, "digest": request.base.digest,
                  "sif_id": request.base.sif_id, "size": request.base.size},
         "python": probe.as_record(), "requirements": spec.python.requirements(),
-        "packages": {"kept": list(split.kept_pins), "added": []},
+        "packages": {"kept": list(split.kept), "added": []},
         "installer": {"name": "pip", "version": facts.pip_version},
         "compression": request.options.compression, "build_host": dict(facts.host_info),
     }
@@ -289,8 +289,8 @@ def overlay_wrappers_step(request: BuildRequest, probe: BaseProbe, venv_bin: str
 
 
 def _check_mount(mount: str, probe: BaseProbe, spec_path: str) -> None:
-    """The overlay must not hide the base's own Python environment."""
-    for path in (probe.prefix, probe.python):
+    """The overlay must not hide the base's own Python environment (its prefix, interpreter and site directories)."""
+    for path in (probe.prefix, probe.python, *probe.site_dirs):
         if path == mount or path.startswith(mount.rstrip("/") + "/"):
             raise EnvbuildError(f"{spec_path}: overlay.mount {mount} would hide the base's Python environment {path}",
                                 "mount the overlay elsewhere, e.g. overlay: {mount: /user-software}")

@@ -49,13 +49,14 @@ exec "$python" -c "$probe" "$python" "$why" "$activation" "$out"
 
 # Runs with the chosen Python (any 3.x that has importlib.metadata, i.e. 3.8+).
 PROBE_PYTHON = """\
-import importlib.metadata as md, importlib.util, json, os, platform, sys, sysconfig
+import importlib.metadata as md, importlib.util, json, os, platform, re, sys, sysconfig
 python, why, activation, out = sys.argv[1:5]
 names = {}
 for dist in md.distributions():
     name = dist.metadata["Name"]
-    if name and name.lower() not in names:  # the first on sys.path is the one imported
-        names[name.lower()] = name + "==" + dist.version
+    key = re.sub(r"[-_.]+", "-", name or "").lower()  # PEP 503: Foo_Bar and foo-bar are one distribution
+    if name and key not in names:  # the first on sys.path is the one imported
+        names[key] = name + "==" + dist.version
 sites = [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages")) and os.path.isdir(p)]
 info = {
     "path": python, "why": why, "activation": activation, "executable": sys.executable,
@@ -107,6 +108,8 @@ def parse_probe(text: str, where: str) -> BaseProbe:
     """The probe's JSON as a BaseProbe; a clear error when the file is not what the script writes."""
     try:
         data = json.loads(text)
+        if not isinstance(data, dict):
+            raise TypeError(f"a JSON {type(data).__name__}, not an object")
         if not data.get("has_venv", True):
             raise EnvbuildError(
                 f"the base's Python {data['path']} has no venv module, so no overlay venv can be made with it",

@@ -112,11 +112,16 @@ def lock(spec: Path, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir
 
     Resolves with uv for the base image's Python and platform and the variant's PyTorch index, and
     records the base's content digest and the recipe. Re-locking keeps existing pins unless --upgrade
-    or --upgrade-package asks otherwise. Then: envbuild build SPEC --locked."""
+    or --upgrade-package asks otherwise. Then: envbuild build SPEC --locked. For an overlay spec, pip in
+    the base pins exactly what the overlay adds to it."""
     from envbuild.app.locksession import run_lock
     from envbuild.spec.load import load_spec
 
     loaded = load_spec(spec)
+    if loaded.spec.overlay is not None:
+        from envbuild.app.overlaylock import run_overlay_lock
+
+        run_lock = run_overlay_lock
     path = run_lock(loaded, upgrade=upgrade, upgrade_packages=upgrade_packages,
                     cache_dir=cache_dir.absolute() if cache_dir else None, verbose=verbose, out=sys.stderr)
     click.echo(str(path))

@@ -322,6 +322,13 @@ class Spec(StrictModel):
         default=None, description="build a squashfs venv overlay (NAME.sqsh) on the base image instead of an image"
     )
 
+    @field_validator("overlay", mode="before")
+    @classmethod
+    def _empty_overlay_is_defaults(cls, value: Any) -> Any:
+        # `overlay:` written with nothing after it asks for an overlay with the defaults, not for an image.
+        # (Only a key present in the spec gets here: a spec without overlay: keeps the default None.)
+        return {} if value is None else value
+
     @model_validator(mode="after")
     def _check_overlay(self) -> Spec:
         if self.overlay is None:

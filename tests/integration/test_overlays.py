@@ -34,7 +34,7 @@ def test_build_reports_the_python_and_what_it_kept_and_added(kind: str, overlay_
     project = overlay_projects[kind]
     said = (project / "build-output.txt").read_text()
     assert f"base Python: {BASE_PYTHON[kind]}" in said
-    assert "kept from the base: torch: torch 2.13.0" in said
+    assert "kept from the base: torch==2.13.0" in said
     assert f"to install into the overlay: {OVERLAY_PACKAGE}" in said
     record = read_overlay_record(str(project / "extras.sqsh"))
     assert record["mount"] == "/user-software" and record["python"]["path"] == BASE_PYTHON[kind]
