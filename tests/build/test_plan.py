@@ -30,7 +30,7 @@ UPDATE_FLAG = "ENVBUILD_UPDATE_GOLDEN"
 
 # The golden files of this module, from the case tables the tests are parametrized with
 # (tests/test_golden_files.py checks that tests/golden/ holds exactly the files some test compares with).
-PLAN_SPECS = ("local-cpu-pytorch", "lumi-pytorch")
+PLAN_SPECS = ("local-cpu-pytorch", "lumi-pytorch", "lumi-pytorch-rocm-wheels")
 PIP_PLAN_GOLDEN = "local-cpu-pytorch.pip.plan.txt"
 
 
@@ -75,9 +75,30 @@ def test_plan_is_deterministic() -> None:
 
 def test_local_recipe_adds_no_torch_index_but_lumi_gets_rocm_index() -> None:
     local = render_build_plan(fixed_plan("envs/local-cpu-pytorch.yaml"))
-    lumi = render_build_plan(fixed_plan("envs/lumi-pytorch.yaml"))
+    lumi = render_build_plan(fixed_plan("envs/lumi-pytorch-rocm-wheels.yaml"))
     assert "download.pytorch.org" not in local
     assert "--extra-index-url https://download.pytorch.org/whl/rocm6.3 --extra-index-url file:///.envbuild-host/src0/simple" in lumi
+
+
+def test_lumi_ai_factory_spec_keeps_the_base_torch() -> None:
+    """envs/lumi-pytorch.yaml builds on a LUMI AI Factory image: no torch requirement, no PyTorch index,
+    pip (uv would reinstall what a base venv provides), and a test that the torch in use is the base's."""
+    plan = fixed_plan("envs/lumi-pytorch.yaml")
+    text = render_build_plan(plan)
+    base = render_steps("base", fixed_base_plan("envs/lumi-pytorch.yaml").steps)
+    assert "docker://lumiaifactory/lumi-multitorch:torch-u24r70f21m50t210-" in base
+    assert "download.pytorch.org" not in text
+    assert "# installer:    pip" in text
+    assert "# requirements: transformers>=4.50 lightning>=2.5 accelerate datasets" in text
+    record = json.loads(next(a for a in all_actions(plan) if isinstance(a, WriteFile) and a.path.endswith("/build.json")).content)
+    assert not any(req.startswith("torch") for req in record["requirements"])
+    assert any("torch.__file__.startswith('/opt/venv/')" in test for test in plan_request_spec("envs/lumi-pytorch.yaml").tests)
+
+
+def plan_request_spec(spec_file: str):
+    from tests.plan_fixtures import fixed_request
+
+    return fixed_request(spec_file).spec
 
 
 def test_host_sources_are_bound_and_rewritten() -> None:
@@ -140,7 +161,7 @@ def test_lock_resolves_with_the_host_sources_as_they_are_torch_index_first() -> 
     from envbuild.build.install import host_index_args
     from tests.plan_fixtures import fixed_request
 
-    assert host_index_args(fixed_request("envs/lumi-pytorch.yaml")) == [
+    assert host_index_args(fixed_request("envs/lumi-pytorch-rocm-wheels.yaml")) == [
         "--extra-index-url", "https://download.pytorch.org/whl/rocm6.3", "--extra-index-url", "file:///opt/pypi/simple",
         "--find-links", "/opt/wheels", "--index-strategy", "unsafe-best-match",
     ]

@@ -125,7 +125,12 @@ def test_dry_run_runs_nothing(tmp_path: Path) -> None:
     out = tmp_path / "never.sif"
     result = run_cli([ENVBUILD, "build", str(REPO / "envs/lumi-pytorch.yaml"), "--dry-run", "-o", str(out)])
     assert result.returncode == 0, result.stderr
-    assert "--extra-index-url https://download.pytorch.org/whl/rocm6.3" in result.stdout
+    assert "apptainer build --force --sandbox" in result.stdout
+    assert "docker://lumiaifactory/lumi-multitorch:torch-u24r70f21m50t210-" in result.stdout
+    assert not out.exists()
+    wheels = run_cli([ENVBUILD, "build", str(REPO / "envs/lumi-pytorch-rocm-wheels.yaml"), "--dry-run", "-o", str(out)])
+    assert wheels.returncode == 0, wheels.stderr
+    assert "--extra-index-url https://download.pytorch.org/whl/rocm6.3" in wheels.stdout
     assert not out.exists()
 
 
