@@ -11,15 +11,31 @@ from envbuild.build.paths import HOST_MOUNT
 from envbuild.build.request import BuildRequest
 from envbuild.build.sandbox import Bind, sandbox_exec
 from envbuild.host.pip import local_path_of
+from envbuild.overlayformat import BASE_PTH
 from envbuild.spec.model import VENV_PREFIX
 from envbuild.store.layout import StorePaths
+
+# Writes the .pth (envbuild.overlayformat.BASE_PTH) naming the base venv's site directories listed in argv[1].
+BASE_PTH_SCRIPT_FROM_FILE = (
+    "import os, sys, sysconfig; dirs = [d for d in open(sys.argv[1]).read().split() if d not in sys.path]; "
+    "open(os.path.join(sysconfig.get_paths()['purelib'], '" + BASE_PTH + "'), 'w').write(''.join(d + chr(10) for d in dirs))"
+)
 
 
 def venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
     interpreter = shlex.quote(request.spec.python.interpreter)
     # A base built by envbuild (or a parent env layer) already has the venv: install into it instead
     # of re-creating it (its `python3` would be the venv's own interpreter).
+    # A base whose python3 is itself a venv's (the LUMI AI Factory images' /opt/venv): a venv made from it
+    # would not see that venv's packages (its torch built for the image's ROCm), so it is made with
+    # --system-site-packages and a .pth naming the base venv's site directories, as for overlays.
+    site_dirs = "import sys; print(chr(10).join(p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))))"
     script = (f"if [ -x {VENV_PREFIX}/bin/python ]; then echo 'reusing the venv {VENV_PREFIX}'; "
+              f"elif {interpreter} -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then "
+              f"echo 'the base Python is a venv: inheriting its packages'; "
+              f"{interpreter} -m venv --system-site-packages {VENV_PREFIX} && "
+              f"{interpreter} -c \"{site_dirs}\" > {VENV_PREFIX}/base-site-dirs.txt && "
+              f"{VENV_PREFIX}/bin/python -c {shlex.quote(BASE_PTH_SCRIPT_FROM_FILE)} {VENV_PREFIX}/base-site-dirs.txt; "
               f"else {interpreter} -m venv {VENV_PREFIX}; fi")
     actions: list[Action] = [sandbox_exec(request, sandbox, ["/bin/sh", "-ec", script], writable=True)]
     if request.lock.python:
