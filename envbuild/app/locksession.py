@@ -50,7 +50,6 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     from envbuild.build.executor import BuildExecutor
     from envbuild.build.plan import plan_base
     from envbuild.host.facts import gather_host_facts
-    from envbuild.lock.fileformat import read_lock
     from envbuild.lock.model import Lock, lock_inputs, lock_path_for
     from envbuild.store.entries import touch_used
 
@@ -61,12 +60,7 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     if not spec.python.requirements():
         raise EnvbuildError(f"{loaded.path}: the spec installs no Python packages; there is nothing to lock")
     path = lock_path_for(loaded.path)
-    previous: Lock | None = None
-    if path.is_file():
-        try:
-            previous = read_lock(path.read_text(encoding="utf-8"), str(path))
-        except EnvbuildError as exc:
-            print(f"note: ignoring the unreadable old lock ({exc.message}); resolving from scratch", file=out)
+    previous = read_previous_lock(path, out)
 
     request = make_request(loaded, BuildOptions(output=Path(f"/nonexistent/{spec.name}.sif")), facts, lock=None)
     base = plan_base(request)
@@ -82,6 +76,19 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     lock = Lock(inputs=inputs, target=target, base_digest=request.base.digest, recipe_digest=request.recipe_digest,
                 resolver=f"uv {facts.uv_version}", packages=packages, spec_name=spec.name)
     return write_lock(loaded, path, previous, lock, out)
+
+
+def read_previous_lock(path: Path, out: TextIO) -> Lock | None:
+    """The existing lock (its pins are kept when re-locking); None when there is none or it is unreadable."""
+    from envbuild.lock.fileformat import read_lock
+
+    if not path.is_file():
+        return None
+    try:
+        return read_lock(path.read_text(encoding="utf-8"), str(path))
+    except EnvbuildError as exc:
+        print(f"note: ignoring the unreadable old lock ({exc.message}); resolving from scratch", file=out)
+        return None
 
 
 def write_lock(loaded: LoadedSpec, path: Path, previous: Lock | None, lock: Lock, out: TextIO) -> Path:

@@ -23,12 +23,11 @@ if TYPE_CHECKING:
 def run_overlay_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None,
                      verbose: bool, out: TextIO) -> Path:
     from envbuild.app.buildsession import BuildOptions
-    from envbuild.app.locksession import write_lock
+    from envbuild.app.locksession import read_previous_lock, write_lock
     from envbuild.app.overlaysession import OverlaySession, _cached_probe, _read
     from envbuild.build.executor import BuildExecutor
     from envbuild.build.overlayplan import plan_overlay_base, plan_overlay_resolve
     from envbuild.host.facts import gather_host_facts
-    from envbuild.lock.fileformat import read_lock
     from envbuild.lock.model import Lock, LockTarget, lock_inputs, lock_path_for
     from envbuild.lock.uv import uv_python_platform
 
@@ -39,12 +38,7 @@ def run_overlay_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tup
     options = BuildOptions(output=Path(f"/nonexistent/{spec.name}.sqsh"), cache_dir=cache_dir)
     request = OverlaySession(loaded, options, out=out)._request(facts)
     path = lock_path_for(loaded.path)
-    previous: Lock | None = None
-    if path.is_file():
-        try:
-            previous = read_lock(path.read_text(encoding="utf-8"), str(path))
-        except EnvbuildError as exc:
-            print(f"note: ignoring the unreadable old lock ({exc.message}); resolving from scratch", file=out)
+    previous = read_previous_lock(path, out)
     base = plan_overlay_base(request)
     log_path = Path(facts.cache_dir) / "logs" / f"lock-{spec.name}.log"
     executor = BuildExecutor(log_path, store_root=Path(facts.cache_dir), verbose=verbose, out=out)
