@@ -15,10 +15,16 @@ from envbuild.overlayformat import BASE_PTH
 from envbuild.spec.model import VENV_PREFIX
 from envbuild.store.layout import StorePaths
 
-# Writes the .pth (envbuild.overlayformat.BASE_PTH) naming the base venv's site directories listed in argv[1].
-BASE_PTH_SCRIPT_FROM_FILE = (
-    "import os, sys, sysconfig; dirs = [d for d in open(sys.argv[1]).read().split() if d not in sys.path]; "
-    "open(os.path.join(sysconfig.get_paths()['purelib'], '" + BASE_PTH + "'), 'w').write(''.join(d + chr(10) for d in dirs))"
+# Run by a new venv's Python: the base environment's site directories its sys.path lacks go into a .pth file
+# (envbuild.overlayformat.BASE_PTH). A venv made from a venv's Python (LAIF's /opt/venv, envbuild's own)
+# inherits only the underlying interpreter's site directory; the .pth adds the base venv's, after the new
+# venv's own (its packages win). Arguments: the directories, or @FILE for a file listing them one a line.
+BASE_PTH_SCRIPT = (
+    "import os, sys, sysconfig\n"
+    "dirs = [d for a in sys.argv[1:] for d in (open(a[1:]).read().split() if a.startswith('@') else [a])]\n"
+    "missing = [d for d in dirs if d not in sys.path]\n"
+    "with open(os.path.join(sysconfig.get_paths()['purelib'], " + repr(BASE_PTH) + "), 'w') as handle:\n"
+    "    handle.write(''.join(d + chr(10) for d in missing))\n"
 )
 
 
@@ -34,8 +40,9 @@ def venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
               f"elif {interpreter} -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then "
               f"echo 'the base Python is a venv: inheriting its packages'; "
               f"{interpreter} -m venv --system-site-packages {VENV_PREFIX} && "
-              f"{interpreter} -c \"{site_dirs}\" > {VENV_PREFIX}/base-site-dirs.txt && "
-              f"{VENV_PREFIX}/bin/python -c {shlex.quote(BASE_PTH_SCRIPT_FROM_FILE)} {VENV_PREFIX}/base-site-dirs.txt; "
+              f"{interpreter} -c \"{site_dirs}\" > /tmp/envbuild-base-site-dirs.txt && "
+              f"{VENV_PREFIX}/bin/python -c {shlex.quote(BASE_PTH_SCRIPT)} @/tmp/envbuild-base-site-dirs.txt && "
+              f"rm -f /tmp/envbuild-base-site-dirs.txt; "
               f"else {interpreter} -m venv {VENV_PREFIX}; fi")
     actions: list[Action] = [sandbox_exec(request, sandbox, ["/bin/sh", "-ec", script], writable=True)]
     if request.lock.python:

@@ -19,14 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from envbuild.build.actions import Action, MakeDirs, RecordDigest, Remove, Rename, Run, Step, WriteFile, WriteRunWrappers
-from envbuild.build.install import PackageSources
+from envbuild.build.install import BASE_PTH_SCRIPT, PackageSources
 from envbuild.build.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BaseProbe, in_base
 from envbuild.build.paths import HOST_MOUNT
 from envbuild.build.plan import base_cache_key, output_step
 from envbuild.build.request import BuildRequest
 from envbuild.build.sandbox import Bind, sandbox_exec
 from envbuild.errors import EnvbuildError
-from envbuild.overlayformat import BASE_PTH, LOCK_FILE, OVERLAY_RECORD_FORMAT, RECORD_DIR, RECORD_FILE, SPEC_FILE
+from envbuild.overlayformat import LOCK_FILE, OVERLAY_RECORD_FORMAT, RECORD_DIR, RECORD_FILE, SPEC_FILE
 from envbuild.store.layout import EntryPaths, StorePaths
 
 # Bump when what an overlay contains changes for the same inputs, so older store entries are not reused.
@@ -34,16 +34,6 @@ OVERLAY_LAYOUT_VERSION = 2
 # Packages whose binaries are built against the base's torch and its ROCm/CUDA libraries: pinned to the
 # base's versions while installing, so no dependency can pull a second torch into the overlay.
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "pytorch-triton-rocm")
-
-# Run by the new venv's Python: the base environment's site directories its sys.path lacks go into a .pth
-# file. A venv made from a venv's Python (LAIF's /opt/venv, envbuild's own) inherits only the underlying
-# interpreter's site directory; the .pth adds the base venv's, after the overlay's own (overlay wins).
-BASE_PTH_SCRIPT = f"""\
-import os, sys, sysconfig
-missing = [p for p in sys.argv[1:] if p not in sys.path]
-with open(os.path.join(sysconfig.get_paths()["purelib"], {BASE_PTH!r}), "w") as handle:
-    handle.write("".join(p + chr(10) for p in missing))
-"""
 
 # Run by the overlay's Python after installing: the packages in the overlay itself go into the record.
 RECORD_ADDED_SCRIPT = """\
