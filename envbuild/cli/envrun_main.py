@@ -26,6 +26,7 @@ EPILOG = """examples:
   envrun --image env.sif torchrun train.py                    # this node only
   envrun --image base.sif --overlay env.sqsh python train.py  # a venv overlay over a site image
   envrun srun torchrun train.py                               # the environment of this project
+  envrun sbatch --nodes 2 --submit --wait -- python train.py  # a batch job (envrun sbatch --help)
 
 Without --image/--overlay, the environment is $ENVRUN_IMAGE (+ $ENVRUN_OVERLAYS, colon-separated),
 else image:/overlays: in the nearest envrun.yaml (this directory or a parent; `envbuild build` writes it),
@@ -122,6 +123,14 @@ def parse_options(argv: list[str]) -> _Options | None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["sbatch"]:  # nobody runs Slurm's sbatch inside a container: envrun's own subcommand
+        from envbuild.cli.sbatch_cmd import main as sbatch_main
+
+        sbatch_main(argv[1:])
+        return
+    if argv[:1] == ["signal-ranks"]:
+        _signal_ranks(argv[1:])
+        return
     args: Any = parse_options(argv) or build_parser().parse_args(argv)
     try:
         launch(args)
@@ -130,6 +139,20 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _signal_ranks(argv: list[str]) -> None:
+    """`envrun signal-ranks SIGNAL DIR`: what a --requeue batch script runs once per node (envbuild.batch.forward)."""
+    if len(argv) != 2:
+        print("usage: envrun signal-ranks SIGNAL DIR  (run by envrun sbatch --requeue scripts)", file=sys.stderr)
+        sys.exit(2)
+    from envbuild.batch.forward import signal_ranks
+
+    try:
+        signal_ranks(argv[0], argv[1])
+    except EnvbuildError as exc:
+        print(exc.render(), file=sys.stderr)
+        sys.exit(exc.exit_code)
 
 
 def launch(args: Any) -> None:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 # What an absent config means; a plain object so that envrun needs no pydantic for it.
 EMPTY = SimpleNamespace(binds=(), env={})
 # Bump when the cached data's layout changes, so older cache files are not read.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 def config_path(environ: Mapping[str, str]) -> str:
@@ -117,6 +117,13 @@ def settings_for(data: Mapping[str, Any], system: str) -> tuple[tuple[str, ...],
     """(binds, env) of `read_settings` data for `system`: the global ones, then the system's."""
     extra = data.get("systems", {}).get(system, {})
     return (*data.get("binds", ()), *extra.get("binds", ())), {**data.get("env", {}), **extra.get("env", {})}
+
+
+def batch_defaults_for(data: Mapping[str, Any], system: str) -> dict[str, Any]:
+    """`envrun sbatch` defaults of `read_settings` data for `system`: the global ones, then the system's."""
+    extra = data.get("systems", {}).get(system, {})
+    merged = {**(data.get("batch") or {}), **{k: v for k, v in (extra.get("batch") or {}).items() if v is not None}}
+    return {key: value for key, value in merged.items() if value is not None}
 
 
 def _cache_file(kind: str, content: bytes) -> str:

@@ -29,6 +29,8 @@ class Node(StrictModel, NodeMethods):
     # GPU (local rank) -> the cores closest to it, e.g. LUMI-G's {0: '49-55', ...}.
     gpu_cores: dict[int, tuple[int, ...]] = Field(default_factory=dict)
     local_scratch: str | None = Field(default=None, description="variable naming node-local disk, e.g. LOCAL_SCRATCH")
+    # What one Slurm "CPU" is: 1 where --cpus-per-task counts cores, 2 where it counts SMT threads (JUWELS)
+    slurm_cpus_per_core: int = Field(default=1, ge=1)
 
     @field_validator("gpu_cores", mode="before")
     @classmethod
@@ -50,6 +52,7 @@ class Node(StrictModel, NodeMethods):
 
 class Partition(StrictModel):
     full_node: bool = False
+    test: bool = Field(default=False, description="a short development/test partition, chosen only when asked for")
     max_nodes: int | None = Field(default=None, ge=1)
     max_gpus_per_node: int | None = Field(default=None, ge=1)
     max_time: str | None = None
@@ -86,6 +89,28 @@ class Launch(StrictModel):
     forbidden_srun_options: tuple[ForbiddenOption, ...] = ()
 
 
+class Staging(StrictModel):
+    """Where `envrun sbatch --stage` puts data on each node."""
+
+    dir: str = Field(description="node-local directory, a shell expression evaluated in the job ($LOCAL_SCRATCH)")
+    gres: str | None = Field(default=None, description="requested with the job, {gb} replaced, e.g. nvme:{gb}")
+    in_memory: bool = Field(default=False, description="the directory is RAM: staged data counts against the job's memory")
+    max_gb: int | None = Field(default=None, ge=1, description="the most a job may stage per node")
+    cleanup: bool = Field(default=False, description="remove the staged data when the job ends (nothing else does)")
+
+
+class Batch(StrictModel):
+    """How batch jobs are written on this system (`envrun sbatch`, `envrun sbatch --check`)."""
+
+    account_required: bool = False
+    account_example: str | None = None
+    # per_gpu: --mem from node.memory_per_gpu_gb (node.memory_gb for whole nodes); auto: the site gives memory
+    # with the GPUs or the node, and --mem is left out
+    memory: Literal["per_gpu", "auto"] = "per_gpu"
+    staging: Staging | None = None
+    retired_partitions: dict[str, str] = Field(default_factory=dict, description="name -> why it is gone, what instead")
+
+
 class Recipe(StrictModel, RecipeMethods):
     name: str
     description: str = ""
@@ -101,6 +126,7 @@ class Recipe(StrictModel, RecipeMethods):
     env: dict[str, str] = Field(default_factory=dict)
     launch: Launch = Launch()
     pytorch: PyTorchIndex = PyTorchIndex()
+    batch: Batch = Batch()
     notes: tuple[str, ...] = ()
 
     @field_validator("node", mode="before")

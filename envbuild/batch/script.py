@@ -1,0 +1,139 @@
+"""The batch script text of a planned job (envbuild.batch.plan). Pure: golden-tested per system and shape.
+
+Every #SBATCH line has a comment above it saying why (sbatch reads #SBATCH lines until the first command,
+and comment lines between them are allowed). The body is the envrun line and what the job needs around it:
+SRUN_CPUS_PER_TASK where srun does not inherit --cpus-per-task, staging once per node, the requeue handler.
+"""
+
+from __future__ import annotations
+
+from shlex import quote
+
+from envbuild import __version__
+from envbuild.batch.requeue import requeue_decision, requeue_setup, requeue_wait
+from envbuild.batch.staging import STAGE_SCRIPT, staged_variables
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from envbuild.batch.plan import BatchJob
+
+# #SBATCH lines in the order course material writes them
+ORDER = ("--job-name", "--account", "--partition", "--nodes", "--gpus-per-node", "--gres", "--ntasks-per-node",
+         "--cpus-per-task", "--mem", "--time", "--output", "--open-mode", "--signal", "--requeue")
+
+
+def shell_word(word: str) -> str:
+    """One word for the script: quoted, except `$VAR` words and `{staged}` / `{staged:N}` markers, which
+    become "$ENVRUN_STAGED" / "$ENVRUN_STAGED_N" expanded by the shell at run time."""
+    if word.startswith("$") and word[1:].replace("_", "").isalnum():
+        return f'"{word}"'
+    if "{staged" not in word:
+        return quote(word)
+    out, rest = [], word
+    while "{staged" in rest:
+        before, _, after = rest.partition("{staged")
+        index, close, tail = after.partition("}")
+        if not close or (index and not (index.startswith(":") and index[1:].isdigit())):
+            break
+        variable = "ENVRUN_STAGED" if index in ("", ":1") else f"ENVRUN_STAGED_{index[1:]}"
+        if before:
+            out.append(quote(before))
+        out.append(f'"${{{variable}}}"')
+        rest = tail
+    if rest:
+        out.append(quote(rest))
+    return "".join(out)
+
+
+def render_script(job: BatchJob) -> str:
+    lines = header(job)
+    lines += directives(job)
+    lines.append("")
+    lines += [f"# warning: {line}" for line in job.warnings]
+    for target, source, why in job.srun_env:
+        lines += [f"# srun does not inherit the job's --cpus-per-task by itself ({why})",
+                  f'export {target}="${{{target}:-${source}}}"']
+    if job.request.stages:
+        lines += stage_lines(job)
+    if job.request.requeue:
+        lines += requeue_setup(job.request.requeue, job.request.envrun)
+    lines += [*([""] if lines[-1] else []), "# The training step. envrun reads this job's allocation at run time and (envrun --explain):"]
+    lines += [f"#   {reason}" for reason in job.explain]
+    step = " ".join(shell_word(w) for w in (job.request.envrun, *job.envrun_options, "srun", *job.step))
+    cleanup = job.staging is not None and job.staging.cleanup
+    if job.request.requeue:
+        lines += requeue_wait(step)
+        if cleanup:
+            lines += cleanup_lines()
+        lines += [*requeue_decision(), 'exit "$status"']
+    elif cleanup:
+        lines += [step, "status=$?", *cleanup_lines(), 'exit "$status"']
+    else:
+        lines.append(step)
+    return "\n".join(lines) + "\n"
+
+
+def header(job: BatchJob) -> list[str]:
+    res = job.resources
+    gpus = f" x {res.gpus_per_node} GPUs" if res.gpus_per_node else ""
+    return [
+        "#!/bin/bash",
+        f"# {job.job_name}: {res.nodes} {job.recipe.name} node(s){gpus}, launcher {job.request.job.launcher}. "
+        f"Written by envrun sbatch (envbuild {__version__}).",
+        *([f"# again: {job.request.regenerate}"] if job.request.regenerate else []),
+        "# check a hand edit: envrun sbatch --check THIS_FILE",
+    ]
+
+
+def directives(job: BatchJob) -> list[str]:
+    res, request = job.resources, job.request
+    found = [(d.option, d.why) for d in res.directives]
+    found.append((f"--job-name={job.job_name}", "what squeue shows: the script's name"))
+    found.append((f"--nodes={res.nodes}", "--nodes" if res.nodes > 1 else "one node (--nodes)"))
+    found.append((f"--output={request.output}", "%x: the job name, %j: the job id; relative to the submit directory"))
+    if request.requeue:
+        rq = request.requeue
+        found.append((f"--signal=B:{rq.signal}@{rq.grace_s}",
+                      f"Slurm sends {rq.signal} to this script {rq.grace_s} s before the time limit (B: the batch "
+                      "shell only; envrun passes it on to the ranks)"))
+        found.append(("--requeue", "the job may be put back in the queue (scontrol requeue) after a checkpoint"))
+        found.append(("--open-mode=append", "a requeued run appends to the same output file"))
+    found.sort(key=lambda item: _rank(item[0]))
+    lines = []
+    for option, why in found:
+        lines += [f"# {why}", f"#SBATCH {option}"]
+    return lines
+
+
+def _rank(option: str) -> int:
+    name = option.split("=", 1)[0]
+    return ORDER.index(name) if name in ORDER else len(ORDER)
+
+
+def stage_lines(job: BatchJob) -> list[str]:
+    staging = job.staging
+    assert staging is not None
+    sources = job.request.stages
+    lines = ["", f"# --stage: once per node, to node-local storage ({job.recipe.cite('batch.staging.dir')})"]
+    if staging.in_memory:
+        lines.append(f"# {staging.dir.split('/')[1] if '/' in staging.dir else staging.dir} is RAM there: staged data "
+                     "counts against the job's memory")
+    lines.append(f'export ENVRUN_STAGE_DIR="{staging.dir}"')
+    for variable, value in staged_variables(sources):
+        lines.append(f'export {variable}="{value}"')
+    words = []
+    for source in sources:
+        size = f"{source.size_gb:.2f} GB" + (" (estimated)" if source.estimated else "")
+        lines.append(f"#   {source.path} ({source.kind}, {size}) -> $ENVRUN_STAGE_DIR/{source.name}")
+        words += [source.kind, quote(source.path), quote(source.name)]
+    lines += [
+        "stage_script=" + quote(STAGE_SCRIPT.strip()),
+        'srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 /bin/sh -c "$stage_script" '
+        'envrun-stage "$ENVRUN_STAGE_DIR" ' + " ".join(words) + " || { echo 'envrun: staging failed' >&2; exit 1; }",
+    ]
+    return lines
+
+
+def cleanup_lines() -> list[str]:
+    return ["# remove the staged data: nothing else frees this node-local storage",
+            'srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 rm -rf "$ENVRUN_STAGE_DIR" || true']

@@ -1,0 +1,137 @@
+"""`--stage SRC`: data copied or extracted once per node to node-local storage before training.
+
+`describe_source` looks at a source on disk (an executor: sizes, archive listings); everything else is pure:
+the sources become shell lines of the batch script that run one task per node. Each node extracts into a
+private temporary name and renames it into place, so a node-local directory that is in fact shared (the
+namespaced test cluster, a misconfigured site) ends up with one complete copy, never a mix.
+
+The training command sees the first staged path as $ENVRUN_STAGED (later ones as $ENVRUN_STAGED_2, ...),
+or through `{staged}` / `{staged:2}` written in its arguments.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from envbuild.errors import UsageError
+
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst", ".tzst")
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class StageSource:
+    path: str  # absolute
+    kind: str  # "dir", "tar", "zip" or "file"
+    name: str  # its name under the staging directory
+    size_gb: float  # what it takes once staged (archives: their contents)
+    estimated: bool = False  # size guessed (a compression tarfile cannot read)
+    top: str = ""  # an archive whose members all sit in one directory: that directory (data.tar -> data/...)
+
+
+def staged_name(path: str) -> tuple[str, str]:
+    """(kind, name under the staging directory): data.tar.gz -> (tar, data); imagenet/ -> (dir, imagenet)."""
+    base = os.path.basename(os.path.normpath(path))
+    lower = base.lower()
+    if os.path.isdir(path):
+        return "dir", base
+    for suffix in TAR_SUFFIXES:
+        if lower.endswith(suffix):
+            return "tar", base[: -len(suffix)] or base
+    if lower.endswith(".zip"):
+        return "zip", base[:-4] or base
+    return "file", base
+
+
+def describe_source(path: str, cwd: str) -> StageSource:
+    """Kind, name and staged size of a --stage source (reads the directory tree or the archive's listing)."""
+    full = os.path.normpath(os.path.join(cwd, path))
+    if not os.path.exists(full):
+        raise UsageError(f"--stage {path}: no such file or directory", "give a directory or an archive (.tar, "
+                         ".tar.gz, .zip, ...) on a file system the compute nodes see")
+    kind, name = staged_name(full)
+    if kind == "dir":
+        total = 0
+        for root, _dirs, files in os.walk(full):
+            for file in files:
+                try:
+                    total += os.lstat(os.path.join(root, file)).st_size
+                except OSError:
+                    pass
+        return StageSource(full, kind, name, total / GB)
+    if kind == "zip":
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(full) as archive:
+                members = archive.infolist()
+                return StageSource(full, kind, name, sum(i.file_size for i in members) / GB,
+                                   top=common_top([i.filename for i in members]))
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise UsageError(f"--stage {path}: not a readable zip archive ({exc})", "check the file") from None
+    if kind == "tar":
+        return _tar_source(full, name, path)
+    return StageSource(full, kind, name, os.path.getsize(full) / GB)
+
+
+def _tar_source(full: str, name: str, given: str) -> StageSource:
+    import tarfile
+
+    size = os.path.getsize(full)
+    if full.lower().endswith((".zst", ".tzst")):
+        # tarfile cannot read zstd; a compressed archive usually holds 2-4x its size
+        return StageSource(full, "tar", name, 3 * size / GB, estimated=True)
+    try:
+        with tarfile.open(full) as archive:
+            members = archive.getmembers()
+            return StageSource(full, "tar", name, sum(m.size for m in members if m.isfile()) / GB,
+                               top=common_top([m.name for m in members]))
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        raise UsageError(f"--stage {given}: not a readable tar archive ({exc})", "check the file") from None
+
+
+def common_top(names: list[str]) -> str:
+    """The one top-level directory every member sits in ('data/a', 'data/b/c' -> 'data'), else ''."""
+    tops = {name.lstrip("./").split("/", 1)[0] for name in names if name.lstrip("./")}
+    nested = any("/" in name.lstrip("./").rstrip("/") for name in names)
+    return tops.pop() if len(tops) == 1 and nested else ""
+
+
+def staged_variables(sources: tuple[StageSource, ...]) -> list[tuple[str, str]]:
+    """(variable, shell value) the training sees: ENVRUN_STAGED, ENVRUN_STAGED_2, ..."""
+    names = [name for name in (s.name for s in sources)]
+    if len(set(names)) != len(names):
+        raise UsageError(f"two --stage sources would land under the same name ({', '.join(names)})",
+                         "rename one of them (or pack them into one archive)")
+    out = []
+    for index, source in enumerate(sources, start=1):
+        variable = "ENVRUN_STAGED" if index == 1 else f"ENVRUN_STAGED_{index}"
+        out.append((variable, f"$ENVRUN_STAGE_DIR/{source.name}" + (f"/{source.top}" if source.top else "")))
+    return out
+
+
+# One task per node runs this: $1 the staging directory, then (kind, source, name) triples.
+STAGE_SCRIPT = r"""set -e
+dir=$1; shift
+node=${SLURMD_NODENAME:-$(hostname)}
+mkdir -p "$dir"
+start=$(date +%s)
+while [ $# -gt 0 ]; do
+  kind=$1 src=$2 name=$3; shift 3
+  if [ -e "$dir/$name" ]; then
+    echo "envrun: stage: $dir/$name is already on $node"
+    continue
+  fi
+  tmp="$dir/.$name.partial-$node-$$"
+  rm -rf "$tmp"
+  case $kind in
+    tar) mkdir -p "$tmp" && tar -xf "$src" -C "$tmp" ;;
+    zip) mkdir -p "$tmp" && python3 -m zipfile -e "$src" "$tmp" ;;
+    dir) mkdir -p "$tmp" && cp -a "$src/." "$tmp/" ;;
+    *) cp "$src" "$tmp" ;;
+  esac
+  mv -T "$tmp" "$dir/$name" 2>/dev/null || { rm -rf "$tmp"; echo "envrun: stage: $dir/$name is already on $node"; }
+done
+echo "envrun: staged to $dir on $node in $(( $(date +%s) - start )) s"
+"""
