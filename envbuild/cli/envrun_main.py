@@ -160,11 +160,11 @@ def launch(args: Any) -> None:
     from envbuild.host.runtime import require_runtime
     from envbuild.launch.allocation import gpus_from_scontrol, read_allocation
     from envbuild.launch.plan import LaunchRequest, plan_launch
-    from envbuild.launch.project import find_environment, project_settings
+    from envbuild.launch.project import find_environment, image_and_overlays, project_settings
     from envbuild.recipes.detect import resolve_recipe
 
     environment = find_environment(image=args.image, overlays=args.overlays, environ=os.environ, cwd=os.getcwd())
-    image_path, overlays, warnings, notes = _image_and_overlays(environment, args.force_overlay)
+    image_path, overlays, warnings, notes = image_and_overlays(environment, args.force_overlay)
     recipe, why = resolve_recipe(args.system, os.environ)
     user_binds, user_env = _config_for(recipe.name)
     project_binds, project_env = project_settings(environment, recipe.name)
@@ -206,34 +206,6 @@ def launch(args: Any) -> None:
         os.execvpe(plan.argv[0], list(plan.argv), env)  # noqa: S606 - argv passed as words, deliberately no shell
     except FileNotFoundError:
         raise UsageError(f"{plan.argv[0]} is not on PATH", "load Slurm / apptainer or fix PATH") from None
-
-
-def _image_and_overlays(environment: Any, force: bool) -> tuple[str, tuple[tuple[str, str], ...], list[str], list[str]]:
-    """The image, the overlays as (path, mount), warnings and notes. Overlays are read and checked against
-    the image only when there are any: the plain path stays free of the squashfs reader and hashlib."""
-    image, source = environment.image, environment.source
-    notes = [f"image{' and overlays' if environment.overlays else ''} from {source}"]
-    if not environment.overlays:
-        _require_image(image, source)
-        return image, (), [], notes
-    from envbuild.launch.overlays import check_overlays, read_overlays
-
-    overlays = read_overlays(environment.overlays)
-    if image is None:  # only overlays named: the base the bottom one was built for
-        image = (overlays[0].record.get("base") or {}).get("path")
-        if not image or not os.path.exists(image):
-            raise UsageError(f"no image given for overlay {overlays[0].path}, and the base it was built for "
-                             f"({image or 'not recorded'}) is not here", "pass --image BASE.sif")
-        notes.append(f"image {image}: the base overlay {overlays[0].path} was built for")
-    _require_image(image, source)
-    warnings, checked = check_overlays(overlays, image, force=force)
-    return image, tuple((o.path, o.mount) for o in overlays), warnings, notes + checked
-
-
-def _require_image(image: str | None, source: str) -> None:
-    if not image or not os.path.exists(image):
-        named = "" if source == "the command line" else f" (named by {source})"
-        raise UsageError(f"image {image} does not exist{named}", "build it with `envbuild build SPEC -o IMG.sif` or fix the path")
 
 
 def _config_file() -> str:

@@ -118,15 +118,14 @@ def plan(args: Any, recipe: Any, command: tuple[str, ...], argv: list[str]) -> A
     from envbuild.batch.resources import JobRequest
     from envbuild.batch.staging import describe_source
     from envbuild.batch.stepcommand import infer_launcher
-    from envbuild.cli.envrun_main import _image_and_overlays
     from envbuild.host.node import read_host_node
     from envbuild.host.runtime import Runtime, find_runtime
-    from envbuild.launch.project import find_environment
+    from envbuild.launch.project import find_environment, image_and_overlays
 
     cwd = os.getcwd()
     defaults = _batch_defaults(recipe.name)
     environment = find_environment(image=args.image, overlays=args.overlays, environ=os.environ, cwd=cwd)
-    image, overlays, warnings, _notes = _image_and_overlays(environment, args.force_overlay)
+    image, overlays, warnings, _notes = image_and_overlays(environment, args.force_overlay)
     launcher = args.launcher or infer_launcher(command) or defaults.get("launcher") or "torchrun"
     stages = tuple(describe_source(source, cwd) for source in args.stages)
     account, account_source = args.account, "--account"

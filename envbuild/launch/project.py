@@ -122,3 +122,31 @@ def _entries(directory: str) -> list[str]:
         return os.listdir(directory)
     except OSError:
         return []
+
+
+def image_and_overlays(environment: Environment, force: bool) -> tuple[str, tuple[tuple[str, str], ...], list[str], list[str]]:
+    """The image, the overlays as (path, mount), warnings and notes. Overlays are read and checked against
+    the image only when there are any: the plain path stays free of the squashfs reader and hashlib."""
+    image, source = environment.image, environment.source
+    notes = [f"image{' and overlays' if environment.overlays else ''} from {source}"]
+    if not environment.overlays:
+        require_image(image, source)
+        return image, (), [], notes
+    from envbuild.launch.overlays import check_overlays, read_overlays
+
+    overlays = read_overlays(environment.overlays)
+    if image is None:  # only overlays named: the base the bottom one was built for
+        image = (overlays[0].record.get("base") or {}).get("path")
+        if not image or not os.path.exists(image):
+            raise UsageError(f"no image given for overlay {overlays[0].path}, and the base it was built for "
+                             f"({image or 'not recorded'}) is not here", "pass --image BASE.sif")
+        notes.append(f"image {image}: the base overlay {overlays[0].path} was built for")
+    require_image(image, source)
+    warnings, checked = check_overlays(overlays, image, force=force)
+    return image, tuple((o.path, o.mount) for o in overlays), warnings, notes + checked
+
+
+def require_image(image: str | None, source: str) -> None:
+    if not image or not os.path.exists(image):
+        named = "" if source == "the command line" else f" (named by {source})"
+        raise UsageError(f"image {image} does not exist{named}", "build it with `envbuild build SPEC -o IMG.sif` or fix the path")

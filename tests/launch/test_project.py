@@ -93,7 +93,8 @@ def test_a_project_file_without_an_image_falls_through(tmp_path: Path) -> None:
     (tmp_path / "env.sif").write_bytes(b"")
     found = find(tmp_path)
     assert found.image == f"{tmp_path}/env.sif" and found.project == {
-        "binds": ["/data"], "env": {}, "systems": {}, "image": None, "overlays": []}
+        "binds": ["/data"], "env": {}, "systems": {}, "image": None, "overlays": [],
+        "batch": {"account": None, "partition": None, "time": None, "launcher": None, "requeue_max": None}}
 
 
 def test_nothing_found_lists_every_place_looked_at(tmp_path: Path) -> None:
