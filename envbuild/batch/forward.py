@@ -2,8 +2,9 @@
 sends SIGNAL to the training processes envrun recorded on this node as it started them.
 
 Records are empty files DIR/<node>.<pid>.<kind>: `rank` for a training process itself (torchrun's ranks,
-`srun python` tasks), `tree` for a launcher whose workers envrun does not start (accelerate, deepspeed):
-its descendants get the signal, the launcher does not (it would die of it and leave its workers behind).
+`srun python` tasks), `children` for a launcher whose workers envrun does not start (accelerate, deepspeed):
+its direct children get the signal — not the launcher (it would die of it and leave its workers behind), and
+not the children's own children (DataLoader workers die of an unexpected SIGUSR1).
 Containers share the host's process ids (apptainer starts no PID namespace unless asked with --pid).
 """
 
@@ -31,15 +32,6 @@ def children_map(proc: str = "/proc") -> dict[int, list[int]]:
     return tree
 
 
-def descendants(pid: int, tree: dict[int, list[int]]) -> list[int]:
-    found, todo = [], list(tree.get(pid, ()))
-    while todo:
-        child = todo.pop()
-        found.append(child)
-        todo.extend(tree.get(child, ()))
-    return found
-
-
 def targets(directory: str, node: str, tree: dict[int, list[int]]) -> list[int]:
     """The processes to signal on `node`, from the records in `directory`."""
     pids: list[int] = []
@@ -53,7 +45,7 @@ def targets(directory: str, node: str, tree: dict[int, list[int]]) -> list[int]:
         if name != node or not pid_text.isdigit():
             continue
         pid = int(pid_text)
-        pids += descendants(pid, tree) if kind == "tree" else [pid]
+        pids += tree.get(pid, []) if kind == "children" else [pid]
     return list(dict.fromkeys(pids))
 
 

@@ -16,7 +16,14 @@ from __future__ import annotations
 
 from envbuild.errors import UsageError
 from envbuild.launch.args import has_option, option_value, split_srun, torchrun_has, torchrun_own_options
-from envbuild.launch.shims import BOOT, TASK_SHIM_NAME, activation_lines, overlay_lines, rank_affinity_script
+from envbuild.launch.shims import (
+    BOOT,
+    TASK_SHIM_NAME,
+    activation_lines,
+    overlay_lines,
+    rank_affinity_script,
+    signal_record_line,
+)
 from envbuild.launch.sizing import LaunchSize, size_launch
 
 TYPE_CHECKING = False  # typing, dataclasses and shlex stay off envrun's start-up path (measured: ~30 ms)
@@ -238,6 +245,12 @@ class _Planner:
             if "$" in value and key not in self.environ:
                 lines.append(f'export {key}="${{{key}-{value}}}"')
                 self.note(f"{key}={value}: {self.recipe.cite('env.' + key)}, expanded in each task")
+        kind = self.signal_record_kind()
+        if kind:
+            lines.append(signal_record_line(kind))
+            self.note(f"$ENVRUN_SIGNAL_DIR: the {'program' if kind == 'rank' else 'launcher'} records its process "
+                      f"so that `envrun signal-ranks` can pass the checkpoint signal to the "
+                      f"{'program' if kind == 'rank' else 'training processes it starts'}")
         lines.append('exec "$@"')
         return ["/bin/sh", "-c", BOOT, TASK_SHIM_NAME, "\n".join(lines)]
 
@@ -263,12 +276,29 @@ class _Planner:
             launcher = ["python", "-m", "torch.distributed.run"]
             self.note("torchrun as `python -m torch.distributed.run` with the overlay's python, so that the launcher "
                       "and every rank see the overlay's packages")
-        if rest and self.recipe.launch.bind_cpus and not torchrun_has(own, "--no-python", "--numa-binding", "--run-path"):
+        if self.uses_rank_shim():
             # --no-python and --module exclude each other in torchrun: -m moves into the rank step.
             module = any(w in ("-m", "--module") for w in own)
             own = tuple(w for w in own if w not in ("-m", "--module"))
             return [*launcher, *added, *own, "--no-python", *self.rank_affinity(size, module), *rest]
         return [*launcher, *added, *own, *rest]
+
+    def uses_rank_shim(self) -> bool:
+        """Whether torchrun starts each rank through envrun's rank shim (CPU affinity, signal record)."""
+        own = torchrun_own_options(self.program)
+        rest = self.program[1 + len(own) :]
+        return bool(rest) and self.recipe.launch.bind_cpus and \
+            not torchrun_has(own, "--no-python", "--numa-binding", "--run-path")
+
+    def signal_record_kind(self) -> str | None:
+        """How the program is recorded for `envrun signal-ranks` in a --requeue batch job: `rank` (the program
+        is a training process), `children` (a launcher whose children are), or None (the rank shim records
+        each rank itself, or no batch script asked)."""
+        if "ENVRUN_SIGNAL_DIR" not in self.environ:
+            return None
+        if self.name == "torchrun":
+            return None if self.uses_rank_shim() else "children"
+        return "children" if self.name in ("accelerate", "deepspeed") else "rank"
 
     def wants_standalone(self) -> bool:
         own = torchrun_own_options(self.program)
@@ -287,7 +317,7 @@ class _Planner:
         the recipe's GPU-to-core map on a whole node; otherwise the task's own CPUs (which only Slurm knows
         until the task runs), split evenly by LOCAL_RANK of LOCAL_WORLD_SIZE."""
         table = ";".join(f"{rank}:{','.join(map(str, cores))}" for rank, cores in enumerate(size.rank_cores or ()))
-        script = rank_affinity_script()
+        script = rank_affinity_script(record="ENVRUN_SIGNAL_DIR" in self.environ)
         self.env.append(("ENVRUN_RANK_CORES", table))
         if not table:
             self.note("per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each "

@@ -62,9 +62,18 @@ def overlay_lines(mounts: tuple[str, ...]) -> list[str]:
     return [f'export PATH={path}:"$PATH" VIRTUAL_ENV={sh_quote(mounts[-1])}']
 
 
-def rank_affinity_script() -> str:
+def signal_record_line(kind: str) -> str:
+    """Record this process for `envrun signal-ranks` (envbuild.batch.forward) when the batch script asks for
+    it ($ENVRUN_SIGNAL_DIR, set by `envrun sbatch --requeue`): an empty file named <node>.<pid>.<kind>. The
+    pid stays the program's, as everything after it is exec'd."""
+    return (f'[ -z "${{ENVRUN_SIGNAL_DIR:-}}" ] || : > "$ENVRUN_SIGNAL_DIR/${{SLURMD_NODENAME:-node}}.$$.{kind}" || '
+            "echo \"envrun: cannot record this process in $ENVRUN_SIGNAL_DIR: it will not get the checkpoint signal\" >&2")
+
+
+def rank_affinity_script(record: bool = False) -> str:
     """torchrun --no-python runs this before each rank's Python (see _Planner.rank_affinity)."""
     return (
+        (signal_record_line("rank") + "\n" if record else "") +
         'py=$(command -v python || command -v python3)\n'
         'exec "$py" -c \'import os, sys\n'
         'have = sorted(os.sched_getaffinity(0))\n'
