@@ -9,13 +9,15 @@ tests/build/test_overlayplan.py tests/launch/test_plan.py (review the diff); tha
 from __future__ import annotations
 
 from tests.build import test_overlayplan as test_overlayplan_golden
+from tests.batch import test_script as test_batchscript_golden
 from tests.build import test_plan as test_buildplan_golden
 from tests.build.test_plan import GOLDEN
 from tests.launch import test_plan as test_launchplan
 
 
 def expected_golden_files() -> set[str]:
-    return test_buildplan_golden.golden_names() | test_overlayplan_golden.golden_names() | test_launchplan.golden_names()
+    return (test_buildplan_golden.golden_names() | test_overlayplan_golden.golden_names() | test_launchplan.golden_names()
+            | test_batchscript_golden.golden_names())
 
 
 def test_no_stale_golden_files() -> None:
@@ -36,3 +38,4 @@ def test_the_case_tables_are_not_empty() -> None:
     assert len(test_buildplan_golden.golden_names()) == 4
     assert len(test_overlayplan_golden.golden_names()) == len(test_overlayplan_golden.GOLDEN_CASES) == 2
     assert len(test_launchplan.golden_names()) == len(test_launchplan.GOLDEN_CASES) >= 19
+    assert len(test_batchscript_golden.golden_names()) == len(test_batchscript_golden.GOLDEN_CASES) >= 10

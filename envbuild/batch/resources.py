@@ -220,7 +220,7 @@ class _Chooser:
     def time(self, partition: str | None, seconds: int | None) -> str:
         if self.request.time is not None:
             text = format_duration(seconds or 0)
-            self.add(f"--time={text}", "--time")
+            self.add(f"--time={text}", f"the time limit (--time {self.request.time})")
             return text
         limit = self.recipe.partitions[partition].max_time if partition and partition in self.recipe.partitions else None
         default = DEFAULT_TIME
@@ -235,7 +235,7 @@ class _Chooser:
     def account(self) -> str | None:
         recipe, request = self.recipe, self.request
         if request.account:
-            self.add(f"--account={request.account}", f"{request.account_source}")
+            self.add(f"--account={request.account}", f"the project the job is billed to ({request.account_source})")
             return request.account
         if recipe.batch.account_required:
             example = recipe.batch.account_example or "PROJECT"

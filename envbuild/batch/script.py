@@ -89,7 +89,7 @@ def directives(job: BatchJob) -> list[str]:
     res, request = job.resources, job.request
     found = [(d.option, d.why) for d in res.directives]
     found.append((f"--job-name={job.job_name}", "what squeue shows: the script's name"))
-    found.append((f"--nodes={res.nodes}", "--nodes" if res.nodes > 1 else "one node (--nodes)"))
+    found.append((f"--nodes={res.nodes}", f"--nodes {res.nodes}" if res.nodes > 1 else "one node (--nodes)"))
     found.append((f"--output={request.output}", "%x: the job name, %j: the job id; relative to the submit directory"))
     if request.requeue:
         rq = request.requeue

@@ -1,0 +1,37 @@
+#!/bin/bash
+# train: 1 mahti node(s) x 2 GPUs, launcher torchrun. Written by envrun sbatch (envbuild 0.1.0).
+# again: (golden case mahti-2-gpus)
+# check a hand edit: envrun sbatch --check THIS_FILE
+# what squeue shows: the script's name
+#SBATCH --job-name=train
+# the project the job is billed to (--account)
+#SBATCH --account=project_2001234
+# the smallest partition for 1 node(s) x 2 GPUs: shared nodes (recipes/mahti.yaml:23 partitions.gpusmall)
+#SBATCH --partition=gpusmall
+# one node (--nodes)
+#SBATCH --nodes=1
+# 2 GPUs per node in mahti's request form (recipes/mahti.yaml:30 launch.gpu_request)
+#SBATCH --gres=gpu:a100:2
+# torchrun starts the training processes itself: one launcher per node
+#SBATCH --ntasks-per-node=1
+# 32 CPUs per GPU x 2 (a mahti node: 4 GPUs, 128 Slurm CPUs (recipes/mahti.yaml:12 node)), for torchrun's processes
+#SBATCH --cpus-per-task=64
+# envrun's default (1 hour); give --time, or batch: {time: ...} in the envrun config
+#SBATCH --time=01:00:00
+# %x: the job name, %j: the job id; relative to the submit directory
+#SBATCH --output=%x-%j.out
+
+# The training step. envrun reads this job's allocation at run time and (envrun --explain):
+#   --ntasks-per-node=1: torchrun starts the training processes itself, one launcher per node
+#   --cpus-per-task=64: the job's CPUs per node (SLURM_CPUS_ON_NODE=64), for torchrun's processes
+#   --nproc-per-node=2: one process per GPU (SLURM_GPUS_ON_NODE=2)
+#   OMP_NUM_THREADS=32: 64 CPUs / 2 processes
+#   --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
+#   SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that check Slurm first would take the world size from it instead of torchrun's
+#   $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
+#   --standalone: one node, so torchrun hosts its own rendezvous on a free port
+#   per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
+#   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
+#   --nv: recipes/mahti.yaml:26 runtime.flags
+#   binds /scratch, /projappl: recipes/mahti.yaml:27 binds
+envrun --system mahti --image /projappl/project_2001234/env.sif srun torchrun train.py --epochs 10

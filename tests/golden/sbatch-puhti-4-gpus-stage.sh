@@ -1,0 +1,70 @@
+#!/bin/bash
+# train: 1 puhti node(s) x 4 GPUs, launcher torchrun. Written by envrun sbatch (envbuild 0.1.0).
+# again: (golden case puhti-4-gpus-stage)
+# check a hand edit: envrun sbatch --check THIS_FILE
+# what squeue shows: the script's name
+#SBATCH --job-name=train
+# the project the job is billed to (--account)
+#SBATCH --account=project_2001234
+# the smallest partition for 1 node(s) x 4 GPUs: shared nodes (recipes/puhti.yaml:23 partitions.gpu)
+#SBATCH --partition=gpu
+# one node (--nodes)
+#SBATCH --nodes=1
+# 4 GPUs per node in puhti's request form (recipes/puhti.yaml:30 launch.gpu_request); 52 GB of node-local disk for --stage (recipes/puhti.yaml:37 batch.staging.gres)
+#SBATCH --gres=gpu:v100:4,nvme:52
+# torchrun starts the training processes itself: one launcher per node
+#SBATCH --ntasks-per-node=1
+# every CPU of the node (a puhti node: 4 GPUs, 40 Slurm CPUs (recipes/puhti.yaml:13 node)), for torchrun's processes
+#SBATCH --cpus-per-task=40
+# the whole node's memory for jobs (recipes/puhti.yaml:19 node.memory_gb)
+#SBATCH --mem=373G
+# envrun's default (1 hour); give --time, or batch: {time: ...} in the envrun config
+#SBATCH --time=01:00:00
+# %x: the job name, %j: the job id; relative to the submit directory
+#SBATCH --output=%x-%j.out
+
+
+# --stage: once per node, to node-local storage (recipes/puhti.yaml:36 batch.staging.dir)
+export ENVRUN_STAGE_DIR="$LOCAL_SCRATCH"
+export ENVRUN_STAGED="$ENVRUN_STAGE_DIR/imagenet-mini/imagenet-mini"
+export ENVRUN_STAGED_2="$ENVRUN_STAGE_DIR/tokenized"
+#   /scratch/project_2001234/imagenet-mini.tar (tar, 40.00 GB) -> $ENVRUN_STAGE_DIR/imagenet-mini
+#   /scratch/project_2001234/tokenized (dir, 2.50 GB) -> $ENVRUN_STAGE_DIR/tokenized
+stage_script='set -e
+dir=$1; shift
+node=${SLURMD_NODENAME:-$(hostname)}
+mkdir -p "$dir"
+start=$(date +%s)
+while [ $# -gt 0 ]; do
+  kind=$1 src=$2 name=$3; shift 3
+  if [ -e "$dir/$name" ]; then
+    echo "envrun: stage: $dir/$name is already on $node"
+    continue
+  fi
+  tmp="$dir/.$name.partial-$node-$$"
+  rm -rf "$tmp"
+  case $kind in
+    tar) mkdir -p "$tmp" && tar -xf "$src" -C "$tmp" ;;
+    zip) mkdir -p "$tmp" && python3 -m zipfile -e "$src" "$tmp" ;;
+    dir) mkdir -p "$tmp" && cp -a "$src/." "$tmp/" ;;
+    *) cp "$src" "$tmp" ;;
+  esac
+  mv -T "$tmp" "$dir/$name" 2>/dev/null || { rm -rf "$tmp"; echo "envrun: stage: $dir/$name is already on $node"; }
+done
+echo "envrun: staged to $dir on $node in $(( $(date +%s) - start )) s"'
+srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 /bin/sh -c "$stage_script" envrun-stage "$ENVRUN_STAGE_DIR" tar /scratch/project_2001234/imagenet-mini.tar imagenet-mini dir /scratch/project_2001234/tokenized tokenized || { echo 'envrun: staging failed' >&2; exit 1; }
+
+# The training step. envrun reads this job's allocation at run time and (envrun --explain):
+#   --ntasks-per-node=1: torchrun starts the training processes itself, one launcher per node
+#   --cpus-per-task=40: the job's CPUs per node (SLURM_CPUS_ON_NODE=40), for torchrun's processes
+#   --nproc-per-node=4: one process per GPU (SLURM_GPUS_ON_NODE=4)
+#   OMP_NUM_THREADS=10: 40 CPUs / 4 processes
+#   --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
+#   SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that check Slurm first would take the world size from it instead of torchrun's
+#   $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
+#   --standalone: one node, so torchrun hosts its own rendezvous on a free port
+#   per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
+#   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
+#   --nv: recipes/puhti.yaml:26 runtime.flags
+#   binds /scratch, /projappl: recipes/puhti.yaml:27 binds
+envrun --system puhti --image /projappl/project_2001234/env.sif --bind "$ENVRUN_STAGE_DIR" srun torchrun train.py --data "${ENVRUN_STAGED}" --tokens "${ENVRUN_STAGED_2}"
