@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,15 @@ def overlay_projects(tmp_path_factory: pytest.TempPathFactory, reference_image: 
         (project / "build-output.txt").write_text(result.stderr)
         projects[kind] = project
     return projects
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[None]:
+    """The two-node test cluster (provision/cluster.sh start --nodes 2: two slurmd in network and UTS
+    namespaces on this machine) for one test module, then back to the single node the other tests use."""
+    cluster = str(REPO / "provision/cluster.sh")
+    subprocess.run(["bash", cluster, "start", "--nodes", "2"], check=True, capture_output=True, text=True, timeout=180)
+    try:
+        yield
+    finally:
+        subprocess.run(["bash", cluster, "start", "--nodes", "1"], check=True, capture_output=True, text=True, timeout=180)

@@ -15,6 +15,7 @@ from envbuild.batch.staging import StageSource
 from envbuild.batch.stepcommand import step_command
 from envbuild.launch.allocation import read_allocation
 from envbuild.launch.plan import LaunchRequest, plan_launch
+from envbuild.launch.shims import CHECKPOINT_SIGNAL
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ class Requeue:
     `max_restarts` times (submitit's default is 3 timeouts)."""
 
     max_restarts: int = 3
-    signal: str = "USR1"
+    signal: str = CHECKPOINT_SIGNAL  # envrun makes the ranks ignore it unless they handle it (launch.shims)
     grace_s: int = 90
 
 

@@ -172,14 +172,19 @@ def _batch_defaults(system: str) -> dict[str, Any]:
 
 
 def _envrun_command() -> str:
-    """`envrun` when the one on PATH is this one, else this one's absolute path (a checkout's bin/envrun)."""
+    """`envrun` when the one on PATH is this one, else this one's absolute path: the installed script that
+    runs now, or a checkout's bin/envrun (which runs envrun as a module)."""
     import shutil
 
-    mine = os.path.realpath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    import envbuild
+
+    here = [os.path.realpath(sys.argv[0])] if sys.argv and os.path.basename(sys.argv[0]) == "envrun" else []
+    checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(envbuild.__file__))), "bin", "envrun")
+    here += [checkout] if os.path.isfile(checkout) else []
     found = shutil.which("envrun")
-    if mine and os.path.basename(mine) == "envrun" and (not found or os.path.realpath(found) != mine):
-        return mine
-    return "envrun"
+    if not here or (found and os.path.realpath(found) in here):
+        return "envrun"
+    return here[0]
 
 
 def _write_script(path: str, text: str) -> None:

@@ -62,18 +62,38 @@ def overlay_lines(mounts: tuple[str, ...]) -> list[str]:
     return [f'export PATH={path}:"$PATH" VIRTUAL_ENV={sh_quote(mounts[-1])}']
 
 
+# The checkpoint signal of `envrun sbatch --requeue` jobs (envbuild.batch.requeue).
+CHECKPOINT_SIGNAL = "USR1"
+
+
 def signal_record_line(kind: str) -> str:
     """Record this process for `envrun signal-ranks` (envbuild.batch.forward) when the batch script asks for
     it ($ENVRUN_SIGNAL_DIR, set by `envrun sbatch --requeue`): an empty file named <node>.<pid>.<kind>. The
-    pid stays the program's, as everything after it is exec'd."""
-    return (f'[ -z "${{ENVRUN_SIGNAL_DIR:-}}" ] || : > "$ENVRUN_SIGNAL_DIR/${{SLURMD_NODENAME:-node}}.$$.{kind}" || '
+    pid stays the program's, as everything after it is exec'd. The signal is set to be ignored first, which
+    survives exec: a program that installs its own handler gets the signal, one that does not is not killed
+    by it (it still sees $ENVRUN_CHECKPOINT_FILE), nor is a rank that is already exiting."""
+    return (f"trap '' {CHECKPOINT_SIGNAL}; "
+            f'[ -z "${{ENVRUN_SIGNAL_DIR:-}}" ] || : > "$ENVRUN_SIGNAL_DIR/${{SLURMD_NODENAME:-node}}.$$.{kind}" || '
             "echo \"envrun: cannot record this process in $ENVRUN_SIGNAL_DIR: it will not get the checkpoint signal\" >&2")
 
 
+# The rank's own record and ignored signal (see signal_record_line), written in Python: torchrun passes --no-python arguments
+# through string.Template (its ${local_rank} macro), which turns the shell's $$ into a plain $.
+_RANK_RECORD = (
+    'import signal\n'
+    f'signal.signal(signal.SIG{CHECKPOINT_SIGNAL}, signal.SIG_IGN)\n'
+    'd = os.environ.get("ENVRUN_SIGNAL_DIR")\n'
+    'if d:\n'
+    '    try: open(os.path.join(d, "%s.%d.rank" % (os.environ.get("SLURMD_NODENAME", "node"), os.getpid())), "w").close()\n'
+    '    except OSError as e: print("envrun: cannot record this rank in %s (%s): it will not get the checkpoint signal" '
+    '% (d, e), file=sys.stderr)\n'
+)
+
+
 def rank_affinity_script(record: bool = False) -> str:
-    """torchrun --no-python runs this before each rank's Python (see _Planner.rank_affinity)."""
+    """torchrun --no-python runs this before each rank's Python (see _Planner.rank_affinity); with `record`,
+    the rank also records itself for `envrun signal-ranks`. No `$$` here: see _RANK_RECORD."""
     return (
-        (signal_record_line("rank") + "\n" if record else "") +
         'py=$(command -v python || command -v python3)\n'
         'exec "$py" -c \'import os, sys\n'
         'have = sorted(os.sched_getaffinity(0))\n'
@@ -85,5 +105,6 @@ def rank_affinity_script(record: bool = False) -> str:
         '    share = max(1, len(have) // max(1, ranks))\n'
         '    want = set(have[rank * share % len(have):][:share])\n'
         'if want: os.sched_setaffinity(0, want)\n'
+        + (_RANK_RECORD if record else "") +
         'os.execvp(sys.argv[2], sys.argv[2:])\' "$ENVRUN_RANK_CORES" "$py" -u "$@"'
     )

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,17 +12,6 @@ from tests.conftest import REPO, reports, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.apptainer, pytest.mark.slurm]
 ENVRUN = str(REPO / "bin/envrun")
-CLUSTER = str(REPO / "provision/cluster.sh")
-
-
-@pytest.fixture(scope="module")
-def two_nodes() -> Iterator[None]:
-    subprocess.run(["bash", CLUSTER, "start", "--nodes", "2"], check=True, capture_output=True, text=True, timeout=180)
-    try:
-        yield
-    finally:
-        # back to the single-node cluster the other tests use
-        subprocess.run(["bash", CLUSTER, "start", "--nodes", "1"], check=True, capture_output=True, text=True, timeout=180)
 
 
 def check_world_of_four(output: str) -> list[dict]:
