@@ -8,8 +8,8 @@ tests/build/test_overlayplan.py tests/launch/test_plan.py (review the diff); tha
 
 from __future__ import annotations
 
-from tests.build import test_overlayplan as test_overlayplan_golden
 from tests.batch import test_script as test_batchscript_golden
+from tests.build import test_overlayplan as test_overlayplan_golden
 from tests.build import test_plan as test_buildplan_golden
 from tests.build.test_plan import GOLDEN
 from tests.launch import test_plan as test_launchplan
