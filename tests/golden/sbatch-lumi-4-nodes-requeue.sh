@@ -37,6 +37,7 @@ export ENVRUN_RESTART="${SLURM_RESTART_COUNT:-0}"
 export ENVRUN_CHECKPOINT_FILE="$PWD/.envrun/job-$SLURM_JOB_ID/checkpoint-now"
 export ENVRUN_SIGNAL_DIR="$PWD/.envrun/job-$SLURM_JOB_ID/ranks"
 rm -rf "$ENVRUN_CHECKPOINT_FILE" "$ENVRUN_SIGNAL_DIR" && mkdir -p "$ENVRUN_SIGNAL_DIR"
+[ "$ENVRUN_RESTART" = 0 ] || echo "envrun: job $SLURM_JOB_ID is back: restart $ENVRUN_RESTART" >&2
 checkpoint=0 interrupted=0 watchdog=
 requeue_job() {
     if [ "${SLURM_RESTART_COUNT:-0}" -ge 3 ]; then
