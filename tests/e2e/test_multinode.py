@@ -53,3 +53,37 @@ def test_batch_job_with_one_cpu_per_task_runs_srun_torchrun(two_nodes: None, ref
     assert sorted(r["host"] for r in found) == ["node1", "node2"]
     assert all(r["omp_num_threads"] == "1" for r in found)
     assert "--cpus-per-task=1: the job's CPUs per node (SLURM_JOB_CPUS_PER_NODE=1(x2))" in text
+
+
+def test_sbatch_stages_data_once_per_node(two_nodes: None, reference_image: Path, tmp_path: Path) -> None:
+    """envrun sbatch --stage on two nodes: the archive is extracted once on each node (the two test nodes
+    share this machine's /tmp, so the second finds the first's copy), every task reads the staged file through
+    {staged}, and the staged data is removed when the job ends (the local recipe's staging.cleanup)."""
+    import json
+    import tarfile
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "shard-0.txt").write_text("tokens 0 1 2\n")
+    with tarfile.open(tmp_path / "data.tar.gz", "w:gz") as archive:
+        archive.add(data, arcname="data")
+    (tmp_path / "show_staged.py").write_text(
+        "import json, os, socket, sys\n"
+        "root = sys.argv[1]\n"
+        "print('STAGED ' + json.dumps({'host': socket.gethostname(), 'rank': int(os.environ['RANK']),\n"
+        "      'root': root, 'same': root == os.environ['ENVRUN_STAGED'],\n"
+        "      'text': open(os.path.join(root, 'shard-0.txt')).read()}), flush=True)\n")
+    result = run_cli([ENVRUN, "sbatch", "--system", "local", "--image", str(reference_image), "--nodes", "2",
+                      "--launcher", "srun", "--stage", "data.tar.gz", "--submit", "--wait", "--",
+                      "python", "show_staged.py", "{staged}"], cwd=tmp_path, timeout=600)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    job_id = result.stdout.splitlines()[0]
+    found = [json.loads(line.split(" ", 1)[1]) for line in result.stdout.splitlines() if line.startswith("STAGED ")]
+    assert sorted(r["rank"] for r in found) == [0, 1, 2, 3]
+    assert sorted({r["host"] for r in found}) == ["node1", "node2"]
+    assert all(r["same"] and r["text"] == "tokens 0 1 2\n" for r in found)
+    assert {r["root"] for r in found} == {f"/tmp/envrun-stage-{job_id}/data/data"}
+    for node in ("node1", "node2"):  # the stage step ran once on each node
+        assert sum(f" on {node} in " in line for line in out.splitlines() if "envrun: staged to" in line) == 1, out
+    assert not Path(f"/tmp/envrun-stage-{job_id}").exists()
