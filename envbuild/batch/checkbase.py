@@ -10,12 +10,13 @@ from envbuild.batch.resources import JobRequest, plan_resources
 from envbuild.batch.scriptshape import JobShape, StepShape
 from envbuild.batch.slurmtime import format_duration, parse_duration
 from envbuild.errors import UsageError
+from envbuild.launch.allocation import gres_gpus
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from envbuild.batch.scriptparse import BatchScript, SrunLine
+    from envbuild.batch.scriptparse import BatchScript, Directive, SrunLine
     from envbuild.recipes.schema import Recipe
 
 SBATCH_DOC = "sbatch(1), https://slurm.schedmd.com/sbatch.html"
@@ -109,13 +110,13 @@ class Context:
         except UsageError:
             return None
 
-    def suggest_partition(self, test: bool = False) -> str | None:
-        """The partition `envrun sbatch` would choose for this job's nodes, GPUs and time (the smallest that
-        fits, envbuild.batch.resources), or None when none fits or the system has no partition facts."""
+    def suggest_partition(self, test: bool = False, with_time: bool = True) -> str | None:
+        """The partition `envrun sbatch` would choose for this job's nodes, GPUs and (with_time) time: the
+        smallest that fits (envbuild.batch.resources); None when none fits or the system has no partition facts."""
         node = self.recipe.node
         if node is None or not self.recipe.partitions:
             return None
-        seconds = self.time_seconds()
+        seconds = self.time_seconds() if with_time else None
         gpus = min(self.job.gpus_per_node(), node.gpus)
         for as_test in dict.fromkeys((test, False)):
             request = JobRequest(nodes=self.job.nodes, gpus_per_node=gpus, time=format_duration(seconds) if seconds
@@ -125,6 +126,25 @@ class Context:
             except UsageError:
                 continue
         return None
+
+    def partition_fix(self, name: str, test: bool = False, with_time: bool = True) -> str | None:
+        """`--partition=X` for a job that does not fit partition `name`, saying when X bills whole nodes."""
+        other = self.suggest_partition(test, with_time)
+        if not other or other == name:
+            return None
+        node, spec = self.recipe.node, self.recipe.partitions[other]
+        gpus = self.job.gpus_per_node()
+        if spec.full_node and node is not None and node.gpus and gpus < node.gpus:
+            return f"--partition={other} (whole nodes: each is billed for all {node.gpus} GPUs)"
+        return f"--partition={other}"
+
+    def gpu_request_like(self, gpus: int, directive: Directive) -> str:
+        """The GPU request for `gpus`, keeping the other resources of a --gres list (nvme:200)."""
+        request = self.gpu_request(gpus)
+        if directive.name == "gres" and request.startswith("--gres=") and directive.value:
+            others = [entry for entry in directive.value.split(",") if gres_gpus(entry) is None]
+            request = ",".join([request, *others])
+        return request
 
     def nodes_for(self, total_gpus: int) -> int:
         node = self.recipe.node

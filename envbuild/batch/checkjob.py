@@ -82,7 +82,8 @@ def gpus_per_node(ctx: Context) -> list[Finding]:
     total = sized.value * ctx.job.nodes
     return [Finding(sized.directive.line, f"{sized.how} is {sized.value} GPUs per node, but a {ctx.name} node has "
                     f"{node.gpus}", f"{node.gpus} GPUs per {ctx.name} node", source,
-                    f"--nodes={ctx.nodes_for(total)} {ctx.gpu_request(node.gpus)} ({total} GPUs in all)")]
+                    f"--nodes={ctx.nodes_for(total)} {ctx.gpu_request_like(node.gpus, sized.directive)} "
+                    f"({total} GPUs in all)")]
 
 
 def partition_limits(ctx: Context) -> list[Finding]:
@@ -93,24 +94,25 @@ def partition_limits(ctx: Context) -> list[Finding]:
         if spec is None:
             continue
         source = ctx.recipe.cite(f"partitions.{name}")
-        other = ctx.suggest_partition(test=spec.test)
-        instead = f"--partition={other}" if other and other != name else None
+        instead = ctx.partition_fix(name, test=spec.test, with_time=False)
         nodes = ctx.job.get("nodes")
         if spec.max_nodes is not None and ctx.job.nodes > spec.max_nodes and nodes is not None:
+            fewer = f"--nodes={spec.max_nodes}"
             found.append(Finding(nodes.line, f"{nodes.written}: partition {name} takes at most {spec.max_nodes} "
                                  "node(s)", f"partition {name} allows {spec.max_nodes} node(s) per job", source,
-                                 instead or f"--nodes={spec.max_nodes}"))
+                                 f"{instead}, or {fewer}" if instead else fewer))
         gpus = ctx.job.gpus()
         if spec.max_gpus_per_node is not None and gpus is not None and gpus.value > spec.max_gpus_per_node:
+            fewer = ctx.gpu_request_like(spec.max_gpus_per_node, gpus.directive)
             found.append(Finding(gpus.directive.line, f"{gpus.how}: partition {name} takes at most "
                                  f"{spec.max_gpus_per_node} GPUs per node", f"partition {name} is for jobs of 1 to "
-                                 f"{spec.max_gpus_per_node} GPUs", source,
-                                 instead or ctx.gpu_request(spec.max_gpus_per_node)))
+                                 f"{spec.max_gpus_per_node} GPUs", source, f"{instead}, or {fewer}" if instead else fewer))
         seconds, time = ctx.time_seconds(), ctx.job.get("time")
         if spec.max_time and seconds is not None and time is not None:
             most = parse_duration(spec.max_time, source)
             if seconds > most:
-                fix = f"--time={format_duration(most)}" + (f", or {instead}" if instead else "")
+                longer = ctx.partition_fix(name, test=spec.test)
+                fix = f"--time={format_duration(most)}" + (f", or {longer}" if longer else "")
                 found.append(Finding(time.line, f"{time.written}: partition {name} allows at most {spec.max_time}",
                                      f"partition {name}'s time limit is {spec.max_time}", source, fix))
     return found
@@ -125,7 +127,7 @@ def partition_exists(ctx: Context) -> list[Finding]:
         return found
     known = ", ".join(recipe.partitions)
     other = ctx.suggest_partition()
-    instead = f"--partition={other}" if other else f"one of: {known}"
+    instead = f"--partition={other}" if other else "one of: " + ", ".join(f"--partition={p}" for p in recipe.partitions)
     for name in ctx.partitions():
         if name in recipe.batch.retired_partitions:
             found.append(Finding(directive.line, f"partition {name} no longer exists on {ctx.name}",
