@@ -17,7 +17,7 @@ def cpus_per_node(ctx: Context) -> list[Finding]:
     if limit is None or sized is None or sized.value <= limit[0]:
         return []
     cpus, why, source = limit
-    tasks = ctx.job.tasks_per_node() or 1
+    tasks = sized.tasks
     gpus = ctx.job.gpus_per_node()
     if sized.directive.name == "cpus-per-gpu":
         fix = f"--cpus-per-gpu={cpus // max(1, gpus)}"
@@ -72,7 +72,7 @@ def memory_per_node(ctx: Context) -> list[Finding]:
 def gpus_per_node(ctx: Context) -> list[Finding]:
     node = ctx.recipe.node
     sized = ctx.job.gpus()
-    if node is None or sized is None or sized.value <= node.gpus:
+    if node is None or sized is None or sized.value <= node.gpus or ctx.job.gpus_spread():
         return []
     source = ctx.recipe.cite("node.gpus")
     if not node.gpus:
@@ -102,7 +102,8 @@ def partition_limits(ctx: Context) -> list[Finding]:
                                  "node(s)", f"partition {name} allows {spec.max_nodes} node(s) per job", source,
                                  f"{instead}, or {fewer}" if instead else fewer))
         gpus = ctx.job.gpus()
-        if spec.max_gpus_per_node is not None and gpus is not None and gpus.value > spec.max_gpus_per_node:
+        if spec.max_gpus_per_node is not None and gpus is not None and gpus.value > spec.max_gpus_per_node \
+                and not ctx.job.gpus_spread():
             fewer = ctx.gpu_request_like(spec.max_gpus_per_node, gpus.directive)
             found.append(Finding(gpus.directive.line, f"{gpus.how}: partition {name} takes at most "
                                  f"{spec.max_gpus_per_node} GPUs per node", f"partition {name} is for jobs of 1 to "
@@ -158,7 +159,7 @@ def account(ctx: Context) -> list[Finding]:
 
 def time_syntax(ctx: Context) -> list[Finding]:
     found = ctx.job.get("time")
-    if found is None or not found.value:
+    if found is None or not found.value or found.value.strip().upper() in ("UNLIMITED", "INFINITE"):
         return []
     try:
         parse_duration(found.value, "--time")

@@ -70,6 +70,9 @@ def _forbidden_fix(ctx: Context, option: str, value: str | None, tasks: int, unl
 def per_task_launch(ctx: Context) -> list[Finding]:
     """`srun python ...` (one training process per task) whose tasks per node differ from its GPUs per node."""
     found: list[Finding] = []
+    node = ctx.recipe.node
+    if node is not None and not node.gpus:
+        return found  # GPUs on a system without any: the GPU rule says so
     for srun, step in ctx.steps():
         if srun.program.kind != "python":
             continue
@@ -93,8 +96,8 @@ def per_task_launch(ctx: Context) -> list[Finding]:
         else:
             why = "srun starts the program once per task, and each training process drives one GPU"
             source = SRUN_DOC
-        found.append(Finding(srun.line, f"srun starts {tasks} {srun.program.name} process(es) per node for {gpus} GPUs "
-                             f"per node ({effect})", why, source, fix))
+        found.append(Finding(srun.line, f"srun starts {tasks} {srun.program.name} process(es) per node for {gpus} "
+                             f"GPU{'s' if gpus != 1 else ''} per node ({effect})", why, source, fix))
     return found
 
 

@@ -50,6 +50,7 @@ class Sized:
     value: int
     directive: Directive
     how: str  # "--gpus-per-node=8", "--gpus=16 over 2 nodes"
+    tasks: int = 1  # CPUs: the tasks per node counted
 
 
 class JobShape:
@@ -103,6 +104,11 @@ class JobShape:
             return Sized((count_gpus(found.value) or 0) * tasks, found, f"{found.written} x {tasks} task(s)")
         return None
 
+    def gpus_spread(self) -> bool:
+        """--gpus (the job's total) without --nodes: Slurm takes as many nodes as the GPUs need."""
+        sized = self.gpus()
+        return sized is not None and sized.directive.name == "gpus" and self.get("nodes") is None
+
     def gpus_per_node(self) -> int:
         sized = self.gpus()
         return sized.value if sized else 0
@@ -122,12 +128,15 @@ class JobShape:
         per_task = count(cpus.value) if cpus else 1
         if per_task is None or (tasks is None and tasks_directive is not None):
             return None
+        if tasks_directive is not None and tasks_directive.name == "ntasks" and self.get("nodes") is None:
+            # Slurm spreads --ntasks over as many nodes as they need; only one task's CPUs must fit on a node
+            return Sized(per_task, cpus, f"{cpus.written} (one task)") if cpus else None
         tasks = tasks or 1
         how = (f"{tasks} task(s) per node" if tasks_directive is None else _tasks_how(self, tasks_directive, tasks))
         how += f" x {cpus.written}" if cpus else " x 1 CPU"
         source = cpus if cpus is not None else tasks_directive
         assert source is not None
-        return Sized(tasks * per_task, source, how)
+        return Sized(tasks * per_task, source, how, tasks)
 
 
 def _tasks_how(job: JobShape, directive: Directive, tasks: int) -> str:

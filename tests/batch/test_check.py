@@ -105,10 +105,21 @@ def test_gpus_above_the_node() -> None:
 
 
 def test_gpus_total_on_one_node() -> None:
-    text = "#!/bin/bash\n#SBATCH -A project_465000000\n#SBATCH -p standard-g\n#SBATCH --gpus=16\n"
+    text = "#!/bin/bash\n#SBATCH -A project_465000000\n#SBATCH -p standard-g\n#SBATCH --gpus=16\n#SBATCH -N 1\n"
     (finding,) = check_text(text, "lumi-g")
     assert (finding.line, finding.what) == (4, "--gpus=16 is 16 GPUs per node, but a lumi-g node has 8")
     assert finding.fix == "--nodes=2 --gpus-per-node=8 (16 GPUs in all)"
+    # without --nodes, Slurm takes as many nodes as 16 GPUs need
+    assert check_text(text.replace("#SBATCH -N 1\n", ""), "lumi-g") == []
+
+
+def test_tasks_without_nodes_spread_over_nodes() -> None:
+    text = "#!/bin/bash\n#SBATCH -A project_465000000\n#SBATCH -p standard-g\n#SBATCH -n 16\n#SBATCH -c 7\n"
+    assert check_text(text, "lumi-g") == []  # two nodes of 8 x 7 CPUs
+    (finding,) = check_text(text.replace("-c 7", "-c 60"), "lumi-g")  # one task cannot span nodes
+    assert (finding.line, finding.what) == (5, "-c 60 (one task) is 60 CPUs per node, more than the 56 a lumi-g node "
+                                               "gives jobs")
+    assert finding.fix == "--cpus-per-task=56"
 
 
 def test_partition_gpu_and_time_limits() -> None:
