@@ -1,0 +1,151 @@
+"""What the `envrun sbatch --check` rules share: a finding, the script under check with its recipe and
+environment, and the helpers that word a fix in the system's own terms. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil
+
+from envbuild.batch.resources import JobRequest, plan_resources
+from envbuild.batch.scriptshape import JobShape, StepShape
+from envbuild.batch.slurmtime import format_duration, parse_duration
+from envbuild.errors import UsageError
+from envbuild.launch.allocation import gres_gpus
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from envbuild.batch.scriptparse import BatchScript, Directive, SrunLine
+    from envbuild.recipes.schema import Recipe
+
+SBATCH_DOC = "sbatch(1), https://slurm.schedmd.com/sbatch.html"
+SRUN_DOC = "srun(1), https://slurm.schedmd.com/srun.html"
+TORCHRUN_DOC = "torchrun, https://docs.pytorch.org/docs/stable/elastic/run.html"
+
+
+@dataclass(frozen=True)
+class Finding:
+    line: int
+    what: str  # what is wrong
+    why: str  # the reason
+    source: str  # where the reason comes from: a recipe citation or a public document
+    fix: str  # the corrected option or line
+
+
+@dataclass
+class Context:
+    script: BatchScript
+    recipe: Recipe
+    environ: Mapping[str, str]
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.job = JobShape(self.script)
+
+    def steps(self) -> list[tuple[SrunLine, StepShape]]:
+        return [(srun, StepShape(srun, self.job)) for srun in self.script.sruns]
+
+    @property
+    def name(self) -> str:
+        return self.recipe.name
+
+    def partitions(self) -> list[str]:
+        """The partitions the job names (sbatch takes a comma-separated list)."""
+        found = self.job.get("partition")
+        return [p.strip() for p in (found.value or "").split(",") if p.strip()] if found else []
+
+    def gpu_request(self, gpus: int) -> str:
+        """The GPU request in the system's form: --gpus-per-node=8, --gres=gpu:v100:4."""
+        return (self.recipe.launch.gpu_request or "--gpus-per-node={gpus}").replace("{gpus}", str(gpus))
+
+    def cpu_limit(self) -> tuple[int, str, str] | None:
+        """Slurm CPUs a job may use on one node, why, and the recipe's citations; None without node facts."""
+        node = self.recipe.node
+        if node is None:
+            return None
+        per_core = node.slurm_cpus_per_core
+        hint = (self.job.value("hint") or "").lower()
+        threads = self.job.value("threads-per-core") or ""
+        if (hint == "multithread" or (threads.isdigit() and int(threads) > 1)) and node.threads_per_core > per_core:
+            per_core = node.threads_per_core
+        limit = node.usable * per_core
+        why = f"a {self.name} node has {node.cores} cores"
+        sources = [self.recipe.cite("node.cores")]
+        if node.usable < node.cores:
+            why += f", {node.cores - node.usable} of them reserved for the operating system: {node.usable} usable"
+            sources = [self.recipe.cite("node.usable_cores")]
+        if per_core > 1:
+            why += f"; Slurm counts {per_core} hardware threads per core, so {node.usable} cores are {limit} CPUs"
+            if node.slurm_cpus_per_core > 1:
+                sources.append(self.recipe.cite("node.slurm_cpus_per_core"))
+            else:
+                sources.append(self.recipe.cite("node.threads_per_core"))
+        return limit, why, "; ".join(sources)
+
+    def cpus_per_gpu(self) -> int | None:
+        """Slurm CPUs that go with one GPU (LUMI-G: 7); None without node facts or GPUs."""
+        node = self.recipe.node
+        if node is None or not node.gpus:
+            return None
+        return (node.cores_per_gpu or node.usable // node.gpus) * node.slurm_cpus_per_core
+
+    def node_memory_mb(self) -> tuple[int, str] | None:
+        """Memory a job may ask for on one node, in MB (Slurm's M), and its citation."""
+        node = self.recipe.node
+        if node is None:
+            return None
+        if node.memory_gb:
+            return node.memory_gb * 1024, self.recipe.cite("node.memory_gb")
+        if node.memory_per_gpu_gb and node.gpus:
+            return node.memory_per_gpu_gb * node.gpus * 1024, self.recipe.cite("node.memory_per_gpu_gb")
+        return None
+
+    def time_seconds(self) -> int | None:
+        found = self.job.get("time")
+        if found is None or not found.value:
+            return None
+        try:
+            return parse_duration(found.value, "--time")
+        except UsageError:
+            return None
+
+    def suggest_partition(self, test: bool = False, with_time: bool = True) -> str | None:
+        """The partition `envrun sbatch` would choose for this job's nodes, GPUs and (with_time) time: the
+        smallest that fits (envbuild.batch.resources); None when none fits or the system has no partition facts."""
+        node = self.recipe.node
+        if node is None or not self.recipe.partitions:
+            return None
+        seconds = self.time_seconds() if with_time else None
+        gpus = min(self.job.gpus_per_node(), node.gpus)
+        for as_test in dict.fromkeys((test, False)):
+            request = JobRequest(nodes=self.job.nodes, gpus_per_node=gpus, time=format_duration(seconds) if seconds
+                                 else None, account="check", launcher="torchrun", test=as_test)
+            try:
+                return plan_resources(self.recipe, request).partition
+            except UsageError:
+                continue
+        return None
+
+    def partition_fix(self, name: str, test: bool = False, with_time: bool = True) -> str | None:
+        """`--partition=X` for a job that does not fit partition `name`, saying when X bills whole nodes."""
+        other = self.suggest_partition(test, with_time)
+        if not other or other == name:
+            return None
+        node, spec = self.recipe.node, self.recipe.partitions[other]
+        gpus = self.job.gpus_per_node()
+        if spec.full_node and node is not None and node.gpus and gpus < node.gpus:
+            return f"--partition={other} (whole nodes: each is billed for all {node.gpus} GPUs)"
+        return f"--partition={other}"
+
+    def gpu_request_like(self, gpus: int, directive: Directive) -> str:
+        """The GPU request for `gpus`, keeping the other resources of a --gres list (nvme:200)."""
+        request = self.gpu_request(gpus)
+        if directive.name == "gres" and request.startswith("--gres=") and directive.value:
+            others = [entry for entry in directive.value.split(",") if gres_gpus(entry) is None]
+            request = ",".join([request, *others])
+        return request
+
+    def nodes_for(self, total_gpus: int) -> int:
+        node = self.recipe.node
+        return ceil(total_gpus / node.gpus) if node is not None and node.gpus else 1

@@ -1,0 +1,192 @@
+"""`envrun sbatch --check` rules on what the job asks for (#SBATCH lines): CPUs, memory and GPUs per node
+against the node, partition limits, partitions that do not exist, the account, time syntax, and #SBATCH lines
+that sbatch never reads. One function per rule, each `(Context) -> list[Finding]`. Pure."""
+
+from __future__ import annotations
+
+from envbuild.batch.checkbase import SBATCH_DOC, Context, Finding
+from envbuild.batch.scriptshape import count, format_mb, size_mb
+from envbuild.batch.slurmtime import FORMS, format_duration, parse_duration
+from envbuild.errors import UsageError
+
+
+def cpus_per_node(ctx: Context) -> list[Finding]:
+    """More Slurm CPUs per node than the node gives jobs (LUMI-G: 56 of 64 cores; JUWELS: 96 threads)."""
+    limit = ctx.cpu_limit()
+    sized = ctx.job.cpus()
+    if limit is None or sized is None or sized.value <= limit[0]:
+        return []
+    cpus, why, source = limit
+    tasks = sized.tasks
+    gpus = ctx.job.gpus_per_node()
+    if sized.directive.name == "cpus-per-gpu":
+        fix = f"--cpus-per-gpu={cpus // max(1, gpus)}"
+    elif tasks > cpus:
+        fix = f"--ntasks-per-node={cpus} with --cpus-per-task=1, or fewer tasks"
+    else:
+        per_task = cpus // tasks
+        per_gpu = ctx.cpus_per_gpu()
+        if per_gpu and gpus and tasks == gpus:
+            per_task = min(per_task, per_gpu)
+        fix = f"--cpus-per-task={per_task}" + (f" ({tasks} tasks x {per_task} = {tasks * per_task} CPUs)" if tasks > 1
+                                               else "")
+    return [Finding(sized.directive.line, f"{sized.how} is {sized.value} CPUs per node, more than the {cpus} a "
+                    f"{ctx.name} node gives jobs", why, source, fix)]
+
+
+def memory_per_node(ctx: Context) -> list[Finding]:
+    """--mem, --mem-per-gpu x GPUs or --mem-per-cpu x CPUs above the node's memory (--mem=0 means all of it)."""
+    limit = ctx.node_memory_mb()
+    node = ctx.recipe.node
+    if limit is None or node is None:
+        return []
+    node_mb, source = limit
+    why = f"a {ctx.name} node gives jobs {format_mb(node_mb)} of memory"
+    found: list[Finding] = []
+    mem = ctx.job.get("mem")
+    mb = size_mb(mem.value) if mem else None
+    if mem is not None and mb and mb > node_mb:
+        gpus = ctx.job.gpus_per_node()
+        if gpus and gpus < node.gpus and node.memory_per_gpu_gb:
+            fix = f"--mem={node.memory_per_gpu_gb * gpus}G ({node.memory_per_gpu_gb}G per GPU x {gpus})"
+        else:
+            fix = f"--mem={format_mb(node_mb)} (the whole node's)"
+        found.append(Finding(mem.line, f"{mem.written} is more memory than a {ctx.name} node has", why, source, fix))
+    per_gpu = ctx.job.get("mem-per-gpu")
+    mb = size_mb(per_gpu.value) if per_gpu else None
+    gpus = ctx.job.gpus_per_node()
+    if per_gpu is not None and mb and gpus and mb * gpus > node_mb:
+        most = node.memory_per_gpu_gb * 1024 if node.memory_per_gpu_gb else node_mb // max(1, node.gpus or gpus)
+        found.append(Finding(per_gpu.line, f"{per_gpu.written} x {gpus} GPUs is {format_mb(mb * gpus)} per node, more "
+                             f"than a {ctx.name} node has", why, source, f"--mem-per-gpu={format_mb(most)}"))
+    per_cpu = ctx.job.get("mem-per-cpu")
+    mb = size_mb(per_cpu.value) if per_cpu else None
+    cpus = ctx.job.cpus()
+    if per_cpu is not None and mb and cpus and mb * cpus.value > node_mb:
+        found.append(Finding(per_cpu.line, f"{per_cpu.written} x {cpus.value} CPUs is {format_mb(mb * cpus.value)} per "
+                             f"node, more than a {ctx.name} node has", why, source,
+                             f"--mem-per-cpu={format_mb(node_mb // cpus.value)}"))
+    return found
+
+
+def gpus_per_node(ctx: Context) -> list[Finding]:
+    node = ctx.recipe.node
+    sized = ctx.job.gpus()
+    if node is None or sized is None or sized.value <= node.gpus or ctx.job.gpus_spread():
+        return []
+    source = ctx.recipe.cite("node.gpus")
+    if not node.gpus:
+        return [Finding(sized.directive.line, f"{sized.how} asks for GPUs, but a {ctx.name} node has none",
+                        f"{ctx.name} nodes have no GPUs", source, f"leave out {sized.directive.written}, or use a GPU "
+                        "system's partition (envrun sbatch --system ...)")]
+    total = sized.value * ctx.job.nodes
+    return [Finding(sized.directive.line, f"{sized.how} is {sized.value} GPUs per node, but a {ctx.name} node has "
+                    f"{node.gpus}", f"{node.gpus} GPUs per {ctx.name} node", source,
+                    f"--nodes={ctx.nodes_for(total)} {ctx.gpu_request_like(node.gpus, sized.directive)} "
+                    f"({total} GPUs in all)")]
+
+
+def partition_limits(ctx: Context) -> list[Finding]:
+    """More nodes, GPUs per node or time than the named partition allows (Mahti gpusmall: at most 2 GPUs)."""
+    found: list[Finding] = []
+    for name in ctx.partitions():
+        spec = ctx.recipe.partitions.get(name)
+        if spec is None:
+            continue
+        source = ctx.recipe.cite(f"partitions.{name}")
+        instead = ctx.partition_fix(name, test=spec.test, with_time=False)
+        nodes = ctx.job.get("nodes")
+        if spec.max_nodes is not None and ctx.job.nodes > spec.max_nodes and nodes is not None:
+            fewer = f"--nodes={spec.max_nodes}"
+            found.append(Finding(nodes.line, f"{nodes.written}: partition {name} takes at most {spec.max_nodes} "
+                                 "node(s)", f"partition {name} allows {spec.max_nodes} node(s) per job", source,
+                                 f"{instead}, or {fewer}" if instead else fewer))
+        gpus = ctx.job.gpus()
+        if spec.max_gpus_per_node is not None and gpus is not None and gpus.value > spec.max_gpus_per_node \
+                and not ctx.job.gpus_spread():
+            fewer = ctx.gpu_request_like(spec.max_gpus_per_node, gpus.directive)
+            found.append(Finding(gpus.directive.line, f"{gpus.how}: partition {name} takes at most "
+                                 f"{spec.max_gpus_per_node} GPUs per node", f"partition {name} is for jobs of 1 to "
+                                 f"{spec.max_gpus_per_node} GPUs", source, f"{instead}, or {fewer}" if instead else fewer))
+        seconds, time = ctx.time_seconds(), ctx.job.get("time")
+        if spec.max_time and seconds is not None and time is not None:
+            most = parse_duration(spec.max_time, source)
+            if seconds > most:
+                longer = ctx.partition_fix(name, test=spec.test)
+                fix = f"--time={format_duration(most)}" + (f", or {longer}" if longer else "")
+                found.append(Finding(time.line, f"{time.written}: partition {name} allows at most {spec.max_time}",
+                                     f"partition {name}'s time limit is {spec.max_time}", source, fix))
+    return found
+
+
+def partition_exists(ctx: Context) -> list[Finding]:
+    """A partition the site retired (its recipe says why and what instead), or one the system does not have."""
+    found: list[Finding] = []
+    directive = ctx.job.get("partition")
+    recipe = ctx.recipe
+    if directive is None:
+        return found
+    known = ", ".join(recipe.partitions)
+    other = ctx.suggest_partition()
+    instead = f"--partition={other}" if other else "one of: " + ", ".join(f"--partition={p}" for p in recipe.partitions)
+    for name in ctx.partitions():
+        if name in recipe.batch.retired_partitions:
+            found.append(Finding(directive.line, f"partition {name} no longer exists on {ctx.name}",
+                                 recipe.batch.retired_partitions[name], recipe.cite(f"batch.retired_partitions.{name}"),
+                                 instead))
+        elif recipe.node is not None and recipe.partitions and name not in recipe.partitions:
+            found.append(Finding(directive.line, f"{ctx.name} has no partition {name}",
+                                 f"{ctx.name}'s partitions are {known}", recipe.cite("partitions"), instead))
+    return found
+
+
+def account(ctx: Context) -> list[Finding]:
+    """No --account where every job must name one; $SBATCH_ACCOUNT in the environment makes it a note."""
+    batch = ctx.recipe.batch
+    given = ctx.job.get("account")
+    if not batch.account_required or (given is not None and given.value):
+        return []
+    if ctx.environ.get("SBATCH_ACCOUNT"):
+        ctx.notes.append(f"no #SBATCH --account; sbatch takes it from $SBATCH_ACCOUNT={ctx.environ['SBATCH_ACCOUNT']} "
+                         "here, but not where that variable is unset")
+        return []
+    lines = ctx.script.directive_lines
+    example = batch.account_example or "PROJECT"
+    return [Finding(lines[0] if lines else 1, f"no --account: {ctx.name} needs one for every job",
+                    f"{ctx.name} bills every job to a project, and sbatch refuses a job without one",
+                    ctx.recipe.cite("batch.account_required"), f"#SBATCH --account={example} (your project)")]
+
+
+def time_syntax(ctx: Context) -> list[Finding]:
+    found = ctx.job.get("time")
+    if found is None or not found.value or found.value.strip().upper() in ("UNLIMITED", "INFINITE"):
+        return []
+    try:
+        parse_duration(found.value, "--time")
+    except UsageError:
+        return [Finding(found.line, f"{found.written} is not a Slurm time", f"Slurm reads times as {FORMS}",
+                        SBATCH_DOC, "e.g. --time=02:00:00")]
+    return []
+
+
+def numbers(ctx: Context) -> list[Finding]:
+    """Counts sbatch cannot read (#SBATCH lines are not shell: `--nodes=$N` stays the text $N)."""
+    found: list[Finding] = []
+    for directive in ctx.script.directives:
+        if directive.name in ("nodes", "ntasks", "ntasks-per-node", "cpus-per-task") and directive.value is not None \
+                and count(directive.value) is None:
+            variable = "$" in directive.value
+            found.append(Finding(
+                directive.line, f"{directive.written}: not a number" + (" (a shell variable)" if variable else ""),
+                "sbatch reads #SBATCH lines as they are written; the shell expands nothing there" if variable
+                else f"--{directive.name} takes a count", SBATCH_DOC,
+                f"write the number, or pass it on the command line: sbatch --{directive.name}=N SCRIPT"))
+    return found
+
+
+def late_directives(ctx: Context) -> list[Finding]:
+    """#SBATCH lines after the first command: sbatch has stopped reading them."""
+    first = ctx.script.first_command_line
+    return [Finding(line, f"{text} comes after the first command (line {first}): sbatch ignores it",
+                    "sbatch reads #SBATCH lines only until the first line that is neither blank nor a comment",
+                    SBATCH_DOC, f"move it above line {first}") for line, text in ctx.script.late_directives]

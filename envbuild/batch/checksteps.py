@@ -1,0 +1,189 @@
+"""`envrun sbatch --check` rules on how the job starts its processes (srun lines, with the job's #SBATCH
+options where srun does not override them): per-task GPU options a site forbids, a per-task launch whose tasks
+do not match the GPUs, torchrun started several times per node or on one node of many, srun options the site's
+srun does not inherit, fixed core masks on shared nodes. One function per rule, `(Context) -> list[Finding]`."""
+
+from __future__ import annotations
+
+from envbuild.batch.checkbase import SBATCH_DOC, SRUN_DOC, TORCHRUN_DOC, Context, Finding
+from envbuild.batch.scriptshape import count
+from envbuild.launch.allocation import count_gpus
+from envbuild.launch.args import has_option, option_value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from envbuild.batch.scriptparse import SrunLine
+
+
+def _unless_given(unless: str | None, options: tuple[str, ...]) -> bool:
+    if not unless:
+        return False
+    name, _, value = unless.partition("=")
+    given = option_value(options, name)
+    return unless in options or (given is not None and (not value or value in given.split(",")))
+
+
+def forbidden_options(ctx: Context) -> list[Finding]:
+    """Options the site forbids (LUMI-G: --gpus-per-task, --ntasks-per-gpu, --cpus-per-gpu break RCCL), in
+    #SBATCH or srun lines, unless their `unless` option is given too."""
+    found: list[Finding] = []
+    job_words = tuple(f"--{d.name}" if d.value is None else f"--{d.name}={d.value}" for d in ctx.script.directives)
+    for index, rule in enumerate(ctx.recipe.launch.forbidden_srun_options):
+        source = ctx.recipe.cite(f"launch.forbidden_srun_options.{index}")
+        job_safe = _unless_given(rule.unless, job_words)
+        for directive in ctx.script.directives:
+            option = f"--{directive.name}"
+            if option in rule.options and not job_safe:
+                fix = _forbidden_fix(ctx, option, directive.value, ctx.job.tasks_per_node() or 1, rule.unless)
+                found.append(Finding(directive.line, _forbidden_what(ctx, directive.written, rule.unless), rule.why,
+                                     source, fix))
+        for srun, step in ctx.steps():
+            for option in rule.options:
+                if has_option(srun.options, option) and not (job_safe or _unless_given(rule.unless, srun.options)):
+                    value = option_value(srun.options, option)
+                    written = f"srun {option}" + (f"={value}" if value is not None else "")
+                    fix = _forbidden_fix(ctx, option, value, step.tasks_per_node() or 1, rule.unless)
+                    found.append(Finding(srun.line, _forbidden_what(ctx, written, rule.unless), rule.why, source, fix))
+    return found
+
+
+def _forbidden_what(ctx: Context, written: str, unless: str | None) -> str:
+    return f"{written}: {ctx.name} forbids this option" + (f" without {unless}" if unless else "")
+
+
+def _forbidden_fix(ctx: Context, option: str, value: str | None, tasks: int, unless: str | None) -> str:
+    gpus = ctx.job.gpus_per_node()
+    select = " ".join(f"{name}=${source}" for name, source in ctx.recipe.launch.per_task_gpu_env.items())
+    in_task = f", and select each task's GPU with {select} in the task" if select else ""
+    if option == "--gpus-per-task":
+        per_task = count_gpus(value or "1") or 1
+        fix = f"{ctx.gpu_request(tasks * per_task)} (the GPUs per node) instead{in_task}"
+    elif option == "--ntasks-per-gpu" and gpus:
+        fix = f"--ntasks-per-node={(count(value) or 1) * gpus} with {ctx.gpu_request(gpus)} instead{in_task}"
+    elif option == "--cpus-per-gpu":
+        fix = f"--cpus-per-task={value} instead (one task per GPU)" if value else "--cpus-per-task instead"
+    else:
+        fix = f"leave out {option}"
+    return fix + (f"; or add {unless}" if unless else "")
+
+
+def per_task_launch(ctx: Context) -> list[Finding]:
+    """`srun python ...` (one training process per task) whose tasks per node differ from its GPUs per node."""
+    found: list[Finding] = []
+    node = ctx.recipe.node
+    if node is not None and not node.gpus:
+        return found  # GPUs on a system without any: the GPU rule says so
+    for srun, step in ctx.steps():
+        if srun.program.kind != "python":
+            continue
+        gpus = step.gpus_per_node()
+        if srun.under_envrun and not _sets_tasks(srun) and ctx.job.tasks_directive() is None:
+            continue  # envrun starts one task per GPU itself
+        tasks = step.tasks_per_node()
+        if not gpus or tasks is None or tasks == gpus:
+            continue
+        effect = f"{gpus - tasks} GPU(s) idle" if tasks < gpus else "several processes on one GPU"
+        where = "on the srun line" if _sets_tasks(srun) else "in #SBATCH"
+        per_gpu = ctx.cpus_per_gpu()
+        fix = f"--ntasks-per-node={gpus}" + (f" --cpus-per-task={per_gpu}" if per_gpu else "") + \
+            f" {where} (one task per GPU), or start torchrun: srun --ntasks-per-node=1 torchrun --nproc-per-node={gpus} ..."
+        per_task_env = ctx.recipe.launch.per_task_gpu_env
+        if per_task_env:
+            name = next(iter(per_task_env))
+            why = (f"each srun task is one training process and drives one GPU ({name}=${per_task_env[name]} on "
+                   f"{ctx.name})")
+            source = ctx.recipe.cite(f"launch.per_task_gpu_env.{name}")
+        else:
+            why = "srun starts the program once per task, and each training process drives one GPU"
+            source = SRUN_DOC
+        found.append(Finding(srun.line, f"srun starts {tasks} {srun.program.name} process(es) per node for {gpus} "
+                             f"GPU{'s' if gpus != 1 else ''} per node ({effect})", why, source, fix))
+    return found
+
+
+def _sets_tasks(srun: SrunLine) -> bool:
+    return has_option(srun.options, "-n", "--ntasks", "--ntasks-per-node")
+
+
+def launcher_tasks(ctx: Context) -> list[Finding]:
+    """torchrun (or accelerate, deepspeed) under srun with more than one task per node: each copy starts its
+    own --nproc-per-node processes, on the same GPUs."""
+    found: list[Finding] = []
+    for srun, step in ctx.steps():
+        if not srun.program.per_node:
+            continue
+        if srun.under_envrun and not _sets_tasks(srun):
+            continue  # envrun runs one launcher per node itself
+        tasks = step.tasks_per_node()
+        if tasks is None or tasks <= 1:
+            continue
+        kind = srun.program.kind
+        cpus = ctx.job.cpus()
+        per_node = f" --cpus-per-task={cpus.value}" if cpus and cpus.value > 1 else ""
+        where = "on the srun line" if _sets_tasks(srun) else "in #SBATCH (or on the srun line)"
+        found.append(Finding(
+            srun.line, f"srun starts {kind} {tasks} times per node",
+            f"{kind} starts its own training processes on each node (--nproc-per-node); {tasks} copies per node "
+            f"start {tasks}x as many, with the same local ranks on the same GPUs", TORCHRUN_DOC,
+            f"--ntasks-per-node=1{per_node} {where}: one {kind} per node"))
+    return found
+
+
+def launcher_without_srun(ctx: Context) -> list[Finding]:
+    """torchrun run by the batch script itself in a multi-node job: it starts on the first node only."""
+    nodes = ctx.job.nodes
+    if nodes <= 1:
+        return []
+    return [Finding(command.line, f"{command.program.kind} without srun runs on the first of the job's {nodes} nodes "
+                    "only", "the batch script runs on the first node of the allocation; only srun starts tasks on the "
+                    "others", SBATCH_DOC, f"srun --ntasks-per-node=1 {command.program.kind} ... (one per node)")
+            for command in ctx.script.commands if command.program.per_node]
+
+
+def srun_inherits(ctx: Context) -> list[Finding]:
+    """Where the site's srun does not take an option from the job (JUWELS: --cpus-per-task), srun lines that
+    neither pass it nor follow `export SRUN_...`. Reported once, at the first such line."""
+    found: list[Finding] = []
+    for target, source_variable in ctx.recipe.launch.srun_env_from.items():
+        option = "--" + target.removeprefix("SRUN_").lower().replace("_", "-")
+        given = ctx.job.get(option[2:])
+        if given is None:
+            continue
+        names = (option, "-c") if option == "--cpus-per-task" else (option,)
+        missing = [srun for srun in ctx.script.sruns
+                   if not srun.under_envrun and not has_option(srun.options, *names)
+                   and not ctx.script.exported_before(target, srun.line) and not srun.sets_inline(target)]
+        if not missing:
+            continue
+        more = f" (and {len(missing) - 1} more srun line(s))" if len(missing) > 1 else ""
+        found.append(Finding(
+            missing[0].line, f"srun does not get the job's {given.written}{more}",
+            f"{ctx.name}'s srun does not inherit {option} from the job: without it each task gets one CPU",
+            ctx.recipe.cite(f"launch.srun_env_from.{target}"),
+            f'export {target}="${source_variable}" before the first srun (or srun {option}=${source_variable})'))
+    return found
+
+
+def core_masks_on_shared_nodes(ctx: Context) -> list[Finding]:
+    """srun --cpu-bind=mask_cpu/map_cpu (a site's GPU-to-core map) on a partition that shares nodes, without
+    --exclusive: the masks name cores of the whole node."""
+    node = ctx.recipe.node
+    if node is None or not node.gpu_cores or ctx.job.get("exclusive") is not None:
+        return []
+    shared = [name for name in ctx.partitions() if name in ctx.recipe.partitions and
+              not ctx.recipe.partitions[name].full_node]
+    if not shared:
+        return []
+    whole = [name for name, spec in ctx.recipe.partitions.items() if spec.full_node and not spec.test]
+    found: list[Finding] = []
+    for srun in ctx.script.sruns:
+        bind = option_value(srun.options, "--cpu-bind") or option_value(srun.options, "--cpu_bind") or ""
+        if "mask_cpu" not in bind and "map_cpu" not in bind:
+            continue
+        found.append(Finding(
+            srun.line, f"srun --cpu-bind={bind.split(':', 1)[0]}:... on partition {shared[0]}, which shares nodes",
+            "the GPU-to-core masks name cores of the whole node, and a job on a shared node holds only some of them",
+            f"{ctx.recipe.cite('node.gpu_cores')}; {ctx.recipe.cite('partitions.' + shared[0])}",
+            "#SBATCH --exclusive" + (f", or --partition={whole[0]} (whole nodes)" if whole else "")
+            + ", or srun --cpu-bind=cores"))
+    return found
