@@ -119,7 +119,11 @@ def launcher_tasks(ctx: Context) -> list[Finding]:
             continue
         kind = srun.program.kind
         cpus = ctx.job.cpus()
-        per_node = f" --cpus-per-task={cpus.value}" if cpus and cpus.value > 1 else ""
+        total = cpus.value if cpus else 0
+        node = ctx.recipe.node
+        if node is not None and total:  # never suggest more than a node gives jobs
+            total = min(total, node.usable * node.slurm_cpus_per_core)
+        per_node = f" --cpus-per-task={total}" if total > 1 else ""
         where = "on the srun line" if _sets_tasks(srun) else "in #SBATCH (or on the srun line)"
         found.append(Finding(
             srun.line, f"srun starts {kind} {tasks} times per node",
