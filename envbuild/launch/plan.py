@@ -15,9 +15,10 @@ are never joined into a string that a shell parses again. Values that only exist
 from __future__ import annotations
 
 from envbuild.errors import UsageError
-from envbuild.launch.args import has_option, option_value, split_srun, torchrun_has, torchrun_own_options
+from envbuild.launch.args import has_option, launcher_kind, option_value, split_srun, torchrun_has, torchrun_own_options
+from envbuild.launch.nodelaunchers import NODE_LAUNCHERS, NodeLauncher, check_launcher_options
 from envbuild.launch.shims import BOOT, TASK_SHIM_NAME, activation_lines, overlay_lines, rank_affinity_script
-from envbuild.launch.sizing import LaunchSize, size_launch
+from envbuild.launch.sizing import LAUNCHER_NAMES, LaunchSize, size_launch
 
 TYPE_CHECKING = False  # typing, dataclasses and shlex stay off envrun's start-up path (measured: ~30 ms)
 if TYPE_CHECKING:
@@ -117,19 +118,35 @@ class _Planner:
         self.reasons.append(text)
 
     def plan(self) -> LaunchPlan:
-        is_torchrun = self.name == "torchrun"
+        kind = launcher_kind(self.program)
+        is_torchrun = kind == "torchrun"
+        per_node = self.srun_opts is not None and kind in NODE_LAUNCHERS  # accelerate launch, deepspeed
         if self.srun_opts is not None:
             self.refuse_forbidden(self.srun_opts)
+        if per_node:
+            check_launcher_options(kind, self.program)
         size = size_launch(self.recipe, self.srun_opts, self.program, self.request.allocation, self.request.host)
         self.size = size
         self.standalone = is_torchrun and self.wants_standalone()
         outer: list[str] = []
         host_shim: list[str] = []
+        launcher = None
         if self.srun_opts is not None:
             outer = self.srun_argv(size)
-            host_shim = self.host_shim(is_torchrun)
+            if per_node:
+                launcher = NodeLauncher(kind, self.program, size, suffix=self.recipe.launch.master_addr_suffix,
+                                        overlays=bool(self.request.overlays), bind_cpus=self.recipe.launch.bind_cpus,
+                                        environ=self.environ, notes=self.reasons, env=self.env)
+            host_shim = self.host_shim(kind, launcher)
         container_shim = self.container_shim()
-        program = self.torchrun_argv(size) if is_torchrun else list(self.program)
+        if is_torchrun:
+            program = self.torchrun_argv(size)
+        elif launcher is not None:
+            self.reasons += size.notes
+            size.notes = []
+            program = launcher.argv(lambda module: self.rank_affinity(size, module))
+        else:
+            program = list(self.program)
         self.common_env(size)
         argv = [*outer, *host_shim, *self.container_argv(), *container_shim, *program]
         return LaunchPlan(argv=tuple(argv), env=tuple(self.env), unset=tuple(self.unset), reasons=tuple(self.reasons),
@@ -165,16 +182,18 @@ class _Planner:
 
     # -- shims ---------------------------------------------------------------------------------------
 
-    def host_shim(self, is_torchrun: bool) -> list[str]:
+    def host_shim(self, kind: str, launcher: NodeLauncher | None) -> list[str]:
         """Per-task setup on the host, inside the srun task: Slurm values exist only there."""
         recipe = self.recipe
         where = ['first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)',
                  "port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 40000 ))"]
         lines: list[str] = []
         suffix = recipe.launch.master_addr_suffix
-        if is_torchrun:
+        if kind == "torchrun" or launcher is not None:
             own = torchrun_own_options(self.program)
-            if not self.standalone and not torchrun_has(own, "--standalone", "--rdzv-endpoint", "--master-addr"):
+            if launcher is not None:
+                lines += [*where, *launcher.host_lines()]
+            elif not self.standalone and not torchrun_has(own, "--standalone", "--rdzv-endpoint", "--master-addr"):
                 lines += [
                     *where,
                     # c10d rendezvous on the step's first node. is_host is set explicitly: torch compares
@@ -193,7 +212,7 @@ class _Planner:
             # (TorchElasticEnvironment). SLURM_NTASKS counts launchers here, not ranks, so it misleads anyway.
             lines.append("unset SLURM_NTASKS SLURM_NPROCS")
             self.note("SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that "
-                      "check Slurm first would take the world size from it instead of torchrun's")
+                      f"check Slurm first would take the world size from it instead of {LAUNCHER_NAMES[kind]}'s")
         else:
             lines += [
                 *where,
