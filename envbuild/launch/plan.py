@@ -6,7 +6,8 @@ Layers, outermost first:
   -> apptainer exec IMAGE
   -> container shim   /bin/sh -c BOOT envrun-task BODY (envbuild.launch.shims: $WITH_CONDA under bash, venv
                       overlays on PATH, the recipe's per-task variables)
-  -> the program (torchrun, python, ...) with the user's arguments.
+  -> the program (torchrun, python, ...) with the user's arguments; under srun, `accelerate launch` and
+     `deepspeed` get a program shim that adds the step's values (envbuild.launch.nodelaunchers).
 Every shim ends in `exec "$@"`: the user's arguments travel as separate argv words from end to end and
 are never joined into a string that a shell parses again. Values that only exist inside a Slurm task
 ($SLURM_PROCID, the step's node list) are read by the host shim with the host's Slurm tools.
@@ -105,7 +106,6 @@ class _Planner:
         self.recipe = request.recipe
         self.srun_opts = srun_opts  # None: no srun
         self.program = program  # the program and its arguments
-        self.name = program[0].rsplit("/", 1)[-1]
         self.environ = request.environ
         self.reasons: list[str] = []
         if request.system_reason:

@@ -312,6 +312,7 @@ class _Sizer:
         CPUs and `gpus` GPUs."""
         out, node = self.out, self.node
         given, label = given_processes(self.kind, self.program, self.nodes())
+
         def per_node(nproc: int) -> str:
             return f"--nproc-per-node={nproc}" if self.kind == "torchrun" else f"{nproc} process(es) per node"
 
@@ -324,8 +325,8 @@ class _Sizer:
             if self.kind != "torchrun":
                 self.note(f"{per_node(nproc)}: {label}")
             if gpus and nproc > gpus:
-                raise UsageError(f"{label} but {self.gpus_text()}", f"use at most {gpus}" + ("" if self.kind == "torchrun"
-                                                                                              else " per node"))
+                raise UsageError(f"{label} but {self.gpus_text()}",
+                                 f"use at most {gpus}" + ("" if self.kind == "torchrun" else " per node"))
         elif gpus:
             nproc = gpus
             self.note(f"{per_node(nproc)}: one process per GPU ({self.gpus_why})")
