@@ -68,6 +68,8 @@ LUMI_FULL_NODE_4_TASKS = job(partition="standard-g", cluster="lumi", ntasks_per_
                              cpus_per_node=112, gpus=8, gpus_per_node_option=True, nodelist="nid005123")
 LUMI_4_NODES = job(4, "standard-g", "lumi", ntasks_per_node=1, cpus_per_node=112, gpus=8, gpus_per_node_option=True,
                    nodelist="nid[005123-005126]", job_id="7654400")
+LUMI_2_NODES = job(2, "standard-g", "lumi", ntasks_per_node=1, cpus_per_node=112, gpus=8, gpus_per_node_option=True,
+                   nodelist="nid[005123-005124]", job_id="7654401")
 LUMI_SMALL_G_NO_TASKS = job(partition="small-g", cluster="lumi", cpus_per_node=2, gpus=2, gpus_per_node_option=True,
                             nodelist="nid005123")       # --gpus-per-node=2 and nothing else: 1 CPU per task
 

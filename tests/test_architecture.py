@@ -112,7 +112,7 @@ def test_no_import_cycles() -> None:
 
 
 # envrun's start-up path must stay light: these are what `envrun` must never load on the way to exec.
-HEAVY_MODULES = ("pydantic", "yaml", "click", "dataclasses")
+HEAVY_MODULES = ("pydantic", "yaml", "click", "dataclasses", "base64", "typing")
 
 DRY_RUN_LAUNCH = """
 import json, sys
@@ -130,6 +130,13 @@ print(json.dumps({"code": code, "heavy": sorted(m for m in HEAVY if m in sys.mod
 
 def test_envrun_dry_run_imports_no_heavy_module(tmp_path: Path) -> None:
     dry_run_loads_nothing_heavy(tmp_path, ["--image", "/etc/hostname", "--dry-run", "srun", "torchrun", "x.py"])
+
+
+def test_envrun_dry_run_of_the_other_node_launchers_imports_no_heavy_module(tmp_path: Path) -> None:
+    """srun accelerate launch / srun deepspeed (envbuild.launch.nodelaunchers): their world_info and options are
+    made by shell text in the step, so nothing heavier than torchrun's plan is loaded."""
+    for command in (["srun", "-N", "2", "accelerate", "launch", "x.py"], ["srun", "deepspeed", "--num_gpus=1", "x.py"]):
+        dry_run_loads_nothing_heavy(tmp_path, ["--image", "/etc/hostname", "--dry-run", *command])
 
 
 def test_envrun_in_a_project_with_a_config_imports_no_heavy_module(tmp_path: Path) -> None:

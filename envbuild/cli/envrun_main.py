@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 EPILOG = """examples:
   envrun --image env.sif srun torchrun train.py --lr 3e-4     # one launcher per node
   envrun --image env.sif srun python train.py                 # one task per GPU
+  envrun --image env.sif srun accelerate launch train.py      # one accelerate launch per node
+  envrun --image env.sif srun deepspeed train.py --deepspeed  # DeepSpeed's per-node launcher, no ssh
   envrun --image env.sif torchrun train.py                    # this node only
   envrun --image base.sif --overlay env.sqsh python train.py  # a venv overlay over a site image
   envrun srun torchrun train.py                               # the environment of this project

@@ -107,3 +107,100 @@ def torchrun_own_options(program: tuple[str, ...]) -> tuple[str, ...]:
     """torchrun's own options in `program` (torchrun ... script args): the words before the script."""
     user = program[1:]
     return user[: torchrun_options_end(user)]
+
+
+# --- per-node launchers: accelerate launch, deepspeed -------------------------------------------------
+
+# accelerate launch's options that take no value (accelerate 1.x; `-` and `_` are interchangeable, no
+# abbreviations); every other option takes exactly one value.
+ACCELERATE_FLAGS = {
+    "-h", "--help", "-q", "--quiet", "-m", "--module", "--no_python", "--debug", "--cpu", "--multi_gpu", "--tpu",
+    "--enable_cpu_affinity", "--dynamo_use_fullgraph", "--dynamo_use_dynamic", "--dynamo_use_regional_compilation",
+    "--use_deepspeed", "--use_fsdp", "--use_parallelism_config", "--use_megatron_lm", "--same_network",
+    "--tpu_cluster", "--no_tpu_cluster", "--tpu_use_sudo", "--downcast_bf16", "--fp8_use_autocast_during_eval",
+}
+# the deepspeed runner's options that take no value (deepspeed/launcher/runner.py); -m is envrun's own spelling
+DEEPSPEED_FLAGS = {
+    "-m", "--module", "--no_python", "--no_local_rank", "--no_ssh", "--no_ssh_check", "--force_multi", "--save_pid",
+    "--elastic_training", "--bind_cores_to_rank", "-h", "--help",
+}
+
+
+def launcher_kind(program: tuple[str, ...]) -> str:
+    """'torchrun', 'accelerate' (accelerate launch), 'deepspeed', or '' for any other program."""
+    name = program[0].rsplit("/", 1)[-1]
+    if name == "accelerate" and program[1:2] == ("launch",):
+        return "accelerate"
+    return name if name in ("torchrun", "deepspeed") else ""
+
+
+def option_key(word: str) -> str:
+    """An accelerate/deepspeed option's name as written in their flag lists: `--num-processes=8` -> `--num_processes`."""
+    if word.startswith("--"):
+        return "--" + word[2:].split("=", 1)[0].replace("-", "_")
+    return word[:2]
+
+
+def launcher_split(kind: str, program: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(launcher words, its own options, script and script arguments) of an accelerate or deepspeed command."""
+    head = program[:2] if kind == "accelerate" else program[:1]
+    flags = ACCELERATE_FLAGS if kind == "accelerate" else DEEPSPEED_FLAGS
+    args = program[len(head) :]
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if word == "--" or not word.startswith("-") or word == "-":
+            break
+        key = option_key(word)
+        takes_value = key not in flags and "=" not in word and not (not word.startswith("--") and len(word) > 2)
+        index += 2 if takes_value else 1
+    index = min(index, len(args))
+    return head, args[:index], args[index:]
+
+
+def launcher_value(own: tuple[str, ...], *names: str) -> str | None:
+    """The value of an accelerate/deepspeed option (`--num_processes 8`, `--num-processes=8`, `-t1`)."""
+    for index, word in enumerate(own):
+        if option_key(word) not in names:
+            continue
+        if word.startswith("--") and "=" in word:
+            return word.split("=", 1)[1]
+        if not word.startswith("--") and len(word) > 2:
+            return word[2:]
+        return own[index + 1] if index + 1 < len(own) else None
+    return None
+
+
+def launcher_has(own: tuple[str, ...], *names: str) -> bool:
+    return any(option_key(word) in names for word in own if word.startswith("-"))
+
+
+def accelerate_uses_torchrun(own: tuple[str, ...]) -> bool:
+    """Whether accelerate launch starts the processes with torch.distributed.run: --multi_gpu (which envrun adds),
+    --use_fsdp or --use_megatron_lm. Not with --cpu or --tpu (one process per launcher), --use_deepspeed
+    (DeepSpeed's launcher), nor a --config_file that chooses for itself."""
+    if launcher_has(own, "--cpu", "--tpu", "--use_deepspeed"):
+        return False
+    return launcher_has(own, "--multi_gpu", "--use_fsdp", "--use_megatron_lm") or not launcher_has(own, "--config_file")
+
+
+def given_processes(kind: str, program: tuple[str, ...], nodes: int) -> tuple[str | None, str]:
+    """The processes per node the user's launcher options ask for (None: not given), and how to name them."""
+    if kind == "torchrun":
+        value = torchrun_value(torchrun_own_options(program), "--nproc-per-node")
+        return value, f"--nproc-per-node={value}"
+    if kind not in ("accelerate", "deepspeed"):
+        return None, ""
+    own = launcher_split(kind, program)[1]
+    if kind == "accelerate" and launcher_has(own, "--cpu", "--tpu"):
+        return "1", "accelerate launch --cpu/--tpu, which starts one process per launcher"
+    name = "--num_processes" if kind == "accelerate" else "--num_gpus"
+    value = launcher_value(own, name, "--num_accelerators" if kind == "deepspeed" else name)
+    if value is None:
+        return None, ""
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"{name}={value} is not a positive number", f"e.g. {name}=2")
+    if kind == "deepspeed":
+        return value, f"your --num_gpus={value}"
+    per_node = -(-int(value) // max(1, nodes))
+    return str(per_node), f"your --num_processes={value} over {nodes} node(s) ({per_node} per node)"

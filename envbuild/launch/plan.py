@@ -6,7 +6,8 @@ Layers, outermost first:
   -> apptainer exec IMAGE
   -> container shim   /bin/sh -c BOOT envrun-task BODY (envbuild.launch.shims: $WITH_CONDA under bash, venv
                       overlays on PATH, the recipe's per-task variables)
-  -> the program (torchrun, python, ...) with the user's arguments.
+  -> the program (torchrun, python, ...) with the user's arguments; under srun, `accelerate launch` and
+     `deepspeed` get a program shim that adds the step's values (envbuild.launch.nodelaunchers).
 Every shim ends in `exec "$@"`: the user's arguments travel as separate argv words from end to end and
 are never joined into a string that a shell parses again. Values that only exist inside a Slurm task
 ($SLURM_PROCID, the step's node list) are read by the host shim with the host's Slurm tools.
@@ -15,7 +16,8 @@ are never joined into a string that a shell parses again. Values that only exist
 from __future__ import annotations
 
 from envbuild.errors import UsageError
-from envbuild.launch.args import has_option, option_value, split_srun, torchrun_has, torchrun_own_options
+from envbuild.launch.args import has_option, launcher_kind, option_value, split_srun, torchrun_has, torchrun_own_options
+from envbuild.launch.nodelaunchers import NODE_LAUNCHERS, NodeLauncher, check_launcher_options
 from envbuild.launch.shims import (
     BOOT,
     TASK_SHIM_NAME,
@@ -24,7 +26,7 @@ from envbuild.launch.shims import (
     rank_affinity_script,
     signal_record_line,
 )
-from envbuild.launch.sizing import LaunchSize, size_launch
+from envbuild.launch.sizing import LAUNCHER_NAMES, LaunchSize, size_launch
 
 TYPE_CHECKING = False  # typing, dataclasses and shlex stay off envrun's start-up path (measured: ~30 ms)
 if TYPE_CHECKING:
@@ -111,7 +113,6 @@ class _Planner:
         self.recipe = request.recipe
         self.srun_opts = srun_opts  # None: no srun
         self.program = program  # the program and its arguments
-        self.name = program[0].rsplit("/", 1)[-1]
         self.environ = request.environ
         self.reasons: list[str] = []
         if request.system_reason:
@@ -124,19 +125,35 @@ class _Planner:
         self.reasons.append(text)
 
     def plan(self) -> LaunchPlan:
-        is_torchrun = self.name == "torchrun"
+        kind = launcher_kind(self.program)
+        is_torchrun = kind == "torchrun"
+        per_node = self.srun_opts is not None and kind in NODE_LAUNCHERS  # accelerate launch, deepspeed
         if self.srun_opts is not None:
             self.refuse_forbidden(self.srun_opts)
+        if per_node:
+            check_launcher_options(kind, self.program)
         size = size_launch(self.recipe, self.srun_opts, self.program, self.request.allocation, self.request.host)
         self.size = size
         self.standalone = is_torchrun and self.wants_standalone()
         outer: list[str] = []
         host_shim: list[str] = []
+        launcher = None
         if self.srun_opts is not None:
             outer = self.srun_argv(size)
-            host_shim = self.host_shim(is_torchrun)
+            if per_node:
+                launcher = NodeLauncher(kind, self.program, size, suffix=self.recipe.launch.master_addr_suffix,
+                                        overlays=bool(self.request.overlays), bind_cpus=self.recipe.launch.bind_cpus,
+                                        environ=self.environ, notes=self.reasons, env=self.env)
+            host_shim = self.host_shim(kind, launcher)
         container_shim = self.container_shim()
-        program = self.torchrun_argv(size) if is_torchrun else list(self.program)
+        if is_torchrun:
+            program = self.torchrun_argv(size)
+        elif launcher is not None:
+            self.reasons += size.notes
+            size.notes = []
+            program = launcher.argv(lambda module: self.rank_affinity(size, module))
+        else:
+            program = list(self.program)
         self.common_env(size)
         argv = [*outer, *host_shim, *self.container_argv(), *container_shim, *program]
         return LaunchPlan(argv=tuple(argv), env=tuple(self.env), unset=tuple(self.unset), reasons=tuple(self.reasons),
@@ -172,16 +189,18 @@ class _Planner:
 
     # -- shims ---------------------------------------------------------------------------------------
 
-    def host_shim(self, is_torchrun: bool) -> list[str]:
+    def host_shim(self, kind: str, launcher: NodeLauncher | None) -> list[str]:
         """Per-task setup on the host, inside the srun task: Slurm values exist only there."""
         recipe = self.recipe
         where = ['first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)',
                  "port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 40000 ))"]
         lines: list[str] = []
         suffix = recipe.launch.master_addr_suffix
-        if is_torchrun:
+        if kind == "torchrun" or launcher is not None:
             own = torchrun_own_options(self.program)
-            if not self.standalone and not torchrun_has(own, "--standalone", "--rdzv-endpoint", "--master-addr"):
+            if launcher is not None:
+                lines += [*where, *launcher.host_lines()]
+            elif not self.standalone and not torchrun_has(own, "--standalone", "--rdzv-endpoint", "--master-addr"):
                 lines += [
                     *where,
                     # c10d rendezvous on the step's first node. is_host is set explicitly: torch compares
@@ -200,7 +219,7 @@ class _Planner:
             # (TorchElasticEnvironment). SLURM_NTASKS counts launchers here, not ranks, so it misleads anyway.
             lines.append("unset SLURM_NTASKS SLURM_NPROCS")
             self.note("SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that "
-                      "check Slurm first would take the world size from it instead of torchrun's")
+                      f"check Slurm first would take the world size from it instead of {LAUNCHER_NAMES[kind]}'s")
         else:
             lines += [
                 *where,
@@ -296,9 +315,12 @@ class _Planner:
         each rank itself, or no batch script asked)."""
         if "ENVRUN_SIGNAL_DIR" not in self.environ:
             return None
-        if self.name == "torchrun":
+        kind = launcher_kind(self.program)
+        if kind == "torchrun":
             return None if self.uses_rank_shim() else "children"
-        return "children" if self.name in ("accelerate", "deepspeed") else "rank"
+        # accelerate's and deepspeed's ranks are the launcher's children (ranks that also pass through the
+        # rank shim are recorded twice; envrun signal-ranks sends each pid one signal)
+        return "children" if kind in NODE_LAUNCHERS else "rank"
 
     def wants_standalone(self) -> bool:
         own = torchrun_own_options(self.program)

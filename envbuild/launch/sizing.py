@@ -11,7 +11,15 @@ holds the node, and a task that owns several GPUs gets all of their cores.
 from __future__ import annotations
 
 from envbuild.errors import UsageError
-from envbuild.launch.args import has_option, option_value, torchrun_own_options, torchrun_value
+from envbuild.launch.args import (
+    accelerate_uses_torchrun,
+    given_processes,
+    has_option,
+    launcher_has,
+    launcher_kind,
+    launcher_split,
+    option_value,
+)
 from envbuild.launch.nodefacts import NodeFacts, group_cores, node_facts
 from envbuild.recipes.ops import cores_to_mask
 
@@ -58,7 +66,8 @@ class _Sizer:
         self.host = host
         self.node = node_facts(recipe, host)
         self.out = LaunchSize(self.node)
-        self.is_torchrun = program[0].rsplit("/", 1)[-1] == "torchrun"
+        self.kind = launcher_kind(program)  # torchrun, accelerate, deepspeed: one launcher per node under srun
+        self.launcher = LAUNCHER_NAMES.get(self.kind, "")
 
     def note(self, text: str) -> None:
         self.out.notes.append(text)
@@ -67,8 +76,8 @@ class _Sizer:
         self.gpus()
         if self.opts is None:
             self.direct()
-        elif self.is_torchrun:
-            self.srun_torchrun()
+        elif self.kind:
+            self.srun_launcher()
         else:
             self.srun_tasks()
         return self.out
@@ -254,9 +263,9 @@ class _Sizer:
         return False, (f"the whole node ({everything} CPUs and {node.gpus} GPUs); this job holds "
                        f"{alloc.cpus_on_node or '?'} CPUs and {self.out.gpus} GPUs per node")
 
-    # -- srun torchrun: one launcher per node ---------------------------------------------------------------
+    # -- srun torchrun, accelerate launch, deepspeed: one launcher per node -----------------------------------
 
-    def srun_torchrun(self) -> None:
+    def srun_launcher(self) -> None:
         out, opts = self.out, self.opts or ()
         cpus, cpus_why = self.cpus_per_node()
         if has_option(opts, "-n", "--ntasks", "--ntasks-per-node"):
@@ -264,14 +273,14 @@ class _Sizer:
         else:
             tasks = 1
             self.out.srun_options.append("--ntasks-per-node=1")
-            self.note("--ntasks-per-node=1: torchrun starts the training processes itself, one launcher per node")
+            self.note(f"--ntasks-per-node=1: {self.launcher} starts the training processes itself, one launcher per node")
             self.override_job_ntasks(1)
         out.tasks_per_node = tasks
         given = option_value(opts, "-c", "--cpus-per-task")
         if given is None:
             per_task = max(1, cpus // tasks)
             out.srun_options.append(f"--cpus-per-task={per_task}")
-            self.note(f"--cpus-per-task={per_task}: " + (f"{cpus_why}, for torchrun's processes" if tasks == 1
+            self.note(f"--cpus-per-task={per_task}: " + (f"{cpus_why}, for {self.launcher}'s processes" if tasks == 1
                                                           else f"{cpus} CPUs per node ({cpus_why}) / {tasks} tasks"))
         else:
             per_task = self.cpus_per_task(tasks, cpus, cpus_why)
@@ -289,42 +298,49 @@ class _Sizer:
         else:
             cpus, cpus_why = self.cpus_per_node()
         out.cpus_per_task = cpus
-        if self.is_torchrun:
+        if self.kind == "torchrun":
             self.note(f"{cpus} CPUs for torchrun's processes: {cpus_why}")
             self.processes(cpus, out.gpus)
         else:
             out.threads = cpus
             self.note(f"OMP_NUM_THREADS={cpus}: {cpus_why}")
 
-    # -- torchrun's processes -----------------------------------------------------------------------------
+    # -- the launcher's processes ------------------------------------------------------------------------
 
     def processes(self, cpus: int, gpus: int) -> None:
-        """--nproc-per-node and the threads of each process, for a torchrun with `cpus` CPUs and `gpus` GPUs."""
+        """Processes per node (torchrun's --nproc-per-node) and the threads of each, for a launcher with `cpus`
+        CPUs and `gpus` GPUs."""
         out, node = self.out, self.node
-        own = torchrun_own_options(self.program)
-        given = torchrun_value(own, "--nproc-per-node")
+        given, label = given_processes(self.kind, self.program, self.nodes())
+
+        def per_node(nproc: int) -> str:
+            return f"--nproc-per-node={nproc}" if self.kind == "torchrun" else f"{nproc} process(es) per node"
+
         if given is not None and not given.isdigit():
             out.processes = None  # auto, gpu, cpu: torchrun counts itself, and sets OMP_NUM_THREADS=1
-            self.note(f"--nproc-per-node={given}: torchrun decides, and sets the threads itself")
+            self.note(f"{label}: torchrun decides, and sets the threads itself")
             return
         if given is not None:
             nproc = int(given)
+            if self.kind != "torchrun":
+                self.note(f"{per_node(nproc)}: {label}")
             if gpus and nproc > gpus:
-                raise UsageError(f"--nproc-per-node={nproc} but {self.gpus_text()}", f"use at most {gpus}")
+                raise UsageError(f"{label} but {self.gpus_text()}",
+                                 f"use at most {gpus}" + ("" if self.kind == "torchrun" else " per node"))
         elif gpus:
             nproc = gpus
-            self.note(f"--nproc-per-node={nproc}: one process per GPU ({self.gpus_why})")
+            self.note(f"{per_node(nproc)}: one process per GPU ({self.gpus_why})")
         else:
             nproc = max(1, cpus // node.cores_per_process)
-            self.note(f"--nproc-per-node={nproc}: {cpus} CPUs, {node.cores_per_process} per process "
+            self.note(f"{per_node(nproc)}: {cpus} CPUs, {node.cores_per_process} per process "
                       f"({node.why['cores_per_process']})")
         out.processes = nproc
         out.threads = max(1, cpus // nproc)
         if cpus < nproc:
             out.warnings.append(f"{nproc} processes share {cpus} CPU(s): one thread each, and they compete for cores; "
-                                "fix: give the task more CPUs (--cpus-per-task) or run fewer processes (--nproc-per-node)")
+                                f"fix: give the task more CPUs (--cpus-per-task) or run fewer processes ({PROCESS_OPTIONS[self.kind]})")
         full, why = self.holds_full_node()
-        if full and gpus == node.gpus and out.tasks_per_node == 1:
+        if full and gpus == node.gpus and out.tasks_per_node == 1 and self.pins_ranks():
             out.rank_cores = group_cores(node, nproc)
         if out.rank_cores:
             self.note(f"each rank on the cores closest to its GPU(s) ({self.recipe.cite('node.gpu_cores')}); {why}")
@@ -333,6 +349,19 @@ class _Sizer:
             self.note(f"OMP_NUM_THREADS={out.threads}: the {out.threads} cores each rank is pinned to")
         else:
             self.note(f"OMP_NUM_THREADS={out.threads}: {cpus} CPUs / {nproc} processes")
+
+
+    def pins_ranks(self) -> bool:
+        """Whether envrun pins each rank to its cores (torchrun; accelerate when it starts them with torchrun)."""
+        if self.kind == "accelerate":
+            own = launcher_split("accelerate", self.program)[1]
+            return accelerate_uses_torchrun(own) and not launcher_has(own, "--no_python", "--enable_cpu_affinity")
+        return self.kind == "torchrun"
+
+
+# the option that sets a launcher's processes per node
+PROCESS_OPTIONS = {"torchrun": "--nproc-per-node", "accelerate": "--num_processes", "deepspeed": "--num_gpus", "": "-"}
+LAUNCHER_NAMES = {"torchrun": "torchrun", "accelerate": "accelerate launch", "deepspeed": "deepspeed.launcher.launch"}
 
 
 def _srun_gpus(opts: tuple[str, ...]) -> tuple[int, str] | None:

@@ -54,3 +54,15 @@ def test_lightning_under_srun_python_uses_slurm(reference_image: Path, tmp_path:
     found = run_example(reference_image, tmp_path, "srun", "python", "examples/lightning_ddp.py", "--epochs", "2",
                         "--output-dir", str(tmp_path / "pl"), "--no-save")
     assert {r["cluster_environment"] for r in found} == {"SLURMEnvironment"}
+
+
+def test_accelerate_under_srun_accelerate_launch(reference_image: Path, tmp_path: Path) -> None:
+    """`envrun srun accelerate launch`: one launcher task, which starts 2 processes; on this CPU-only node they
+    form one gloo group (MULTI_CPU), each pinned to its core, and the script's arguments arrive byte for byte."""
+    args = ["a b", "$HOME; echo hi", "'quoted'", "line\nbreak", "é漢🙂", "--num_processes=7", "-m", ""]
+    found = run_example(reference_image, tmp_path, "srun", "accelerate", "launch", "examples/accelerate_ddp.py",
+                        "--epochs", "1", *args)
+    assert {(r["distributed_type"], r["backend"]) for r in found} == {("MULTI_CPU", "gloo")}
+    assert [r["local_rank"] for r in found] == [0, 1]
+    assert all(r["argv"] == ["--epochs", "1", *args] for r in found)
+    assert found[0]["steps"] == 16  # 1024 samples / 32 per batch / 2 processes: each process its own shard

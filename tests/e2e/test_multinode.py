@@ -87,3 +87,25 @@ def test_sbatch_stages_data_once_per_node(two_nodes: None, reference_image: Path
     for node in ("node1", "node2"):  # the stage step ran once on each node
         assert sum(f" on {node} in " in line for line in out.splitlines() if "envrun: staged to" in line) == 1, out
     assert not Path(f"/tmp/envrun-stage-{job_id}").exists()
+
+
+def test_srun_accelerate_launch_two_nodes(two_nodes: None, reference_image: Path) -> None:
+    """One `accelerate launch` per node: --machine_rank from $SLURM_NODEID, the first node as main process,
+    2 processes per node (one per CPU), ddp_minimal.py reading the torch variables accelerate's launcher sets."""
+    result = run_cli([ENVRUN, "--image", str(reference_image), "--explain", "srun", "-N", "2", "accelerate", "launch",
+                      "examples/ddp_minimal.py", "--steps", "10", "--json"], timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = check_world_of_four(result.stdout)
+    assert sorted(r["local_rank"] for r in found) == [0, 0, 1, 1]
+    assert "--machine_rank=$SLURM_NODEID" in result.stderr
+
+
+def test_srun_accelerate_launch_two_nodes_accelerator(two_nodes: None, reference_image: Path) -> None:
+    """The same with Accelerator(): the four processes form one gloo group (MULTI_CPU) across both nodes."""
+    result = run_cli([ENVRUN, "--image", str(reference_image), "srun", "-N", "2", "accelerate", "launch",
+                      "examples/accelerate_ddp.py", "--epochs", "1"], timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = reports(result.stdout, "EXAMPLE_REPORT")
+    assert [r["rank"] for r in found] == [0, 1, 2, 3]
+    assert all(r["world_size"] == 4 and r["params_agree"] and r["distributed_type"] == "MULTI_CPU" for r in found)
+    assert sorted({r["host"] for r in found}) == ["node1", "node2"]

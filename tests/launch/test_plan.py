@@ -25,6 +25,7 @@ from tests.launch_allocations import (
     JUWELS_4_GPUS,
     LOCAL_FULL,
     LOCAL_PARTIAL,
+    LUMI_2_NODES,
     LUMI_4_NODES,
     LUMI_FULL_NODE,
     LUMI_FULL_NODE_4_TASKS,
@@ -85,6 +86,13 @@ GOLDEN_CASES = {
     "lumi-login-node-dry-run": ("lumi-g", {}, ("srun", "python", "train.py")),
     "lumi-overlay-srun-torchrun": ("lumi-g", LUMI_4_NODES, ("srun", "torchrun", "train.py"), ONE_OVERLAY),
     "local-two-overlays-python": ("local", {}, ("python", "train.py", "--lr", "3e-4"), TWO_OVERLAYS),
+    # one accelerate launch / DeepSpeed launcher per node (envbuild/launch/nodelaunchers.py)
+    "lumi-2-nodes-accelerate": ("lumi-g", LUMI_2_NODES, ("srun", "accelerate", "launch", "--mixed_precision=bf16", "train.py",
+                                                         "--lr", "3e-4")),
+    "puhti-1-node-accelerate": ("puhti", PUHTI_4_GPUS, ("srun", "accelerate", "launch", "train.py")),
+    "mahti-2-nodes-deepspeed": ("mahti", MAHTI_2_NODES, ("srun", "deepspeed", "train.py", "--deepspeed", "--deepspeed_config",
+                                                         "ds_config.json")),
+    "local-srun-accelerate": ("local", {}, ("srun", "accelerate", "launch", "examples/accelerate_ddp.py")),
 }
 
 
