@@ -46,6 +46,10 @@ GOLDEN_CASES = {
     "mahti-2-nodes": case("mahti", JobRequest(account="project_2001234", nodes=2, time="12:00:00")),
     "juwels-2-nodes": case("juwels-booster", JobRequest(account="training2426", nodes=2, launcher="srun"),
                            image="/p/project/training2426/env.sif"),
+    "puhti-2-nodes-accelerate": case("puhti", JobRequest(account="project_2001234", nodes=2, launcher="accelerate"),
+                                     ("python", "train_accelerate.py", "--mixed-precision", "fp16")),
+    "mahti-2-nodes-deepspeed": case("mahti", JobRequest(account="project_2001234", nodes=2, launcher="deepspeed"),
+                                    ("python", "train.py", "--deepspeed_config", "ds_config.json")),
     "local-cpu": case("local", JobRequest(), ("python", "examples/ddp_minimal.py", "--steps", "10"),
                       image="/work/proj/local-cpu-pytorch.sif"),
 }
@@ -118,3 +122,11 @@ def test_juwels_exports_srun_cpus_per_task() -> None:
 ])
 def test_shell_words(word: str, written: str) -> None:
     assert shell_word(word) == written
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
+def test_every_golden_script_passes_its_own_check(name: str) -> None:
+    from envbuild.batch.check import check_script
+
+    report = check_script(render(name), load_recipe(GOLDEN_CASES[name][0]), {})
+    assert not report.findings, [f.what for f in report.findings]
