@@ -185,6 +185,9 @@ SlurmctldHost=$HOST($ctld_addr)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# A requeued job may start again once its old credential has expired (default 120 s); 30 s keeps the
+# requeue test at about a minute per restart. Long enough here: steps launch in well under a second.
+AuthInfo=cred_expire=30
 CredType=cred/munge
 MpiDefault=none
 # No cgroups needed: linuxproc tracks by parent PID, affinity pins tasks.
