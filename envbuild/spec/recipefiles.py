@@ -307,6 +307,8 @@ def _def_base(builder: _Builder, header: dict[str, tuple[int, str]]) -> None:
 
 def _def_section(builder: _Builder, section: str, rest: str, number: int, body: list[str], src_prefix: str) -> None:
     script = "\n".join(_dedent(body)).strip("\n")
+    if section in ("post", "test") and script.startswith("set -e\n"):
+        script = script[len("set -e\n"):]  # envbuild runs post and tests with sh -e anyway
     if not script.strip():
         return
     if rest and section in ("files", "post", "test", "environment", "labels"):
@@ -456,7 +458,8 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "") -> ImportRe
         elif word == "ENV":
             for pair in env_parser.parse_env(rest):
                 key, _, value = pair.partition("=")
-                builder.env[key] = value.strip("\"'")
+                if (key, value) != ("PATH", f"{VENV_PREFIX}/bin:$PATH"):  # envbuild's venv (an exported recipe): implied
+                    builder.env[key] = value.strip("\"'")
         elif word in ("LABEL", "MAINTAINER"):
             pairs = [("maintainer", rest.strip("\"'"))] if word == "MAINTAINER" else \
                 [tuple(w.partition("=")[::2]) for w in shlex.split(rest)]
@@ -473,7 +476,8 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "") -> ImportRe
 def _docker_run(builder: _Builder, number: int, rest: str) -> None:
     if rest.startswith("["):
         try:
-            rest = shlex.join(json.loads(rest))
+            words = json.loads(rest)
+            rest = words[2] if words[:2] == ["/bin/sh", "-ec"] and len(words) == 3 else shlex.join(words)
         except (ValueError, TypeError):
             pass
     while rest.startswith("--"):
@@ -613,7 +617,7 @@ def export_dockerfile(data: ExportInput) -> str:
     else:
         raise UsageError(f"a Dockerfile cannot start from {base.describe()}",
                          "export a definition file instead (--format def), or use a docker:// base")
-    out += [f"ENV {key}={json.dumps(value)}" for key, value in spec.env.items()]
+    out += [f"ENV {key}={shlex.quote(value)}" for key, value in spec.env.items()]
     out.append(f"ENV PATH={VENV_PREFIX}/bin:$PATH")
     out += [f"LABEL {json.dumps(key)}={json.dumps(value)}" for key, value in spec.labels.items()]
     out += [f"COPY {json.dumps([f.src, f.dest])}" for f in spec.files]
