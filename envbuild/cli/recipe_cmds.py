@@ -24,8 +24,10 @@ def import_command(recipe: Path, output: Path | None, fmt: str | None, system: s
 
     What a spec cannot express (runscripts, CMD, USER, multi-stage builds...) is listed in a comment at the
     top of the spec; pip installs a spec cannot express stay in post as written."""
+    from envbuild.spec.importdef import import_def
+    from envbuild.spec.importdocker import import_dockerfile
     from envbuild.spec.load import load_spec_text
-    from envbuild.spec.recipefiles import detect_format, import_def, import_dockerfile, spec_name_for
+    from envbuild.spec.recipefiles import detect_format, spec_name_for
 
     if not recipe.is_file():
         raise UsageError(f"{recipe} does not exist or is not a file", "give the path of a .def file or a Dockerfile")
@@ -62,7 +64,7 @@ def export_command(spec: Path, fmt: str, output: Path | None, no_lock: bool) -> 
     from envbuild.lock.model import lock_path_for
     from envbuild.recipes.load import load_recipe
     from envbuild.spec.load import load_spec
-    from envbuild.spec.recipefiles import ExportInput, render_export
+    from envbuild.spec.recipeexport import ExportInput, render_export
 
     loaded = load_spec(spec, check_host=False)
     pins, lock_source = None, None

@@ -11,8 +11,10 @@ from click.testing import CliRunner
 from spython.main.parse.parsers import DockerParser, SingularityParser
 
 from envbuild.cli.envbuild_main import main
+from envbuild.spec.importdef import import_def
+from envbuild.spec.importdocker import import_dockerfile
 from envbuild.spec.load import load_spec, load_spec_text
-from envbuild.spec.recipefiles import ExportInput, export_def, export_dockerfile, import_def, import_dockerfile
+from envbuild.spec.recipeexport import ExportInput, export_def, export_dockerfile
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "tests" / "fixtures" / "recipes"
