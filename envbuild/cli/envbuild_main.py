@@ -13,6 +13,7 @@ from envbuild import __version__
 from envbuild.cli.cache_cmds import cache_group
 from envbuild.cli.common import reports_errors
 from envbuild.cli.inventory_cmds import diff_command, inspect_command, packages_command
+from envbuild.cli.recipe_cmds import export_command, import_command
 from envbuild.errors import UsageError
 
 # The build machinery (pydantic models, planners) is imported inside the commands that use it:
@@ -189,7 +190,7 @@ def schema() -> None:
     click.echo(json.dumps(spec_json_schema(), indent=2))
 
 
-for _command in (packages_command, diff_command, inspect_command, cache_group):
+for _command in (packages_command, diff_command, inspect_command, cache_group, import_command, export_command):
     main.add_command(_command)
 
 if __name__ == "__main__":

@@ -1,0 +1,89 @@
+"""`envbuild import` and `envbuild export`: Apptainer definition files and Dockerfiles to and from specs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from envbuild.cli.common import reports_errors
+from envbuild.errors import UsageError
+
+
+@click.command("import")
+@click.argument("recipe", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="spec file to write (default: print it)")
+@click.option("--format", "fmt", type=click.Choice(["def", "dockerfile"]),
+              help="what RECIPE is (default: told from its name and first line)")
+@click.option("--system", default="local", show_default=True, help="the spec's system recipe (e.g. lumi-g)")
+@reports_errors
+def import_command(recipe: Path, output: Path | None, fmt: str | None, system: str) -> None:
+    """Write a spec from an Apptainer/Singularity definition file or a Dockerfile.
+
+    What a spec cannot express (runscripts, CMD, USER, multi-stage builds...) is listed in a comment at the
+    top of the spec; pip installs a spec cannot express stay in post as written."""
+    from envbuild.spec.importdef import import_def
+    from envbuild.spec.importdocker import import_dockerfile
+    from envbuild.spec.load import load_spec_text
+    from envbuild.spec.recipefiles import detect_format, spec_name_for
+
+    if not recipe.is_file():
+        raise UsageError(f"{recipe} does not exist or is not a file", "give the path of a .def file or a Dockerfile")
+    text = recipe.read_text(encoding="utf-8", errors="replace")
+    kind = fmt or detect_format(text, recipe.name)
+    name = spec_name_for((output or recipe).stem if (output or recipe).suffix else (output or recipe).name)
+    prefix = os.path.relpath(recipe.absolute().parent, (output.absolute().parent if output else Path.cwd()))
+    prefix = "" if prefix == "." else prefix
+    result = (import_def if kind == "def" else import_dockerfile)(text, name, src_prefix=prefix)
+    result.spec["system"] = system
+    rendered = result.render(str(recipe))
+    load_spec_text(rendered, str(output or "<imported spec>"))  # a spec envbuild cannot load is a bug here, not the user's
+    if output is None:
+        click.echo(rendered, nl=False)
+        return
+    from envbuild.atomicfile import atomic_write
+
+    atomic_write(output, rendered.encode("utf-8"))
+    click.echo(f"wrote {output}" + (f" ({len(result.notes)} note(s) at the top: review them)" if result.notes else ""), err=True)
+
+
+@click.command("export")
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["def", "dockerfile"]), required=True,
+              help="def: an Apptainer definition file (apptainer build --fakeroot); dockerfile: a Dockerfile")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="file to write (default: print it)")
+@click.option("--no-lock", is_flag=True, help="ignore the lock next to SPEC; install the spec's requirements unpinned")
+@reports_errors
+def export_command(spec: Path, fmt: str, output: Path | None, no_lock: bool) -> None:
+    """Write SPEC as a definition file or a Dockerfile, for building without envbuild.
+
+    Carries the base, env, labels, files, post, tests and the Python packages, pinned to SPEC's lock
+    (SPEC.lock) when there is one."""
+    from envbuild.lock.model import lock_path_for
+    from envbuild.recipes.load import load_recipe
+    from envbuild.spec.load import load_spec
+    from envbuild.spec.recipeexport import ExportInput, render_export
+
+    loaded = load_spec(spec, check_host=False)
+    pins, lock_source = None, None
+    lock_file = lock_path_for(spec)
+    if not no_lock and lock_file.is_file():
+        from envbuild.lock.fileformat import read_lock
+
+        lock = read_lock(lock_file.read_text(encoding="utf-8"), str(lock_file))
+        pins = {package.name: package.version for package in lock.packages}
+        lock_source = str(lock_file)
+    torch_index = None
+    if loaded.spec.python.pytorch is not None:
+        torch_index = loaded.spec.python.pytorch.index_url or load_recipe(loaded.spec.system).pytorch_index_for(
+            loaded.spec.python.pytorch.wheel_tag)
+    text = render_export(ExportInput(loaded.spec, str(spec), torch_index, pins, lock_source), fmt)  # type: ignore[arg-type]
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from envbuild.atomicfile import atomic_write
+
+    atomic_write(output, text.encode("utf-8"))
+    click.echo(f"wrote {output}", err=True)
