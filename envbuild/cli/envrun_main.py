@@ -218,14 +218,9 @@ def _config_file() -> str:
 
 def _config_for(system: str) -> tuple[tuple[str, ...], dict[str, str]]:
     """The envrun config's binds and env for `system`; validated (pydantic) only when the file changed."""
-    from envbuild.launch.config import config_path, read_settings, settings_for
+    from envbuild.launch.config import read_user_settings, settings_for
 
-    path = config_path(os.environ)
-    if not os.path.exists(path):
-        if os.environ.get("ENVRUN_CONFIG"):
-            raise UsageError(f"ENVRUN_CONFIG names {path}, which does not exist", "fix or unset ENVRUN_CONFIG")
-        return (), {}
-    return settings_for(read_settings(path), system)
+    return settings_for(read_user_settings(os.environ), system)
 
 
 if __name__ == "__main__":

@@ -161,14 +161,9 @@ def plan(args: Any, recipe: Any, command: tuple[str, ...], argv: list[str]) -> A
 
 
 def _batch_defaults(system: str) -> dict[str, Any]:
-    from envbuild.launch.config import batch_defaults_for, config_path, read_settings
+    from envbuild.launch.config import batch_defaults_for, read_user_settings
 
-    path = config_path(os.environ)
-    if not os.path.exists(path):
-        if os.environ.get("ENVRUN_CONFIG"):
-            raise UsageError(f"ENVRUN_CONFIG names {path}, which does not exist", "fix or unset ENVRUN_CONFIG")
-        return {}
-    return batch_defaults_for(read_settings(path), system)
+    return batch_defaults_for(read_user_settings(os.environ), system)
 
 
 def _envrun_command() -> str:

@@ -113,6 +113,17 @@ def read_settings(path: str, *, project: bool = False) -> dict[str, Any]:
     return plain
 
 
+def read_user_settings(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The user's envrun config as `read_settings` data; {} when there is none. A file named by
+    $ENVRUN_CONFIG that does not exist is refused (a typo there would otherwise pass silently)."""
+    path = config_path(environ)
+    if not os.path.exists(path):
+        if environ.get("ENVRUN_CONFIG"):
+            raise UsageError(f"ENVRUN_CONFIG names {path}, which does not exist", "fix or unset ENVRUN_CONFIG")
+        return {}
+    return read_settings(path)
+
+
 def settings_for(data: Mapping[str, Any], system: str) -> tuple[tuple[str, ...], dict[str, str]]:
     """(binds, env) of `read_settings` data for `system`: the global ones, then the system's."""
     extra = data.get("systems", {}).get(system, {})
