@@ -3,9 +3,13 @@
 Slurm sends the signal to the batch shell only (`--signal=B:USR1@90`): torchrun does not pass USR1 on to
 its workers (pytorch #154849), and a signal to the whole step would reach torchrun and the container
 runtime as well. So the script traps it and
-  1. creates $ENVRUN_CHECKPOINT_FILE (on the shared file system: every rank on every node can test for it),
-  2. runs `envrun signal-ranks` once per node (srun --overlap), which sends the signal to the training
+  1. runs `envrun signal-ranks` once per node (srun --overlap), which sends the signal to the training
      processes envrun recorded in $ENVRUN_SIGNAL_DIR as it started them (the ranks, not their launchers),
+  2. then creates $ENVRUN_CHECKPOINT_FILE (on the shared file system: every rank on every node can test for
+     it). The signal goes first: a rank that sees the file saves and exits, and Python puts SIGUSR1 back to
+     its default action (terminate) while it shuts down (_PySignal_Fini), so a signal that lands then kills
+     a rank that had finished cleanly (CI, 2026-11-23: exitcode -10 after "CHECKPOINT at step 196").
+     A rank without a handler ignores the signal: the rank shim starts it with USR1 ignored.
   3. waits for the step to end (the ranks save and exit), bounded by a watchdog that requeues anyway
      shortly before the limit, and
   4. requeues the job while $SLURM_RESTART_COUNT is below the limit, as submitit and Lightning do.
@@ -50,10 +54,11 @@ def requeue_setup(requeue: Requeue, envrun: str) -> list[str]:
         "checkpoint_now() {",
         "    checkpoint=1 interrupted=1",
         f'    echo "envrun: $(date +%T) {signal}: the time limit is {grace} s away; asking the ranks to checkpoint" >&2',
-        '    touch "$ENVRUN_CHECKPOINT_FILE"',
         '    srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
         f'{quote(envrun)} signal-ranks {signal} "$ENVRUN_SIGNAL_DIR" >&2 || '
         'echo "envrun: could not signal the ranks; they still see $ENVRUN_CHECKPOINT_FILE" >&2',
+        "    # the file after the signal: a rank that leaves on the file alone must not meet the signal as it exits",
+        '    touch "$ENVRUN_CHECKPOINT_FILE"',
         f'    ( sleep {watchdog}; echo "envrun: the step did not end within {watchdog} s of the signal" >&2; requeue_job ) &',
         "    watchdog=$!",
         "}",

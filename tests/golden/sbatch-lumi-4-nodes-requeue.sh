@@ -50,8 +50,9 @@ requeue_job() {
 checkpoint_now() {
     checkpoint=1 interrupted=1
     echo "envrun: $(date +%T) USR1: the time limit is 90 s away; asking the ranks to checkpoint" >&2
-    touch "$ENVRUN_CHECKPOINT_FILE"
     srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 envrun signal-ranks USR1 "$ENVRUN_SIGNAL_DIR" >&2 || echo "envrun: could not signal the ranks; they still see $ENVRUN_CHECKPOINT_FILE" >&2
+    # the file after the signal: a rank that leaves on the file alone must not meet the signal as it exits
+    touch "$ENVRUN_CHECKPOINT_FILE"
     ( sleep 75; echo "envrun: the step did not end within 75 s of the signal" >&2; requeue_job ) &
     watchdog=$!
 }
