@@ -10,6 +10,7 @@ problem; at the end every rank's parameters are compared through an all-gather a
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -98,6 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         verdict = "PARAMETERS AGREE" if agree else f"PARAMETERS DIFFER (max difference {max_diff})"
         print(f"ddp_minimal: world size {world}, backend {backend}: {verdict}", flush=True)
+    # Drop the DDP wrapper (it holds the process group) before destroying the group: otherwise the group
+    # outlives destroy_process_group() and its gloo worker threads are still running when the interpreter
+    # shuts down; one that then releases a finished collective needs the GIL, Python ends that thread, and
+    # the unwind through a noexcept destructor aborts the rank ("terminate called without an active
+    # exception", SIGABRT after a clean run: 1 run in 19 under srun on 2 cores; the core dump shows
+    # ProcessGroupGloo::runLoop -> ~AsyncWork -> gil_scoped_acquire -> pthread_exit during Py_FinalizeEx).
+    del ddp, optimizer
+    gc.collect()
     dist.destroy_process_group()
     return 0 if agree else 1
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from example_report import emit_report, launch_facts, parameter_agreement
+from example_report import emit_report, finish_distributed, launch_facts, parameter_agreement
 from launch_env import current_layout, fill_single_process_env, fill_torch_env_from_slurm
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     barrier(device)
     say(f"ddp_train: accuracy {accuracy:.3f}; parameters agree: {agreement['params_agree']}; "
         f"checkpoint {path} matches: {same_as_checkpoint}", flush=True)
-    dist.destroy_process_group()
+    del ddp, optimizer  # they hold the process group: finish_distributed() says why it must go before exit
+    finish_distributed()
     return 0 if ok else 1
 
 

@@ -64,8 +64,10 @@ def finish_distributed() -> None:
     Call it after dropping the objects that hold the group (the Trainer, the DDP-wrapped model).
     Why: the gloo process group owns C++ worker threads. HF Trainer and Lightning never destroy it, and
     the DDP wrapper keeps it referenced even after destroy_process_group(), so it used to be destroyed
-    during interpreter finalization: either a joinable std::thread was destroyed ("terminate called
-    without an active exception", SIGABRT, seen in CI on a loaded machine) or, with only
+    during interpreter finalization: a gloo worker thread that then releases a finished collective needs
+    the GIL, Python ends the thread, and the unwind through a noexcept destructor aborts the rank
+    ("terminate called without an active exception", SIGABRT, seen in CI on a loaded machine; core dump:
+    ProcessGroupGloo::runLoop -> ~AsyncWork -> gil_scoped_acquire -> pthread_exit in Py_FinalizeEx) or, with only
     destroy_process_group() added, its destructor joined worker threads while holding the GIL and hung
     (py-spy: main thread in std::thread::join under `sys.exit(main())`, 1 run in 6 with a CPU burner).
     Collecting the references first makes the destructor run here, with no work queued, after the barrier.
