@@ -1,7 +1,8 @@
 """tests/golden/ holds exactly the files the golden tests compare with: a file that no case table
 produces any more (a renamed or dropped case) is stale and fails here, listing it; a case whose file is
 missing fails too. The names come from the case tables the golden tests are parametrized with
-(tests/build/test_plan.py, tests/build/test_overlayplan.py, tests/launch/test_plan.py, tests/spec/test_recipefiles.py).
+(tests/build/test_plan.py, tests/build/test_overlayplan.py, tests/build/test_condaplan.py, tests/launch/test_plan.py,
+tests/spec/test_recipefiles.py).
 
 Golden files are rewritten with ENVBUILD_UPDATE_GOLDEN=1 pytest tests/build/test_plan.py
 tests/build/test_overlayplan.py tests/launch/test_plan.py (review the diff); that never deletes a stale file: git rm it."""
@@ -9,6 +10,7 @@ tests/build/test_overlayplan.py tests/launch/test_plan.py (review the diff); tha
 from __future__ import annotations
 
 from tests.batch import test_script as test_batchscript_golden
+from tests.build import test_condaplan as test_condaplan_golden
 from tests.build import test_overlayplan as test_overlayplan_golden
 from tests.build import test_plan as test_buildplan_golden
 from tests.build.test_plan import GOLDEN
@@ -18,7 +20,8 @@ from tests.spec import test_recipefiles as test_recipefiles_golden
 
 def expected_golden_files() -> set[str]:
     return (test_buildplan_golden.golden_names() | test_overlayplan_golden.golden_names() | test_launchplan.golden_names()
-            | test_batchscript_golden.golden_names() | test_recipefiles_golden.golden_names())
+            | test_batchscript_golden.golden_names() | test_recipefiles_golden.golden_names()
+            | test_condaplan_golden.golden_names())
 
 
 def test_no_stale_golden_files() -> None:

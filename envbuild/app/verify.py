@@ -65,7 +65,6 @@ def _read_image(path: Path) -> ImageContents:
     from envbuild.build.paths import RECORD_DIR
     from envbuild.inventory.image import guarded, open_image
     from envbuild.inventory.pyenvs import take_inventory
-    from envbuild.spec.model import VENV_PREFIX
 
     if not path.exists():
         raise EnvbuildError(f"{path}: no such image", "give the path of a .sif file (or a sandbox directory)")
@@ -84,8 +83,22 @@ def _read_image(path: Path) -> ImageContents:
         record = json.loads(record_text)
     except ValueError as exc:
         raise EnvbuildError(f"{path}: its build record {RECORD_DIR}/build.json is not JSON ({exc})") from None
-    installed = {_canonical(p.name): p.version for p in inventory.packages if p.environment == VENV_PREFIX}
+    # The image's own environment: envbuild's venv, or the conda env of a cotainr build (record "venv"; None
+    # when cotainr only took the base image).
+    main_env = record_env(record_text)
+    installed = {_canonical(p.name): p.version for p in inventory.packages if main_env and p.environment == main_env}
     return ImageContents(record=record, spec_text=spec_text, lock_text=lock_text, installed=installed)
+
+
+def record_env(record_text: str) -> str | None:
+    """The prefix of the environment the build made, from the build record's text."""
+    from envbuild.spec.model import VENV_PREFIX
+
+    try:
+        record = json.loads(record_text)
+    except ValueError:
+        return VENV_PREFIX
+    return record.get("venv", VENV_PREFIX) if isinstance(record, dict) else VENV_PREFIX
 
 
 def pins(lines: list[str]) -> dict[str, str]:
@@ -121,12 +134,16 @@ def verify_image(image: Path, spec_path: Path | None = None) -> Verification:
     result = Verification(image=str(image), spec=str(spec_path) if spec_path else None)
     record, installed = contents.record, contents.installed
 
-    recorded = (record.get("environments") or {}).get(f"{VENV_PREFIX}/bin/python")
-    if recorded is None:
+    main_env = record.get("venv", VENV_PREFIX)
+    recorded = (record.get("environments") or {}).get(f"{main_env}/bin/python")
+    if main_env is None:
+        result.passed.append(f"build record: {record.get('installer', 'the build')} added no Python environment "
+                             "(the base image's only); nothing to compare")
+    elif recorded is None:
         result.passed.append("build record: no per-environment package list (built by an older envbuild); skipped")
     else:
         lines = compare_versions(pins(recorded), installed, "the build record")
-        add_findings(result, "record", lines, f"build record: all {len(installed)} venv packages installed as recorded")
+        add_findings(result, "record", lines, f"build record: all {len(installed)} packages of {main_env} installed as recorded")
 
     check_embedded_lock(result, contents)
     if spec_path is not None:
@@ -196,7 +213,9 @@ def verify_against_spec(result: Verification, contents: ImageContents, spec_path
 
     unmet = []
     visible = contents.visible
-    for text in spec.python.requirements():
+    wanted = spec.python.requirements() or [r for r in (spec.conda.pip_part().requirements if spec.conda else ())
+                                            if "://" not in r and not r.startswith((".", "/"))]
+    for text in wanted:
         requirement = Requirement(text)
         have = visible.get(_canonical(requirement.name))
         if have is None:
@@ -204,7 +223,7 @@ def verify_against_spec(result: Verification, contents: ImageContents, spec_path
         elif requirement.specifier and not requirement.specifier.contains(have, prereleases=True):
             unmet.append(f"{requirement.name}: the spec wants {text}, {contents.noun} has {have}")
     add_findings(result, "package", unmet,
-                 f"requirements: all {len(spec.python.requirements())} of the spec's requirements are met")
+                 f"requirements: all {len(wanted)} of the spec's requirements are met")
 
     lock_path = lock_path_for(spec_path)
     if lock_path.is_file():

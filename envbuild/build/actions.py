@@ -185,7 +185,20 @@ class GuardTree:
                 f"(else remove {shlex.quote(self.invalidate)})")
 
 
-Action = (SnapshotTree | GuardTree | ClampTimes | WriteRunWrappers | Run | WriteFile | MergeJson | CopyTree | CopyFile
+@dataclass(frozen=True)
+class CheckReachable:
+    """Fail fast, naming what cannot be reached, when a network source a build needs does not answer
+    within `timeout_s` (any HTTP answer counts as reachable; a refused, unresolved or silent host does not)."""
+
+    checks: tuple[tuple[str, str], ...]  # (URL, what it is for)
+    timeout_s: float = 5.0
+    fix: str = ""  # how to proceed when some cannot be reached
+
+    def describe(self) -> str:
+        return "check reachable within {:g} s: {}".format(self.timeout_s, " ".join(url for url, _ in self.checks))
+
+
+Action = (CheckReachable | SnapshotTree | GuardTree | ClampTimes | WriteRunWrappers | Run | WriteFile | MergeJson | CopyTree | CopyFile
           | MakeDirs | Touch | Remove | Rename | RecordDigest)
 
 

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from envbuild.atomicfile import atomic_write
 from envbuild.build.actions import (
     Action,
+    CheckReachable,
     ClampTimes,
     CopyFile,
     CopyTree,
@@ -34,6 +35,7 @@ from envbuild.build.actions import (
     WriteFile,
     WriteRunWrappers,
 )
+from envbuild.build.progress import Progress, clean_line
 from envbuild.build.render import redact
 from envbuild.build.request import BasePlan, BuildPlan
 from envbuild.errors import EnvbuildError, ToolError
@@ -100,7 +102,7 @@ class BuildExecutor:
         self._log.write(f"\n=== {label}\n")
         self._log.flush()
         started = time.monotonic()
-        with _Progress(label, self.out, enabled=not self.verbose):
+        with Progress(label, self.out, enabled=not self.verbose) as self._progress:
             if self.verbose:
                 self._say(f"{label} ...")
             for action in step.actions:
@@ -133,6 +135,21 @@ class BuildExecutor:
         if handler is None:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown action {action!r}")
         handler(self, step, action)
+
+    def _check_reachable(self, step: Step, action: CheckReachable) -> None:
+        from envbuild.build.reachable import unreachable
+
+        started = time.monotonic()
+        missing = unreachable(action.checks, action.timeout_s)
+        for url, what in action.checks:
+            self._log.write(f"{'UNREACHABLE' if any(m[0] == url for m in missing) else 'reachable'}: {url} ({what})\n")
+        if missing:
+            lines = "\n".join(f"  - {redact(url)} ({what}): {why}" for url, what, why in missing)
+            raise StepFailed(
+                f"step {step.name!r}: the build needs network sources this machine cannot reach "
+                f"(checked in {time.monotonic() - started:.1f} s, before downloading anything):\n{lines}",
+                action.fix or "build where these hosts answer, or through a proxy (https_proxy)",
+            )
 
     def _write_file(self, step: Step, action: WriteFile) -> None:
         atomic_write(action.path, action.content, mode=action.mode)
@@ -240,12 +257,15 @@ class BuildExecutor:
                 _install_hint(action.argv[0]),
             ) from None
         assert process.stdout is not None
-        for line in process.stdout:
-            self._log.write(line)
-            self._tail.append(line.rstrip("\n"))
+        for raw in process.stdout:
+            line = clean_line(raw)
+            self._log.write(line + "\n")
+            self._tail.append(line)
             if self.verbose:
-                self.out.write(line)
+                self.out.write(line + "\n")
                 self.out.flush()
+            elif line.strip() and getattr(self, "_progress", None) is not None:
+                self._progress.update(line)
         code = process.wait()
         self._log.flush()
         if code != 0:
@@ -259,6 +279,7 @@ class BuildExecutor:
 
 # Action type -> the executor's method that carries it out (the Action union is closed: one entry each).
 _ACTION_HANDLERS: dict[type, Callable[[BuildExecutor, Step, Any], None]] = {
+    CheckReachable: BuildExecutor._check_reachable,
     Run: BuildExecutor._run, WriteFile: BuildExecutor._write_file, MergeJson: BuildExecutor._merge_json,
     CopyTree: BuildExecutor._copy_tree, CopyFile: BuildExecutor._copy_file, MakeDirs: BuildExecutor._make_dirs,
     Touch: BuildExecutor._touch, Remove: BuildExecutor._remove, Rename: BuildExecutor._rename,
@@ -339,28 +360,6 @@ def _install_hint(program: str) -> str:
     if name in ("apptainer", "singularity"):
         return "load or install apptainer/singularity (provision/install.sh on a test machine)"
     return f"install {name} or fix PATH"
-
-
-class _Progress:
-    """A one-line ticking timer on a terminal; silent when output is not a terminal."""
-
-    def __init__(self, label: str, out: TextIO, *, enabled: bool) -> None:
-        self.label = label
-        self.out = out
-        self.enabled = enabled and out.isatty()
-        self._status = None
-
-    def __enter__(self) -> _Progress:
-        if self.enabled:
-            from rich.console import Console
-
-            self._status = Console(file=self.out).status(self.label)
-            self._status.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._status is not None:
-            self._status.__exit__(None, None, None)
 
 
 def ensure_can_write(path: Path) -> None:

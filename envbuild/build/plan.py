@@ -95,7 +95,7 @@ def plan_build(request: BuildRequest) -> BuildPlan:
                  tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=False) for cmd in spec.tests))
         )
     store_image = store.image(layers.image_entry).image
-    steps.append(_squash_step(request, store.image(layers.image_entry), layers, sandbox, work))
+    steps.append(squash_step(request, store.image(layers.image_entry), layers, sandbox, work))
     steps.append(output_step(request, store_image, f"copy the image to {request.options.output}"))
     steps.append(wrappers_step(request, f"{sandbox}{VENV_PREFIX}/bin"))
     if not request.options.keep_work:
@@ -107,7 +107,7 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     )
 
 
-def _squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbox: str, work: str) -> Step:
+def squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbox: str, work: str) -> Step:
     """The finished sandbox squashed into the image entry of the store."""
     from envbuild.build.squash import squash_actions
 
@@ -157,6 +157,7 @@ LIST = {FREEZE_SCRIPT!r}
 found = {{}}
 candidates = ["{VENV_PREFIX}/bin/python", "/usr/bin/python3", "/usr/local/bin/python3", "/opt/conda/bin/python"]
 candidates += sorted(glob.glob("/opt/conda/envs/*/bin/python"))
+candidates += ["/opt/cotainr/conda/bin/python"] + sorted(glob.glob("/opt/cotainr/conda/envs/*/bin/python"))
 for python in candidates:
     if os.path.exists(python):
         out = subprocess.run([python, "-I", "-c", LIST], capture_output=True, text=True)
@@ -340,12 +341,19 @@ def _configure_step(request: BuildRequest, sandbox: str, installer: str, layers:
     ]
     if request.lock.text:
         actions.append(WriteFile(f"{sandbox}{RECORD_DIR}/spec.lock", request.lock.text))
-    for item in spec.files:
+    actions += file_steps(request, sandbox)
+    return Step("configure", "write environment script, labels and build record", tuple(actions))
+
+
+def file_steps(request: BuildRequest, sandbox: str) -> list[Action]:
+    """The spec's files[] copied into the sandbox."""
+    actions: list[Action] = []
+    for item in request.spec.files:
         src = item.src if item.src.startswith("/") else f"{request.source.directory}/{item.src}"
         dest = f"{sandbox}{item.dest}"
         actions.append(MakeDirs((str(PurePosixPath(dest).parent),)))
         actions.append(CopyFile(src, dest, int(item.mode, 8) if item.mode else None))
-    return Step("configure", "write environment script, labels and build record", tuple(actions))
+    return actions
 
 
 # --- running inside the sandbox -------------------------------------------------------------------

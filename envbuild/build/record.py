@@ -22,8 +22,13 @@ def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
         f'case ":$PATH:" in *":{VENV_PREFIX}/bin:"*) ;; *) PATH="{VENV_PREFIX}/bin:$PATH" ;; esac',
         "export PATH",
     ]
-    lines += [f"export {key}={shlex.quote(value)}" for key, value in spec.env.items()]
+    lines += env_lines(spec)
     return "\n".join(lines) + "\n"
+
+
+def env_lines(spec: Spec) -> list[str]:
+    """The spec's env: as export lines (values literal)."""
+    return [f"export {key}={shlex.quote(value)}" for key, value in spec.env.items()]
 
 
 def image_labels(request: BuildRequest, installer: str, layers: Layers) -> dict[str, str]:

@@ -24,7 +24,8 @@ def render_build_plan(plan: BuildPlan) -> str:
         f"# requirements: {' '.join(plan.requirements) or '(none)'}",
         f"# sources:      {' '.join(plan.package_sources) or '(installer defaults)'}",
     ]
-    lines.append(f"# layers:       env {plan.layers.env_entry}, image {plan.layers.image_entry}")
+    env = f"env {plan.layers.env_entry}, " if plan.layers.env_entry else ""
+    lines.append(f"# layers:       {env}image {plan.layers.image_entry}")
     if plan.layers.env_parent:
         lines.append(f"# env parent:   {plan.layers.env_parent} (only the difference is installed)")
     return redact("\n".join(lines)) + "\n" + render_steps("build", plan.steps)

@@ -52,19 +52,25 @@ _cache_dir_option = click.option(
 @click.option("-v", "--verbose", is_flag=True, help="stream the tools' output")
 @click.option("--keep-work", is_flag=True, help="keep the build sandbox (also after a failure) for inspection")
 @click.option("--log", "log_path", type=click.Path(path_type=Path), help="log file (default: <output>.build.log)")
+@click.option("--system", help="conda env files: the system recipe (default: detected, else local); a spec names its own")
+@click.option("--accept-licenses", is_flag=True, help="conda env files: accept the Miniforge license (cotainr --accept-licenses)")
 @reports_errors
 def build(spec: Path, output: Path | None, locked: bool, compression: str, cache_dir: Path | None, dry_run: bool, verbose: bool,
-          keep_work: bool, log_path: Path | None) -> None:
+          keep_work: bool, log_path: Path | None, system: str | None, accept_licenses: bool) -> None:
     """Build SPEC (a YAML file) into a SIF image, or, when SPEC has an `overlay:` section, into a squashfs
     venv overlay (NAME.sqsh) on its base image: run it with envrun --image BASE.sif --overlay NAME.sqsh.
 
     Layers are kept in the store: an unchanged spec returns at once, a changed package list reuses the
     base and installs only the difference on the nearest env layer, a changed user layer (env, files,
-    post, tests) reuses the whole Python environment."""
-    from envbuild.app.buildsession import BuildOptions, BuildSession
-    from envbuild.spec.load import load_spec
+    post, tests) reuses the whole Python environment.
 
-    loaded = load_spec(spec)
+    SPEC may also be a conda environment file (environment.yml: name, channels, dependencies with a
+    pip: list), or a spec with a `conda:` section: cotainr builds those, from the system recipe's base
+    image (`--system lumi-g`), and envbuild adds its record, labels and the spec's env/files/tests."""
+    from envbuild.app.buildsession import BuildOptions, BuildSession
+    from envbuild.spec.load import load_build_input
+
+    loaded = load_build_input(spec, system=system, accept_licenses=accept_licenses)
     suffix, what = (".sqsh", "overlay") if loaded.spec.overlay is not None else (".sif", "image")
     output = (output or Path(f"{loaded.spec.name}{suffix}")).absolute()
     if output.suffix != suffix:
@@ -76,8 +82,12 @@ def build(spec: Path, output: Path | None, locked: bool, compression: str, cache
         cache_dir=cache_dir.absolute() if cache_dir else None, log_path=log_path,
         source_date_epoch=_source_date_epoch(),
     )
-    session: BuildSession | OverlaySession
-    if loaded.spec.overlay is not None:
+    session: BuildSession | OverlaySession | CondaBuildSession
+    if loaded.spec.conda is not None:
+        from envbuild.app.condasession import CondaBuildSession
+
+        session = CondaBuildSession(loaded, options, out=sys.stderr)
+    elif loaded.spec.overlay is not None:
         from envbuild.app.overlaysession import OverlaySession
 
         session = OverlaySession(loaded, options, out=sys.stderr)

@@ -111,6 +111,15 @@ class Batch(StrictModel):
     retired_partitions: dict[str, str] = Field(default_factory=dict, description="name -> why it is gone, what instead")
 
 
+class Cotainr(StrictModel):
+    """What conda environment builds (cotainr) start from on this system: `cotainr --system`'s systems.json
+    entry, kept here with its source so that the check of torch wheels against it can read the GPU stack."""
+
+    base_image: str | None = Field(default=None, description="cotainr --base-image: docker://..., oras://... or a path")
+    rocm: str | None = Field(default=None, description="the ROCm version in the base image, e.g. 6.2")
+    cuda: str | None = Field(default=None, description="the CUDA version in the base image, e.g. 12.6")
+
+
 class Recipe(StrictModel, RecipeMethods):
     name: str
     description: str = ""
@@ -127,6 +136,7 @@ class Recipe(StrictModel, RecipeMethods):
     launch: Launch = Launch()
     pytorch: PyTorchIndex = PyTorchIndex()
     batch: Batch = Batch()
+    cotainr: Cotainr = Cotainr()
     notes: tuple[str, ...] = ()
 
     @field_validator("node", mode="before")

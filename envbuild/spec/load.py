@@ -46,6 +46,52 @@ def load_spec(path: Path, *, check_host: bool = True) -> LoadedSpec:
     return _validate(document, text, path, check_host=check_host)
 
 
+def load_build_input(path: Path, *, system: str | None = None, accept_licenses: bool = False) -> LoadedSpec:
+    """A spec, or a plain conda environment file (recognised by its top-level `dependencies:`) turned into
+    one: its content under `conda:`, the system from `system` or the host's recipe, the base image from
+    that recipe's `cotainr:` facts. `system` and `accept_licenses` are for env files only."""
+    from envbuild.spec.conda import looks_like_conda_env_file
+
+    document = load_yaml_file(path)
+    if not looks_like_conda_env_file(document.data):
+        if system or accept_licenses:
+            flag = "--system" if system else "--accept-licenses"
+            raise SpecError([SpecProblem(document.file, 1, 1, "", f"{flag} applies to conda environment files; "
+                                         f"{path} is a spec", "write `system:` / `conda: {accept_licenses: true}` in the spec")])
+        return _validate(document, path.read_text(encoding="utf-8"), path, check_host=True)
+    return _load_conda_env_file(path, document, system=system, accept_licenses=accept_licenses)
+
+
+def _load_conda_env_file(path: Path, document: LocatedDocument, *, system: str | None, accept_licenses: bool) -> LoadedSpec:
+    import os
+
+    from envbuild.recipes.detect import detect_system
+    from envbuild.recipes.load import load_recipe
+    from envbuild.spec.conda import spec_from_env_file
+    from envbuild.spec.recipefiles import spec_name_for
+
+    known = available_recipes()
+    name, why = (system, "--system") if system else detect_system(os.environ)
+    if name not in known:
+        raise SpecError([SpecProblem(document.file, 1, 1, "", f"no system recipe named {name!r} ({why})",
+                                     f"known systems: {', '.join(known)}")])
+    base = load_recipe(name).cotainr.base_image
+    if not base:
+        with_base = [n for n in known if load_recipe(n).cotainr.base_image]
+        raise SpecError([SpecProblem(
+            document.file, 1, 1, "", f"the {name} recipe ({why}) names no base image for conda builds (cotainr)",
+            f"pass --system with one that does ({', '.join(with_base)}), or write a spec with base: and conda: "
+            f"(envbuild build --help; the conda section takes this file's channels and dependencies as they are)")])
+    try:
+        text = spec_from_env_file(document.data, name=spec_name_for(path.stem), system=name, base=base,
+                                  source=str(path), accept_licenses=accept_licenses)
+    except ValueError as exc:
+        raise SpecError([SpecProblem(document.file, 1, 1, "", str(exc), "a conda env file has name, channels, "
+                                     "dependencies (with an optional pip: list) and variables")]) from None
+    generated = parse_yaml_text(text, f"{path} (as a spec)")
+    return _validate(generated, text, path, check_host=True)
+
+
 def load_spec_text(text: str, name: str = "<spec>", *, check_host: bool = False) -> LoadedSpec:
     """Validate spec text (used by tests and `envbuild validate -`)."""
     document = parse_yaml_text(text, name)

@@ -14,6 +14,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from envbuild.overlayformat import DEFAULT_MOUNT
+from envbuild.spec.conda import CondaEnv
 from envbuild.strictmodel import StrictModel, check_version
 
 if TYPE_CHECKING:
@@ -321,6 +322,9 @@ class Spec(StrictModel):
     overlay: OverlaySettings | None = Field(
         default=None, description="build a squashfs venv overlay (NAME.sqsh) on the base image instead of an image"
     )
+    conda: CondaEnv | None = Field(
+        default=None, description="a conda environment (as in environment.yml), built into the image by cotainr"
+    )
 
     @field_validator("overlay", mode="before")
     @classmethod
@@ -328,6 +332,21 @@ class Spec(StrictModel):
         # `overlay:` written with nothing after it asks for an overlay with the defaults, not for an image.
         # (Only a key present in the spec gets here: a spec without overlay: keeps the default None.)
         return {} if value is None else value
+
+    @model_validator(mode="after")
+    def _check_conda(self) -> Spec:
+        if self.conda is None:
+            return self
+        if self.overlay is not None:
+            raise ValueError("a conda environment is built into an image by cotainr, not into an overlay; "
+                             "remove overlay: (or conda: and list pip packages under python.packages)")
+        if self.python.requirements() or self.python != PythonEnv():
+            raise ValueError("with conda:, the image's Python is the conda environment's: list pip packages under "
+                             "conda.pip (or conda.dependencies as - pip: [...]) and remove python:")
+        if self.base.kind == "debootstrap":
+            raise ValueError("cotainr starts from an image: write base: docker://<image>, oras://<image> or "
+                             "localimage:<path> (debootstrap bases are for envbuild's own venv builds)")
+        return self
 
     @model_validator(mode="after")
     def _check_overlay(self) -> Spec:

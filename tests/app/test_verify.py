@@ -115,7 +115,7 @@ def diffs(result: Verification, area: str | None = None) -> list[str]:
 def test_an_image_as_recorded_matches(tmp_path: Path) -> None:
     result = verify_image(make_image(tmp_path / "img", lock=lock_text()))
     assert result.ok, render_verification(result)
-    assert "build record: all 2 venv packages installed as recorded" in result.passed
+    assert "build record: all 2 packages of /opt/envbuild/venv installed as recorded" in result.passed
     assert "embedded lock: all 2 packages at their locked versions" in result.passed
 
 

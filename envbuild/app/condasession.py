@@ -1,0 +1,131 @@
+"""One `envbuild build` of a spec with `conda:` (or of a plain conda env file): checks the pip part,
+finds cotainr, plans (envbuild.build.condaplan) and runs the plan. `--dry-run` prints the env file and the
+plan, whose cotainr step is the exact command that runs."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from envbuild.errors import EnvbuildError, UsageError
+
+if TYPE_CHECKING:
+    from envbuild.app.buildsession import BuildOptions
+    from envbuild.build.condaplan import CotainrTool
+    from envbuild.build.request import BuildPlan, BuildRequest
+    from envbuild.spec.load import LoadedSpec
+
+
+def find_cotainr() -> CotainrTool:
+    """cotainr from the Python envbuild runs in (a dependency in pyproject.toml), run as a module so that
+    no PATH entry is needed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from envbuild.build.condaplan import CotainrTool
+
+    try:
+        found = version("cotainr")
+    except PackageNotFoundError:
+        raise EnvbuildError("cotainr is not installed in envbuild's Python environment",
+                            f"install it: {sys.executable} -m pip install 'cotainr>=2025.7.1,<2026' "
+                            "(pip install . of envbuild brings it)") from None
+    return CotainrTool(argv=(sys.executable, "-m", "cotainr"), version=found)
+
+
+def check_pip_part(loaded: LoadedSpec, request: BuildRequest) -> None:
+    """The env's pip part against the system, before anything is downloaded."""
+    from envbuild.build.condacheck import conda_pip_problems
+    from envbuild.build.condaplan import cotainr_base
+
+    spec = loaded.spec
+    assert spec.conda is not None
+    problems = conda_pip_problems(spec.conda, request.recipe, spec.system, cotainr_base(request))
+    if problems:
+        raise EnvbuildError(
+            f"{loaded.path}: the conda env's pip list does not fit {spec.system}:\n"
+            + "\n".join(f"  - {what}" for what, _ in problems),
+            "; ".join(dict.fromkeys(fix for _, fix in problems)),
+        )
+
+
+def base_digest(request: BuildRequest) -> str:
+    """A local base's content digest for the record and labels (a .sif's sha256, a sandbox's tree digest);
+    "" for docker:// and oras:// bases, which cotainr pulls itself."""
+    from envbuild.treedigest import file_digest
+
+    path = request.base.path
+    if not path:
+        return ""
+    return request.base.fingerprint if os.path.isdir(path) else file_digest(path)
+
+
+class CondaBuildSession:
+    def __init__(self, loaded: LoadedSpec, options: BuildOptions, *, out: TextIO) -> None:
+        self.loaded = loaded
+        self.options = options
+        self.out = out
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def _request_and_plan(self, *, need_runtime: bool) -> tuple[BuildRequest, BuildPlan]:
+        from envbuild.app.buildsession import make_request
+        from envbuild.build.condaplan import plan_conda_build
+        from envbuild.host.facts import gather_host_facts
+
+        if self.options.locked:
+            raise UsageError("--locked applies to pip specs: a conda environment is resolved by conda when cotainr "
+                             "builds it", "build without --locked; the image records every package it got "
+                             "(envbuild packages IMAGE), and pin versions in the env file (numpy=1.26.3, torch==2.5.1+rocm6.2)")
+        facts = gather_host_facts(need_runtime=need_runtime, cache_dir=self.options.cache_dir)
+        request = make_request(self.loaded, self.options, facts, lock=None)
+        request = request.with_base_digest(base_digest(request))
+        check_pip_part(self.loaded, request)
+        plan = plan_conda_build(request, find_cotainr(), arch=platform.machine() or "x86_64",
+                                channel_alias=os.environ.get("CONDA_CHANNEL_ALIAS"))
+        return request, plan
+
+    def dry_run(self) -> str:
+        from envbuild.build.condaplan import env_file_path
+        from envbuild.build.render import render_build_plan
+
+        request, plan = self._request_and_plan(need_runtime=False)
+        conda = self.loaded.spec.conda
+        assert conda is not None
+        text = ""
+        if conda.dependencies or conda.pip:
+            env_file = conda.env_file(self.loaded.spec.name)
+            text = f"# conda env file cotainr gets ({env_file_path(request)}):\n" + "".join(
+                f"#   {line}\n" for line in env_file.splitlines()) + "\n"
+        return text + render_build_plan(plan)
+
+    def build(self) -> Path:
+        from envbuild.app.buildsession import image_key_of, note_project_file
+        from envbuild.build.executor import BuildExecutor, ensure_can_write
+        from envbuild.store.entries import touch_used
+        from envbuild.store.locks import entry_lock
+
+        started = time.monotonic()
+        output = self.options.output
+        ensure_can_write(output)
+        request, plan = self._request_and_plan(need_runtime=True)
+        if image_key_of(output) == plan.layers.image_key:
+            self._say(f"{output} is up to date (image {plan.layers.image_entry}); nothing to build "
+                      f"({time.monotonic() - started:.2f} s)")
+            return output
+        log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
+        if log_path.exists():
+            log_path.unlink()
+        self._say(f"building {self.loaded.spec.name} -> {output} with {plan.installer}")
+        store_root = Path(request.facts.cache_dir)
+        executor = BuildExecutor(log_path, store_root=store_root, verbose=self.options.verbose,
+                                 keep_work=self.options.keep_work, out=self.out)
+        with entry_lock(store_root, "image", plan.layers.image_entry, on_wait=lambda m: self._say(m)):
+            executor.execute(plan)
+        touch_used(Path(plan.store_image).parent)
+        note_project_file(self.loaded, output, image=str(output), overlays=(), say=self._say)
+        return output
