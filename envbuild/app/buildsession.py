@@ -146,7 +146,9 @@ def image_key_of(path: Path) -> str | None:
         return None
 
 
-class BuildSession:
+class Session:
+    """What every `envbuild build` session holds: the loaded spec, the options, where progress goes."""
+
     def __init__(self, loaded: LoadedSpec, options: BuildOptions, *, out: TextIO) -> None:
         self.loaded = loaded
         self.options = options
@@ -154,6 +156,9 @@ class BuildSession:
 
     def _say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
+
+
+class BuildSession(Session):
 
     def dry_run(self) -> str:
         from envbuild.build.plan import plan_base, plan_build

@@ -9,12 +9,12 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
+from envbuild.app.buildsession import Session
 from envbuild.errors import EnvbuildError, UsageError
 
 if TYPE_CHECKING:
-    from envbuild.app.buildsession import BuildOptions
     from envbuild.build.condaplan import CotainrTool
     from envbuild.build.request import BuildPlan, BuildRequest
     from envbuild.spec.load import LoadedSpec
@@ -63,15 +63,7 @@ def base_digest(request: BuildRequest) -> str:
     return request.base.fingerprint if os.path.isdir(path) else file_digest(path)
 
 
-class CondaBuildSession:
-    def __init__(self, loaded: LoadedSpec, options: BuildOptions, *, out: TextIO) -> None:
-        self.loaded = loaded
-        self.options = options
-        self.out = out
-
-    def _say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
-
+class CondaBuildSession(Session):
     def _request_and_plan(self, *, need_runtime: bool) -> tuple[BuildRequest, BuildPlan]:
         from envbuild.app.buildsession import make_request
         from envbuild.build.condaplan import plan_conda_build

@@ -7,28 +7,19 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
+from envbuild.app.buildsession import Session
 from envbuild.errors import UsageError
 
 if TYPE_CHECKING:
-    from envbuild.app.buildsession import BuildOptions
     from envbuild.build.overlayplan import OverlayBasePlan, OverlayPlan
     from envbuild.build.overlayprobe import BaseProbe
     from envbuild.build.request import BuildRequest
     from envbuild.host.facts import HostFacts
-    from envbuild.spec.load import LoadedSpec
 
 
-class OverlaySession:
-    def __init__(self, loaded: LoadedSpec, options: BuildOptions, *, out: TextIO) -> None:
-        self.loaded = loaded
-        self.options = options
-        self.out = out
-
-    def _say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
-
+class OverlaySession(Session):
     def _request(self, facts: HostFacts) -> BuildRequest:
         from envbuild.app.buildsession import load_fresh_lock, make_request
         from envbuild.inventory.sif import read_sif_layout
