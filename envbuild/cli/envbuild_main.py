@@ -176,14 +176,15 @@ def verify(image: Path, spec: Path | None, base: Path | None, as_json: bool) -> 
 @click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @reports_errors
 def validate(specs: tuple[Path, ...]) -> None:
-    """Check spec files; print each problem with file:line and how to fix it."""
+    """Check spec files (or conda env files, as `envbuild build` reads them); print each problem with
+    file:line and how to fix it."""
     from envbuild.errors import SpecError
-    from envbuild.spec.load import load_spec
+    from envbuild.spec.load import load_build_input
 
     failed = 0
     for path in specs:
         try:
-            loaded = load_spec(path)
+            loaded = load_build_input(path)
             click.echo(f"{path}: ok ({loaded.spec.name}, system {loaded.spec.system})")
         except SpecError as exc:
             failed += 1

@@ -80,7 +80,7 @@ def _load_conda_env_file(path: Path, document: LocatedDocument, *, system: str |
         with_base = [n for n in known if load_recipe(n).cotainr.base_image]
         raise SpecError([SpecProblem(
             document.file, 1, 1, "", f"the {name} recipe ({why}) names no base image for conda builds (cotainr)",
-            f"pass --system with one that does ({', '.join(with_base)}), or write a spec with base: and conda: "
+            f"pass --system (or set ENVBUILD_SYSTEM) with one that does ({', '.join(with_base)}), or write a spec with base: and conda: "
             f"(envbuild build --help; the conda section takes this file's channels and dependencies as they are)")])
     try:
         text = spec_from_env_file(document.data, name=spec_name_for(path.stem), system=name, base=base,
