@@ -63,6 +63,19 @@ def base_digest(request: BuildRequest) -> str:
     return request.base.fingerprint if os.path.isdir(path) else file_digest(path)
 
 
+MINIFORGE_LICENSE = "https://github.com/conda-forge/miniforge/blob/main/LICENSE"
+
+
+def license_problem(loaded: LoadedSpec) -> str | None:
+    """cotainr asks on the terminal whether the Miniforge license is accepted unless --accept-licenses is
+    given; envbuild runs it without one (its output goes to the log), so the question could not be answered."""
+    conda = loaded.spec.conda
+    if conda is None or not (conda.dependencies or conda.pip) or conda.accept_licenses:
+        return None
+    return (f"cotainr installs Miniforge, whose license ({MINIFORGE_LICENSE}) it asks you to accept on the "
+            "terminal; envbuild runs cotainr without one")
+
+
 class CondaBuildSession(Session):
     def _request_and_plan(self, *, need_runtime: bool) -> tuple[BuildRequest, BuildPlan]:
         from envbuild.app.buildsession import make_request
@@ -88,10 +101,11 @@ class CondaBuildSession(Session):
         request, plan = self._request_and_plan(need_runtime=False)
         conda = self.loaded.spec.conda
         assert conda is not None
-        text = ""
+        problem = license_problem(self.loaded)
+        text = f"# note: a build would stop here: {problem}\n" if problem else ""
         if conda.dependencies or conda.pip:
             env_file = conda.env_file(self.loaded.spec.name)
-            text = f"# conda env file cotainr gets ({env_file_path(request)}):\n" + "".join(
+            text += f"# conda env file cotainr gets ({env_file_path(request)}):\n" + "".join(
                 f"#   {line}\n" for line in env_file.splitlines()) + "\n"
         return text + render_build_plan(plan)
 
@@ -105,6 +119,11 @@ class CondaBuildSession(Session):
         output = self.options.output
         ensure_can_write(output)
         request, plan = self._request_and_plan(need_runtime=True)
+        problem = license_problem(self.loaded)
+        if problem:
+            raise UsageError(f"{self.loaded.path}: {problem}",
+                             "read the license, then write `accept_licenses: true` under conda: in the spec "
+                             "(or pass --accept-licenses with an env file)")
         if image_key_of(output) == plan.layers.image_key:
             self._say(f"{output} is up to date (image {plan.layers.image_entry}); nothing to build "
                       f"({time.monotonic() - started:.2f} s)")

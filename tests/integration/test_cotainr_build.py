@@ -74,8 +74,8 @@ def test_a_rebuild_of_the_unchanged_spec_is_up_to_date(cotainr_image: Path, buil
 
 def test_a_course_env_file_fails_fast_naming_what_it_cannot_reach(tmp_path: Path) -> None:
     started = time.monotonic()
-    result = run_cli([ENVBUILD, "build", str(COURSE_LIKE), "--system", "lumi-g", "-o", str(tmp_path / "course.sif")],
-                     env_extra={"ENVBUILD_CACHE_DIR": str(tmp_path / "store")}, timeout=120)
+    result = run_cli([ENVBUILD, "build", str(COURSE_LIKE), "--system", "lumi-g", "--accept-licenses",
+                      "-o", str(tmp_path / "course.sif")], env_extra={"ENVBUILD_CACHE_DIR": str(tmp_path / "store")}, timeout=120)
     assert result.returncode == 1, result.stdout + result.stderr
     assert time.monotonic() - started < 30  # the check has a 5 s timeout; cotainr alone would retry and wait
     err = result.stderr
@@ -106,3 +106,12 @@ def test_a_pip_part_that_does_not_fit_is_reported_before_anything_runs(tmp_path:
                      env_extra={"ENVBUILD_CACHE_DIR": str(tmp_path / "store")})
     assert result.returncode == 1 and "cu126 is for NVIDIA GPUs; lumi-g has AMD GPUs" in result.stderr, result.stderr
     assert not (tmp_path / "e.conda-env.yml").exists()
+
+
+def test_without_accepting_the_miniforge_license_the_build_stops_before_cotainr_asks(tmp_path: Path) -> None:
+    """cotainr would ask on a terminal that envbuild does not give it (a batch job has none either)."""
+    result = run_cli([ENVBUILD, "build", str(COURSE_LIKE), "--system", "lumi-g", "-o", str(tmp_path / "course.sif")],
+                     env_extra={"ENVBUILD_CACHE_DIR": str(tmp_path / "store")})
+    assert result.returncode == 2, result.stderr
+    assert "miniforge/blob/main/LICENSE" in result.stderr and "accept_licenses: true" in result.stderr
+    assert not (tmp_path / "store" / "work").exists() or not any((tmp_path / "store" / "work").iterdir())
