@@ -83,21 +83,16 @@ def _read_image(path: Path) -> ImageContents:
         record = json.loads(record_text)
     except ValueError as exc:
         raise EnvbuildError(f"{path}: its build record {RECORD_DIR}/build.json is not JSON ({exc})") from None
-    # The image's own environment: envbuild's venv, or the conda env of a cotainr build (record "venv"; None
-    # when cotainr only took the base image).
-    main_env = record_env(record_text)
+    main_env = record_env(record)
     installed = {_canonical(p.name): p.version for p in inventory.packages if main_env and p.environment == main_env}
     return ImageContents(record=record, spec_text=spec_text, lock_text=lock_text, installed=installed)
 
 
-def record_env(record_text: str) -> str | None:
-    """The prefix of the environment the build made, from the build record's text."""
+def record_env(record: dict[str, Any]) -> str | None:
+    """The prefix of the environment the build made: envbuild's venv, or the conda env of a cotainr build
+    (the record's "venv"; None when cotainr only took the base image)."""
     from envbuild.spec.model import VENV_PREFIX
 
-    try:
-        record = json.loads(record_text)
-    except ValueError:
-        return VENV_PREFIX
     return record.get("venv", VENV_PREFIX) if isinstance(record, dict) else VENV_PREFIX
 
 
@@ -128,13 +123,12 @@ def compare_versions(expected: dict[str, str], actual: dict[str, str], what: str
 
 
 def verify_image(image: Path, spec_path: Path | None = None) -> Verification:
-    from envbuild.spec.model import VENV_PREFIX
 
     contents = _read_image(image)
     result = Verification(image=str(image), spec=str(spec_path) if spec_path else None)
     record, installed = contents.record, contents.installed
 
-    main_env = record.get("venv", VENV_PREFIX)
+    main_env = record_env(record)
     recorded = (record.get("environments") or {}).get(f"{main_env}/bin/python")
     if main_env is None:
         result.passed.append(f"build record: {record.get('installer', 'the build')} added no Python environment "

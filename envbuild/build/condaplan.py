@@ -22,7 +22,14 @@ from pathlib import PurePosixPath
 from envbuild.build.actions import Action, CheckReachable, MakeDirs, MergeJson, Remove, Run, Step, WriteFile
 from envbuild.build.layers import entry_name
 from envbuild.build.paths import ENV_SCRIPT, LABELS_FILE, RECORD_DIR
-from envbuild.build.plan import RECORD_ENVIRONMENTS_SCRIPT, file_steps, output_step, squash_step, wrappers_step
+from envbuild.build.plan import (
+    RECORD_ENVIRONMENTS_SCRIPT,
+    file_steps,
+    output_step,
+    sandbox_build_argv,
+    squash_step,
+    wrappers_step,
+)
 from envbuild.build.record import build_record, env_lines, image_labels
 from envbuild.build.request import BuildPlan, BuildRequest, Layers
 from envbuild.build.sandbox import sandbox_exec
@@ -153,9 +160,8 @@ def plan_conda_build(request: BuildRequest, tool: CotainrTool, *, arch: str = "x
     prepare.append(Run(cotainr_command(request, tool, cotainr_sif), env=(("TMPDIR", tmp),), cwd=work))
     steps.append(Step("cotainr", "build the base image" + (" and the conda environment" if has_env else "") + " with cotainr",
                       tuple(prepare)))
-    sandbox_build = [facts.runtime.path, "build", "--force", "--sandbox"] + ([] if request.options.as_root else ["--fix-perms"])
     steps.append(Step("unpack", "open cotainr's image as a sandbox",
-                      (Run((*sandbox_build, sandbox, cotainr_sif)), Remove((cotainr_sif, tmp)))))
+                      (Run((*sandbox_build_argv(request), sandbox, cotainr_sif)), Remove((cotainr_sif, tmp)))))
     steps.append(_configure(request, tool, layers, sandbox))
     if spec.post:
         steps.append(Step("post", f"run {len(spec.post)} post command(s)",

@@ -36,6 +36,7 @@ from envbuild.build.record import build_record, env_script, image_labels
 from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
 from envbuild.build.sandbox import sandbox_exec
 from envbuild.host.facts import HostFacts
+from envbuild.spec.conda import CONDA_PREFIX
 from envbuild.spec.model import VENV_PREFIX, BaseImage, Spec
 from envbuild.store.layout import EntryPaths, StorePaths
 
@@ -157,7 +158,7 @@ LIST = {FREEZE_SCRIPT!r}
 found = {{}}
 candidates = ["{VENV_PREFIX}/bin/python", "/usr/bin/python3", "/usr/local/bin/python3", "/opt/conda/bin/python"]
 candidates += sorted(glob.glob("/opt/conda/envs/*/bin/python"))
-candidates += ["/opt/cotainr/conda/bin/python"] + sorted(glob.glob("/opt/cotainr/conda/envs/*/bin/python"))
+candidates += ["{CONDA_PREFIX}/bin/python"] + sorted(glob.glob("{CONDA_PREFIX}/envs/*/bin/python"))
 for python in candidates:
     if os.path.exists(python):
         out = subprocess.run([python, "-I", "-c", LIST], capture_output=True, text=True)
@@ -223,14 +224,14 @@ def plan_base(request: BuildRequest) -> BasePlan:
             WriteFile(f"{tree}/etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
             # Through the runtime once, so the tree gets the runtime's /.singularity.d skeleton (its
             # env scripts set the default PATH); the runtime adds it only where none exists.
-            Run((*_sandbox_build(request), partial, tree)),
+            Run((*sandbox_build_argv(request), partial, tree)),
             Remove((tree,)),
         )
         cleanup: tuple[Action, ...] = (Remove((partial, tree)),)
         title = f"debootstrap {base.ref} (cached after the first build)"
     else:
         source = request.base.path if base.kind == "localimage" else base.ref
-        fetch = (Run((*_sandbox_build(request), partial, str(source))),)
+        fetch = (Run((*sandbox_build_argv(request), partial, str(source))),)
         cleanup = (Remove((partial,)),)
         title = f"unpack base {base.describe()} (cached after the first build)"
     # A local .sif is identified by its own bytes (what `sha256sum` shows); every other base by the
@@ -316,7 +317,7 @@ def _describe_entry(request: BuildRequest, kind: str) -> str:
     return f"{spec.name} ({request.options.compression})"
 
 
-def _sandbox_build(request: BuildRequest) -> tuple[str, ...]:
+def sandbox_build_argv(request: BuildRequest) -> tuple[str, ...]:
     argv = [request.facts.runtime.path, "build", "--force", "--sandbox"]
     if not request.options.as_root:
         argv.append("--fix-perms")  # an unprivileged user must own every file to write into the sandbox
