@@ -29,6 +29,7 @@ EPILOG = """examples:
   envrun --image base.sif --overlay env.sqsh python train.py  # a venv overlay over a site image
   envrun srun torchrun train.py                               # the environment of this project
   envrun sbatch --nodes 2 --submit --wait -- python train.py  # a batch job (envrun sbatch --help)
+  envrun doctor --probe                                       # check image, job, GPUs, network (envrun doctor --help)
 
 Without --image/--overlay, the environment is $ENVRUN_IMAGE (+ $ENVRUN_OVERLAYS, colon-separated),
 else image:/overlays: in the nearest envrun.yaml (this directory or a parent; `envbuild build` writes it),
@@ -61,12 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--system", metavar="NAME", help="system recipe (default: $ENVBUILD_SYSTEM or detected)")
     parser.add_argument("--dry-run", action="store_true", help="print the launch as a runnable shell script and run nothing")
     parser.add_argument("--explain", action="store_true", help="say why each setting was chosen (on stderr), then run")
+    parser.add_argument("--strict-net", action="store_true",
+                        help="set NCCL_NET from the recipe, so NCCL/RCCL fail instead of falling back to TCP sockets")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="srun ..., torchrun ..., python ... or any program")
     return parser
 
 
 class _Options:
-    __slots__ = ("binds", "command", "dry_run", "explain", "force_overlay", "image", "overlays", "system")
+    __slots__ = ("binds", "command", "dry_run", "explain", "force_overlay", "image", "overlays", "strict_net", "system")
 
     def __init__(self) -> None:
         self.image: str | None = None  # None: found by envbuild.launch.project
@@ -76,11 +79,12 @@ class _Options:
         self.system: str | None = None
         self.dry_run = False
         self.explain = False
+        self.strict_net = False
         self.command: list[str] = []
 
 
 _WITH_VALUE = {"--image": "image", "--overlay": "overlays", "--bind": "binds", "-B": "binds", "--system": "system"}
-_FLAGS = {"--dry-run": "dry_run", "--explain": "explain", "--force-overlay": "force_overlay"}
+_FLAGS = {"--dry-run": "dry_run", "--explain": "explain", "--force-overlay": "force_overlay", "--strict-net": "strict_net"}
 _REPEATED = ("binds", "overlays")
 
 
@@ -129,6 +133,11 @@ def main(argv: list[str] | None = None) -> None:
         from envbuild.cli.sbatch_cmd import main as sbatch_main
 
         sbatch_main(argv[1:])
+        return
+    if argv[:1] == ["doctor"]:
+        from envbuild.cli.doctor_cmd import main as doctor_main
+
+        doctor_main(argv[1:])
         return
     if argv[:1] == ["signal-ranks"]:
         _signal_ranks(argv[1:])
@@ -191,6 +200,7 @@ def launch(args: Any) -> None:
         cwd=os.getcwd(), binds=all_binds, env=tuple({**user_env, **project_env}.items()), environ=dict(os.environ),
         missing_recipe_binds=missing, system_reason=why, allocation=allocation,
         host=read_host_node(os.environ), overlays=overlays, warnings=tuple(warnings), notes=tuple(notes),
+        strict_net=args.strict_net,
     ))
     if args.dry_run:
         sys.stdout.write(plan.script())

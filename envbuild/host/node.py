@@ -11,6 +11,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
 
+# The container runtime's flag that passes a maker's GPUs (and, for --nv, the host's driver libraries) in.
+GPU_RUNTIME_FLAGS = {"nvidia": "--nv", "amd": "--rocm"}
+
 # Device lists a GPU job exposes; the first one set counts the GPUs when Slurm's own counts are absent.
 VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 

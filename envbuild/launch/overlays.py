@@ -174,3 +174,20 @@ def _cached(path: str, kind: str, compute: Any) -> Any:
 
 # Bump when what is cached changes (the record's layout as read, the digest's form).
 CACHE_FORMAT = 1
+
+
+def checked_overlays(overlays: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The overlays, refused when the runtime's bind syntax cannot carry them or two share a mount point
+    (the later one would hide the earlier one entirely)."""
+    seen: dict[str, str] = {}
+    for path, mount in overlays:
+        for word, what in ((path, "overlay file"), (mount, "mount point")):
+            if ":" in word or "," in word:
+                raise UsageError(f"{what} {word} contains ':' or ',', which --bind cannot carry",
+                                 "rename or move the overlay file (or build it with another mount point)")
+        if mount in seen:
+            raise UsageError(f"overlays {seen[mount]} and {path} both mount at {mount}: the later one would hide the first",
+                             "build one of them with another mount point (overlay mount in its spec), or put both "
+                             "sets of packages into one overlay")
+        seen[mount] = path
+    return overlays

@@ -16,6 +16,7 @@ are never joined into a string that a shell parses again. Values that only exist
 from __future__ import annotations
 
 from envbuild.errors import UsageError
+from envbuild.host.node import GPU_RUNTIME_FLAGS
 from envbuild.launch.args import has_option, launcher_kind, option_value, split_srun, torchrun_has, torchrun_own_options
 from envbuild.launch.nodelaunchers import NODE_LAUNCHERS, NodeLauncher, check_launcher_options
 from envbuild.launch.shims import (
@@ -41,14 +42,14 @@ class LaunchRequest:
     """What to launch and everything the planner needs to know, as plain data."""
 
     __slots__ = ("allocation", "binds", "command", "cwd", "env", "environ", "host", "image", "missing_recipe_binds",
-                 "notes", "overlays", "recipe", "runtime", "system_reason", "warnings")
+                 "notes", "overlays", "recipe", "runtime", "strict_net", "system_reason", "warnings")
 
     def __init__(
         self, *, command: tuple[str, ...], image: str, recipe: Recipe, runtime: Runtime, cwd: str,
         binds: tuple[str, ...] = (), env: tuple[tuple[str, str], ...] = (), environ: Mapping[str, str] | None = None,
         missing_recipe_binds: tuple[str, ...] = (), system_reason: str = "", host: HostNode | None = None,
         allocation: Allocation | None = None, overlays: tuple[tuple[str, str], ...] = (),
-        warnings: tuple[str, ...] = (), notes: tuple[str, ...] = (),
+        warnings: tuple[str, ...] = (), notes: tuple[str, ...] = (), strict_net: bool = False,
     ) -> None:
         self.command = command  # everything after envrun's own options, e.g. ("srun", "torchrun", "train.py")
         self.image = image
@@ -66,6 +67,7 @@ class LaunchRequest:
         self.overlays = overlays
         self.warnings = warnings  # the caller's own (e.g. an overlay run on another base with --force-overlay)
         self.notes = notes  # the caller's own reasons (how the image was found, overlay checks)
+        self.strict_net = strict_net  # --strict-net: NCCL_NET from the recipe, so a missing transport fails the job
 
 
 class LaunchPlan:
@@ -355,8 +357,8 @@ class _Planner:
         argv = [request.runtime.path, "exec", *recipe.runtime.flags]
         if recipe.runtime.flags:
             self.note(f"{' '.join(recipe.runtime.flags)}: {recipe.cite('runtime.flags')}")
-        elif recipe.node is None and self.size.node.gpu_vendor in HOST_GPU_FLAGS:
-            flag = HOST_GPU_FLAGS[self.size.node.gpu_vendor]
+        elif recipe.node is None and self.size.node.gpu_vendor in GPU_RUNTIME_FLAGS:
+            flag = GPU_RUNTIME_FLAGS[self.size.node.gpu_vendor]
             argv.append(flag)
             self.note(f"{flag}: {self.size.node.why['gpus']}")
         multinode = self.srun_opts is not None and not self.single_node()
@@ -368,9 +370,12 @@ class _Planner:
             self.note(f"binds {', '.join(present)}: {recipe.cite('binds')}")
         if request.missing_recipe_binds:
             self.note(f"skipped recipe binds missing on this host: {', '.join(request.missing_recipe_binds)}")
-        for path, mount in checked_overlays(request.overlays):
-            argv += ["--bind", f"{path}:{mount}:image-src=/,ro"]
-            self.note(f"overlay {path} mounted read-only at {mount}")
+        if request.overlays:
+            from envbuild.launch.overlays import checked_overlays  # off the path of launches without overlays
+
+            for path, mount in checked_overlays(request.overlays):
+                argv += ["--bind", f"{path}:{mount}:image-src=/,ro"]
+                self.note(f"overlay {path} mounted read-only at {mount}")
         argv += ["--pwd", request.cwd, request.image]
         return argv
 
@@ -386,24 +391,8 @@ class _Planner:
             if key not in environ and not (key in recipe.env and "$" in value):
                 self.env.append((key, value))
                 self.note(f"{key}: {recipe.cite('env.' + key)}" if key in recipe.env else f"{key}: envrun config")
-
-
-# The runtime's GPU flag for a host whose GPUs envrun found itself (recipes with `node: host`).
-HOST_GPU_FLAGS = {"nvidia": "--nv", "amd": "--rocm"}
-
-
-def checked_overlays(overlays: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """The overlays, refused when the runtime's bind syntax cannot carry them or two share a mount point
-    (the later one would hide the earlier one entirely)."""
-    seen: dict[str, str] = {}
-    for path, mount in overlays:
-        for word, what in ((path, "overlay file"), (mount, "mount point")):
-            if ":" in word or "," in word:
-                raise UsageError(f"{what} {word} contains ':' or ',', which --bind cannot carry",
-                                 "rename or move the overlay file (or build it with another mount point)")
-        if mount in seen:
-            raise UsageError(f"overlays {seen[mount]} and {path} both mount at {mount}: the later one would hide the first",
-                             "build one of them with another mount point (overlay mount in its spec), or put both "
-                             "sets of packages into one overlay")
-        seen[mount] = path
-    return overlays
+        net = recipe.network.nccl_net
+        if net and (self.request.strict_net or recipe.network.strict_net) and "NCCL_NET" not in environ:
+            self.env.append(("NCCL_NET", net))
+            self.note(f"NCCL_NET={net}: --strict-net ({recipe.cite('network.nccl_net')}): NCCL/RCCL fail at start "
+                      "instead of falling back to TCP sockets")

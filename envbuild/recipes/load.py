@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from envbuild.recipes.schema import Recipe
 
 # Bump when the cached JSON's layout changes, so older cache files are not read.
-CACHE_FORMAT = 6
+CACHE_FORMAT = 7
 
 
 def recipes_dir() -> Path:

@@ -120,6 +120,21 @@ class Cotainr(StrictModel):
     cuda: str | None = Field(default=None, description="the CUDA version in the base image, e.g. 12.6")
 
 
+class Network(StrictModel):
+    """The interconnect between nodes and what a container needs to use it (`envrun doctor`, `--strict-net`)."""
+
+    fabric: Literal["none", "ethernet", "slingshot", "infiniband"] = Field(
+        default="none", description="none/ethernet: nothing beyond TCP sockets to check")
+    # NCCL/RCCL net plugins the image must carry for the fabric, as file-name globs (LUMI: librccl-net*.so)
+    plugins: tuple[str, ...] = ()
+    # NCCL_NET value that makes NCCL/RCCL fail instead of falling back to sockets (--strict-net): "IB" for
+    # NCCL's own InfiniBand transport, the plugin's name ("AWS Libfabric") for the OFI plugins
+    nccl_net: str | None = None
+    strict_net: bool = Field(default=False, description="set NCCL_NET on every launch, as --strict-net does")
+    # host files a containerised libfabric needs when the image does not carry a CXI-capable one (LUMI)
+    host_libfabric: tuple[str, ...] = Field(default=(), description="globs of the host's libfabric.so (CXI)")
+
+
 class Recipe(StrictModel, RecipeMethods):
     name: str
     description: str = ""
@@ -137,6 +152,7 @@ class Recipe(StrictModel, RecipeMethods):
     pytorch: PyTorchIndex = PyTorchIndex()
     batch: Batch = Batch()
     cotainr: Cotainr = Cotainr()
+    network: Network = Network()
     notes: tuple[str, ...] = ()
 
     @field_validator("node", mode="before")

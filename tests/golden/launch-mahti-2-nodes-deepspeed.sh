@@ -12,8 +12,8 @@
 # --master_addr=<first node of the step> (host's scontrol)
 # --master_port=<20000 + job id based port>: the same on every node of the step
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-# --nv: recipes/mahti.yaml:26 runtime.flags
-# binds /scratch, /projappl: recipes/mahti.yaml:27 binds
+# --nv: recipes/mahti.yaml:27 runtime.flags
+# binds /scratch, /projappl: recipes/mahti.yaml:28 binds
 export OMP_NUM_THREADS=32
 export TOKENIZERS_PARALLELISM=false
 exec srun --ntasks-per-node=1 --cpus-per-task=128 --kill-on-bad-exit=1 /bin/sh -c 'first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)

@@ -10,8 +10,8 @@
 # --standalone: one node, so torchrun hosts its own rendezvous on a free port
 # per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-# --nv: recipes/puhti.yaml:26 runtime.flags
-# binds /scratch, /projappl: recipes/puhti.yaml:27 binds
+# --nv: recipes/puhti.yaml:27 runtime.flags
+# binds /scratch, /projappl: recipes/puhti.yaml:28 binds
 export ENVRUN_RANK_CORES=''
 export OMP_NUM_THREADS=10
 export TOKENIZERS_PARALLELISM=false

@@ -6,17 +6,17 @@
 #SBATCH --job-name=train
 # the project the job is billed to (--account)
 #SBATCH --account=project_2001234
-# the smallest partition for 1 node(s) x 1 GPUs: shared nodes (recipes/puhti.yaml:23 partitions.gpu)
+# the smallest partition for 1 node(s) x 1 GPUs: shared nodes (recipes/puhti.yaml:24 partitions.gpu)
 #SBATCH --partition=gpu
 # one node (--nodes)
 #SBATCH --nodes=1
-# 1 GPUs per node in puhti's request form (recipes/puhti.yaml:30 launch.gpu_request); 49 GB of node-local disk for --stage (recipes/puhti.yaml:37 batch.staging.gres)
+# 1 GPUs per node in puhti's request form (recipes/puhti.yaml:31 launch.gpu_request); 49 GB of node-local disk for --stage (recipes/puhti.yaml:38 batch.staging.gres)
 #SBATCH --gres=gpu:v100:1,nvme:49
 # torchrun starts the training processes itself: one launcher per node
 #SBATCH --ntasks-per-node=1
-# 10 CPUs per GPU x 1 (a puhti node: 4 GPUs, 40 Slurm CPUs (recipes/puhti.yaml:13 node)), for torchrun's processes
+# 10 CPUs per GPU x 1 (a puhti node: 4 GPUs, 40 Slurm CPUs (recipes/puhti.yaml:14 node)), for torchrun's processes
 #SBATCH --cpus-per-task=10
-# 95G per GPU x 1 (recipes/puhti.yaml:20 node.memory_per_gpu_gb)
+# 95G per GPU x 1 (recipes/puhti.yaml:21 node.memory_per_gpu_gb)
 #SBATCH --mem=95G
 # envrun's default (1 hour); give --time, or batch: {time: ...} in the envrun config
 #SBATCH --time=01:00:00
@@ -24,7 +24,7 @@
 #SBATCH --output=%x-%j.out
 
 
-# --stage: once per node, to node-local storage (recipes/puhti.yaml:36 batch.staging.dir)
+# --stage: once per node, to node-local storage (recipes/puhti.yaml:37 batch.staging.dir)
 export ENVRUN_STAGE_DIR="$LOCAL_SCRATCH"
 export ENVRUN_STAGED="$ENVRUN_STAGE_DIR/imagenet-mini/imagenet-mini"
 #   /scratch/project_2001234/imagenet-mini.tar (tar, 40.00 GB) -> $ENVRUN_STAGE_DIR/imagenet-mini
@@ -63,6 +63,6 @@ srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 /b
 #   --standalone: one node, so torchrun hosts its own rendezvous on a free port
 #   per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-#   --nv: recipes/puhti.yaml:26 runtime.flags
-#   binds /scratch, /projappl: recipes/puhti.yaml:27 binds
+#   --nv: recipes/puhti.yaml:27 runtime.flags
+#   binds /scratch, /projappl: recipes/puhti.yaml:28 binds
 envrun --system puhti --image /projappl/project_2001234/env.sif --bind "$ENVRUN_STAGE_DIR" srun torchrun train.py --data "${ENVRUN_STAGED}"/train

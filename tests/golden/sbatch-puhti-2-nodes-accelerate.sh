@@ -6,17 +6,17 @@
 #SBATCH --job-name=train_accelerate
 # the project the job is billed to (--account)
 #SBATCH --account=project_2001234
-# the smallest partition for 2 node(s) x 4 GPUs: shared nodes (recipes/puhti.yaml:23 partitions.gpu)
+# the smallest partition for 2 node(s) x 4 GPUs: shared nodes (recipes/puhti.yaml:24 partitions.gpu)
 #SBATCH --partition=gpu
 # --nodes 2
 #SBATCH --nodes=2
-# 4 GPUs per node in puhti's request form (recipes/puhti.yaml:30 launch.gpu_request)
+# 4 GPUs per node in puhti's request form (recipes/puhti.yaml:31 launch.gpu_request)
 #SBATCH --gres=gpu:v100:4
 # accelerate starts the training processes itself: one launcher per node
 #SBATCH --ntasks-per-node=1
-# every CPU of the node (a puhti node: 4 GPUs, 40 Slurm CPUs (recipes/puhti.yaml:13 node)), for accelerate's processes
+# every CPU of the node (a puhti node: 4 GPUs, 40 Slurm CPUs (recipes/puhti.yaml:14 node)), for accelerate's processes
 #SBATCH --cpus-per-task=40
-# the whole node's memory for jobs (recipes/puhti.yaml:19 node.memory_gb)
+# the whole node's memory for jobs (recipes/puhti.yaml:20 node.memory_gb)
 #SBATCH --mem=373G
 # envrun's default (1 hour); give --time, or batch: {time: ...} in the envrun config
 #SBATCH --time=01:00:00
@@ -39,6 +39,6 @@
 #   --multi_gpu: accelerate's launcher that starts several processes per node (torch.distributed.run, static rendezvous on machine rank 0)
 #   per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-#   --nv: recipes/puhti.yaml:26 runtime.flags
-#   binds /scratch, /projappl: recipes/puhti.yaml:27 binds
+#   --nv: recipes/puhti.yaml:27 runtime.flags
+#   binds /scratch, /projappl: recipes/puhti.yaml:28 binds
 envrun --system puhti --image /projappl/project_2001234/env.sif srun accelerate launch train_accelerate.py --mixed-precision fp16

@@ -6,17 +6,17 @@
 #SBATCH --job-name=train
 # the project the job is billed to (--account)
 #SBATCH --account=project_2001234
-# the smallest partition for 1 node(s) x 4 GPUs: shared nodes (recipes/puhti.yaml:23 partitions.gpu)
+# the smallest partition for 1 node(s) x 4 GPUs: shared nodes (recipes/puhti.yaml:24 partitions.gpu)
 #SBATCH --partition=gpu
 # one node (--nodes)
 #SBATCH --nodes=1
-# 4 GPUs per node in puhti's request form (recipes/puhti.yaml:30 launch.gpu_request); 52 GB of node-local disk for --stage (recipes/puhti.yaml:37 batch.staging.gres)
+# 4 GPUs per node in puhti's request form (recipes/puhti.yaml:31 launch.gpu_request); 52 GB of node-local disk for --stage (recipes/puhti.yaml:38 batch.staging.gres)
 #SBATCH --gres=gpu:v100:4,nvme:52
 # torchrun starts the training processes itself: one launcher per node
 #SBATCH --ntasks-per-node=1
-# every CPU of the node (a puhti node: 4 GPUs, 40 Slurm CPUs (recipes/puhti.yaml:13 node)), for torchrun's processes
+# every CPU of the node (a puhti node: 4 GPUs, 40 Slurm CPUs (recipes/puhti.yaml:14 node)), for torchrun's processes
 #SBATCH --cpus-per-task=40
-# the whole node's memory for jobs (recipes/puhti.yaml:19 node.memory_gb)
+# the whole node's memory for jobs (recipes/puhti.yaml:20 node.memory_gb)
 #SBATCH --mem=373G
 # envrun's default (1 hour); give --time, or batch: {time: ...} in the envrun config
 #SBATCH --time=01:00:00
@@ -24,7 +24,7 @@
 #SBATCH --output=%x-%j.out
 
 
-# --stage: once per node, to node-local storage (recipes/puhti.yaml:36 batch.staging.dir)
+# --stage: once per node, to node-local storage (recipes/puhti.yaml:37 batch.staging.dir)
 export ENVRUN_STAGE_DIR="$LOCAL_SCRATCH"
 export ENVRUN_STAGED="$ENVRUN_STAGE_DIR/imagenet-mini/imagenet-mini"
 export ENVRUN_STAGED_2="$ENVRUN_STAGE_DIR/tokenized"
@@ -65,6 +65,6 @@ srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 /b
 #   --standalone: one node, so torchrun hosts its own rendezvous on a free port
 #   per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-#   --nv: recipes/puhti.yaml:26 runtime.flags
-#   binds /scratch, /projappl: recipes/puhti.yaml:27 binds
+#   --nv: recipes/puhti.yaml:27 runtime.flags
+#   binds /scratch, /projappl: recipes/puhti.yaml:28 binds
 envrun --system puhti --image /projappl/project_2001234/env.sif --bind "$ENVRUN_STAGE_DIR" srun torchrun train.py --data "${ENVRUN_STAGED}" --tokens "${ENVRUN_STAGED_2}"

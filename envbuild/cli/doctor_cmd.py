@@ -1,0 +1,70 @@
+"""`envrun doctor`: check the image, the job, the GPUs, the interconnect, the binds and the caches before a
+run, on a login node or inside an allocation (then on every node of the job, in one short step).
+
+Exit status: 0 clean (ok/info only), 1 warnings with --strict, 2 a failure. --json prints the findings as
+JSON. `--node-record` is what doctor runs on each node: it prints this host's record as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from envbuild.errors import EnvbuildError
+
+EPILOG = """examples:
+  envrun doctor                                   # login node: image, recipe, binds, caches, network files
+  envrun doctor --image env.sif srun torchrun train.py   # also plan this launch against the job
+  salloc -N2 --gpus-per-node=8 ... ; envrun doctor --probe   # every node, plus an all-reduce step
+  envrun doctor --host-record lumi-node.json      # check against a recorded host (see --node-record)
+
+exit status: 0 no failure (warnings allowed), 1 warnings with --strict, 2 a failure.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="envrun doctor", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     description="Find what would make a containerised training job fail or run "
+                                                 "slowly, before it runs.", epilog=EPILOG)
+    parser.add_argument("--image", metavar="IMG", help="the image (default: as envrun finds it)")
+    parser.add_argument("--overlay", dest="overlays", action="append", default=[], metavar="FILE.sqsh",
+                        help="a venv overlay over IMG (repeatable)")
+    parser.add_argument("--system", metavar="NAME", help="system recipe (default: $ENVBUILD_SYSTEM or detected)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on warnings")
+    parser.add_argument("--strict-net", action="store_true",
+                        help="a missing fast transport is a failure; checks the launch with NCCL_NET set as "
+                             "`envrun --strict-net` sets it")
+    parser.add_argument("--probe", action="store_true",
+                        help="inside a job: run a short all-reduce with NCCL_DEBUG=INFO and read the transport used")
+    parser.add_argument("--host-record", dest="host_records", action="append", default=[], metavar="FILE.json",
+                        help="check against a recorded host instead of this machine (repeatable: one per node)")
+    parser.add_argument("--node-record", action="store_true",
+                        help="print this host's record as JSON (what doctor runs on each node) and exit")
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="optional: the launch to check, e.g. srun torchrun train.py")
+    return parser
+
+
+def main(argv: list[str]) -> None:
+    from envbuild.doctor.gather import NODE_RECORD_MARK, DoctorRequest, node_record, resolve, run_doctor
+
+    args = build_parser().parse_args(argv)
+    command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command)
+    request = DoctorRequest(image=args.image, overlays=args.overlays, system=args.system, command=command,
+                            strict_net=args.strict_net, probe=args.probe, host_records=args.host_records,
+                            environ=dict(os.environ), cwd=os.getcwd())
+    try:
+        if args.node_record:
+            print(NODE_RECORD_MARK + node_record(resolve(request), request.environ).to_json(), flush=True)
+            return
+        report = run_doctor(request)
+    except EnvbuildError as exc:
+        print(exc.render(), file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except (OSError, ValueError) as exc:  # an unreadable or malformed --host-record file
+        print(f"envrun doctor: error: {exc}\n  fix: give a file written by `envrun doctor --node-record`",
+              file=sys.stderr)
+        sys.exit(2)
+    sys.stdout.write(report.to_json() + "\n" if args.json else report.render())
+    sys.exit(report.exit_code(args.strict))

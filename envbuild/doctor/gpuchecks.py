@@ -1,0 +1,139 @@
+"""Doctor checks of the GPUs as the container will see them: the runtime flag, the devices on each node,
+torch's build against the system's GPUs, and what torch said inside a step on each node. Pure."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from envbuild.doctor.findings import Finding, fail, info, ok, warn
+from envbuild.host.node import GPU_RUNTIME_FLAGS
+
+if TYPE_CHECKING:
+    from envbuild.doctor.hostrecord import HostRecord
+    from envbuild.doctor.imagefacts import ImageFacts, TorchInImage
+    from envbuild.recipes.schema import Recipe
+
+TORCH_FOR_VENDOR = {"nvidia": "cuda", "amd": "rocm"}
+INSTALL_DOC = "https://pytorch.org/get-started/locally/"
+
+
+def gpu_vendor(recipe: Recipe, hosts: list[HostRecord]) -> str:
+    """The system's GPU maker: the recipe's, else what the hosts' devices show (recipes with `node: host`)."""
+    if recipe.node is not None:
+        return recipe.node.gpu_vendor
+    for host in hosts:
+        if host.matches("/dev/nvidia[0-9]*"):
+            return "nvidia"
+        if host.exists("/dev/kfd"):
+            return "amd"
+    return "none"
+
+
+def torch_variant(torch: TorchInImage) -> str:
+    """cpu, cuda or rocm, from the local version label (+cpu, +cu126, +rocm6.4), else from the CUDA/HIP
+    version torch's build reports (PyPI's default Linux x86_64 wheels have no label and are CUDA builds)."""
+    label = torch.version.partition("+")[2]
+    if label.startswith("cu"):
+        return "cuda"
+    if label.startswith("rocm"):
+        return "rocm"
+    if label == "cpu":
+        return "cpu"
+    if torch.hip:
+        return "rocm"
+    return "cuda" if torch.cuda else "cpu"
+
+
+def runtime_findings(recipe: Recipe, vendor: str, image: ImageFacts | None) -> list[Finding]:
+    if vendor == "none":
+        return [ok("gpu", f"{recipe.name} has no GPUs: nothing to pass into the container")]
+    flag = GPU_RUNTIME_FLAGS[vendor]
+    flags = recipe.runtime.flags if recipe.node is not None else (flag,)  # envrun adds it for `node: host`
+    if flag in flags:
+        return [ok("gpu", f"{flag} is passed to the runtime ({recipe.cite('runtime.flags')})")]
+    if vendor == "amd" and image is not None and image.has("hip"):
+        return [ok("gpu", "the image carries its own ROCm user space (libamdhip64) and runs without --rocm, "
+                          f"as {recipe.cite('runtime.flags')} says")]
+    return [fail("gpu", f"no {flag} for the runtime and no {'ROCm' if vendor == 'amd' else 'CUDA'} user space "
+                        "found in the image", f"without it torch inside the container sees no {vendor} GPU",
+                 f"add {flag} to runtime.flags in the recipe, or use an image that carries the GPU libraries")]
+
+
+def device_findings(vendor: str, hosts: list[HostRecord], in_job: bool, gpus_expected: int | None) -> list[Finding]:
+    if vendor == "none":
+        return []
+    findings: list[Finding] = []
+    for host in hosts:
+        node = host.hostname if len(hosts) > 1 else ""
+        if vendor == "amd":
+            count = len(host.matches("/dev/dri/renderD*")) if host.exists("/dev/kfd") else 0
+        else:
+            count = len(host.matches("/dev/nvidia[0-9]*"))
+        if count == 0:
+            if in_job:
+                findings.append(fail("gpu", f"no {vendor} GPU devices on this node", "the job runs where it "
+                                     "cannot see a GPU", "request GPUs (envrun sbatch writes the request), or run on "
+                                     "a GPU partition", node))
+            else:
+                findings.append(info("gpu", f"no {vendor} GPU devices on this host (a login node): the GPUs are "
+                                            "checked inside a job", node=node))
+            continue
+        visible = next((f"{name}={host.env[name]}" for name in ("ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
+                                                                 "HIP_VISIBLE_DEVICES") if host.env.get(name)), "")
+        text = f"{count} {vendor} GPU device{'s' if count != 1 else ''}" + (f", {visible}" if visible else "")
+        if in_job and gpus_expected is not None and gpus_expected > count:
+            findings.append(warn("gpu", f"{text}; the job holds {gpus_expected}", "fewer devices than the job's GPUs",
+                                 "check the job's GPU request and the node's state", node))
+        else:
+            findings.append(ok("gpu", text, node=node))
+    return findings
+
+
+def torch_findings(recipe: Recipe, vendor: str, image: ImageFacts | None) -> list[Finding]:
+    if image is None:
+        return []
+    torch = image.torch
+    if torch is None:
+        return [warn("torch", "no torch in the image", "envrun launches torchrun and torch.distributed programs",
+                     "add pytorch: to the spec, or use an image with torch")]
+    variant = torch_variant(torch)
+    built = f"torch {torch.version} in {torch.environment}" + (f" (CUDA {torch.cuda})" if torch.cuda else "") + \
+        (f" (HIP {torch.hip})" if torch.hip else "")
+    wanted = TORCH_FOR_VENDOR.get(vendor)
+    if wanted is None:
+        return [ok("torch", f"{built}, a {variant} build on a system without GPUs")]
+    if variant != wanted:
+        tag = {"rocm": recipe.pytorch.default_variant if recipe.pytorch.default_variant.startswith("rocm") else "rocm6.4",
+               "cuda": recipe.pytorch.default_variant if recipe.pytorch.default_variant.startswith("cuda") else "cuda126"}
+        return [fail("torch", f"{built} is a {variant} build; {recipe.name}'s GPUs are {vendor}",
+                     f"a {variant} torch sees no {vendor} GPU: torch.cuda.is_available() is False and training runs "
+                     "on the CPU, or stops at the first .cuda()",
+                     f"build the image with pytorch: {{variant: {tag[wanted]}}} (the recipe's default), "
+                     f"see {INSTALL_DOC}")]
+    return [ok("torch", f"{built}, a {variant} build for {vendor} GPUs")]
+
+
+def step_findings(vendor: str, hosts: list[HostRecord]) -> list[Finding]:
+    """What torch answered inside the container on each node (a step of the job)."""
+    findings: list[Finding] = []
+    for host in hosts:
+        answer = host.container
+        if answer is None:
+            continue
+        node = host.hostname if len(hosts) > 1 else ""
+        if answer.get("error"):
+            findings.append(fail("torch", f"torch did not start in the container: {answer['error']}",
+                                 "the launch itself fails this way", "run `envrun python -c 'import torch'` "
+                                 "to see the whole message", node))
+            continue
+        seen = int(answer.get("device_count") or 0)
+        text = f"in the container: torch {answer.get('torch')}, cuda available: {answer.get('cuda_available')}, " \
+               f"{seen} device{'s' if seen != 1 else ''}"
+        if vendor != "none" and host.env.get("SLURM_JOB_ID") and not answer.get("cuda_available"):
+            findings.append(fail("torch", text, "torch.cuda.is_available() is False inside the job: training "
+                                 "would run on the CPU", "see the gpu and torch findings above (runtime flag, "
+                                 "torch build, devices)", node))
+        else:
+            findings.append(ok("torch", text, node=node))
+    return findings
+

@@ -1,0 +1,129 @@
+"""What an image carries that decides how its training talks to GPUs and other nodes, read from the file
+(no container started): the NCCL/RCCL network plugin, libfabric and whether it has the CXI provider,
+libibverbs and its providers, the GPU runtime libraries, torch and the build it is.
+
+Read through the inventory's `Tree` view, so a SIF, an overlay, a sandbox directory and a test's stand-in
+tree (`ListedTree`) are read alike."""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+import re
+from dataclasses import dataclass, field
+
+from envbuild.inventory.pyenvs import Inventory
+from envbuild.inventory.trees import Tree
+
+# Library directories of the distributions and of the stacks sites install under /opt (/opt/rocm-6.2/lib,
+# /opt/aws-ofi-rccl/lib, /opt/cray/libfabric/1.15/lib64); two levels below /opt cover them all.
+SYSTEM_LIB_DIRS = ("/lib64", "/usr/lib", "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+                   "/usr/local/lib", "/usr/local/lib64")
+OPT_DEPTH = 3
+# Inside a Python environment: torch's bundled libraries and NVIDIA's pip-packaged ones.
+SITE_LIB_DIRS = ("torch/lib", "nvidia/nccl/lib", "nvidia/cuda_runtime/lib")
+LIBRARY_KINDS = {
+    "net_plugin": ("librccl-net*.so*", "libnccl-net*.so*"),
+    "libfabric": ("libfabric.so*",),
+    "libcxi": ("libcxi.so*",),
+    "libibverbs": ("libibverbs.so*",),
+    "ibverbs_provider": ("libmlx5.so*", "lib*-rdmav*.so"),
+    "hip": ("libamdhip64.so*",),
+    "cudart": ("libcudart.so*",),
+    "rccl": ("librccl.so*",),
+    "nccl": ("libnccl.so*",),
+}
+# HPE's CXI provider inside libfabric.so: its functions are named cxip_* (libfabric prov/cxi).
+CXI_MARKER = b"cxip_"
+LIBFABRIC_READ_LIMIT = 64 * 1024 * 1024
+
+
+@dataclass
+class TorchInImage:
+    environment: str
+    version: str  # 2.13.0+cpu
+    cuda: str | None = None  # torch.version.cuda as its version.py says
+    hip: str | None = None
+
+
+@dataclass
+class ImageFacts:
+    path: str
+    libraries: dict[str, list[str]] = field(default_factory=dict)  # kind -> paths in the image
+    libfabric_cxi: bool | None = None  # None: no libfabric in the image
+    torch: TorchInImage | None = None
+    runscript: str | None = None  # the image's /.singularity.d/runscript, when it has one
+
+    def has(self, kind: str) -> bool:
+        return bool(self.libraries.get(kind))
+
+
+def _lib_dirs(tree: Tree, inventory: Inventory) -> list[str]:
+    dirs = [d for d in SYSTEM_LIB_DIRS if tree.children(d) is not None]
+    frontier = ["/opt"]
+    for _depth in range(OPT_DEPTH):
+        following = []
+        for parent in frontier:
+            for name, kind in (tree.children(parent) or {}).items():
+                path = posixpath.join(parent, name)
+                if kind != "dir":
+                    continue
+                if name in ("lib", "lib64"):
+                    dirs.append(path)
+                else:
+                    following.append(path)
+        frontier = following
+    for env in inventory.environments:
+        for site in env.site_dirs:
+            dirs += [posixpath.join(site, sub) for sub in SITE_LIB_DIRS if tree.children(posixpath.join(site, sub))]
+    # providers live one level down: libibverbs/libmlx5-rdmav34.so, libfabric/libcxi-fi.so
+    dirs += [posixpath.join(d, sub) for d in list(dirs) for sub in ("libibverbs", "libfabric")
+             if tree.children(posixpath.join(d, sub)) is not None]
+    return list(dict.fromkeys(dirs))
+
+
+def find_libraries(tree: Tree, inventory: Inventory, extra_plugins: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    kinds = {**LIBRARY_KINDS, "net_plugin": tuple(dict.fromkeys((*LIBRARY_KINDS["net_plugin"], *extra_plugins)))}
+    found: dict[str, list[str]] = {kind: [] for kind in kinds}
+    for directory in _lib_dirs(tree, inventory):
+        for name in sorted(tree.children(directory) or {}):
+            for kind, patterns in kinds.items():
+                if any(fnmatch.fnmatch(name, pattern) for pattern in patterns):
+                    found[kind].append(posixpath.join(directory, name))
+    return found
+
+
+def _version_field(text: str, name: str) -> str | None:
+    match = re.search(rf"^{name}\s*(?::\s*[^=]+)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return match.group(1) if match else None
+
+
+def torch_in_image(tree: Tree, inventory: Inventory) -> TorchInImage | None:
+    """torch's version and the CUDA/HIP version its build reports, read from torch/version.py as text
+    (importing a broken torch family is what fails)."""
+    for package in inventory.packages:
+        if package.name.lower() != "torch":
+            continue
+        env = next((e for e in inventory.environments if e.prefix == package.environment), None)
+        for site in env.site_dirs if env else ():
+            raw = tree.read(posixpath.join(site, "torch/version.py"), 64 * 1024)
+            if raw is not None:
+                text = raw.decode("utf-8", "replace")
+                return TorchInImage(package.environment, package.version, _version_field(text, "cuda"),
+                                    _version_field(text, "hip"))
+        return TorchInImage(package.environment, package.version)
+    return None
+
+
+def image_facts(path: str, tree: Tree, inventory: Inventory, extra_plugins: tuple[str, ...] = ()) -> ImageFacts:
+    libraries = find_libraries(tree, inventory, extra_plugins)
+    cxi: bool | None = None
+    if libraries["libfabric"]:
+        providers = [p for p in libraries["libfabric"] if "/libfabric/" in p]
+        cxi = any("cxi" in posixpath.basename(p) for p in providers)
+        for library in (p for p in libraries["libfabric"] if "/libfabric/" not in p):
+            content = tree.read(library, LIBFABRIC_READ_LIMIT) or b""
+            cxi = cxi or CXI_MARKER in content
+    runscript = tree.read("/.singularity.d/runscript", 64 * 1024)
+    return ImageFacts(path=path, libraries=libraries, libfabric_cxi=cxi, torch=torch_in_image(tree, inventory),
+                      runscript=runscript.decode("utf-8", "replace") if runscript else None)
