@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
-    from envbuild.doctor.gather import NODE_RECORD_MARK, DoctorRequest, node_record, resolve, run_doctor
+    from envbuild.doctor.gather import DoctorRequest, node_record, record_lines, resolve, run_doctor
 
     args = build_parser().parse_args(argv)
     command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command)
@@ -56,7 +56,7 @@ def main(argv: list[str]) -> None:
                             environ=dict(os.environ), cwd=os.getcwd())
     try:
         if args.node_record:
-            print(NODE_RECORD_MARK + node_record(resolve(request), request.environ).to_json(), flush=True)
+            print("\n".join(record_lines(node_record(resolve(request), request.environ))), flush=True)
             return
         report = run_doctor(request)
     except EnvbuildError as exc:

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from envbuild.recipes.schema import Recipe
 
 NODE_RECORD_MARK = "ENVRUN_DOCTOR_NODE "
+# srun forwards the tasks' output in pieces of about 1 KiB, so long lines from two nodes interleave (seen with
+# two records of 1.3 KB each): each record travels as numbered lines well below that.
+RECORD_CHUNK = 500
 CONTAINER_MARK = "ENVRUN_DOCTOR_TORCH "
 # Run inside the container by envrun on each node: what torch sees there. Never raises: an import error is the
 # finding.
@@ -140,6 +143,28 @@ def node_record(setting: Setting, environ: dict[str, str]) -> HostRecord:
     return capture_host(paths, patterns, caches, environ, container_answer(setting, environ))
 
 
+def record_lines(record: HostRecord) -> list[str]:
+    """The record as `MARK HOST INDEX/COUNT TEXT` lines (see RECORD_CHUNK)."""
+    text = record.to_json()
+    pieces = [text[i:i + RECORD_CHUNK] for i in range(0, len(text), RECORD_CHUNK)] or [""]
+    return [f"{NODE_RECORD_MARK}{record.hostname} {n}/{len(pieces)} {piece}" for n, piece in enumerate(pieces)]
+
+
+def join_record_lines(output: str) -> list[HostRecord]:
+    parts: dict[str, dict[int, str]] = {}
+    counts: dict[str, int] = {}
+    for line in output.splitlines():
+        if not line.startswith(NODE_RECORD_MARK):
+            continue
+        host, position, piece = [*line[len(NODE_RECORD_MARK):].split(" ", 2), ""][:3]
+        index, _, count = position.partition("/")
+        if index.isdigit() and count.isdigit():
+            parts.setdefault(host, {})[int(index)] = piece
+            counts[host] = int(count)
+    return [record_from_json("".join(pieces[i] for i in range(counts[host])), f"node {host}")
+            for host, pieces in parts.items() if len(pieces) == counts[host]]
+
+
 def job_node_records(request: DoctorRequest, nodes: int) -> tuple[list[HostRecord], list[Finding]]:
     """One record per node of the job, from a step of one task per node (srun --overlap: it runs next to
     whatever the job is already running)."""
@@ -157,8 +182,7 @@ def job_node_records(request: DoctorRequest, nodes: int) -> tuple[list[HostRecor
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [], [fail("nodes", f"the doctor step on the job's nodes did not finish: {exc}", "the checks per node "
                          "need it", "run `srun --overlap -N1 true` to see whether steps start in this job")]
-    records = [record_from_json(line[len(NODE_RECORD_MARK):], "node")
-               for line in done.stdout.splitlines() if line.startswith(NODE_RECORD_MARK)]
+    records = join_record_lines(done.stdout)
     findings = []
     if len(records) < nodes:
         tail = " | ".join(done.stderr.strip().splitlines()[-3:])
@@ -168,10 +192,11 @@ def job_node_records(request: DoctorRequest, nodes: int) -> tuple[list[HostRecor
     return sorted(records, key=lambda r: r.hostname), findings
 
 
-def read_image(setting: Setting) -> tuple[ImageFacts | None, list[Finding]]:
+def read_image(setting: Setting, requested: bool) -> tuple[ImageFacts | None, list[Finding]]:
     if not setting.image:
-        return None, [warn("image", "no image to check", "; ".join(setting.notes) or "none was found",
-                           "give --image IMG, or run in a project with envrun.yaml")]
+        make = fail if requested else warn  # an image named on the command line must be there
+        return None, [make("image", "no image to check", "; ".join(setting.notes) or "none was found",
+                           "give --image IMG (an existing file), or run in a project with envrun.yaml")]
     from envbuild.inventory.image import inventory_of, open_image
 
     try:
@@ -184,11 +209,11 @@ def read_image(setting: Setting) -> tuple[ImageFacts | None, list[Finding]]:
             for kind, found in over.libraries.items():
                 facts.libraries.setdefault(kind, []).extend(found)
     except EnvbuildError as exc:
-        return None, [fail("image", f"cannot read {setting.image}: {exc.message}", "", exc.fix or "")]
+        return None, [fail("image", f"cannot read {setting.image}: {exc.message}", "", exc.hint or "")]
     return facts, [ok("image", f"{setting.image}" + "".join(f" + {p}" for p, _ in setting.overlays))]
 
 
-def launch_findings(setting: Setting, request: DoctorRequest) -> list[Finding]:
+def launch_findings(setting: Setting, request: DoctorRequest, environ: dict[str, str]) -> list[Finding]:
     """The command as envrun would plan it here: its warnings and refusals, without running it."""
     if not request.command:
         return []
@@ -201,10 +226,10 @@ def launch_findings(setting: Setting, request: DoctorRequest) -> list[Finding]:
         plan = plan_launch(LaunchRequest(
             command=request.command, image=setting.image or "IMAGE", recipe=setting.recipe,
             runtime=require_runtime(probe=False), cwd=request.cwd, binds=setting.config_binds,
-            env=tuple(setting.config_env.items()), environ=request.environ, allocation=read_allocation(request.environ),
-            host=read_host_node(request.environ), overlays=setting.overlays, strict_net=request.strict_net))
+            env=tuple(setting.config_env.items()), environ=environ, allocation=read_allocation(environ),
+            host=read_host_node(environ), overlays=setting.overlays, strict_net=request.strict_net))
     except EnvbuildError as exc:
-        return [fail("launch", f"envrun refuses `{' '.join(request.command)}`: {exc.message}", "", exc.fix or "")]
+        return [fail("launch", f"envrun refuses `{' '.join(request.command)}`: {exc.message}", "", exc.hint or "")]
     if plan.warnings:
         return [warn("launch", text, "envrun warns before every such launch", "see the text") for text in plan.warnings]
     return [ok("launch", f"`{' '.join(request.command)}` plans cleanly")]
@@ -236,17 +261,20 @@ def run_doctor(request: DoctorRequest) -> DoctorReport:
 
     setting = resolve(request)
     environ = request.environ
+    recorded = [load_record(path) for path in request.host_records]
+    if recorded and recorded[0].env.get("SLURM_JOB_ID") and not environ.get("SLURM_JOB_ID"):
+        environ = {**environ, **recorded[0].env}  # the recorded job is the one to check
     allocation = read_allocation(environ)
     in_job = allocation is not None
     nodes = allocation.nodes if allocation else 1
     job = f", job {allocation.job_id} ({nodes} node{'s' if nodes != 1 else ''})" if allocation else ", no job"
-    report = DoctorReport(setting.recipe.name, f"{setting.recipe.name} ({setting.system_reason}){job}")
-    image, found = read_image(setting)
+    report = DoctorReport(setting.recipe.name, f"system {setting.recipe.name} ({setting.system_reason}){job}")
+    image, found = read_image(setting, requested=bool(request.image or request.overlays))
     report.findings += found
     findings: list[Finding] = []
-    if request.host_records:
-        hosts = [load_record(path) for path in request.host_records]
-        in_job = in_job or any(h.env.get("SLURM_JOB_ID") for h in hosts)
+    if recorded:
+        hosts = recorded
+        report.headline += ", recorded host" + ("s " if len(hosts) > 1 else " ") + ", ".join(h.source for h in hosts)
     elif in_job and not (allocation and allocation.in_step):
         hosts, findings = job_node_records(request, nodes)
     else:
@@ -255,14 +283,15 @@ def run_doctor(request: DoctorRequest) -> DoctorReport:
     vendor = gpuchecks.gpu_vendor(setting.recipe, hosts)
     gpus = allocation.gpus_on_node if allocation else None
     report.findings += jobchecks.allocation_findings(environ, setting.recipe, request.command)
-    report.findings += launch_findings(setting, request)
+    report.findings += launch_findings(setting, request, environ)
     report.findings += gpuchecks.runtime_findings(setting.recipe, vendor, image)
     report.findings += gpuchecks.device_findings(vendor, hosts, in_job, gpus)
     report.findings += gpuchecks.torch_findings(setting.recipe, vendor, image)
     report.findings += gpuchecks.step_findings(vendor, hosts)
     strict = request.strict_net or setting.recipe.network.strict_net
     report.findings += netchecks.interconnect_findings(setting.recipe, image, hosts, nodes, strict, in_job)
-    report.findings += jobchecks.bind_findings(setting.recipe, hosts, setting.config_binds, multinode=nodes > 1 or not in_job)
+    report.findings += jobchecks.bind_findings(setting.recipe, hosts, setting.config_binds, multinode=nodes > 1 or not in_job,
+                                                in_job=in_job)
     report.findings += jobchecks.cache_findings(hosts, setting.config_env, site=setting.recipe.node is not None)
     report.findings += jobchecks.scratch_findings(setting.recipe, hosts, in_job)
     if request.probe:

@@ -119,11 +119,13 @@ def image_facts(path: str, tree: Tree, inventory: Inventory, extra_plugins: tupl
     libraries = find_libraries(tree, inventory, extra_plugins)
     cxi: bool | None = None
     if libraries["libfabric"]:
-        providers = [p for p in libraries["libfabric"] if "/libfabric/" in p]
-        cxi = any("cxi" in posixpath.basename(p) for p in providers)
-        for library in (p for p in libraries["libfabric"] if "/libfabric/" not in p):
-            content = tree.read(library, LIBFABRIC_READ_LIMIT) or b""
-            cxi = cxi or CXI_MARKER in content
+        # a provider built as its own library (lib/libfabric/libcxi-fi.so), else built into libfabric.so
+        in_provider_dir = [p for p in libraries["libfabric"] if posixpath.basename(posixpath.dirname(p)) == "libfabric"]
+        cxi = any("cxi" in posixpath.basename(p) for p in in_provider_dir)
+        for library in (p for p in libraries["libfabric"] if p not in in_provider_dir):
+            if cxi:
+                break
+            cxi = CXI_MARKER in (tree.read(library, LIBFABRIC_READ_LIMIT) or b"")
     runscript = tree.read("/.singularity.d/runscript", 64 * 1024)
     return ImageFacts(path=path, libraries=libraries, libfabric_cxi=cxi, torch=torch_in_image(tree, inventory),
                       runscript=runscript.decode("utf-8", "replace") if runscript else None)

@@ -46,8 +46,8 @@ def job_as_script(environ: Mapping[str, str], recipe: Recipe, command: tuple[str
     gpus = environ.get("SLURM_GPUS_ON_NODE", "")
     if gpus.isdigit() and int(gpus) > 0:
         lines.append("#SBATCH " + (recipe.launch.gpu_request or "--gpus-per-node={gpus}").replace("{gpus}", gpus))
-    if command:
-        lines.append(shlex.join(command))
+    if command:  # as envrun runs it: the rules know what envrun sets itself (tasks per node for launchers)
+        lines.append(shlex.join(("envrun", *command)))
     return "\n".join(lines) + "\n"
 
 
@@ -71,15 +71,19 @@ def allocation_findings(environ: Mapping[str, str], recipe: Recipe, command: tup
 
 
 def bind_findings(recipe: Recipe, hosts: list[HostRecord], config_binds: tuple[str, ...],
-                  multinode: bool) -> list[Finding]:
-    """Recipe binds that are missing are skipped by envrun with a note (warn); the user's own binds that are
-    missing make envrun refuse to start (fail)."""
+                  multinode: bool, in_job: bool) -> list[Finding]:
+    """Recipe binds that are missing are skipped by envrun with a note (warn in a job, where they matter; a
+    note on a login node, which lacks some by design); the user's own binds that are missing make envrun
+    refuse to start (fail)."""
     findings: list[Finding] = []
     recipe_binds = [*recipe.binds, *(recipe.multinode_binds if multinode else ())]
     for host in hosts:
         node = host.hostname if len(hosts) > 1 else ""
         missing = [b for b in recipe_binds if not host.exists(b.split(":", 1)[0])]
-        if missing:
+        if missing and not in_job:
+            findings.append(info("binds", f"recipe binds missing on this host (envrun skips them here): "
+                                          f"{', '.join(missing)}", node=node))
+        elif missing:
             findings.append(warn("binds", f"recipe binds missing here: {', '.join(missing)}",
                                  f"{recipe.cite('binds')}; envrun skips them with a note, so data or libraries "
                                  "under them are not seen in the container",

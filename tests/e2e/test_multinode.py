@@ -109,3 +109,20 @@ def test_srun_accelerate_launch_two_nodes_accelerator(two_nodes: None, reference
     assert [r["rank"] for r in found] == [0, 1, 2, 3]
     assert all(r["world_size"] == 4 and r["params_agree"] and r["distributed_type"] == "MULTI_CPU" for r in found)
     assert sorted({r["host"] for r in found}) == ["node1", "node2"]
+
+
+def test_doctor_checks_each_node_of_a_two_node_allocation(two_nodes: None, reference_image: Path) -> None:
+    """envrun doctor in a 2-node allocation: one record per node (the nodes' hostnames), torch answering inside the
+    container on both, and the --probe all-reduce across the nodes (gloo: no GPU here)."""
+    import json
+
+    result = run_cli(["salloc", "-N2", "--ntasks-per-node=1", ENVRUN, "doctor", "--image", str(reference_image),
+                      "--probe", "--json"], timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = json.loads(result.stdout)["findings"]
+    in_container = [f for f in found if f["area"] == "torch" and "in the container" in f["what"]]
+    assert sorted(f["node"] for f in in_container) == ["node1", "node2"]
+    assert all(f["level"] == "ok" for f in in_container)
+    assert not [f for f in found if f["level"] == "fail"]
+    probe = " ".join(f["what"] for f in found if f["area"] == "probe")
+    assert "gloo backend" in probe and "ranks answered" in probe
