@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
-    from envbuild.doctor.gather import DoctorRequest, node_record, record_lines, resolve, run_doctor
+    from envbuild.doctor.gather import DoctorRequest, node_record, resolve, run_doctor
+    from envbuild.doctor.hostrecord import record_lines
 
     args = build_parser().parse_args(argv)
     command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command)

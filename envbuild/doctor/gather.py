@@ -13,17 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from envbuild.doctor import gpuchecks, jobchecks, netchecks
 from envbuild.doctor.findings import DoctorReport, Finding, fail, info, ok, warn
-from envbuild.doctor.hostrecord import HostRecord, capture_host, record_from_json
+from envbuild.doctor.hostrecord import HostRecord, capture_host, join_record_lines
 from envbuild.doctor.imagefacts import ImageFacts, image_facts
 from envbuild.errors import EnvbuildError
 
 if TYPE_CHECKING:
     from envbuild.recipes.schema import Recipe
 
-NODE_RECORD_MARK = "ENVRUN_DOCTOR_NODE "
-# srun forwards the tasks' output in pieces of about 1 KiB, so long lines from two nodes interleave (seen with
-# two records of 1.3 KB each): each record travels as numbered lines well below that.
-RECORD_CHUNK = 500
 CONTAINER_MARK = "ENVRUN_DOCTOR_TORCH "
 # Run inside the container by envrun on each node: what torch sees there. Never raises: an import error is the
 # finding.
@@ -141,28 +137,6 @@ def node_record(setting: Setting, environ: dict[str, str]) -> HostRecord:
     """This host's record, with the container's answer: what `envrun doctor --node-record` prints on a node."""
     paths, patterns, caches = wanted(setting, environ)
     return capture_host(paths, patterns, caches, environ, container_answer(setting, environ))
-
-
-def record_lines(record: HostRecord) -> list[str]:
-    """The record as `MARK HOST INDEX/COUNT TEXT` lines (see RECORD_CHUNK)."""
-    text = record.to_json()
-    pieces = [text[i:i + RECORD_CHUNK] for i in range(0, len(text), RECORD_CHUNK)] or [""]
-    return [f"{NODE_RECORD_MARK}{record.hostname} {n}/{len(pieces)} {piece}" for n, piece in enumerate(pieces)]
-
-
-def join_record_lines(output: str) -> list[HostRecord]:
-    parts: dict[str, dict[int, str]] = {}
-    counts: dict[str, int] = {}
-    for line in output.splitlines():
-        if not line.startswith(NODE_RECORD_MARK):
-            continue
-        host, position, piece = [*line[len(NODE_RECORD_MARK):].split(" ", 2), ""][:3]
-        index, _, count = position.partition("/")
-        if index.isdigit() and count.isdigit():
-            parts.setdefault(host, {})[int(index)] = piece
-            counts[host] = int(count)
-    return [record_from_json("".join(pieces[i] for i in range(counts[host])), f"node {host}")
-            for host, pieces in parts.items() if len(pieces) == counts[host]]
 
 
 def job_node_records(request: DoctorRequest, nodes: int) -> tuple[list[HostRecord], list[Finding]]:

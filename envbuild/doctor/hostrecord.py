@@ -24,6 +24,10 @@ RECORDED_NAMES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_D
 DEVICE_DIRS = ("/dev/dri", "/dev/infiniband")
 DEVICE_PATHS = ("/dev/kfd", "/dev/nvidiactl", "/dev/infiniband", "/dev/dri")
 DEVICE_GLOBS = ("/dev/nvidia[0-9]*", "/dev/dri/renderD*", "/dev/infiniband/uverbs*")
+NODE_RECORD_MARK = "ENVRUN_DOCTOR_NODE "
+# srun forwards the tasks' output in pieces of about 1 KiB, so long lines from two nodes interleave (seen with
+# two records of 1.3 KB each): each record travels as numbered lines well below that.
+RECORD_CHUNK = 500
 
 
 @dataclass
@@ -57,8 +61,38 @@ def record_from_json(text: str, source: str) -> HostRecord:
 
 
 def load_record(path: str) -> HostRecord:
+    """A record file: JSON, or what `envrun doctor --node-record > FILE` wrote (its numbered lines)."""
     with open(path, encoding="utf-8") as handle:
-        return record_from_json(handle.read(), path)
+        text = handle.read()
+    if text.startswith(NODE_RECORD_MARK):
+        joined = join_record_lines(text)
+        if len(joined) != 1:
+            raise ValueError(f"{path}: holds {len(joined)} complete node records; give one per file")
+        joined[0].source = path
+        return joined[0]
+    return record_from_json(text, path)
+
+
+def record_lines(record: HostRecord) -> list[str]:
+    """The record as `MARK HOST INDEX/COUNT TEXT` lines (see RECORD_CHUNK)."""
+    text = record.to_json()
+    pieces = [text[i:i + RECORD_CHUNK] for i in range(0, len(text), RECORD_CHUNK)] or [""]
+    return [f"{NODE_RECORD_MARK}{record.hostname} {n}/{len(pieces)} {piece}" for n, piece in enumerate(pieces)]
+
+
+def join_record_lines(output: str) -> list[HostRecord]:
+    parts: dict[str, dict[int, str]] = {}
+    counts: dict[str, int] = {}
+    for line in output.splitlines():
+        if not line.startswith(NODE_RECORD_MARK):
+            continue
+        host, position, piece = [*line[len(NODE_RECORD_MARK):].split(" ", 2), ""][:3]
+        index, _, count = position.partition("/")
+        if index.isdigit() and count.isdigit():
+            parts.setdefault(host, {})[int(index)] = piece
+            counts[host] = int(count)
+    return [record_from_json("".join(pieces[i] for i in range(counts[host])), f"node {host}")
+            for host, pieces in parts.items() if len(pieces) == counts[host]]
 
 
 def _kind(path: str) -> str:

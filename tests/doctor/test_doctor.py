@@ -153,3 +153,25 @@ def test_a_bad_host_record_is_a_clean_error(tmp_path: Path, bad: str) -> None:
                            "--host-record", str(path)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "fix: give a file written by `envrun doctor --node-record`" in done.stderr
+
+
+def test_this_machine_recorded_then_checked(tmp_path: Path) -> None:
+    """`envrun doctor --node-record > FILE` records this machine; `--host-record FILE` checks against it and finds
+    what the live run finds (no image here: the host's findings only)."""
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    base = [sys.executable, "-m", "envbuild.cli.envrun_main", "doctor", "--system", "local"]
+    recorded = subprocess.run([*base, "--node-record"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert recorded.returncode == 0, recorded.stderr
+    (tmp_path / "me.json").write_text(recorded.stdout)
+    live = subprocess.run([*base, "--json"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    replay = subprocess.run([*base, "--json", "--host-record", "me.json"], capture_output=True, text=True,
+                            cwd=tmp_path, env=env)
+    assert live.returncode == replay.returncode == 0, live.stderr + replay.stderr
+
+    def shown(output: str) -> list[tuple[str, str, str]]:
+        return [(f["level"], f["area"], f["what"]) for f in json.loads(output)["findings"]]
+
+    assert shown(live.stdout) == shown(replay.stdout)

@@ -55,7 +55,7 @@ def test_exit_codes() -> None:
 
 def test_records_survive_interleaved_node_output(tmp_path: Path) -> None:
     """srun forwards two nodes' output in pieces; each record travels as short numbered lines."""
-    from envbuild.doctor.gather import join_record_lines, record_lines
+    from envbuild.doctor.hostrecord import join_record_lines, record_lines
 
     one = capture_host([str(tmp_path / f"p{i}") for i in range(40)], [], [], environ={"SLURM_JOB_ID": "1"})
     two = record_from_json(one.to_json(), "x")
