@@ -38,20 +38,34 @@ class LocatedDocument:
         return self.positions.get((), Position(1, 1))
 
 
-def _walk(node: yaml.Node, path: FieldPath, positions: dict[FieldPath, Position]) -> None:
+# A spec is a few hundred nodes; aliases (*name) may repeat an anchored part, but nine levels of ten aliases
+# (1 KB of text) expand to a billion nodes, which kept a loader busy for minutes and gigabytes. Every later
+# stage (validation, planning) walks the expanded data, so the expansion is capped here, where it is counted.
+MAX_EXPANDED_NODES = 100_000
+
+
+class _TooLarge(Exception):
+    def __init__(self, node: yaml.Node) -> None:
+        self.node = node
+
+
+def _walk(node: yaml.Node, path: FieldPath, positions: dict[FieldPath, Position], budget: list[int]) -> None:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooLarge(node)
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
             child = (*path, key)
             mark = key_node.start_mark
             positions[child] = Position(mark.line + 1, mark.column + 1)
-            _walk(value_node, child, positions)
+            _walk(value_node, child, positions, budget)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             child = (*path, index)
             mark = item.start_mark
             positions[child] = Position(mark.line + 1, mark.column + 1)
-            _walk(item, child, positions)
+            _walk(item, child, positions, budget)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -78,9 +92,14 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def parse_yaml_text(text: str, file: str) -> LocatedDocument:
-    """Parse `text` (named `file` in messages). YAML syntax errors become a located SpecError."""
+    """Parse `text` (named `file` in messages). YAML syntax errors, characters YAML does not allow, nesting too
+    deep for the parser and alias expansions beyond MAX_EXPANDED_NODES become a located SpecError."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        positions: dict[FieldPath, Position] = {}
+        if node is not None:
+            positions[()] = Position(node.start_mark.line + 1, node.start_mark.column + 1)
+            _walk(node, (), positions, [MAX_EXPANDED_NODES])
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -91,11 +110,25 @@ def parse_yaml_text(text: str, file: str) -> LocatedDocument:
             problem = f"{problem} ({exc.context})"
             hint = "keep one of the two: the later one would silently replace the first"
         raise SpecError([SpecProblem(file, line, column, "", f"YAML syntax: {problem}", hint)]) from None
-    positions: dict[FieldPath, Position] = {}
-    if node is not None:
-        positions[()] = Position(node.start_mark.line + 1, node.start_mark.column + 1)
-        _walk(node, (), positions)
+    except yaml.reader.ReaderError as exc:  # a control character or other byte YAML does not allow
+        line, column = _line_column(text, exc.position)
+        code = ord(exc.character) if isinstance(exc.character, str) else int(exc.character)
+        raise SpecError([SpecProblem(file, line, column, "", f"YAML syntax: character U+{code:04X} is not allowed in YAML",
+                                     "delete it; it is often pasted from a terminal or a word processor")]) from None
+    except _TooLarge as exc:
+        mark = exc.node.start_mark
+        raise SpecError([SpecProblem(file, mark.line + 1, mark.column + 1, "", "the document expands to more than "
+                                     f"{MAX_EXPANDED_NODES} values through aliases (*name)",
+                                     "write the values out, or use fewer nested aliases")]) from None
+    except RecursionError:
+        raise SpecError([SpecProblem(file, 1, 1, "", "YAML nested too deeply for the parser",
+                                     "a spec needs a few levels; check for unclosed brackets")]) from None
     return LocatedDocument(file=file, data=data, positions=positions)
+
+
+def _line_column(text: str, position: int) -> tuple[int, int]:
+    before = text[:position]
+    return before.count("\n") + 1, position - (before.rfind("\n") + 1) + 1
 
 
 def load_yaml_file(path: Path) -> LocatedDocument:

@@ -130,3 +130,31 @@ def test_unreadable_files_are_a_usage_error_with_a_fix(tmp_path: Path, make: Cal
     assert caught.value.exit_code == 2
     assert caught.value.message.startswith(f"{path}: {message}")
     assert caught.value.hint and fix in caught.value.hint
+
+
+def test_alias_bomb_is_refused_quickly() -> None:
+    import time
+
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x","x"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 10) + "]")
+    start = time.monotonic()
+    with pytest.raises(SpecError) as caught:
+        parse_yaml_text("\n".join(lines) + "\n", "bomb.yaml")
+    assert time.monotonic() - start < 5
+    assert "expands to more than 100000 values through aliases" in caught.value.render()
+
+
+def test_small_aliases_still_work() -> None:
+    doc = parse_yaml_text("base: &b {x: 1}\nother: *b\n", "ok.yaml")
+    assert doc.data == {"base": {"x": 1}, "other": {"x": 1}}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("name: x\x01y\n", "bad.yaml:1:8: (top level): YAML syntax: character U+0001 is not allowed"),
+    ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+])
+def test_control_characters_and_deep_nesting_are_located_errors(text: str, expected: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_yaml_text(text, "bad.yaml")
+    assert expected in caught.value.render()
