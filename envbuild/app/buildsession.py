@@ -46,6 +46,7 @@ def torch_index_for(loaded: LoadedSpec) -> str | None:
 
 def load_fresh_lock(loaded: LoadedSpec) -> tuple[Lock, str, Path]:
     """The lock next to the spec, checked to still describe the spec; a clear error otherwise."""
+    from envbuild.lock.family import check_locked_family
     from envbuild.lock.fileformat import read_lock
     from envbuild.lock.model import lock_inputs, lock_path_for
     from envbuild.lock.staleness import stale_reasons
@@ -62,6 +63,8 @@ def load_fresh_lock(loaded: LoadedSpec) -> tuple[Lock, str, Path]:
             f"--locked: {path} is stale for {loaded.path}:\n" + "\n".join(f"  - {r}" for r in reasons),
             f"refresh it with `envbuild lock {loaded.path}` (keeps the other pins) and commit it, or build without --locked",
         )
+    # Before anything is fetched or installed (a lock from an older envbuild was never checked).
+    check_locked_family(lock.packages, str(path), then=f"run `envbuild lock {loaded.path}` again")
     return lock, text, path
 
 

@@ -50,6 +50,7 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     from envbuild.build.executor import BuildExecutor
     from envbuild.build.plan import plan_base
     from envbuild.host.facts import gather_host_facts
+    from envbuild.lock.family import check_locked_family
     from envbuild.lock.model import Lock, lock_inputs, lock_path_for
     from envbuild.store.entries import touch_used
 
@@ -72,6 +73,9 @@ def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, 
     target = probe_target(request, base.rootfs)
     print(f"resolving for Python {target.python} on {target.platform}", file=out, flush=True)
     packages = _resolve(request, target, previous, upgrade=upgrade, upgrade_packages=upgrade_packages)
+    # Before the lock is written: a lock whose torchvision is for another variant than torch builds an
+    # image whose torchvision fails to load.
+    check_locked_family(packages, f"the resolution of {loaded.path}", then=f"run `envbuild lock {loaded.path}` again")
     inputs = lock_inputs(spec, torch_index_for(loaded))
     lock = Lock(inputs=inputs, target=target, base_digest=request.base.digest, recipe_digest=request.recipe_digest,
                 resolver=f"uv {facts.uv_version}", packages=packages, spec_name=spec.name)

@@ -26,8 +26,9 @@ def run_overlay_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tup
     from envbuild.app.locksession import read_previous_lock, write_lock
     from envbuild.app.overlaysession import OverlaySession, _cached_probe, _read
     from envbuild.build.executor import BuildExecutor
-    from envbuild.build.overlayplan import plan_overlay_base, plan_overlay_resolve
+    from envbuild.build.overlayplan import base_family, plan_overlay_base, plan_overlay_resolve
     from envbuild.host.facts import gather_host_facts
+    from envbuild.lock.family import check_locked_family
     from envbuild.lock.model import Lock, LockTarget, lock_inputs, lock_path_for
     from envbuild.lock.uv import uv_python_platform
 
@@ -56,6 +57,9 @@ def run_overlay_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tup
     print(f"resolving with pip {facts.pip_version} in the base's Python {probe.version}", file=out, flush=True)
     executor.execute_steps(steps, work, "lock")
     packages = parse_pip_report(report.read_text(encoding="utf-8"), str(report))
+    # What the overlay adds against the base's torch, which the overlay's Python imports.
+    check_locked_family(packages, f"the resolution of {loaded.path} on {request.base.path}",
+                        then=f"run `envbuild lock {loaded.path}` again", given=base_family(probe))
     lock = Lock(inputs=lock_inputs(spec, None), target=LockTarget(python=probe.version,
                                                                  platform=uv_python_platform(probe.machine, probe.glibc)),
                 base_digest=request.base.digest, recipe_digest=request.recipe_digest,

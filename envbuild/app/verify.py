@@ -14,11 +14,12 @@ from envbuild.errors import EnvbuildError
 
 if TYPE_CHECKING:
     from envbuild.lock.model import Lock
+    from envbuild.spec.torchfamily import TorchBuild
 
 
 @dataclass(frozen=True)
 class Difference:
-    area: str  # record | lock | spec | package | base | env
+    area: str  # record | lock | spec | package | base | env | torch (the torch family)
     message: str
 
 
@@ -48,6 +49,7 @@ class ImageContents:
     kept: dict[str, str] = field(default_factory=dict)
     noun: str = "the image"
     lock_location: str = "/.envbuild/spec.lock"  # where the embedded lock is, for messages
+    family: tuple[TorchBuild, ...] = ()  # the torch family the environment imports, read from its files
 
     @property
     def visible(self) -> dict[str, str]:
@@ -65,6 +67,7 @@ def _read_image(path: Path) -> ImageContents:
     from envbuild.build.paths import RECORD_DIR
     from envbuild.inventory.image import guarded, open_image
     from envbuild.inventory.pyenvs import take_inventory
+    from envbuild.inventory.torchbuilds import env_family
 
     if not path.exists():
         raise EnvbuildError(f"{path}: no such image", "give the path of a .sif file (or a sandbox directory)")
@@ -77,15 +80,16 @@ def _read_image(path: Path) -> ImageContents:
         if record_text is None:
             raise EnvbuildError(f"{path} is not an envbuild image (it has no {RECORD_DIR}/build.json)",
                                 "envbuild packages / envbuild inspect list what any image holds")
+        try:
+            record = json.loads(record_text)
+        except ValueError as exc:
+            raise EnvbuildError(f"{path}: its build record {RECORD_DIR}/build.json is not JSON ({exc})") from None
+        main_env = record_env(record)
         inventory = guarded(str(path), lambda: take_inventory(image.tree))
+        family = guarded(str(path), lambda: env_family(image.tree, main_env)) if main_env else []
         spec_text, lock_text = text("spec.yaml"), text("spec.lock")
-    try:
-        record = json.loads(record_text)
-    except ValueError as exc:
-        raise EnvbuildError(f"{path}: its build record {RECORD_DIR}/build.json is not JSON ({exc})") from None
-    main_env = record_env(record)
     installed = {_canonical(p.name): p.version for p in inventory.packages if main_env and p.environment == main_env}
-    return ImageContents(record=record, spec_text=spec_text, lock_text=lock_text, installed=installed)
+    return ImageContents(record=record, spec_text=spec_text, lock_text=lock_text, installed=installed, family=tuple(family))
 
 
 def record_env(record: dict[str, Any]) -> str | None:
@@ -140,9 +144,22 @@ def verify_image(image: Path, spec_path: Path | None = None) -> Verification:
         add_findings(result, "record", lines, f"build record: all {len(installed)} packages of {main_env} installed as recorded")
 
     check_embedded_lock(result, contents)
+    check_family(result, list(contents.family), contents.noun)
     if spec_path is not None:
         verify_against_spec(result, contents, spec_path)
     return result
+
+
+def check_family(result: Verification, builds: list[TorchBuild], noun: str) -> None:
+    """torchvision/torchaudio against torch's variant (envbuild.spec.torchfamily); nothing to say without torch."""
+    from envbuild.spec.torchfamily import family_mismatches, first_of_each
+
+    mismatches = family_mismatches(builds)
+    result.differences.extend(Difference("torch", f"torch family mismatch: {m.message()}; fix: {m.fix}") for m in mismatches)
+    first = first_of_each(builds)
+    if not mismatches and "torch" in first and len(first) > 1:
+        shown = ", ".join(first[n].describe() for n in sorted(first, key=lambda n: (n != "torch", n)))
+        result.passed.append(f"torch family: {noun} has {shown}, all built for torch's variant")
 
 
 def check_embedded_lock(result: Verification, contents: ImageContents) -> None:

@@ -18,6 +18,7 @@ from envbuild.app.verify import (
     Verification,
     add_findings,
     check_embedded_lock,
+    check_family,
     compare_versions,
     pins,
     verify_against_spec,
@@ -26,12 +27,14 @@ from envbuild.build.layers import VENV_SEED  # seeded by `python -m venv`: the r
 from envbuild.errors import EnvbuildError
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.overlayformat import BASE_PTH, LOCK_FILE, RECORD_FILE, SPEC_FILE
+from envbuild.spec.torchfamily import TorchBuild, builds_from_pins
 
 
 def _read_overlay(path: Path) -> tuple[ImageContents, Inventory]:
     from envbuild.inventory.image import guarded, inventory_of, open_image
     from envbuild.inventory.overlay import is_overlay_file
     from envbuild.inventory.pkgmeta import canonical_name
+    from envbuild.inventory.torchbuilds import env_family
 
     if not path.exists():
         raise EnvbuildError(f"{path}: no such overlay", "give the path of the .sqsh file `envbuild build` wrote")
@@ -49,13 +52,14 @@ def _read_overlay(path: Path) -> tuple[ImageContents, Inventory]:
             return None if data is None else data.decode("utf-8", errors="replace")
 
         inventory = guarded(str(path), lambda: inventory_of(image))
+        family = guarded(str(path), lambda: env_family(image.tree, mount))  # its own: the base's .pth lines lie outside
         record, spec_text, lock_text = image.overlay, text(SPEC_FILE), text(LOCK_FILE)
     venv_prefix = inventory.overlay.mount if inventory.overlay else mount
     installed = {canonical_name(p.name): p.version for p in inventory.packages
                  if p.environment == venv_prefix and p.source == "pip"}
     kept = pins((record.get("packages") or {}).get("kept") or [])
     return ImageContents(record=record, spec_text=spec_text, lock_text=lock_text, installed=installed, kept=kept,
-                         noun="the overlay", lock_location=f"{mount}/{LOCK_FILE}"), inventory
+                         noun="the overlay", lock_location=f"{mount}/{LOCK_FILE}", family=tuple(family)), inventory
 
 
 def verify_overlay(overlay: Path, spec_path: Path | None = None, base: Path | None = None) -> Verification:
@@ -68,13 +72,20 @@ def verify_overlay(overlay: Path, spec_path: Path | None = None, base: Path | No
     check_embedded_lock(result, contents)
     if spec_path is not None:
         verify_against_spec(result, contents, spec_path)
+    # The overlay's torch family against the base's torch: read from the base where given, else the
+    # versions the record kept from it (labels only).
+    base_family = builds_from_pins(list(contents.kept.items()))
     if base is not None:
-        _verify_base(result, contents, overlay, inventory, base)
+        base_family = _verify_base(result, contents, overlay, inventory, base)
+    check_family(result, [*contents.family, *base_family], "the overlay with its base")
     return result
 
 
-def _verify_base(result: Verification, contents: ImageContents, overlay: Path, inventory: Inventory, base: Path) -> None:
-    from envbuild.inventory.image import inventory_of, open_image, sif_image_id
+def _verify_base(result: Verification, contents: ImageContents, overlay: Path, inventory: Inventory, base: Path
+                 ) -> list[TorchBuild]:
+    """Checks the base against the record; returns the torch family the overlay's Python sees in it."""
+    from envbuild.inventory.image import guarded, inventory_of, open_image, sif_image_id
+    from envbuild.inventory.torchbuilds import family_in_site_dirs
 
     if not base.exists():
         raise EnvbuildError(f"{base}: no such base image",
@@ -85,11 +96,14 @@ def _verify_base(result: Verification, contents: ImageContents, overlay: Path, i
     python = contents.record.get("python") or {}
     with open_image(str(base)) as image:
         base_inventory = inventory_of(image)
+        site_dirs = list(inventory.overlay.base_site_dirs) if inventory.overlay else []
+        family = guarded(str(base), lambda: family_in_site_dirs(image.tree, site_dirs))
         interpreter = python.get("path")
         if interpreter and image.tree.read(interpreter, 1) is None:
             result.differences.append(Difference("base", f"python: {base} has no {interpreter}, the interpreter "
                                                          "the overlay's venv runs"))
     _check_kept(result, contents, overlay, inventory, base, base_inventory, sif_id)
+    return family
 
 
 def _check_identity(result: Verification, base: Path, recorded: dict[str, Any], sif_id: str | None) -> None:

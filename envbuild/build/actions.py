@@ -198,8 +198,25 @@ class CheckReachable:
         return "check reachable within {:g} s: {}".format(self.timeout_s, " ".join(url for url, _ in self.checks))
 
 
-Action = (CheckReachable | SnapshotTree | GuardTree | ClampTimes | WriteRunWrappers | Run | WriteFile | MergeJson | CopyTree | CopyFile
-          | MakeDirs | Touch | Remove | Rename | RecordDigest)
+@dataclass(frozen=True)
+class CheckTorchFamily:
+    """Stop when torchvision/torchaudio in the environment at `prefix` of the tree `root` were built for
+    another variant than torch (envbuild.spec.torchfamily). Read from the files, nothing imported or run.
+    `given`: name==version of members the environment gets from elsewhere (an overlay's base), used for
+    those not installed under `root`. `where` names the environment in the message."""
+
+    root: str
+    prefix: str
+    where: str
+    given: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        base = f" (with the base's {' '.join(self.given)})" if self.given else ""
+        return f"check that the torch family in {shlex.quote(self.root)} follows torch's variant{base}"
+
+
+Action = (CheckReachable | CheckTorchFamily | SnapshotTree | GuardTree | ClampTimes | WriteRunWrappers | Run | WriteFile
+          | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename | RecordDigest)
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,12 @@ import re
 from packaging.requirements import Requirement
 
 from envbuild.spec.conda import CondaEnv
+from envbuild.spec.torchfamily import LABELLED_FAMILY
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from envbuild.recipes.ops import RecipeMethods
 
-# Packages published with PyTorch's variant tags (+rocm6.2, +cu126, +cpu) on download.pytorch.org.
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 INDEX_VARIANT = re.compile(r"/whl/(?:nightly/)?(cpu|cu\d{3,4}|rocm\d+\.\d+(?:\.\d+)?)/?$")
 LOCAL_VARIANT = re.compile(r"\+(cpu|cu\d{3,4}|rocm\d+\.\d+(?:\.\d+)?)$")
 
@@ -51,7 +50,7 @@ def conda_pip_problems(conda: CondaEnv, recipe: RecipeMethods, system: str, base
             name, variant = requirement_variant(text)
         except ValueError:
             continue  # URL and path requirements carry no variant
-        if name in TORCH_FAMILY:
+        if name in LABELLED_FAMILY:  # published with PyTorch's variant tags (+rocm6.2, +cu126, +cpu)
             if variant:
                 pinned[text] = variant
             else:

@@ -19,6 +19,7 @@ from envbuild.atomicfile import atomic_write
 from envbuild.build.actions import (
     Action,
     CheckReachable,
+    CheckTorchFamily,
     ClampTimes,
     CopyFile,
     CopyTree,
@@ -151,6 +152,11 @@ class BuildExecutor:
                 action.fix or "build where these hosts answer, or through a proxy (https_proxy)",
             )
 
+    def _check_torch_family(self, step: Step, action: CheckTorchFamily) -> None:
+        from envbuild.build.familycheck import check_torch_family
+
+        self._log.write(check_torch_family(action) + "\n")
+
     def _write_file(self, step: Step, action: WriteFile) -> None:
         atomic_write(action.path, action.content, mode=action.mode)
 
@@ -279,7 +285,7 @@ class BuildExecutor:
 
 # Action type -> the executor's method that carries it out (the Action union is closed: one entry each).
 _ACTION_HANDLERS: dict[type, Callable[[BuildExecutor, Step, Any], None]] = {
-    CheckReachable: BuildExecutor._check_reachable,
+    CheckReachable: BuildExecutor._check_reachable, CheckTorchFamily: BuildExecutor._check_torch_family,
     Run: BuildExecutor._run, WriteFile: BuildExecutor._write_file, MergeJson: BuildExecutor._merge_json,
     CopyTree: BuildExecutor._copy_tree, CopyFile: BuildExecutor._copy_file, MakeDirs: BuildExecutor._make_dirs,
     Touch: BuildExecutor._touch, Remove: BuildExecutor._remove, Rename: BuildExecutor._rename,

@@ -75,7 +75,11 @@ class PackageSources:
         """The sources as the host's pip sees them, for resolving on the host (envbuild lock)."""
         pip = request.facts.pip
         torch_index = request.spec.python.pytorch_index_url(request.recipe)
-        # The variant's PyTorch index goes first among the extra indexes: uv gives earlier indexes priority.
+        # The variant's PyTorch index goes first among the extra indexes: uv gives earlier indexes priority
+        # (with unsafe-best-match too, a version found on several indexes comes from the first), so the torch
+        # family comes from torch's index where that index has it. The spec pins torchvision/torchaudio to
+        # torch's release (envbuild.spec.torchfamily), and that index's labelled build (0.28.0+cpu) sorts
+        # above PyPI's 0.28.0 for `==0.28.0`; the check after installing catches a family it lacks.
         extras = ((torch_index,) if torch_index else ()) + pip.extra_index_urls
         return cls(
             index_url=pip.index_url, extra_index_urls=extras, find_links=pip.find_links,

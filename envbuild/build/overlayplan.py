@@ -18,7 +18,18 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from envbuild.build.actions import Action, MakeDirs, RecordDigest, Remove, Rename, Run, Step, WriteFile, WriteRunWrappers
+from envbuild.build.actions import (
+    Action,
+    CheckTorchFamily,
+    MakeDirs,
+    RecordDigest,
+    Remove,
+    Rename,
+    Run,
+    Step,
+    WriteFile,
+    WriteRunWrappers,
+)
 from envbuild.build.install import BASE_PTH_SCRIPT, PackageSources
 from envbuild.build.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BaseProbe, in_base
 from envbuild.build.paths import HOST_MOUNT
@@ -27,14 +38,11 @@ from envbuild.build.request import BuildRequest
 from envbuild.build.sandbox import Bind, sandbox_exec
 from envbuild.errors import EnvbuildError
 from envbuild.overlayformat import LOCK_FILE, OVERLAY_RECORD_FORMAT, RECORD_DIR, RECORD_FILE, SPEC_FILE
+from envbuild.spec.torchfamily import TORCH_FAMILY
 from envbuild.store.layout import EntryPaths, StorePaths
 
 # Bump when what an overlay contains changes for the same inputs, so older store entries are not reused.
 OVERLAY_LAYOUT_VERSION = 2
-# Packages whose binaries are built against the base's torch and its ROCm/CUDA libraries: pinned to the
-# base's versions while installing, so no dependency can pull a second torch into the overlay.
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "pytorch-triton-rocm")
-
 # Run by the overlay's Python after installing: the packages in the overlay itself go into the record.
 RECORD_ADDED_SCRIPT = """\
 import importlib.metadata as md, json, os, sys, sysconfig
@@ -128,11 +136,16 @@ def check_torch(requirements: list[str], probe: BaseProbe, *, allowed: bool, spe
             )
 
 
-def torch_constraints(probe: BaseProbe, *, allowed: bool) -> tuple[str, ...]:
-    if allowed:
-        return ()
+def base_family(probe: BaseProbe) -> list[tuple[str, str]]:
+    """(name, version) of the torch family (envbuild.spec.torchfamily) in the base, which the overlay's Python
+    imports: their binaries are built against the base's torch and its ROCm/CUDA libraries."""
     installed = probe.installed()
-    return tuple(f"{installed[name][0]}=={installed[name][1]}" for name in TORCH_FAMILY if name in installed)
+    return [installed[name] for name in TORCH_FAMILY if name in installed]
+
+
+def torch_constraints(probe: BaseProbe, *, allowed: bool) -> tuple[str, ...]:
+    """The base's torch family pinned while installing, so that no dependency pulls a second torch into the overlay."""
+    return () if allowed else tuple(f"{name}=={version}" for name, version in base_family(probe))
 
 
 def base_entry_name(request: BuildRequest) -> str:
@@ -230,13 +243,18 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
     ))]
     constraints = torch_constraints(probe, allowed=overlay.allow_torch_change)
     sources = PackageSources.from_request(request)
+    # After installing, before tests and squashing: what the overlay installed must be built for the variant
+    # of the base's torch, which its Python imports.
+    check = CheckTorchFamily(venv, "/", f"the overlay {spec.name} on {base}",
+                             tuple(f"{name}=={version}" for name, version in base_family(probe)))
     if request.lock.requirements is not None:
         _check_lock_python(request, probe, spec_path)
         steps.append(_install_step(request, ("--require-hashes", "--no-deps", "-r", f"{HOST_MOUNT}/lock.txt"), constraints,
                                    sources, run, writable_venv, host, host_bind, python,
-                                   files={f"{host}/lock.txt": request.lock.requirements}))
+                                   files={f"{host}/lock.txt": request.lock.requirements}, check=check))
     elif split.added:
-        steps.append(_install_step(request, split.added, constraints, sources, run, writable_venv, host, host_bind, python))
+        steps.append(_install_step(request, split.added, constraints, sources, run, writable_venv, host, host_bind, python,
+                                   check=check))
     record = overlay_record(request, probe, split, key)
     record_file = f"{venv}/{RECORD_FILE}"
     record_actions: list[Action] = [
@@ -295,7 +313,7 @@ def _check_lock_python(request: BuildRequest, probe: BaseProbe, spec_path: str) 
 def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: tuple[str, ...], sources: PackageSources,
                   run: Callable[..., Run], writable_venv: Bind, host: str, host_bind: Bind, python: str, *,
                   files: dict[str, str] | None = None, pip_options: tuple[str, ...] = ("install",),
-                  title: str = "") -> Step:
+                  title: str = "", check: CheckTorchFamily | None = None) -> Step:
     facts = request.facts
     if not facts.pip_module:
         raise EnvbuildError("envbuild's own environment has no pip, which overlays install with",
@@ -315,6 +333,7 @@ def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: 
         *(WriteFile(path, "") for path in bound_files),  # mount points of bound files
         *(WriteFile(path, text) for path, text in (files or {}).items()),
         run(argv, binds, env=[("PYTHONPATH", f"{HOST_MOUNT}/pylib")]),
+        *((check,) if check else ()),
     ]
     what = "exactly the lock" if "--require-hashes" in targets else " ".join(targets) + " (what the base lacks)"
     return Step("install", title or f"pip install {what}", tuple(actions))

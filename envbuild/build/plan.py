@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 
 from envbuild.build.actions import (
     Action,
+    CheckTorchFamily,
     ClampTimes,
     CopyFile,
     CopyTree,
@@ -274,6 +275,10 @@ def _env_step(request: BuildRequest, layers: Layers, store: StorePaths, installe
     requirements = tuple(request.spec.python.requirements())
     if request.lock.requirements is not None or requirements:
         actions += install_actions(request, partial, installer, requirements, sources)
+        # Before the layer is renamed complete: a mismatch leaves no env layer in the store (the cleanup
+        # removes the partial tree), so the next build installs and checks again instead of reusing it.
+        actions.append(CheckTorchFamily(partial, VENV_PREFIX, f"the Python environment of {request.spec.name} "
+                                                               f"({VENV_PREFIX}, just installed)"))
     freeze_inside = f"{HOST_MOUNT}/freeze.txt"
     freeze = f"{partial}{freeze_inside}"
     actions += [

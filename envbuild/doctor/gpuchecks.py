@@ -7,13 +7,16 @@ from typing import TYPE_CHECKING
 
 from envbuild.doctor.findings import Finding, fail, info, ok, warn
 from envbuild.host.node import GPU_RUNTIME_FLAGS
+from envbuild.spec.torchfamily import describe_variant, family_mismatches
+from envbuild.spec.torchfamily import gpu_vendor as torch_gpu_vendor
 
 if TYPE_CHECKING:
     from envbuild.doctor.hostrecord import HostRecord
-    from envbuild.doctor.imagefacts import ImageFacts, TorchInImage
+    from envbuild.doctor.imagefacts import ImageFacts
     from envbuild.recipes.schema import Recipe
 
-TORCH_FOR_VENDOR = {"nvidia": "cuda", "amd": "rocm"}
+# The spec's variant prefix for a GPU maker (a spec says cuda126 / rocm6.4; torch's label says cu126 / rocm6.4).
+SPEC_VARIANT_PREFIX = {"nvidia": "cuda", "amd": "rocm"}
 INSTALL_DOC = "https://pytorch.org/get-started/locally/"
 
 
@@ -27,21 +30,6 @@ def gpu_vendor(recipe: Recipe, hosts: list[HostRecord]) -> str:
         if host.exists("/dev/kfd"):
             return "amd"
     return "none"
-
-
-def torch_variant(torch: TorchInImage) -> str:
-    """cpu, cuda or rocm, from the local version label (+cpu, +cu126, +rocm6.4), else from the CUDA/HIP
-    version torch's build reports (PyPI's default Linux x86_64 wheels have no label and are CUDA builds)."""
-    label = torch.version.partition("+")[2]
-    if label.startswith("cu"):
-        return "cuda"
-    if label.startswith("rocm"):
-        return "rocm"
-    if label == "cpu":
-        return "cpu"
-    if torch.hip:
-        return "rocm"
-    return "cuda" if torch.cuda else "cpu"
 
 
 def runtime_findings(recipe: Recipe, vendor: str, image: ImageFacts | None) -> list[Finding]:
@@ -90,27 +78,31 @@ def device_findings(vendor: str, hosts: list[HostRecord], in_job: bool, gpus_exp
 
 
 def torch_findings(recipe: Recipe, vendor: str, image: ImageFacts | None) -> list[Finding]:
+    """torch's build in the image against the system's GPUs, and the torch family against torch."""
     if image is None:
         return []
     torch = image.torch
     if torch is None:
         return [warn("torch", "no torch in the image", "envrun launches torchrun and torch.distributed programs",
                      "add pytorch: to the spec, or use an image with torch")]
-    variant = torch_variant(torch)
-    built = f"torch {torch.version} in {torch.environment}" + (f" (CUDA {torch.cuda})" if torch.cuda else "") + \
-        (f" (HIP {torch.hip})" if torch.hip else "")
-    wanted = TORCH_FOR_VENDOR.get(vendor)
-    if wanted is None:
-        return [ok("torch", f"{built}, a {variant} build on a system without GPUs")]
-    if variant != wanted:
-        tag = {"rocm": recipe.pytorch.default_variant if recipe.pytorch.default_variant.startswith("rocm") else "rocm6.4",
-               "cuda": recipe.pytorch.default_variant if recipe.pytorch.default_variant.startswith("cuda") else "cuda126"}
-        return [fail("torch", f"{built} is a {variant} build; {recipe.name}'s GPUs are {vendor}",
-                     f"a {variant} torch sees no {vendor} GPU: torch.cuda.is_available() is False and training runs "
-                     "on the CPU, or stops at the first .cuda()",
-                     f"build the image with pytorch: {{variant: {tag[wanted]}}} (the recipe's default), "
-                     f"see {INSTALL_DOC}")]
-    return [ok("torch", f"{built}, a {variant} build for {vendor} GPUs")]
+    built = f"torch {torch.version} in {image.torch_env}, {describe_variant(torch.variant)}"
+    findings: list[Finding] = []
+    builds_for = torch_gpu_vendor(torch.variant)
+    if vendor == "none":
+        findings.append(ok("torch", f"{built}, on a system without GPUs"))
+    elif builds_for != vendor:
+        default = recipe.pytorch.default_variant
+        tag = default if default.startswith(SPEC_VARIANT_PREFIX[vendor]) else ("rocm6.4" if vendor == "amd" else "cuda126")
+        findings.append(fail("torch", f"{built}; {recipe.name}'s GPUs are {vendor}",
+                             f"a torch built for {builds_for or 'no GPU'} sees no {vendor} GPU: torch.cuda.is_available() "
+                             "is False and training runs on the CPU, or stops at the first .cuda()",
+                             f"build the image with pytorch: {{variant: {tag}}}, see {INSTALL_DOC}"))
+    else:
+        findings.append(ok("torch", f"{built}, for {vendor} GPUs"))
+    for mismatch in family_mismatches(image.family):
+        findings.append(fail("torch", mismatch.message(), "its compiled operators fail to load "
+                             "(\"operator torchvision::nms does not exist\")", mismatch.fix))
+    return findings
 
 
 def step_findings(vendor: str, hosts: list[HostRecord]) -> list[Finding]:

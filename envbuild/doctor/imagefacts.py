@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
-import re
 from dataclasses import dataclass, field
 
 from envbuild.inventory.pyenvs import Inventory
+from envbuild.inventory.torchbuilds import env_family
 from envbuild.inventory.trees import Tree
+from envbuild.spec.torchfamily import TorchBuild
 
 # Library directories of the distributions and of the stacks sites install under /opt (/opt/rocm-6.2/lib,
 # /opt/aws-ofi-rccl/lib, /opt/cray/libfabric/1.15/lib64); two levels below /opt cover them all.
@@ -39,23 +40,20 @@ LIBFABRIC_READ_LIMIT = 64 * 1024 * 1024
 
 
 @dataclass
-class TorchInImage:
-    environment: str
-    version: str  # 2.13.0+cpu
-    cuda: str | None = None  # torch.version.cuda as its version.py says
-    hip: str | None = None
-
-
-@dataclass
 class ImageFacts:
     path: str
     libraries: dict[str, list[str]] = field(default_factory=dict)  # kind -> paths in the image
     libfabric_cxi: bool | None = None  # None: no libfabric in the image
-    torch: TorchInImage | None = None
+    torch_env: str = ""  # the environment whose torch Python imports (the first with torch)
+    family: list[TorchBuild] = field(default_factory=list)  # torch, torchvision, torchaudio there, as installed
     runscript: str | None = None  # the image's /.singularity.d/runscript, when it has one
 
     def has(self, kind: str) -> bool:
         return bool(self.libraries.get(kind))
+
+    @property
+    def torch(self) -> TorchBuild | None:
+        return next((build for build in self.family if build.canonical == "torch"), None)
 
 
 def _lib_dirs(tree: Tree, inventory: Inventory) -> list[str]:
@@ -93,26 +91,14 @@ def find_libraries(tree: Tree, inventory: Inventory, extra_plugins: tuple[str, .
     return found
 
 
-def _version_field(text: str, name: str) -> str | None:
-    match = re.search(rf"^{name}\s*(?::\s*[^=]+)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
-    return match.group(1) if match else None
-
-
-def torch_in_image(tree: Tree, inventory: Inventory) -> TorchInImage | None:
-    """torch's version and the CUDA/HIP version its build reports, read from torch/version.py as text
-    (importing a broken torch family is what fails)."""
-    for package in inventory.packages:
-        if package.name.lower() != "torch":
-            continue
-        env = next((e for e in inventory.environments if e.prefix == package.environment), None)
-        for site in env.site_dirs if env else ():
-            raw = tree.read(posixpath.join(site, "torch/version.py"), 64 * 1024)
-            if raw is not None:
-                text = raw.decode("utf-8", "replace")
-                return TorchInImage(package.environment, package.version, _version_field(text, "cuda"),
-                                    _version_field(text, "hip"))
-        return TorchInImage(package.environment, package.version)
-    return None
+def torch_family(tree: Tree, inventory: Inventory) -> tuple[str, list[TorchBuild]]:
+    """The first environment that has torch, and its torch family as installed (envbuild.inventory.torchbuilds:
+    dist-info versions and version.py read as text)."""
+    for env in inventory.environments:
+        family = env_family(tree, env.prefix)
+        if any(build.canonical == "torch" for build in family):
+            return env.prefix, family
+    return "", []
 
 
 def image_facts(path: str, tree: Tree, inventory: Inventory, extra_plugins: tuple[str, ...] = ()) -> ImageFacts:
@@ -127,5 +113,6 @@ def image_facts(path: str, tree: Tree, inventory: Inventory, extra_plugins: tupl
                 break
             cxi = CXI_MARKER in (tree.read(library, LIBFABRIC_READ_LIMIT) or b"")
     runscript = tree.read("/.singularity.d/runscript", 64 * 1024)
-    return ImageFacts(path=path, libraries=libraries, libfabric_cxi=cxi, torch=torch_in_image(tree, inventory),
+    torch_env, family = torch_family(tree, inventory)
+    return ImageFacts(path=path, libraries=libraries, libfabric_cxi=cxi, torch_env=torch_env, family=family,
                       runscript=runscript.decode("utf-8", "replace") if runscript else None)

@@ -147,7 +147,7 @@ def pip_distributions(tree: Tree, env: Environment, problems: list[Problem]) -> 
                 metadata = f"{site}/{name}"
             else:
                 continue
-            parsed = _read_name_version(tree, metadata)
+            parsed = read_name_version(tree, metadata)
             if parsed is None:
                 problems.append(Problem(metadata, "missing or without Name/Version; pip does not list it either"))
                 continue
@@ -155,7 +155,8 @@ def pip_distributions(tree: Tree, env: Environment, problems: list[Problem]) -> 
     return packages
 
 
-def _read_name_version(tree: Tree, path: str) -> tuple[str, str] | None:
+def read_name_version(tree: Tree, path: str) -> tuple[str, str] | None:
+    """(Name, Version) from a core metadata file in the tree; None when missing or without them."""
     head = tree.read(path, HEAD_BYTES)
     if head is None:
         return None

@@ -112,11 +112,31 @@ def _validate(document: LocatedDocument, text: str, path: Path, *, check_host: b
         problems = [_problem_from_error(document, error) for error in exc.errors()]
         raise SpecError(sorted(problems, key=lambda p: (p.line, p.column))) from None
     loaded = LoadedSpec(spec=spec, path=path, text=text)
+    problems = _family_problems(document, spec)
     if check_host:
-        problems = _host_problems(document, loaded)
-        if problems:
-            raise SpecError(problems)
+        problems += _host_problems(document, loaded)
+    if problems:
+        raise SpecError(sorted(problems, key=lambda p: (p.line, p.column)))
     return loaded
+
+
+def _family_problems(document: LocatedDocument, spec: Spec) -> list[SpecProblem]:
+    """torchvision/torchaudio next to `pytorch:` whose version cannot go with the spec's torch (the model
+    pins those without a version; see envbuild.spec.torchfamily)."""
+    from envbuild.spec.torchfamily import companion_problem
+
+    pytorch = spec.python.pytorch
+    if pytorch is None:
+        return []
+    problems: list[SpecProblem] = []
+    listed = [(("python", "pytorch", "extras", i), text) for i, text in enumerate(pytorch.extras)]
+    listed += [(("python", "packages", i), text) for i, text in enumerate(spec.python.packages)]
+    for loc, text in listed:
+        found = companion_problem(text, pytorch.version)
+        if found:
+            pos = document.position_of(loc)
+            problems.append(SpecProblem(document.file, pos.line, pos.column, _dotted(loc), *found))
+    return problems
 
 
 # Hints for the pydantic error types users meet most; the message itself says what is wrong.

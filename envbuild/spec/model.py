@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator, mo
 
 from envbuild.overlayformat import DEFAULT_MOUNT
 from envbuild.spec.conda import CondaEnv
+from envbuild.spec.torchfamily import pin_companions
 from envbuild.strictmodel import StrictModel, check_version
 
 if TYPE_CHECKING:
@@ -192,7 +193,8 @@ class PythonEnv(StrictModel):
         return self
 
     def requirements(self) -> list[str]:
-        """Every requirement to install, in the spec's order: torch first, then the shorthands."""
+        """Every requirement to install, in the spec's order: torch first, then the shorthands. Next to
+        `pytorch:`, torchvision/torchaudio without a version get the one released with torch (wherever listed)."""
         reqs: list[str] = []
         if self.pytorch is not None:
             reqs.append(f"torch=={self.pytorch.version}")
@@ -202,7 +204,7 @@ class PythonEnv(StrictModel):
             if req:
                 reqs.append(req)
         reqs.extend(self.packages)
-        return reqs
+        return pin_companions(reqs, self.pytorch.version) if self.pytorch is not None else reqs
 
     def pytorch_index_url(self, recipe: RecipeMethods) -> str | None:
         """The wheel index for the PyTorch variant: the spec's own index_url, else the system recipe's;

@@ -286,6 +286,21 @@ def test_an_image_built_without_a_lock_is_compared_package_by_package(tmp_path: 
 # -- through the CLI -----------------------------------------------------------------------------
 
 
+def test_a_torch_family_mismatch_in_the_image_is_a_difference(tmp_path: Path) -> None:
+    """The issue's image: torch's CPU build next to PyPI's torchvision (a CUDA build). Read from the files."""
+    installed = {**INSTALLED, "torch": "2.13.0+cpu", "torchvision": "0.28.0"}
+    result = verify_image(make_image(tmp_path / "bad", installed=installed))
+    [message] = diffs(result, "torch")
+    assert message.startswith("torch family mismatch: torchvision 0.28.0 is PyPI's default build (no variant label; on "
+                              "Linux x86_64 a CUDA build), but torch 2.13.0+cpu is the CPU-only build (cpu); fix: make "
+                              "torchvision 0.28.0+cpu reachable")
+    assert not result.ok and "torch family mismatch" in render_verification(result)
+    good = verify_image(make_image(tmp_path / "good", installed={**installed, "torchvision": "0.28.0+cpu"}))
+    assert good.ok, render_verification(good)
+    assert "torch family: the image has torch 2.13.0+cpu (cpu), torchvision 0.28.0+cpu (cpu), all built for torch's variant" \
+        in good.passed
+
+
 def test_cli_exit_status_and_json(tmp_path: Path) -> None:
     image = make_image(tmp_path / "img", lock=lock_text())
     ok = run_cli([ENVBUILD, "verify", str(image)])

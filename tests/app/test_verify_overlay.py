@@ -147,6 +147,22 @@ def test_what_the_base_must_provide(tmp_path: Path) -> None:
     ]
 
 
+def test_an_overlays_torchvision_is_checked_against_the_torch_it_kept_from_the_base(tmp_path: Path) -> None:
+    """Without --base, the record's kept pins (labels only) stand for the base's torch."""
+    kept = {"six": "1.16.0", "big-meta": "1.0", "torch": "2.6.0+rocm6.2.4"}
+    added = {"requests": "2.32.4", "rich": "13.7.1", "torchvision": "0.21.0"}
+    overlay = build(tmp_path, record=overlay_record(base=fixture_base_identity(BASE), kept=kept, added=added))
+    assert diffs(verify_overlay(overlay), "torch") == [
+        "torch family mismatch: torchvision 0.21.0 is PyPI's default build (no variant label; on Linux x86_64 a CUDA "
+        "build), but torch 2.6.0+rocm6.2.4 is the ROCm 6.2.4 build (rocm6.2.4); fix: make torchvision 0.21.0+rocm6.2.4 "
+        "reachable: PyTorch's index for the variant has it, https://download.pytorch.org/whl/rocm6.2.4 (set "
+        "python.pytorch.index_url, or add it to the host's pip configuration as extra-index-url, or a find-links "
+        "directory holding the wheel); or drop torchvision from the spec if the image does not need it"]
+    added["torchvision"] = "0.21.0+rocm6.2.4"
+    good = build(tmp_path, "good", record=overlay_record(base=fixture_base_identity(BASE), kept=kept, added=added))
+    assert diffs(verify_overlay(good), "torch") == []
+
+
 def test_what_is_not_an_overlay_is_refused(tmp_path: Path) -> None:
     with pytest.raises(EnvbuildError, match="no such overlay"):
         verify_overlay(tmp_path / "absent.sqsh")

@@ -72,7 +72,7 @@ def test_plugin_with_the_hosts_libfabric_bound_in(tmp_path: Path) -> None:
 def test_cpu_torch_on_lumi_fails_with_the_variant_fix(tmp_path: Path) -> None:
     report = doctor(tmp_path, "lumi-g", "lumi-g-node", "cpu")
     torch = by_area(report, "torch")[0]
-    assert torch.level == "fail" and "cpu build" in torch.what and "variant: rocm6.4" in torch.fix
+    assert torch.level == "fail" and "CPU-only build" in torch.what and "variant: rocm6.4" in torch.fix
     assert report.exit_code() == 2
 
 
@@ -175,3 +175,17 @@ def test_this_machine_recorded_then_checked(tmp_path: Path) -> None:
         return [(f["level"], f["area"], f["what"]) for f in json.loads(output)["findings"]]
 
     assert shown(live.stdout) == shown(replay.stdout)
+
+
+def test_torchvision_of_another_variant_in_the_image_fails(tmp_path: Path) -> None:
+    """The build-time family rule, seen by doctor in an image built before it (or by hand)."""
+    image = make_image(tmp_path, "laif")
+    dist = image / "opt/venv/lib/python3.12/site-packages/torchvision-0.25.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.25.0\n")
+    report = run_doctor(DoctorRequest(image=str(image), system="lumi-g",
+                                      host_records=[str(HOSTS / "lumi-g-node.json")],
+                                      environ={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, cwd=str(tmp_path)))
+    family = [f for f in by_area(report, "torch") if "torchvision" in f.what]
+    assert len(family) == 1 and family[0].level == "fail" and "PyPI's default build" in family[0].what
+    assert report.exit_code() == 2

@@ -26,7 +26,7 @@ def test_laif_like_image_has_plugin_libfabric_with_cxi_and_rocm_torch(tmp_path: 
     assert found.has("hip")
     assert found.torch is not None
     assert (found.torch.version, found.torch.cuda, found.torch.hip) == ("2.10.0+rocm7.0", None, "7.0.51831")
-    assert found.torch.environment == "/opt/venv"
+    assert found.torch_env == "/opt/venv"
 
 
 def test_libfabric_without_cxi_marker_is_not_cxi(tmp_path: Path) -> None:

@@ -77,7 +77,8 @@ def test_shorthands_become_requirements() -> None:
         MINIMAL + "python:\n  pytorch: {version: '2.13.0', variant: cpu, extras: [torchvision]}\n"
         "  transformers: 4.57\n  lightning: '>=2.5'\n  packages: [numpy<3]\n"
     ).spec
-    assert spec.python.requirements() == ["torch==2.13.0", "torchvision", "transformers==4.57", "lightning>=2.5", "numpy<3"]
+    # torchvision without a version gets the one released with torch 2.13.0 (envbuild.spec.torchfamily).
+    assert spec.python.requirements() == ["torch==2.13.0", "torchvision==0.28.0", "transformers==4.57", "lightning>=2.5", "numpy<3"]
     assert spec.python.pytorch is not None and spec.python.pytorch.wheel_tag == "cpu"
 
 
