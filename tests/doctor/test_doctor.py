@@ -5,6 +5,7 @@ is started: with --host-record the hosts' records stand for the nodes."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,12 +34,17 @@ def levels(report: DoctorReport, area: str) -> list[str]:
     return [f.level for f in by_area(report, area)]
 
 
-def record_with(tmp_path: Path, host: str, **env: str) -> Path:
+def record_edited(tmp_path: Path, host: str, edit: Callable[[dict], object]) -> Path:
+    """A copy of a recorded host, changed by `edit` (which changes the parsed record in place)."""
     data = json.loads((HOSTS / f"{host}.json").read_text())
-    data["env"].update(env)
+    edit(data)
     path = tmp_path / f"{host}-changed.json"
     path.write_text(json.dumps(data))
     return path
+
+
+def record_with(tmp_path: Path, host: str, **env: str) -> Path:
+    return record_edited(tmp_path, host, lambda data: data["env"].update(env))
 
 
 def test_laif_image_on_a_lumi_node_is_clean(tmp_path: Path) -> None:
@@ -98,10 +104,7 @@ def test_infiniband_image_missing_verbs_matters_only_between_nodes(tmp_path: Pat
 
 
 def test_missing_nvme_request_is_a_warning_with_the_gres(tmp_path: Path) -> None:
-    data = json.loads((HOSTS / "puhti-node.json").read_text())
-    del data["env"]["LOCAL_SCRATCH"]
-    path = tmp_path / "no-nvme.json"
-    path.write_text(json.dumps(data))
+    path = record_edited(tmp_path, "puhti-node", lambda data: data["env"].pop("LOCAL_SCRATCH"))
     scratch = by_area(doctor(tmp_path, "puhti", path, "cuda-ib"), "scratch")[0]
     assert scratch.level == "warn" and "nvme:<GB>" in scratch.fix
 
@@ -125,10 +128,8 @@ def test_forbidden_per_task_gpu_option_in_the_launch_fails(tmp_path: Path) -> No
 
 
 def test_torch_without_gpu_inside_the_job_fails(tmp_path: Path) -> None:
-    data = json.loads((HOSTS / "lumi-g-node.json").read_text())
-    data["container"] = {"torch": "2.10.0+rocm7.0", "cuda_available": False, "device_count": 0}
-    path = tmp_path / "no-gpu-in-step.json"
-    path.write_text(json.dumps(data))
+    path = record_edited(tmp_path, "lumi-g-node", lambda data: data.update(
+        container={"torch": "2.10.0+rocm7.0", "cuda_available": False, "device_count": 0}))
     step = by_area(doctor(tmp_path, "lumi-g", path, "laif"), "torch")[1]
     assert step.level == "fail" and "cuda available: False" in step.what
 
