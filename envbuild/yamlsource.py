@@ -76,6 +76,9 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     seen: dict[Any, yaml.Node] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, (str, int, float, bool, type(None))):  # `? [a, b]` or `? {x: 1}` as a key
+            raise yaml.MarkedYAMLError(problem=f"a key must be a plain value, not a {type(key).__name__}",
+                                       problem_mark=key_node.start_mark)
         if key in seen:
             first = seen[key].start_mark
             raise yaml.MarkedYAMLError(
