@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from envbuild.doctor import gpuchecks, jobchecks, netchecks
 from envbuild.doctor.findings import DoctorReport, Finding, fail, info, ok, warn
-from envbuild.doctor.hostrecord import HostRecord, capture_host, join_record_lines
+from envbuild.doctor.hostrecord import CACHE_VARIABLES, HostRecord, capture_host, join_record_lines
 from envbuild.doctor.imagefacts import ImageFacts, image_facts
 from envbuild.errors import EnvbuildError
 
@@ -105,7 +105,7 @@ def wanted(setting: Setting, environ: dict[str, str]) -> tuple[list[str], list[s
     if scratch and environ.get(scratch):
         paths.append(environ[scratch])
     patterns = list(recipe.network.host_libfabric)
-    caches = [v for name in jobchecks.CACHE_VARIABLES if (v := environ.get(name) or setting.config_env.get(name))]
+    caches = [v for name in CACHE_VARIABLES if (v := environ.get(name) or setting.config_env.get(name))]
     return paths, patterns, caches
 
 
@@ -176,15 +176,24 @@ def read_image(setting: Setting, requested: bool) -> tuple[ImageFacts | None, li
     try:
         with open_image(setting.image) as opened:
             facts = image_facts(setting.image, opened.tree, inventory_of(opened), setting.recipe.network.plugins)
-        for path, _mount in reversed(setting.overlays):  # the top overlay's torch is the one Python imports
+        for path, _mount in setting.overlays:  # bottom first: a higher overlay's package is the one Python imports
             with open_image(path) as opened:
                 over = image_facts(path, opened.tree, inventory_of(opened))
-            facts.torch = over.torch or facts.torch
-            for kind, found in over.libraries.items():
-                facts.libraries.setdefault(kind, []).extend(found)
+            merge_overlay(facts, over)
     except EnvbuildError as exc:
         return None, [fail("image", f"cannot read {setting.image}: {exc.message}", "", exc.hint or "")]
     return facts, [ok("image", f"{setting.image}" + "".join(f" + {p}" for p, _ in setting.overlays))]
+
+
+def merge_overlay(facts: ImageFacts, over: ImageFacts) -> None:
+    """The base's facts with one more overlay on top: its torch family members replace the base's of the same
+    name (its venv comes first on the path), its libraries add to the base's."""
+    if over.family:
+        names = {build.canonical for build in over.family}
+        facts.family = [*over.family, *(build for build in facts.family if build.canonical not in names)]
+        facts.torch_env = over.torch_env if over.torch is not None else facts.torch_env
+    for kind, found in over.libraries.items():
+        facts.libraries.setdefault(kind, []).extend(found)
 
 
 def launch_findings(setting: Setting, request: DoctorRequest, environ: dict[str, str]) -> list[Finding]:
@@ -205,7 +214,8 @@ def launch_findings(setting: Setting, request: DoctorRequest, environ: dict[str,
     except EnvbuildError as exc:
         return [fail("launch", f"envrun refuses `{' '.join(request.command)}`: {exc.message}", "", exc.hint or "")]
     if plan.warnings:
-        return [warn("launch", text, "envrun warns before every such launch", "see the text") for text in plan.warnings]
+        return [warn("launch", text, "envrun prints this warning before every such launch",
+                     "change the command or the job as the warning says") for text in plan.warnings]
     return [ok("launch", f"`{' '.join(request.command)}` plans cleanly")]
 
 

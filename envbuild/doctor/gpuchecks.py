@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from envbuild.doctor.findings import Finding, fail, info, ok, warn
-from envbuild.host.node import GPU_RUNTIME_FLAGS
+from envbuild.host.node import GPU_RUNTIME_FLAGS, VISIBLE_DEVICE_VARIABLES
 from envbuild.spec.torchfamily import describe_variant, family_mismatches
 from envbuild.spec.torchfamily import gpu_vendor as torch_gpu_vendor
 
@@ -66,8 +66,7 @@ def device_findings(vendor: str, hosts: list[HostRecord], in_job: bool, gpus_exp
                 findings.append(info("gpu", f"no {vendor} GPU devices on this host (a login node): the GPUs are "
                                             "checked inside a job", node=node))
             continue
-        visible = next((f"{name}={host.env[name]}" for name in ("ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
-                                                                 "HIP_VISIBLE_DEVICES") if host.env.get(name)), "")
+        visible = next((f"{name}={host.env[name]}" for name in VISIBLE_DEVICE_VARIABLES if host.env.get(name)), "")
         text = f"{count} {vendor} GPU device{'s' if count != 1 else ''}" + (f", {visible}" if visible else "")
         if in_job and gpus_expected is not None and gpus_expected > count:
             findings.append(warn("gpu", f"{text}; the job holds {gpus_expected}", "fewer devices than the job's GPUs",
@@ -92,7 +91,8 @@ def torch_findings(recipe: Recipe, vendor: str, image: ImageFacts | None) -> lis
         findings.append(ok("torch", f"{built}, on a system without GPUs"))
     elif builds_for != vendor:
         default = recipe.pytorch.default_variant
-        tag = default if default.startswith(SPEC_VARIANT_PREFIX[vendor]) else ("rocm6.4" if vendor == "amd" else "cuda126")
+        # the recipe's own default where it fits these GPUs, else the form of a variant for them
+        tag = default if default.startswith(SPEC_VARIANT_PREFIX[vendor]) else f"{SPEC_VARIANT_PREFIX[vendor]}<version>"
         findings.append(fail("torch", f"{built}; {recipe.name}'s GPUs are {vendor}",
                              f"a torch built for {builds_for or 'no GPU'} sees no {vendor} GPU: torch.cuda.is_available() "
                              "is False and training runs on the CPU, or stops at the first .cuda()",

@@ -16,10 +16,14 @@ import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from envbuild.host.node import VISIBLE_DEVICE_VARIABLES
+
 # Variables the checks read: the job's, the visible-device lists, the caches, NCCL/libfabric settings.
 RECORDED_PREFIXES = ("SLURM_", "NCCL_", "RCCL_", "FI_", "ENVRUN_")
-RECORDED_NAMES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "HF_HOME", "TORCH_HOME",
-                  "XDG_CACHE_HOME", "HOME", "USER", "TMPDIR", "LOCAL_SCRATCH", "TMPDIR", "ENVBUILD_SYSTEM")
+# The caches a training job writes at run time (models, datasets, compiled kernels).
+CACHE_VARIABLES = ("HF_HOME", "TORCH_HOME")
+RECORDED_NAMES = (*VISIBLE_DEVICE_VARIABLES, *CACHE_VARIABLES, "XDG_CACHE_HOME", "HOME", "USER", "TMPDIR",
+                  "LOCAL_SCRATCH", "ENVBUILD_SYSTEM")
 # Device paths whose presence says which GPUs and interconnect a node has.
 DEVICE_DIRS = ("/dev/dri", "/dev/infiniband")
 DEVICE_PATHS = ("/dev/kfd", "/dev/nvidiactl", "/dev/infiniband", "/dev/dri")

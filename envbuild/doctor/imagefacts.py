@@ -92,13 +92,12 @@ def find_libraries(tree: Tree, inventory: Inventory, extra_plugins: tuple[str, .
 
 
 def torch_family(tree: Tree, inventory: Inventory) -> tuple[str, list[TorchBuild]]:
-    """The first environment that has torch, and its torch family as installed (envbuild.inventory.torchbuilds:
-    dist-info versions and version.py read as text)."""
-    for env in inventory.environments:
-        family = env_family(tree, env.prefix)
-        if any(build.canonical == "torch" for build in family):
-            return env.prefix, family
-    return "", []
+    """The first environment that has torch (else the first with any of its family: an overlay adding
+    torchvision to a base's torch), and that family as installed (envbuild.inventory.torchbuilds: dist-info
+    versions and version.py read as text)."""
+    families = [(env.prefix, env_family(tree, env.prefix)) for env in inventory.environments]
+    with_torch = [(prefix, family) for prefix, family in families if any(b.canonical == "torch" for b in family)]
+    return next(iter(with_torch or [(p, f) for p, f in families if f]), ("", []))
 
 
 def image_facts(path: str, tree: Tree, inventory: Inventory, extra_plugins: tuple[str, ...] = ()) -> ImageFacts:

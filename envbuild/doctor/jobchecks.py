@@ -10,6 +10,7 @@ from envbuild.batch import checkjob, checksteps
 from envbuild.batch.checkbase import Context
 from envbuild.batch.scriptparse import parse_script
 from envbuild.doctor.findings import Finding, fail, info, ok, warn
+from envbuild.doctor.hostrecord import CACHE_VARIABLES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -99,7 +100,6 @@ def bind_findings(recipe: Recipe, hosts: list[HostRecord], config_binds: tuple[s
     return findings
 
 
-CACHE_VARIABLES = ("HF_HOME", "TORCH_HOME")
 
 
 # Home quotas that a model download fills: LUMI 20 GB (https://docs.lumi-supercomputer.eu/storage/), CSC

@@ -190,3 +190,28 @@ def test_torchvision_of_another_variant_in_the_image_fails(tmp_path: Path) -> No
     family = [f for f in by_area(report, "torch") if "torchvision" in f.what]
     assert len(family) == 1 and family[0].level == "fail" and "PyPI's default build" in family[0].what
     assert report.exit_code() == 2
+
+
+def test_an_overlays_torchvision_is_checked_against_the_bases_torch(tmp_path: Path) -> None:
+    """With --overlay, the overlay's family members stand in front of the base's (its venv comes first):
+    a torchvision of another variant in the overlay fails against the base's torch."""
+    from envbuild.doctor.gather import Setting, read_image
+    from envbuild.recipes.load import load_recipe
+
+    base = make_image(tmp_path, "laif")
+    overlay = tmp_path / "overlay"
+    site = overlay / "user-software/lib/python3.12/site-packages"
+    (site / "torchvision-0.25.0.dist-info").mkdir(parents=True)
+    (overlay / "user-software/pyvenv.cfg").write_text("home = /opt/venv/bin\n")
+    (site / "torchvision-0.25.0.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.25.0\n")
+    recipe = load_recipe("lumi-g")
+    setting = Setting(recipe, "--system", str(base), ((str(overlay), "/user-software"),), (), {}, [])
+    facts, found = read_image(setting, requested=True)
+    assert facts is not None and [f.level for f in found] == ["ok"]
+    assert facts.torch is not None and facts.torch.version == "2.10.0+rocm7.0" and facts.torch_env == "/opt/venv"
+    assert [b.name for b in facts.family] == ["torchvision", "torch"]
+    assert facts.libraries["net_plugin"] == ["/opt/aws-ofi-rccl/lib/librccl-net.so"]  # the base's, kept
+    from envbuild.doctor.gpuchecks import torch_findings
+
+    family = [f for f in torch_findings(recipe, "amd", facts) if "torchvision" in f.what]
+    assert len(family) == 1 and family[0].level == "fail"
