@@ -20,7 +20,7 @@ PACKAGE_DIR = REPO / "envbuild"
 PACKAGE_ORDER = ("cli", "app", "doctor", "batch", "build", "lock", "launch", "inventory", "spec", "recipes", "host", "store")
 # Modules any package may import: they import nothing of envbuild but each other.
 SHARED_LEAVES = ("envbuild", "envbuild.errors", "envbuild.yamlsource", "envbuild.treedigest", "envbuild.atomicfile",
-                 "envbuild.strictmodel", "envbuild.overlayformat")
+                 "envbuild.strictmodel", "envbuild.overlayformat", "envbuild.interrupts")
 
 
 def module_name(path: Path) -> str:

@@ -160,6 +160,19 @@ class Session:
     def _say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
 
+    def _sweep_store(self, store_root: Path) -> None:
+        """Before building: remove what killed builds left (their locks are free), in the store and beside
+        the output, so debris never outlives the next build (see envbuild.store.debris)."""
+        from envbuild.store.debris import remove_stale_partials, sweep_abandoned
+        from envbuild.store.entries import human_size
+
+        removed = sweep_abandoned(store_root)
+        partials = remove_stale_partials(self.options.output.absolute(), store_root, self.loaded.spec.name)
+        if removed or partials:
+            freed = sum(size for _, size in removed)
+            names = [path for path, _ in removed] + partials
+            self._say(f"removed what killed builds left ({human_size(freed)}): " + ", ".join(names))
+
 
 class BuildSession(Session):
 
@@ -205,6 +218,7 @@ class BuildSession(Session):
         log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
         if log_path.exists():
             log_path.unlink()  # one log per build; the previous build's log is not appended to
+        self._sweep_store(store_root)
         self._say(f"building {self.loaded.spec.name} -> {output}")
         executor = BuildExecutor(log_path, store_root=store_root, verbose=self.options.verbose,
                                  keep_work=self.options.keep_work, out=self.out)

@@ -131,8 +131,9 @@ class CondaBuildSession(Session):
         log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
         if log_path.exists():
             log_path.unlink()
-        self._say(f"building {self.loaded.spec.name} -> {output} with {plan.installer}")
         store_root = Path(request.facts.cache_dir)
+        self._sweep_store(store_root)
+        self._say(f"building {self.loaded.spec.name} -> {output} with {plan.installer}")
         executor = BuildExecutor(log_path, store_root=store_root, verbose=self.options.verbose,
                                  keep_work=self.options.keep_work, out=self.out)
         with entry_lock(store_root, "image", plan.layers.image_entry, on_wait=lambda m: self._say(m)):

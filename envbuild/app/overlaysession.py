@@ -76,8 +76,9 @@ class OverlaySession(Session):
         log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
         if log_path.exists():
             log_path.unlink()
-        self._say(f"building overlay {self.loaded.spec.name} on {request.base.path} -> {output}")
         store_root = Path(facts.cache_dir)
+        self._sweep_store(store_root)
+        self._say(f"building overlay {self.loaded.spec.name} on {request.base.path} -> {output}")
         executor = BuildExecutor(log_path, store_root=store_root, verbose=self.options.verbose,
                                  keep_work=self.options.keep_work, out=self.out)
         executor.execute_steps(base.steps, None, "base")

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
-import stat
-import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -39,6 +38,8 @@ from envbuild.build.actions import (
 from envbuild.build.progress import Progress, clean_line
 from envbuild.build.render import redact
 from envbuild.build.request import BasePlan, BuildPlan
+from envbuild.build.treeops import clamp_times, file_states
+from envbuild.build.wrapperfiles import write_run_wrappers
 from envbuild.errors import EnvbuildError, ToolError
 
 _TAIL_LINES = 25
@@ -70,17 +71,40 @@ class BuildExecutor:
         self.execute_steps(plan.steps, None, "base")
 
     def execute_steps(self, steps: tuple[Step, ...], work_dir: str | None, phase: str) -> None:
-        """Run `steps` in order; a failure runs the step's cleanup and removes `work_dir` (unless keep_work)."""
+        """Run `steps` in order; a failure or an interruption (Interrupted, KeyboardInterrupt) runs the
+        step's cleanup and removes `work_dir` (unless keep_work). While a work directory exists, the build
+        holds its `work` lock: a work directory whose lock is free belongs to a build that was killed."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "a", encoding="utf-8") as log:
+        with open(self.log_path, "a", encoding="utf-8") as log, self._work_lock(work_dir):
             self._log = log
             total = len(steps)
-            for number, step in enumerate(steps, 1):
-                try:
+            step = steps[0] if steps else None
+            try:
+                for number, step in enumerate(steps, 1):
                     self._run_step(step, f"{phase} {number}/{total}")
-                except BaseException:
-                    self._fail(work_dir, step)
-                    raise
+            except BaseException as exc:
+                if step is not None:
+                    self._fail(work_dir, step, exc)
+                raise
+
+    @contextlib.contextmanager
+    def _work_lock(self, work_dir: str | None) -> Iterator[None]:
+        if work_dir is None:
+            yield
+            return
+        from envbuild.store.locks import entry_lock, forget_lock
+
+        name = os.path.basename(work_dir.rstrip("/"))
+        with entry_lock(self.store_root, "work", name):
+            try:
+                yield
+            finally:
+                if self.keep_work and os.path.isdir(work_dir):
+                    from envbuild.store.debris import KEPT
+
+                    Path(work_dir, KEPT).touch()  # kept for inspection: not debris for the next build
+                if not os.path.exists(work_dir):
+                    forget_lock(self.store_root, "work", name)  # one lock file per build would pile up
 
     # -- steps ------------------------------------------------------------------------------------
 
@@ -106,24 +130,49 @@ class BuildExecutor:
         with Progress(label, self.out, enabled=not self.verbose) as self._progress:
             if self.verbose:
                 self._say(f"{label} ...")
-            for action in step.actions:
+            for number, action in enumerate(step.actions):
+                self._fault_pause(step, number)
                 self._log.write(f"$ {redact(action.describe())}\n")
                 self._log.flush()
                 self._do(step, action)
         self._say(f"{label}: done in {time.monotonic() - started:.1f} s")
 
-    def _fail(self, work_dir: str | None, step: Step) -> None:
+    def _fault_pause(self, step: Step, done: int) -> None:
+        """Fault injection for the reliability suite: ENVBUILD_FAULT_PAUSE=STEP:N stops for up to 120 s
+        after the first N actions of step STEP, so that a test can deliver a signal at that exact point of
+        a real build (for instance between writing the output's partial copy and renaming it)."""
+        wanted = os.environ.get("ENVBUILD_FAULT_PAUSE", "")
+        if not wanted or wanted.partition(":")[0] != step.name or int(wanted.partition(":")[2] or 0) != done:
+            return
+        self._say(f"fault pause: step {step.name} after {done} action(s), pid {os.getpid()}")
+        self._log.write(f"fault pause: step {step.name} after {done} action(s)\n")
+        self._log.flush()
+        time.sleep(120)
+
+    def _fail(self, work_dir: str | None, step: Step, exc: BaseException) -> None:
+        from envbuild.interrupts import Interrupted
+
+        interrupted = isinstance(exc, (Interrupted, KeyboardInterrupt))
+        if interrupted:
+            name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
+            self._log.write(f"\n=== interrupted by {name} during step {step.name}\n")
+        removed = [p for action in step.cleanup for p in getattr(action, "paths", ()) if os.path.lexists(p)]
         for action in step.cleanup:
             try:
                 self._do(step, action)
-            except Exception as exc:  # noqa: BLE001 - cleanup must not hide the original failure
-                self._log.write(f"cleanup failed: {exc}\n")
+            except Exception as cleanup_error:  # noqa: BLE001 - cleanup must not hide the original failure
+                self._log.write(f"cleanup failed: {cleanup_error}\n")
         if work_dir is None:
             pass
         elif self.keep_work:
             self._say(f"kept the work directory for inspection: {work_dir}")
-        else:
+        elif os.path.lexists(work_dir):
+            removed.append(work_dir)
             shutil.rmtree(work_dir, ignore_errors=True)
+        if interrupted:
+            what = ", ".join(removed) if removed else "nothing was half-made"
+            self._say(f"interrupted by {name} during step {step.name!r}; removed what it had begun: {what}. "
+                      f"Finished layers stay in the store for the next build.")
         self._log.flush()
 
     def _say(self, text: str) -> None:
@@ -135,7 +184,12 @@ class BuildExecutor:
         handler = _ACTION_HANDLERS.get(type(action))
         if handler is None:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown action {action!r}")
-        handler(self, step, action)
+        try:
+            handler(self, step, action)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self._raise_disk_full(step, exc.filename)
 
     def _check_reachable(self, step: Step, action: CheckReachable) -> None:
         from envbuild.build.reachable import unreachable
@@ -181,11 +235,29 @@ class BuildExecutor:
             # be hard links into a store layer).
             self._run(step, Run(("cp", "-a", "--reflink=auto", "--remove-destination", "-T", action.src, action.dest)))
         else:
+            self._check_room(step, action.src, action.dest)
             partial = f"{action.dest}.envbuild-partial"
-            shutil.copy2(action.src, partial)
-            os.replace(partial, action.dest)
+            try:
+                shutil.copy2(action.src, partial)
+                os.replace(partial, action.dest)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(partial)  # never half a file at the destination
+                raise
         if action.mode is not None:
             os.chmod(action.dest, action.mode)
+
+    def _check_room(self, step: Step, src: str, dest: str) -> None:
+        """Before a big copy (an image to the output): is there room? A clear error instead of a half copy."""
+        from envbuild.build.diskspace import disk_full_error, free_and_total
+
+        size = os.path.getsize(src)
+        try:
+            free = free_and_total(os.path.dirname(os.path.abspath(dest)))[0]
+        except OSError:
+            return
+        if size > free:
+            raise disk_full_error(step.name, dest, size, f"the image {src}", before=True)
 
     def _make_dirs(self, step: Step, action: MakeDirs) -> None:
         for path in action.paths:
@@ -228,52 +300,48 @@ class BuildExecutor:
         record_digest([action.path, action.dest])
 
     def _write_wrappers(self, step: Step, action: WriteRunWrappers) -> None:
-        from envbuild.launch.wrappers import render_wrapper, wrapped_commands
-        from envbuild.recipes.load import load_recipe
-
-        entries = [*_venv_commands(action.venv_bin), *action.extra_commands]
-        recipe = load_recipe(action.system)
-        dest = Path(action.dest)
-        dest.mkdir(parents=True, exist_ok=True)
-        names, kept = [], []
-        for name in wrapped_commands(entries):
-            target = dest / name
-            if not is_replaceable_wrapper(target):
-                kept.append(name)  # someone else's file: never overwrite it
-                continue
-            atomic_write(target, render_wrapper(name, action.image, recipe, action.runtime_name, overlays=action.overlays),
-                         mode=0o755)
-            names.append(name)
+        names, kept = write_run_wrappers(action)
         self._log.write(f"wrote {len(names)} wrappers: {' '.join(names)}\n")
         if kept:
-            self._say(f"warning: kept existing files in {dest} that envbuild did not write: {' '.join(kept)}")
+            self._say(f"warning: kept existing files in {action.dest} that envbuild did not write: {' '.join(kept)}")
 
     def _run(self, step: Step, action: Run) -> None:
+        from envbuild.build.childproc import start_child, stop_child
+        from envbuild.build.diskspace import says_disk_full
+
         env = dict(os.environ)
         env.update(dict(action.env))
         self._tail.clear()
         try:
-            process = subprocess.Popen(
-                action.argv, env=env, cwd=action.cwd, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-            )
+            process = start_child(action.argv, env=env, cwd=action.cwd)
         except FileNotFoundError:
             raise StepFailed(
                 f"step {step.name!r}: {action.argv[0]} is not installed (or not on PATH)",
                 _install_hint(action.argv[0]),
             ) from None
         assert process.stdout is not None
-        for raw in process.stdout:
-            line = clean_line(raw)
-            self._log.write(line + "\n")
-            self._tail.append(line)
-            if self.verbose:
-                self.out.write(line + "\n")
-                self.out.flush()
-            elif line.strip() and getattr(self, "_progress", None) is not None:
-                self._progress.update(line)
-        code = process.wait()
-        self._log.flush()
+        full = False
+        try:
+            for raw in process.stdout:
+                line = clean_line(raw)
+                self._log.write(line + "\n")
+                self._tail.append(line)
+                full = full or says_disk_full(line)
+                if self.verbose:
+                    self.out.write(line + "\n")
+                    self.out.flush()
+                elif line.strip() and getattr(self, "_progress", None) is not None:
+                    self._progress.update(line)
+            code = process.wait()
+        except BaseException:
+            # Interrupted (or our own error): the tool and everything it started go first, so the
+            # cleanup never races a writer.
+            stop_child(process)
+            raise
+        finally:
+            self._log.flush()
+        if code != 0 and full:
+            self._raise_disk_full(step, None)
         if code != 0:
             tail = "\n".join("    " + redact(x) for x in self._tail)
             raise StepFailed(
@@ -281,6 +349,13 @@ class BuildExecutor:
                 f"  command: {redact(action.describe())}\n  last lines of output:\n{tail}",
                 f"read the full log {self.log_path}; rerun with -v to watch the tools' output",
             )
+
+    def _raise_disk_full(self, step: Step, path: str | None) -> None:
+        from envbuild.build.diskspace import disk_full_error, fullest, step_need, step_paths
+
+        where = path or fullest(step_paths(step.actions)) or str(self.store_root)
+        needed, basis = step_need(step.actions)
+        raise disk_full_error(step.name, where, needed, basis) from None
 
 
 # Action type -> the executor's method that carries it out (the Action union is closed: one entry each).
@@ -293,70 +368,6 @@ _ACTION_HANDLERS: dict[type, Callable[[BuildExecutor, Step, Any], None]] = {
     ClampTimes: BuildExecutor._clamp_times, RecordDigest: BuildExecutor._record_digest,
     WriteRunWrappers: BuildExecutor._write_wrappers,
 }
-
-
-def file_states(root: str) -> dict[str, tuple[int, int]]:
-    """relative path -> (mtime in ns, size) of every regular file under `root` (lstat, no symlinks)."""
-    states: dict[str, tuple[int, int]] = {}
-    prefix = len(root.rstrip("/")) + 1
-    for directory, _dirs, files in os.walk(root):
-        for name in files:
-            path = os.path.join(directory, name)
-            info = os.lstat(path)
-            if stat.S_ISREG(info.st_mode):
-                states[path[prefix:]] = (info.st_mtime_ns, info.st_size)
-    return states
-
-
-def clamp_times(root: str, epoch: int) -> None:
-    """Times later than `epoch` become `epoch`, without following symlinks (children before parents:
-    changing a directory's entries never touches its own times, but keep the order obvious)."""
-    for directory, dirs, files in os.walk(root, topdown=False):
-        for name in (*files, *dirs):
-            path = os.path.join(directory, name)
-            info = os.lstat(path)
-            if info.st_mtime > epoch or info.st_atime > epoch:
-                os.utime(path, (min(info.st_atime, epoch), min(info.st_mtime, epoch)), follow_symlinks=False)
-    info = os.lstat(root)
-    if info.st_mtime > epoch:
-        os.utime(root, (min(info.st_atime, epoch), epoch), follow_symlinks=False)
-
-
-def _venv_commands(venv_bin: str) -> list[str]:
-    """Executables in the venv's bin/: from a sandbox directory, or read from a finished image (a
-    cached image reused for a new output has no sandbox)."""
-    if os.path.isdir(venv_bin):
-        return [e.name for e in os.scandir(venv_bin) if os.access(e.path, os.X_OK) and not e.is_dir()]
-    from envbuild.inventory.overlay import is_overlay_file
-
-    if is_overlay_file(venv_bin):  # a stored overlay: its root is the venv
-        from envbuild.inventory.squashfs import Squashfs
-        from envbuild.inventory.trees import SquashfsTree
-
-        with Squashfs(venv_bin) as fs:
-            children = SquashfsTree(fs).children("/bin") or {}
-        return [name for name, kind in children.items() if kind in ("file", "symlink")]
-    from envbuild.inventory.image import open_image
-    from envbuild.spec.model import VENV_PREFIX
-
-    with open_image(venv_bin) as image:
-        children = image.tree.children(f"{VENV_PREFIX}/bin") or {}
-    return [name for name, kind in children.items() if kind in ("file", "symlink")]
-
-
-def is_replaceable_wrapper(path: Path) -> bool:
-    """A wrapper may replace `path` only when nothing is there or envbuild wrote it."""
-    from envbuild.launch.wrappers import GENERATED_MARK
-
-    if not path.exists() and not path.is_symlink():
-        return True
-    if path.is_symlink() or not path.is_file():
-        return False
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return GENERATED_MARK in handle.read(1024)
-    except OSError:
-        return False
 
 
 def _install_hint(program: str) -> str:

@@ -124,7 +124,8 @@ def squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbo
                  *squash, Rename(partial, entry.image),
                  WriteFile(entry.meta, _meta_json(request, "image", layers.image_key, layers.env_entry)),
                  WriteFile(entry.complete, f"{request.spec.name}\n")),
-                cleanup=(Remove((partial,)),))
+                # The whole entry: it is not complete (a complete one is reused, never squashed again).
+                cleanup=(Remove((partial, entry.dir)),))
 
 
 def output_step(request: BuildRequest, store_image: str, title: str) -> Step:
@@ -228,12 +229,12 @@ def plan_base(request: BuildRequest) -> BasePlan:
             Run((*sandbox_build_argv(request), partial, tree)),
             Remove((tree,)),
         )
-        cleanup: tuple[Action, ...] = (Remove((partial, tree)),)
+        cleanup: tuple[Action, ...] = (Remove((partial, tree, entry.dir)),)
         title = f"debootstrap {base.ref} (cached after the first build)"
     else:
         source = request.base.path if base.kind == "localimage" else base.ref
         fetch = (Run((*sandbox_build_argv(request), partial, str(source))),)
-        cleanup = (Remove((partial,)),)
+        cleanup = (Remove((partial, entry.dir)),)
         title = f"unpack base {base.describe()} (cached after the first build)"
     # A local .sif is identified by its own bytes (what `sha256sum` shows); every other base by the
     # content of the unpacked tree (docker layers arrive in no canonical form).
@@ -295,7 +296,7 @@ def _env_step(request: BuildRequest, layers: Layers, store: StorePaths, installe
     ]
     what = f"install the difference on top of env layer {layers.env_parent}" if layers.env_parent else "create the venv and install"
     return Step("env", f"Python env layer: {what} (cached after the first build)", tuple(actions),
-                skip_if_exists=entry.complete, cleanup=(Remove((partial, snapshot)),), lock=("env", layers.env_entry))
+                skip_if_exists=entry.complete, cleanup=(Remove((partial, snapshot, entry.dir)),), lock=("env", layers.env_entry))
 
 
 def _meta_json(request: BuildRequest, kind: str, key: str, parent: str | None, **extra: str) -> str:

@@ -13,6 +13,7 @@ import click
 
 from envbuild.cli.common import reports_errors
 from envbuild.errors import EnvbuildError, UsageError
+from envbuild.store.debris import abandoned
 from envbuild.store.entries import StoreEntry, entry_to_dict, human_age, human_size, list_entries, parse_age, parse_size
 from envbuild.store.layout import ENTRY_DIRS, KIND_ORDER
 from envbuild.store.prune import EntryBusyError, choose_prunable, remove_entry
@@ -63,7 +64,8 @@ def ls_command(as_json: bool, cache_dir: Path | None) -> None:
     now = time.time()
     click.echo(render_entry_table(entries, now), nl=False)
     total = sum(e.size_bytes for e in entries)
-    reclaimable = sum(e.size_bytes for e in choose_prunable(entries, now=now, older_than=None, max_size=None))
+    reclaimable = sum(e.size_bytes for e in choose_prunable(entries, now=now, older_than=None, max_size=None,
+                                                            abandoned=abandoned(root, entries)))
     line = f"total {human_size(total)} in {len(entries)} entr{'ies' if len(entries) != 1 else 'y'} under {root}"
     if reclaimable:
         line += f"; `envbuild cache prune` frees {human_size(reclaimable)} left by killed builds"
@@ -95,12 +97,15 @@ def render_entry_table(entries: list[StoreEntry], now: float) -> str:
 @reports_errors
 def prune_command(older_than: str | None, max_size: str | None, downloads: bool, dry_run: bool, cache_dir: Path | None) -> None:
     """Remove what is no longer needed. Without options: only what killed builds left behind (unfinished
-    entries and build scratch untouched for an hour). Entries a running build uses are skipped."""
+    entries and build scratch that no running build holds, at once; kept work directories after an
+    hour). Entries a running build uses are skipped."""
     age = parse_age(older_than) if older_than is not None else None
     size = parse_size(max_size) if max_size is not None else None
     root = _store_root(cache_dir)
     now = time.time()
-    chosen = choose_prunable(list_entries(root), now=now, older_than=age, max_size=size, include_downloads=downloads)
+    entries = list_entries(root)
+    chosen = choose_prunable(entries, now=now, older_than=age, max_size=size, include_downloads=downloads,
+                             abandoned=abandoned(root, entries))
     if not chosen:
         click.echo("nothing to prune")
         return
@@ -183,7 +188,7 @@ def _remove_all(root: Path, entries: list[StoreEntry], now: float, *, busy_is_fa
     failed = 0
     for entry in entries:
         try:
-            remove_entry(root, entry)
+            remove_entry(root, entry, only_if_unfinished=_unfinished(entry))
         except EntryBusyError as exc:
             if busy_is_failure:
                 click.echo(exc.render(), err=True)

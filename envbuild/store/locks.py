@@ -87,6 +87,16 @@ def try_entry_lock(root: Path, kind: str, name: str) -> EntryLock | None:
     return EntryLock(path, fd)
 
 
+def forget_lock(root: Path, kind: str, name: str) -> None:
+    """Delete the lock file of an entry that is gone for good (a finished build's work directory), while
+    holding its lock. Only for names never used again: a waiter on the deleted file would hold a lock
+    nobody else sees, which for a unique, finished build's name can only be a sweeper that finds nothing."""
+    try:
+        os.unlink(lock_path(root, kind, name))
+    except OSError:
+        pass
+
+
 def lock_holder(root: Path, kind: str, name: str) -> str:
     """Who wrote themselves into the entry's lock file: "pid 1234 on host x", or "holder unknown"."""
     try:

@@ -7,7 +7,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from envbuild.errors import EnvbuildError
@@ -23,10 +23,12 @@ def choose_prunable(
     older_than: float | None,
     max_size: int | None,
     include_downloads: bool = False,
+    abandoned: Collection[str] = frozenset(),
 ) -> list[StoreEntry]:
     """What a prune removes, in removal order:
 
-    1. always: incomplete entries, work dirs and trash untouched for an hour (a running build keeps writing);
+    1. always: incomplete entries, work dirs and trash that are `abandoned` (qualified names: no running
+       build holds their lock, see store.debris), or untouched for an hour (kept work directories);
     2. complete entries last used more than `older_than` seconds ago;
     3. then, while the entries that are left total more than `max_size` bytes, the least recently used
        complete entries.
@@ -46,7 +48,7 @@ def choose_prunable(
 
     removable = [e for e in in_scope if _is_build_result(e)]
     for entry in in_scope:
-        if not _is_build_result(entry) and now - entry.last_used > STALE_AFTER_SECONDS:
+        if not _is_build_result(entry) and (entry.qualified_name in abandoned or now - entry.last_used > STALE_AFTER_SECONDS):
             choose(entry)
     if include_downloads and older_than is None and max_size is None:
         for entry in removable:
@@ -80,10 +82,11 @@ class EntryBusyError(EnvbuildError):
     """The entry's lock is held: a build is creating or using it."""
 
 
-def remove_entry(root: Path, entry: StoreEntry) -> None:
+def remove_entry(root: Path, entry: StoreEntry, *, only_if_unfinished: bool = False) -> None:
     """Remove an entry. Under its lock it is renamed into `<root>/trash/` first, so a build never sees half
     an entry; the slow delete happens after the lock is released. Raises EntryBusyError when a build holds
-    the lock."""
+    the lock. `only_if_unfinished`: leave it when, under the lock, it turns out complete after all (a
+    build finished it between listing and locking)."""
     root = Path(root)
     if entry.kind not in KIND_ORDER or entry.path.parent != kind_dir(root, entry.kind):
         raise EnvbuildError(f"{entry.path} is not an entry of the store {root}", "list the entries of this store with list_entries(root)")
@@ -99,6 +102,8 @@ def remove_entry(root: Path, entry: StoreEntry) -> None:
     with lock:
         if not entry.path.exists():
             return  # someone else removed it meanwhile
+        if only_if_unfinished and entry.kind in ENTRY_DIRS and (entry.path / COMPLETE).exists():
+            return
         trash = kind_dir(root, "trash")
         trash.mkdir(parents=True, exist_ok=True)
         doomed = trash / f"{entry.name}-{secrets.token_hex(4)}"
