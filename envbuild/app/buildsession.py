@@ -4,6 +4,7 @@ hands the plans to the executor. Nothing here decides what a build does; envbuil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -156,6 +157,7 @@ class Session:
         self.loaded = loaded
         self.options = options
         self.out = out
+        self._uses = contextlib.ExitStack()  # the store entries this session reads (use locks)
 
     def _say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -189,6 +191,18 @@ class BuildSession(Session):
         return render_steps("base", base.steps) + "\n" + render_build_plan(plan_build(request))
 
     def build(self) -> Path:
+        # Shared use locks on the base and env layers this build reads, held to its end: a concurrent
+        # `cache prune` or `cache rm` skips them instead of pulling them out from under the copy.
+        with self._uses:
+            return self._build()
+
+    def _use(self, store_root: Path, kind: str, entry_dir: str) -> None:
+        from envbuild.store.locks import use_lock
+
+        self._uses.enter_context(use_lock(store_root, kind, os.path.basename(entry_dir.rstrip("/")),
+                                          on_wait=self._say))
+
+    def _build(self) -> Path:
         from envbuild.build.executor import BuildExecutor, ensure_can_write
         from envbuild.build.plan import plan_base, plan_layers
         from envbuild.host.facts import gather_host_facts
@@ -209,6 +223,7 @@ class BuildSession(Session):
         base = plan_base(request)
         store_root = Path(facts.cache_dir)
         store = StorePaths(str(store_root))
+        self._use(store_root, "base", base.entry)
         digest = read_digest(base)
         if digest and os.path.exists(EntryPaths(base.entry).complete):
             layers = plan_layers(request.with_base_digest(digest))
@@ -230,6 +245,7 @@ class BuildSession(Session):
                       f"Run `envbuild lock {self.loaded.path}` to record the new base.")
         request = request.with_base_digest(digest)
         layers = plan_layers(request)
+        self._use(store_root, "env", store.env(layers.env_entry).dir)
         touch_used(Path(base.entry))
         # One build per image: concurrent builds of the same spec wait here, then reuse the result.
         with entry_lock(store_root, "image", layers.image_entry, on_wait=lambda m: self._say(f"{m}; will reuse its image")):
@@ -254,6 +270,10 @@ class BuildSession(Session):
         store_root = Path(request.facts.cache_dir)
         if not os.path.exists(StorePaths(str(store_root)).env(layers.env_entry).complete):
             parent = find_env_parent(store_root, layers, request)
+            if parent:
+                self._use(store_root, "env", parent)
+                if not os.path.exists(StorePaths(str(store_root)).env(parent).complete):
+                    parent = None  # removed between choosing and locking it: build without it
             if parent:
                 self._say(f"reusing env layer {parent}: installing only the difference")
                 request = replace(request, env_parent=parent)

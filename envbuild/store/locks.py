@@ -1,5 +1,14 @@
-"""Who is using an entry: one flock'ed file per entry under locks/, held by a build while it creates or
-uses the entry, with the holder (host, pid) written in for messages."""
+"""Who is making or using an entry: flock'ed files under locks/, with the holder (host, pid) written in
+for messages.
+
+Two locks per entry:
+- `<kind>-<name>.lock`, exclusive: held by the build that creates the entry (and by a removal);
+- `use-<kind>-<name>.lock`, shared: held by every build that reads the entry (copies a base into an env
+  layer, an env layer into its sandbox) for as long as it may still read it. A removal (`cache prune`,
+  `cache rm`, the debris sweep) must also get this one exclusively, so a running build's inputs never
+  disappear under it. Separate files because flock locks of one process on two descriptors of the same
+  file conflict: a build could not read-lock the layer its own step is creating.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +28,10 @@ class EntryLock:
     `with` block. The lock file is never deleted: deleting a flock'ed file lets two processes each lock a
     different file of the same name."""
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, fd: int, *, shared: bool = False) -> None:
         self.path = path
         self._fd: int | None = fd
+        self._shared = shared
 
     @property
     def held(self) -> bool:
@@ -31,10 +41,11 @@ class EntryLock:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
-        try:
-            os.ftruncate(fd, 0)  # so no waiter names a holder that has gone
-        except OSError:
-            pass
+        if not self._shared:
+            try:
+                os.ftruncate(fd, 0)  # so no waiter names a holder that has gone
+            except OSError:
+                pass
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
@@ -47,11 +58,41 @@ class EntryLock:
         self.release()
 
 
-def lock_path(root: Path, kind: str, name: str) -> Path:
+def lock_path(root: Path, kind: str, name: str, *, use: bool = False) -> Path:
     if kind not in LOCK_KINDS:
         raise EnvbuildError(f"unknown store entry kind {kind!r} for a lock", f"use one of: {', '.join(LOCK_KINDS)}")
     check_entry_name(name)
-    return Path(StorePaths(str(root)).lock(kind, name))
+    return Path(StorePaths(str(root)).lock(f"use-{kind}" if use else kind, name))
+
+
+def use_lock(root: Path, kind: str, name: str, *, on_wait: Callable[[str], None] | None = None) -> EntryLock:
+    """A shared lock saying "a build reads this entry": removals skip it while any build holds one."""
+    path = lock_path(root, kind, name, use=True)
+    fd = _open_lock_file(path)
+    try:
+        if not _flock(fd, path, blocking=False, shared=True):
+            if on_wait is not None:
+                on_wait(f"waiting for the removal of {kind} {name} to finish ({_holder(fd)})")
+            _flock(fd, path, blocking=True, shared=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return EntryLock(path, fd, shared=True)
+
+
+def try_exclusive_use(root: Path, kind: str, name: str) -> EntryLock | None:
+    """The use lock exclusively if no build reads the entry now (for a removal), else None."""
+    path = lock_path(root, kind, name, use=True)
+    fd = _open_lock_file(path)
+    try:
+        acquired = _flock(fd, path, blocking=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not acquired:
+        os.close(fd)
+        return None
+    return EntryLock(path, fd, shared=True)  # nothing written into it: readers' files stay readable
 
 
 def entry_lock(root: Path, kind: str, name: str, *, on_wait: Callable[[str], None] | None = None) -> EntryLock:
@@ -128,9 +169,10 @@ def _open_lock_file(path: Path) -> int:
                             "make the store writable or point --cache-dir / $ENVBUILD_CACHE_DIR elsewhere") from None
 
 
-def _flock(fd: int, path: Path, *, blocking: bool) -> bool:
+def _flock(fd: int, path: Path, *, blocking: bool, shared: bool = False) -> bool:
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, mode if blocking else mode | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
     except OSError as exc:

@@ -3,6 +3,7 @@ renaming into trash/ first so that a removal is atomic."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -13,7 +14,7 @@ from pathlib import Path
 from envbuild.errors import EnvbuildError
 from envbuild.store.entries import StoreEntry
 from envbuild.store.layout import COMPLETE, ENTRY_DIRS, KIND_ORDER, STALE_AFTER_SECONDS, kind_dir
-from envbuild.store.locks import lock_holder, try_entry_lock
+from envbuild.store.locks import lock_holder, try_entry_lock, try_exclusive_use
 
 
 def choose_prunable(
@@ -99,7 +100,13 @@ def remove_entry(root: Path, entry: StoreEntry, *, only_if_unfinished: bool = Fa
             f"{entry.kind} {entry.name} is in use by a build ({lock_holder(root, entry.kind, entry.name)})",
             "retry when that build has finished",
         )
-    with lock:
+    readers = try_exclusive_use(root, entry.kind, entry.name) if entry.kind in ENTRY_DIRS else None
+    if entry.kind in ENTRY_DIRS and readers is None:
+        lock.release()
+        raise EntryBusyError(f"{entry.kind} {entry.name} is being read by a running build", "retry when that build has finished")
+    with lock, contextlib.ExitStack() as stack:
+        if readers is not None:
+            stack.enter_context(readers)
         if not entry.path.exists():
             return  # someone else removed it meanwhile
         if only_if_unfinished and entry.kind in ENTRY_DIRS and (entry.path / COMPLETE).exists():
