@@ -7,7 +7,9 @@ import os
 import re
 import subprocess
 import textwrap
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,7 +50,8 @@ def exec_in(image: Path, *command: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def small_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
+def small_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path
+                ) -> Iterator[tuple[Path, Path, subprocess.CompletedProcess[str]]]:
     work = tmp_path_factory.mktemp("small")
     (work / "data").mkdir()
     (work / "data" / "hello.txt").write_text("hello from the host\n")
@@ -58,9 +61,15 @@ def small_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> 
     # a script of the user's own where the wrappers go: the build must leave it alone
     (work / "out" / "bin").mkdir(parents=True)
     (work / "out" / "bin" / "pip").write_text(USERS_OWN_PIP)
+    started = time.time()
     result = run_cli([ENVBUILD, "build", str(spec), "-o", str(image)], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
     assert result.returncode == 0, result.stdout + result.stderr
-    return spec, image, result
+    yield spec, image, result
+    # Each run's spec is new (the {run} id), so its image entry would pile up in the shared test cache
+    # (one per CI run): remove what this run made.
+    for entry in (build_cache / "images").glob("small-*"):
+        if (entry / "complete").exists() and (entry / "complete").stat().st_mtime >= started:
+            run_cli([ENVBUILD, "cache", "rm", f"image/{entry.name}"], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
 
 
 def test_small_image_contents(small_image) -> None:
@@ -161,7 +170,12 @@ def test_local_sif_base_layers_on_top(small_image, build_cache: Path, tmp_path: 
           - python -c "import idna"
         """))
     image = tmp_path / "derived.sif"
-    result = run_cli([ENVBUILD, "build", str(spec), "-o", str(image)], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
+    # A store of its own: the base is this run's small image, so its unpacked base, env layer and image
+    # (about 800 MB) are new every run and must not pile up in the shared test cache.
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "uv").symlink_to(build_cache / "uv")
+    result = run_cli([ENVBUILD, "build", str(spec), "-o", str(image)], env_extra={"ENVBUILD_CACHE_DIR": str(store)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"unpack base localimage:{base_image}" in result.stderr
     assert "reusing the venv /opt/envbuild/venv" in image.with_name("derived.sif.build.log").read_text()
