@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from envbuild.lock.model import Lock, LockedPackage, LockTarget
     from envbuild.spec.load import LoadedSpec
 
+# uv's variables naming package sources: a lock resolves from the host's pip configuration only, as builds install.
+UV_SOURCE_VARIABLES = frozenset({"UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX", "UV_FIND_LINKS",
+                                 "UV_NO_INDEX", "UV_INDEX_STRATEGY"})
+
 # Printed by the base image's Python: version, machine, C library (glibc version or "" elsewhere).
 _PROBE = ("import os, platform; lib = os.confstr('CS_GNU_LIBC_VERSION') or ''; "
           "print(platform.python_version(), platform.machine(), lib.split()[-1] if lib.startswith('glibc') else '-')")
@@ -116,7 +120,8 @@ def write_lock(loaded: LoadedSpec, path: Path, previous: Lock | None, lock: Lock
 
 def _resolve(request: BuildRequest, target: LockTarget, previous: Lock | None, *, upgrade: bool,
              upgrade_packages: tuple[str, ...]) -> tuple[LockedPackage, ...]:
-    from envbuild.build.install import host_index_args
+    from envbuild.build.install import host_index_args, host_index_env
+    from envbuild.host.secrets import redact
     from envbuild.lock.model import requirements_with_hashes
     from envbuild.lock.uv import parse_uv_requirements, uv_compile_argv
     from envbuild.store.layout import StorePaths
@@ -131,12 +136,16 @@ def _resolve(request: BuildRequest, target: LockTarget, previous: Lock | None, *
         argv = uv_compile_argv(facts.uv or "uv", inputs_file, output_file, target, index_args=host_index_args(request),
                                cache_dir=StorePaths(str(facts.cache_dir)).download_cache("uv"),
                                upgrade=upgrade, upgrade_packages=upgrade_packages)
-        env = dict(os.environ)
+        # The build's sources and nothing else: uv's own source variables (--no-config leaves them) are
+        # dropped; sources with credentials come as variables, not flags anyone could read with ps.
+        env = {key: value for key, value in os.environ.items() if key not in UV_SOURCE_VARIABLES}
+        env.update(host_index_env(request))
         if facts.pip.cert:
             env["SSL_CERT_FILE"] = facts.pip.cert
         result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600)
         if result.returncode != 0:
-            raise ToolError(f"uv could not resolve the requirements of {request.spec.name}:\n{result.stderr.strip()[-3000:]}",
+            raise ToolError(f"uv could not resolve the requirements of {request.spec.name}:\n"
+                            f"{redact(result.stderr.strip()[-3000:])}",
                             "check the package names and versions in the spec, and that the package sources "
                             "(pip.conf index-url / find-links) have them")
         return parse_uv_requirements(Path(output_file).read_text(encoding="utf-8"))

@@ -81,10 +81,16 @@ class CopyFile:
 
 @dataclass(frozen=True)
 class MakeDirs:
+    """Create directories with their parents. `mode`: the exact permission bits of every directory this
+    creates (those that exist are left alone); None: the umask's. Directories that end up in an image get
+    0o755, so that what the builder's umask hides (0007) does not hide the image's files from its users."""
+
     paths: tuple[str, ...]
+    mode: int | None = None
 
     def describe(self) -> str:
-        return "mkdir -p " + _quote_all(self.paths)
+        mode = f"-m {self.mode:04o} " if self.mode is not None else ""
+        return f"mkdir -p {mode}" + _quote_all(self.paths)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from envbuild.build.actions import Action, CheckReachable, MakeDirs, MergeJson, 
 from envbuild.build.layers import entry_name
 from envbuild.build.paths import ENV_SCRIPT, LABELS_FILE, RECORD_DIR
 from envbuild.build.plan import (
+    IMAGE_DIR_MODE,
     RECORD_ENVIRONMENTS_SCRIPT,
     file_steps,
     output_step,
@@ -217,7 +218,7 @@ def _configure(request: BuildRequest, tool: CotainrTool, layers: Layers, sandbox
     script = "\n".join([f"# Written by envbuild {request.facts.envbuild_version} for {spec.name}: the spec's env "
                         "(cotainr's 92-cotainr-env.sh activates the conda env).", *env_lines(spec)]) + "\n"
     actions: list[Action] = [
-        MakeDirs((f"{sandbox}/.singularity.d/env", f"{sandbox}{RECORD_DIR}")),
+        MakeDirs((f"{sandbox}/.singularity.d/env", f"{sandbox}{RECORD_DIR}"), IMAGE_DIR_MODE),
         WriteFile(f"{sandbox}{ENV_SCRIPT}", script, 0o755),
         MergeJson(f"{sandbox}{LABELS_FILE}", tuple(labels.items())),
         WriteFile(f"{sandbox}{RECORD_DIR}/spec.yaml", request.source.text),

@@ -20,7 +20,15 @@ _FULL_TEXT = re.compile(r"No space left on device|Disk quota exceeded", re.IGNOR
 
 
 class DiskFull(EnvbuildError):
-    """A step ran out of space (or quota) on a file system."""
+    """A step ran out of space (or quota) on a file system. `refresh()` measures the free space again
+    (after the step's cleanup removed its partial files, which is what the user can work with)."""
+
+    where: tuple[str, str, int | None, str, bool] = ("", "", None, "", False)
+
+    def refresh(self) -> None:
+        fresh = disk_full_error(*self.where[:4], before=self.where[4])
+        self.message, self.hint = fresh.message, fresh.hint
+        self.args = fresh.args
 
 
 def says_disk_full(text: str) -> bool:
@@ -90,14 +98,15 @@ def human(size: float) -> str:
 def fullest(paths: Iterable[str]) -> str | None:
     """Of the file systems these paths are on, the path on the one with the least free space."""
     candidates = []
-    for path in paths:
+    for index, path in enumerate(paths):
         if not path.startswith("/"):
             continue
         try:
-            candidates.append((free_and_total(path)[0], path))
+            candidates.append((free_and_total(path)[0], -index, path))
         except OSError:
             continue
-    return min(candidates)[1] if candidates else None
+    # Of paths on the same file system, the last named: a step's destination comes after its sources.
+    return min(candidates)[2] if candidates else None
 
 
 def disk_full_error(step: str, path: str, needed: int | None, basis: str = "", *, before: bool = False) -> DiskFull:
@@ -110,12 +119,14 @@ def disk_full_error(step: str, path: str, needed: int | None, basis: str = "", *
         room = "free space unknown"
     need = f"; it needs about {human(needed)}" + (f" ({basis})" if basis else "") if needed else ""
     what = "does not have room for" if before else "ran out of space in"
-    return DiskFull(
+    error = DiskFull(
         f"step {step!r} {what} {path}: the file system mounted at {mount_point} ({fstype}, {room}){need}",
         f"free space on {mount_point} (`envbuild cache prune --max-size 20G` for the store), or point "
         f"--cache-dir / $ENVBUILD_CACHE_DIR and -o at a file system with room (a project or scratch directory, "
         f"not a small home or /tmp). Nothing half-written was kept; the next build reuses the finished layers.",
     )
+    error.where = (step, path, needed, basis, before)
+    return error
 
 
 def step_paths(actions: Iterable[object]) -> list[str]:

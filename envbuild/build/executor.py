@@ -35,6 +35,7 @@ from envbuild.build.actions import (
     WriteFile,
     WriteRunWrappers,
 )
+from envbuild.build.containment import make_dirs, tool_environment
 from envbuild.build.progress import Progress, clean_line
 from envbuild.build.render import redact
 from envbuild.build.request import BasePlan, BuildPlan
@@ -169,6 +170,8 @@ class BuildExecutor:
         elif os.path.lexists(work_dir):
             removed.append(work_dir)
             shutil.rmtree(work_dir, ignore_errors=True)
+        if hasattr(exc, "refresh"):
+            exc.refresh()  # a full disk: its free space as the cleanup left it
         if interrupted:
             what = ", ".join(removed) if removed else "nothing was half-made"
             self._say(f"interrupted by {name} during step {step.name!r}; removed what it had begun: {what}. "
@@ -197,7 +200,7 @@ class BuildExecutor:
         started = time.monotonic()
         missing = unreachable(action.checks, action.timeout_s)
         for url, what in action.checks:
-            self._log.write(f"{'UNREACHABLE' if any(m[0] == url for m in missing) else 'reachable'}: {url} ({what})\n")
+            self._log.write(f"{'UNREACHABLE' if any(m[0] == url for m in missing) else 'reachable'}: {redact(url)} ({what})\n")
         if missing:
             lines = "\n".join(f"  - {redact(url)} ({what}): {why}" for url, what, why in missing)
             raise StepFailed(
@@ -261,7 +264,7 @@ class BuildExecutor:
 
     def _make_dirs(self, step: Step, action: MakeDirs) -> None:
         for path in action.paths:
-            os.makedirs(path, exist_ok=True)
+            make_dirs(path, action.mode)
 
     def _touch(self, step: Step, action: Touch) -> None:
         for path in action.paths:
@@ -309,8 +312,7 @@ class BuildExecutor:
         from envbuild.build.childproc import start_child, stop_child
         from envbuild.build.diskspace import says_disk_full
 
-        env = dict(os.environ)
-        env.update(dict(action.env))
+        env = tool_environment(os.environ, action.env)
         self._tail.clear()
         try:
             process = start_child(action.argv, env=env, cwd=action.cwd)
@@ -323,7 +325,7 @@ class BuildExecutor:
         full = False
         try:
             for raw in process.stdout:
-                line = clean_line(raw)
+                line = redact(clean_line(raw))
                 self._log.write(line + "\n")
                 self._tail.append(line)
                 full = full or says_disk_full(line)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, replace
 
-from envbuild.build.actions import Action, MakeDirs, Touch, WriteFile
+from envbuild.build.actions import Action, MakeDirs, Remove, Touch, WriteFile
 from envbuild.build.paths import HOST_MOUNT
 from envbuild.build.request import BuildRequest
 from envbuild.build.sandbox import Bind, sandbox_exec
 from envbuild.host.pip import local_path_of
+from envbuild.host.secrets import has_credentials
 from envbuild.overlayformat import BASE_PTH
 from envbuild.spec.model import VENV_PREFIX
 from envbuild.store.layout import StorePaths
@@ -53,6 +54,13 @@ def venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
                  f"but the base has Python ' + v + ': run envbuild lock again')")
         actions.append(sandbox_exec(request, sandbox, [f"{VENV_PREFIX}/bin/python", "-I", "-c", check], writable=False))
     return actions
+
+
+# --index-url, --extra-index-url, --find-links as each installer's variable and its list separator.
+_CREDENTIAL_VARIABLES = {
+    "uv": (("UV_INDEX_URL", " "), ("UV_EXTRA_INDEX_URL", " "), ("UV_FIND_LINKS", ",")),
+    "pip": (("PIP_INDEX_URL", " "), ("PIP_EXTRA_INDEX_URL", " "), ("PIP_FIND_LINKS", " ")),
+}
 
 
 @dataclass(frozen=True)
@@ -125,18 +133,34 @@ class PackageSources:
             cert=cert, client_cert=client_cert, binds=tuple(binds),
         )
 
+    def _locations(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """(flag, locations) of each kind of source, in the order the installers are given them."""
+        return (("--index-url", (self.index_url,) if self.index_url else ()),
+                ("--extra-index-url", self.extra_index_urls), ("--find-links", self.find_links))
+
     def _index_args(self, trusted_host_flag: str) -> list[str]:
-        """Flags both installers spell alike, plus the one they name differently."""
+        """Flags both installers spell alike, plus the one they name differently. A kind of source with
+        credentials in a location goes by credential_env() instead."""
         args: list[str] = ["--no-index"] if self.no_index else []
-        if self.index_url:
-            args += ["--index-url", self.index_url]
-        for url in self.extra_index_urls:
-            args += ["--extra-index-url", url]
-        for link in self.find_links:
-            args += ["--find-links", link]
+        for flag, locations in self._locations():
+            if not any(map(has_credentials, locations)):
+                for location in locations:
+                    args += [flag, location]
         for host in self.trusted_hosts:
             args += [trusted_host_flag, host]
         return args
+
+    def credential_env(self, installer: str) -> list[tuple[str, str]]:
+        """The kinds of source whose locations carry credentials (https://user:token@host/simple), as the
+        installer's own variables instead of flags: a command line is visible to every user of the machine
+        (ps), a process's environment only to its owner. They are never written anywhere: plans, logs and
+        layer keys show them redacted."""
+        variables = _CREDENTIAL_VARIABLES[installer]
+        env = []
+        for (_flag, locations), (variable, separator) in zip(self._locations(), variables, strict=True):
+            if any(map(has_credentials, locations)):
+                env.append((variable, separator.join(locations)))
+        return env
 
     def pip_args(self) -> list[str]:
         args = self._index_args("--trusted-host")
@@ -157,7 +181,7 @@ def install_actions(request: BuildRequest, sandbox: str, installer: str, require
                      sources: PackageSources) -> list[Action]:
     facts = request.facts
     binds = list(sources.binds)
-    env: list[tuple[str, str]] = []
+    env: list[tuple[str, str]] = sources.credential_env(installer)
     actions: list[Action] = []
     if request.lock.requirements is not None:
         # Exactly the lock: every pinned file checked against its hash, no resolution, no extras.
@@ -190,10 +214,18 @@ def install_actions(request: BuildRequest, sandbox: str, installer: str, require
     if mount_files:
         actions.append(Touch(mount_files))
     actions.append(sandbox_exec(request, sandbox, argv, writable=True, binds=binds, env=env))
+    if installer == "uv":
+        # uv's lock file for the venv, world-writable by design (for shared caches); no part of the environment.
+        actions.append(Remove((f"{sandbox}{VENV_PREFIX}/.lock",)))
     return actions
 
 
 def host_index_args(request: BuildRequest) -> list[str]:
     """uv's index flags for resolving on the host (envbuild lock): the host's sources as they are,
-    the variant's PyTorch index first among the extra indexes."""
+    the variant's PyTorch index first among the extra indexes. Sources with credentials: host_index_env."""
     return PackageSources.on_host(request).uv_args()
+
+
+def host_index_env(request: BuildRequest) -> list[tuple[str, str]]:
+    """The host's sources that carry credentials, as uv's variables (see PackageSources.credential_env)."""
+    return PackageSources.on_host(request).credential_env("uv")

@@ -17,10 +17,12 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from envbuild.host.secrets import redact
 from envbuild.spec.model import VENV_PREFIX
 
 if TYPE_CHECKING:
     from envbuild.build.request import BuildRequest
+    from envbuild.host.pip import PipSettings
 
 # Bump when what a layer contains changes for the same inputs, so older store entries are not reused.
 ENV_LAYOUT_VERSION = 1
@@ -53,13 +55,20 @@ def env_compat_identity(request: BuildRequest, installer: str, base_entry: str) 
         "installer": installer_identity(request, installer),
         "interpreter": request.spec.python.interpreter,
         "venv": VENV_PREFIX,
-        "sources": {
-            "index_url": pip.index_url, "extra_index_urls": list(pip.extra_index_urls),
-            "find_links": list(pip.find_links), "no_index": pip.no_index,
-        },
+        "sources": sources_identity(pip),
         # SOURCE_DATE_EPOCH makes Python write hash-based .pyc files: different bytes in the layer.
         "reproducible": request.options.source_date_epoch is not None,
-        "torch_index": request.spec.python.pytorch_index_url(request.recipe),
+        "torch_index": redact(request.spec.python.pytorch_index_url(request.recipe) or "") or None,
+    }
+
+
+def sources_identity(pip: PipSettings) -> dict[str, Any]:
+    """The host's package sources as part of a layer key, credentials redacted: a key holds no secret
+    (even hashed), and a rotated token reuses the layers the old one built."""
+    return {
+        "index_url": redact(pip.index_url) if pip.index_url else None,
+        "extra_index_urls": [redact(url) for url in pip.extra_index_urls],
+        "find_links": [redact(link) for link in pip.find_links], "no_index": pip.no_index,
     }
 
 

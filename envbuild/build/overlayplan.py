@@ -31,9 +31,10 @@ from envbuild.build.actions import (
     WriteRunWrappers,
 )
 from envbuild.build.install import BASE_PTH_SCRIPT, PackageSources
+from envbuild.build.layers import sources_identity
 from envbuild.build.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BaseProbe, in_base
 from envbuild.build.paths import HOST_MOUNT
-from envbuild.build.plan import base_cache_key, output_step
+from envbuild.build.plan import IMAGE_DIR_MODE, base_cache_key, output_step
 from envbuild.build.request import BuildRequest
 from envbuild.build.sandbox import Bind, sandbox_exec
 from envbuild.errors import EnvbuildError
@@ -188,8 +189,7 @@ def overlay_key(request: BuildRequest, probe: BaseProbe) -> str:
         "base_path": request.base.path,
         "python": probe.as_record(), "base_packages": list(probe.packages),
         "installer": f"pip {request.facts.pip_version or 'unknown'}",
-        "sources": {"index_url": pip.index_url, "extra_index_urls": list(pip.extra_index_urls),
-                    "find_links": list(pip.find_links), "no_index": pip.no_index},
+        "sources": sources_identity(pip),
         "compression": request.options.compression, "epoch": request.options.source_date_epoch,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -236,8 +236,9 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
     def run(argv: list[str], binds: list[Bind], env: list[tuple[str, str]] | None = None) -> Run:
         return sandbox_exec(request, base, in_base(probe, argv), writable=False, binds=binds, env=env)
 
+    # The venv is the overlay's root directory: 0755 whatever the umask, as what the tools write in it.
     steps = [Step("venv", f"make the venv at {mount} with the base's {probe.python} (Python {probe.version})", (
-        Remove((work,)), MakeDirs((venv, host)),
+        Remove((work,)), MakeDirs((host,)), MakeDirs((venv,), IMAGE_DIR_MODE),
         run([probe.python, "-m", "venv", "--system-site-packages", "--without-pip", mount], [writable_venv]),
         run([python, "-c", BASE_PTH_SCRIPT, *probe.site_dirs], [writable_venv]),
     ))]
@@ -258,7 +259,7 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
     record = overlay_record(request, probe, split, key)
     record_file = f"{venv}/{RECORD_FILE}"
     record_actions: list[Action] = [
-        MakeDirs((f"{venv}/{RECORD_DIR}",)),
+        MakeDirs((f"{venv}/{RECORD_DIR}",), IMAGE_DIR_MODE),
         WriteFile(record_file, json.dumps(record, indent=2, sort_keys=True) + "\n"),
         WriteFile(f"{venv}/{SPEC_FILE}", request.source.text),
         *((WriteFile(f"{venv}/{LOCK_FILE}", request.lock.text),) if request.lock.text else ()),
@@ -332,7 +333,7 @@ def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: 
         WriteFile(f"{host}/constraints.txt", "".join(c + "\n" for c in constraints)),
         *(WriteFile(path, "") for path in bound_files),  # mount points of bound files
         *(WriteFile(path, text) for path, text in (files or {}).items()),
-        run(argv, binds, env=[("PYTHONPATH", f"{HOST_MOUNT}/pylib")]),
+        run(argv, binds, env=[("PYTHONPATH", f"{HOST_MOUNT}/pylib"), *sources.credential_env("pip")]),
         *((check,) if check else ()),
     ]
     what = "exactly the lock" if "--require-hashes" in targets else " ".join(targets) + " (what the base lacks)"
@@ -354,7 +355,7 @@ def _squash_step(request: BuildRequest, entry: EntryPaths, key: str, venv: str, 
                  WriteFile(entry.complete, f"{request.spec.name}\n")),
                 # No lock here: the session holds the entry's lock around the whole plan (the flock is per
                 # open file, so taking it again from this process would wait for itself).
-                skip_if_exists=entry.complete, cleanup=(Remove((partial,)),))
+                skip_if_exists=entry.complete, cleanup=(Remove((partial, entry.dir)),))
 
 
 def plan_overlay_resolve(request: BuildRequest, probe: BaseProbe, pins: tuple[str, ...], report: str) -> tuple[str, tuple[Step, ...]]:

@@ -45,6 +45,8 @@ from envbuild.store.layout import EntryPaths, StorePaths
 DEBOOTSTRAP_ALWAYS = ("python3", "python3-venv", "ca-certificates")
 # Bump when the layout of cached bases changes, so old cache entries are not reused.
 BASE_LAYOUT_VERSION = 2
+# Directories envbuild makes inside an image: readable by every user of the image, whatever the builder's umask.
+IMAGE_DIR_MODE = 0o755
 
 
 def plan_layers(request: BuildRequest) -> Layers:
@@ -340,7 +342,7 @@ def _configure_step(request: BuildRequest, sandbox: str, installer: str, layers:
     spec = request.spec
     record = build_record(request, installer, layers)
     actions: list[Action] = [
-        MakeDirs((f"{sandbox}/.singularity.d/env", f"{sandbox}{RECORD_DIR}")),
+        MakeDirs((f"{sandbox}/.singularity.d/env", f"{sandbox}{RECORD_DIR}"), IMAGE_DIR_MODE),
         WriteFile(f"{sandbox}{ENV_SCRIPT}", env_script(spec, request.facts.envbuild_version, request.source.sha256), 0o755),
         MergeJson(f"{sandbox}{LABELS_FILE}", tuple(image_labels(request, installer, layers).items())),
         WriteFile(f"{sandbox}{RECORD_DIR}/spec.yaml", request.source.text),
@@ -358,9 +360,18 @@ def file_steps(request: BuildRequest, sandbox: str) -> list[Action]:
     for item in request.spec.files:
         src = item.src if item.src.startswith("/") else f"{request.source.directory}/{item.src}"
         dest = f"{sandbox}{item.dest}"
-        actions.append(MakeDirs((str(PurePosixPath(dest).parent),)))
+        actions.append(MakeDirs((str(PurePosixPath(dest).parent),), IMAGE_DIR_MODE))
         actions.append(CopyFile(src, dest, int(item.mode, 8) if item.mode else None))
+        if not item.mode:
+            actions.append(Run(("/bin/sh", "-c", READABLE_COPY_SCRIPT, "envbuild-modes", src, dest)))
     return actions
+
+
+# files[] without a mode keep the source's, made readable by every user of the image and writable by its owner
+# only (a source written under umask 0007 is 0660: unreadable in the image but for root). For a directory, only
+# what was copied from it (find lists the source; symbolic links are never followed, nor changed).
+READABLE_COPY_SCRIPT = ('if [ -d "$1" ]; then cd "$1" && find . ! -type l -print0 | (cd "$2" && xargs -0 -r chmod a+rX,go-w --); '
+                        'else chmod a+rX,go-w -- "$2"; fi')
 
 
 # --- running inside the sandbox -------------------------------------------------------------------

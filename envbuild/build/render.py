@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from envbuild.build.actions import Step
 from envbuild.build.request import BuildPlan
+from envbuild.host.secrets import redact
 
-_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.I)
-
-
-def redact(text: str) -> str:
-    """`https://user:token@host/...` -> `https://***@host/...`."""
-    return _USERINFO.sub(r"\g<scheme>***@", text)
+__all__ = ["redact", "render_build_plan", "render_steps"]
 
 
 def render_build_plan(plan: BuildPlan) -> str:

@@ -26,7 +26,9 @@ def sandbox_exec(request: BuildRequest, sandbox: str, command: list[str], *, wri
     # into the build. --no-mount: nothing of the host's home or working directory is written into
     # (or left as an empty mount point in) the image; writable steps also use the image's own /tmp,
     # while read-only test runs keep the host's /tmp, as every later run of the image will.
-    argv = [runtime.path, "exec", "--cleanenv", "--no-mount", "home,cwd,tmp" if writable else "home,cwd", "--pwd", "/"]
+    # --no-umask: what the tools write inside gets umask 0022's modes, whatever the builder's umask (0007 would
+    # leave the venv unreadable to every user of the image but root).
+    argv = [runtime.path, "exec", "--cleanenv", "--no-umask", "--no-mount", "home,cwd,tmp" if writable else "home,cwd", "--pwd", "/"]
     if writable:
         argv.append("--writable")
     for bind in binds or []:

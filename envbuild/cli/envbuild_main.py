@@ -14,7 +14,7 @@ from envbuild.cli.cache_cmds import cache_group
 from envbuild.cli.common import reports_errors
 from envbuild.cli.inventory_cmds import diff_command, inspect_command, packages_command
 from envbuild.cli.recipe_cmds import export_command, import_command
-from envbuild.errors import UsageError
+from envbuild.errors import SpecProblem, UsageError
 
 # The build machinery (pydantic models, planners) is imported inside the commands that use it:
 # `envbuild packages` over many images should not pay for it at every start.
@@ -71,6 +71,7 @@ def build(spec: Path, output: Path | None, locked: bool, compression: str, cache
     from envbuild.spec.load import load_build_input
 
     loaded = load_build_input(spec, system=system, accept_licenses=accept_licenses)
+    warn_about(loaded.warnings)
     suffix, what = (".sqsh", "overlay") if loaded.spec.overlay is not None else (".sif", "image")
     output = (output or Path(f"{loaded.spec.name}{suffix}")).absolute()
     if output.suffix != suffix:
@@ -97,6 +98,12 @@ def build(spec: Path, output: Path | None, locked: bool, compression: str, cache
         click.echo(session.dry_run(), nl=False)
         return
     session.build()
+
+
+def warn_about(warnings: tuple[SpecProblem, ...]) -> None:
+    """A spec's located warnings (secrets it would bake into the image), on stderr; the command goes on."""
+    for warning in warnings:
+        click.echo(f"warning: {warning.render()}", err=True)
 
 
 def _source_date_epoch() -> int | None:
@@ -129,6 +136,7 @@ def lock(spec: Path, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir
     from envbuild.spec.load import load_spec
 
     loaded = load_spec(spec)
+    warn_about(loaded.warnings)
     if loaded.spec.overlay is not None:
         from envbuild.app.overlaylock import run_overlay_lock
 
@@ -186,6 +194,7 @@ def validate(specs: tuple[Path, ...]) -> None:
         try:
             loaded = load_build_input(path)
             click.echo(f"{path}: ok ({loaded.spec.name}, system {loaded.spec.system})")
+            warn_about(loaded.warnings)
         except SpecError as exc:
             failed += 1
             click.echo(exc.render(), err=True)

@@ -26,6 +26,7 @@ EPILOG = """examples:
   envrun --image env.sif srun accelerate launch train.py      # one accelerate launch per node
   envrun --image env.sif srun deepspeed train.py --deepspeed  # DeepSpeed's per-node launcher, no ssh
   envrun --image env.sif torchrun train.py                    # this node only
+  envrun --image env.sif --step-timeout 2h srun torchrun train.py  # Slurm ends the step after 2 h (srun --time)
   envrun --image base.sif --overlay env.sqsh python train.py  # a venv overlay over a site image
   envrun srun torchrun train.py                               # the environment of this project
   envrun sbatch --nodes 2 --submit --wait -- python train.py  # a batch job (envrun sbatch --help)
@@ -39,6 +40,10 @@ it with a warning). $WITH_CONDA (LUMI images) runs under bash in the container; 
 Data directories and HF_HOME/TORCH_HOME can be set in ~/.config/envbuild/envrun.yaml
 (binds: [...], env: {...}, systems: {NAME: {binds, env}}); $ENVRUN_CONFIG names another file.
 A project's envrun.yaml takes the same keys (its env wins) plus image: and overlays:.
+
+Under srun, envrun waits for srun and passes its messages through; when the step fails it adds one line naming
+the cause it can read from srun's exit status and messages: a rank's exit code or signal, a time limit (Slurm's
+"DUE TO TIME LIMIT"), a node that failed, or a container runtime that could not start. Its exit status is srun's.
 """
 
 
@@ -64,12 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--explain", action="store_true", help="say why each setting was chosen (on stderr), then run")
     parser.add_argument("--strict-net", action="store_true",
                         help="set NCCL_NET from the recipe, so NCCL/RCCL fail instead of falling back to TCP sockets")
+    parser.add_argument("--step-timeout", metavar="DURATION",
+                        help="time limit for the srun step, e.g. 90s, 30m, 2h or Slurm's 1:30:00 (a bare number is "
+                             "minutes): srun --time, rounded up to whole minutes. Slurm then stops every task "
+                             "(SIGTERM, SIGKILL after KillWait), also ranks hung in a collective "
+                             "(default: $ENVRUN_STEP_TIMEOUT)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="srun ..., torchrun ..., python ... or any program")
     return parser
 
 
 class _Options:
-    __slots__ = ("binds", "command", "dry_run", "explain", "force_overlay", "image", "overlays", "strict_net", "system")
+    __slots__ = ("binds", "command", "dry_run", "explain", "force_overlay", "image", "overlays", "step_timeout",
+                 "strict_net", "system")
 
     def __init__(self) -> None:
         self.image: str | None = None  # None: found by envbuild.launch.project
@@ -80,10 +91,12 @@ class _Options:
         self.dry_run = False
         self.explain = False
         self.strict_net = False
+        self.step_timeout: str | None = None
         self.command: list[str] = []
 
 
-_WITH_VALUE = {"--image": "image", "--overlay": "overlays", "--bind": "binds", "-B": "binds", "--system": "system"}
+_WITH_VALUE = {"--image": "image", "--overlay": "overlays", "--bind": "binds", "-B": "binds", "--system": "system",
+               "--step-timeout": "step_timeout"}
 _FLAGS = {"--dry-run": "dry_run", "--explain": "explain", "--force-overlay": "force_overlay", "--strict-net": "strict_net"}
 _REPEATED = ("binds", "overlays")
 
@@ -195,12 +208,15 @@ def launch(args: Any) -> None:
     allocation = read_allocation(os.environ)
     if allocation is not None:
         gpus_from_scontrol(allocation)  # an salloc shell: its variables do not say
+    step_timeout, step_timeout_from = args.step_timeout, "--step-timeout"
+    if not step_timeout and os.environ.get("ENVRUN_STEP_TIMEOUT"):
+        step_timeout, step_timeout_from = os.environ["ENVRUN_STEP_TIMEOUT"], "$ENVRUN_STEP_TIMEOUT"
     plan = plan_launch(LaunchRequest(
         command=tuple(args.command), image=image_path, recipe=recipe, runtime=require_runtime(probe=False),
         cwd=os.getcwd(), binds=all_binds, env=tuple({**user_env, **project_env}.items()), environ=dict(os.environ),
         missing_recipe_binds=missing, system_reason=why, allocation=allocation,
         host=read_host_node(os.environ), overlays=overlays, warnings=tuple(warnings), notes=tuple(notes),
-        strict_net=args.strict_net,
+        strict_net=args.strict_net, step_timeout=step_timeout or "", step_timeout_from=step_timeout_from,
     ))
     if args.dry_run:
         sys.stdout.write(plan.script())
@@ -214,6 +230,13 @@ def launch(args: Any) -> None:
     env.update(dict(plan.env))
     sys.stdout.flush()
     sys.stderr.flush()
+    if plan.step:  # under srun: envrun stays, to name the cause when the step fails (envbuild.launch.supervise)
+        from envbuild.host.runtime import which
+        from envbuild.launch.supervise import run_step
+
+        if which(plan.argv[0], env.get("PATH", os.defpath)) is None:
+            raise UsageError(f"{plan.argv[0]} is not on PATH", "load Slurm / apptainer or fix PATH")
+        sys.exit(run_step(plan.argv, env, step=plan.step, time_limit=plan.time_limit))
     try:
         os.execvpe(plan.argv[0], list(plan.argv), env)  # noqa: S606 - argv passed as words, deliberately no shell
     except FileNotFoundError:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from envbuild.host.pip import PipSettings, read_host_pip_settings
-from envbuild.host.runtime import Runtime, default_cache_dir, find_runtime, require_runtime
+from envbuild.host.runtime import Runtime, default_cache_dir, ensure_store_root, find_runtime, require_runtime
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,8 @@ def gather_host_facts(*, need_runtime: bool = True, cache_dir: Path | None = Non
         # has no way to quote these characters.
         raise UsageError(f"the build store {store} has a ':' or ',' in its path, which apptainer --bind cannot express",
                          "choose another --cache-dir / ENVBUILD_CACHE_DIR")
+    if need_runtime:  # a build or a lock, which write into the store (a dry run writes nothing)
+        ensure_store_root(str(store))
     return HostFacts(
         runtime=runtime,
         pip=pip,
@@ -130,7 +132,7 @@ def gather_host_facts(*, need_runtime: bool = True, cache_dir: Path | None = Non
         proxy_env=tuple((k, os.environ[k]) for k in PROXY_VARIABLES if os.environ.get(k)),
         as_root=os.geteuid() == 0,
         uv_version=tool_version([uv, "--version"]).split(" (")[0].removeprefix("uv ") if uv else None,
-        runtime_version=tool_version([runtime.path, "--version"]) if need_runtime else "",
+        runtime_version=(runtime.version or tool_version([runtime.path, "--version"])) if need_runtime else "",
         host_info=build_host_info(),
         python=sys.executable,
         cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),

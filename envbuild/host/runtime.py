@@ -18,11 +18,12 @@ if TYPE_CHECKING:
 class Runtime:
     """The container runtime: apptainer or singularity (SingularityCE), found at run time."""
 
-    __slots__ = ("name", "path")
+    __slots__ = ("name", "path", "version")
 
-    def __init__(self, path: str, name: str) -> None:
+    def __init__(self, path: str, name: str, version: str = "") -> None:
         self.path = path
         self.name = name  # "apptainer" or "singularity"
+        self.version = version  # its `--version` line when it was asked ("apptainer version 1.4.5"), else ""
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Runtime) and (self.path, self.name) == (other.path, other.name)
@@ -50,7 +51,10 @@ def find_runtime(environ: dict[str, str] | None = None, *, probe: bool = True) -
         path = which(candidate, environ.get("PATH", os.defpath))
         if path:
             if probe:
-                return Runtime(path=path, name=_runtime_name(path))
+                from envbuild.host.runtimeversion import probe_version_line
+
+                line = probe_version_line(path)
+                return Runtime(path=path, name=_runtime_name(line), version=line)
             resolved = os.path.basename(os.path.realpath(path))
             return Runtime(path=path, name="apptainer" if "apptainer" in resolved else "singularity")
     return None
@@ -67,24 +71,27 @@ def which(program: str, search_path: str) -> str | None:
     return None
 
 
-def _runtime_name(path: str) -> str:
+def _runtime_name(version_line: str) -> str:
     # `singularity` is often a symlink to apptainer; what matters is which program answers.
-    import subprocess
-
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        out = ""
-    return "apptainer" if "apptainer" in out.lower() else "singularity"
+    return "apptainer" if "apptainer" in version_line.lower() else "singularity"
 
 
-def require_runtime(*, probe: bool = True) -> Runtime:
-    runtime = find_runtime(probe=probe)
+def require_runtime(*, probe: bool = True, environ: dict[str, str] | None = None) -> Runtime:
+    """The runtime, checked to be a version envbuild supports (envbuild.host.runtimeversion). Without `probe`
+    (envrun), its version comes from the cache, so only a new runtime file costs a `--version` run."""
+    runtime = find_runtime(environ, probe=probe)
     if runtime is None:
         raise UsageError(
             "neither apptainer nor singularity is on PATH",
             "load the site's module (e.g. `module load apptainer`) or run provision/install.sh on a test machine",
         )
+    from envbuild.host.runtimeversion import cached_version_line, check_supported
+
+    if not runtime.version:
+        runtime.version = cached_version_line(runtime.path, cache_dir_path(environ))
+        if runtime.version:
+            runtime.name = _runtime_name(runtime.version)
+    check_supported(runtime.path, runtime.version)
     return runtime
 
 
@@ -101,3 +108,23 @@ def cache_dir_path(environ: dict[str, str] | None = None) -> str:
         return environ["ENVBUILD_CACHE_DIR"]
     base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
     return os.path.join(base, "envbuild")
+
+
+# A store envbuild creates is open to its owner and group (as the umask allows) and closed to everyone else:
+# its layers hold root file systems with world-writable directories (/tmp, /var/tmp, /run/lock) whose
+# content goes into every image built on them, and installers' lock files that uv makes world-writable.
+STORE_ROOT_MODE = 0o770
+
+
+def ensure_store_root(path: str) -> None:
+    """Create the store's root (and missing parents, as the umask says) when it does not exist, with
+    STORE_ROOT_MODE less the umask. An existing directory keeps its mode: a project directory set up for
+    a group is the user's (or the site's) decision. Errors are left to the first write into the store."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        os.mkdir(path, STORE_ROOT_MODE)  # less the umask, like every mkdir
+    except OSError:
+        pass  # made meanwhile by another build, or not ours to make: the store's first write says why

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 
+from envbuild.host.secrets import redact
+
 if TYPE_CHECKING:
     from envbuild.spec.model import Spec
 
@@ -81,6 +83,7 @@ class Lock:
 
 
 def lock_inputs(spec: Spec, torch_index: str | None) -> LockInputs:
+    """What the lock records of the spec; URLs without their credentials (a lock file is committed and shared)."""
     base = spec.base.describe()
     if spec.base.kind == "debootstrap":
         # The included Debian packages and the mirror decide what is in the base (its python3 among them).
@@ -89,10 +92,10 @@ def lock_inputs(spec: Spec, torch_index: str | None) -> LockInputs:
         if spec.base.mirror:
             base += f" mirror={spec.base.mirror}"
     return LockInputs(
-        requirements=tuple(spec.python.requirements()),
-        base=base,
+        requirements=tuple(map(redact, spec.python.requirements())),
+        base=redact(base),
         system=spec.system,
-        torch_index=torch_index,
+        torch_index=redact(torch_index) if torch_index else None,
         interpreter=spec.python.interpreter,
     )
 

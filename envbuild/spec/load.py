@@ -23,6 +23,7 @@ class LoadedSpec:
     spec: Spec
     path: Path
     text: str
+    warnings: tuple[SpecProblem, ...] = ()  # located, not errors: secrets the spec would bake into the image
 
     @property
     def directory(self) -> Path:
@@ -111,7 +112,9 @@ def _validate(document: LocatedDocument, text: str, path: Path, *, check_host: b
     except ValidationError as exc:
         problems = [_problem_from_error(document, error) for error in exc.errors()]
         raise SpecError(sorted(problems, key=lambda p: (p.line, p.column))) from None
-    loaded = LoadedSpec(spec=spec, path=path, text=text)
+    from envbuild.spec.secretcheck import secret_warnings
+
+    loaded = LoadedSpec(spec=spec, path=path, text=text, warnings=tuple(secret_warnings(document)))
     problems = _family_problems(document, spec)
     if check_host:
         problems += _host_problems(document, loaded)

@@ -12,6 +12,7 @@
 # NCCL_SOCKET_IFNAME: recipes/juwels-booster.yaml:28 env.NCCL_SOCKET_IFNAME
 # GLOO_SOCKET_IFNAME: recipes/juwels-booster.yaml:29 env.GLOO_SOCKET_IFNAME
 # --nv: recipes/juwels-booster.yaml:26 runtime.flags
+# envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export SRUN_CPUS_PER_TASK=24
 export OMP_NUM_THREADS=24
 export TOKENIZERS_PARALLELISM=false

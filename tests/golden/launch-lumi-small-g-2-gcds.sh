@@ -13,6 +13,7 @@
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 # NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:47 env.NCCL_SOCKET_IFNAME
 # binds /pfs, /scratch, /projappl, /project, /flash, /appl: recipes/lumi-g.yaml:44 binds
+# envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export OMP_NUM_THREADS=7
 export TOKENIZERS_PARALLELISM=false
 export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3

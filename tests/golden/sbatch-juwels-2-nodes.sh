@@ -37,4 +37,5 @@ export SRUN_CPUS_PER_TASK="${SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}"
 #   GLOO_SOCKET_IFNAME: recipes/juwels-booster.yaml:29 env.GLOO_SOCKET_IFNAME
 #   CUDA_VISIBLE_DEVICES: recipes/juwels-booster.yaml:30 env.CUDA_VISIBLE_DEVICES
 #   --nv: recipes/juwels-booster.yaml:26 runtime.flags
+#   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system juwels-booster --image /p/project/training2426/env.sif srun python train.py --epochs 10

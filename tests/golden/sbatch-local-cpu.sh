@@ -28,4 +28,5 @@
 #   --standalone: one node, so torchrun hosts its own rendezvous on a free port
 #   per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
+#   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system local --image /work/proj/local-cpu-pytorch.sif srun torchrun examples/ddp_minimal.py --steps 10

@@ -74,6 +74,7 @@ trap checkpoint_now USR1
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 #   NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:47 env.NCCL_SOCKET_IFNAME
 #   binds /pfs, /scratch, /projappl, /project, /flash, /appl, /var/spool/slurmd, /opt/cray, /usr/lib64/libcxi.so.1, /usr/lib64/libjansson.so.4: recipes/lumi-g.yaml:44 binds
+#   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system lumi-g --image /appl/local/laifs/containers/lumi-multitorch-latest.sif srun torchrun train.py --epochs 10 &
 step=$!
 # wait returns early when the trap runs: wait again until the step itself has ended

@@ -38,4 +38,5 @@
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 #   NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:47 env.NCCL_SOCKET_IFNAME
 #   binds /pfs, /scratch, /projappl, /project, /flash, /appl: recipes/lumi-g.yaml:44 binds
+#   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system lumi-g --image /appl/local/laifs/containers/lumi-multitorch-latest.sif srun torchrun train.py --epochs 10

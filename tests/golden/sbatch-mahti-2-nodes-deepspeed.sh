@@ -36,4 +36,5 @@
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 #   --nv: recipes/mahti.yaml:27 runtime.flags
 #   binds /scratch, /projappl: recipes/mahti.yaml:28 binds
+#   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system mahti --image /projappl/project_2001234/env.sif srun deepspeed train.py --deepspeed_config ds_config.json

@@ -65,4 +65,5 @@ srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 /b
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 #   --nv: recipes/puhti.yaml:27 runtime.flags
 #   binds /scratch, /projappl: recipes/puhti.yaml:28 binds
+#   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system puhti --image /projappl/project_2001234/env.sif --bind "$ENVRUN_STAGE_DIR" srun torchrun train.py --data "${ENVRUN_STAGED}"/train

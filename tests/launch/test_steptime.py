@@ -1,0 +1,70 @@
+"""envrun --step-timeout: parsed durations, srun's --time, and where it is refused (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from envbuild.errors import UsageError
+from envbuild.host.runtime import Runtime
+from envbuild.launch.plan import LaunchRequest, plan_launch
+from envbuild.launch.steptime import parse_step_timeout, slurm_minutes, srun_time_limit
+from envbuild.recipes.load import load_recipe
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("90s", 90), ("30m", 1800), ("2h", 7200), ("1d", 86400), ("45", 2700), ("1:30", 90), ("1:30:00", 5400),
+    ("2-0", 172800), ("1-12:30", 131400), ("0-0:0:20", 20), (" 10M ", 600),
+])
+def test_durations(text: str, seconds: int) -> None:
+    assert parse_step_timeout(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "x", "10x", "1:2:3:4", "-5", "1:-1", "0", "0s", "1.5h", "s"])
+def test_bad_durations_are_refused_with_the_forms(text: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        parse_step_timeout(text)
+    assert raised.value.hint and ("30m" in raised.value.hint)
+
+
+def test_srun_gets_whole_minutes_rounded_up() -> None:
+    assert slurm_minutes(20) == "00:01:00"
+    assert slurm_minutes(90) == "00:02:00"
+    assert slurm_minutes(7200) == "02:00:00"
+    assert slurm_minutes(86400 * 2 + 61) == "2-00:02:00"
+    option, words, note = srun_time_limit((), "90s", "--step-timeout")
+    assert option == "--time=00:02:00" and words == "--step-timeout 90s = srun --time=00:02:00"
+    assert "rounded up to whole minutes" in note and "KillWait" in note
+
+
+def test_a_second_time_limit_is_refused() -> None:
+    with pytest.raises(UsageError, match="both limit the step"):
+        srun_time_limit(("-t", "10"), "5m", "--step-timeout")
+
+
+def plan(*command: str, step_timeout: str = "", source: str = "--step-timeout"):
+    return plan_launch(LaunchRequest(command=command, image="/img/env.sif", recipe=load_recipe("local"),
+                                     runtime=Runtime("/usr/bin/apptainer", "apptainer"), cwd="/work/proj",
+                                     step_timeout=step_timeout, step_timeout_from=source))
+
+
+def test_the_plan_passes_the_limit_to_srun_and_explains_it() -> None:
+    launch = plan("srun", "torchrun", "train.py", step_timeout="20m")
+    assert launch.argv[: launch.argv.index("--kill-on-bad-exit=1")][-1] == "--time=00:20:00"
+    assert launch.time_limit == "--step-timeout 20m = srun --time=00:20:00"
+    assert any(reason.startswith("--time=00:20:00: --step-timeout 20m. Slurm ends the step") for reason in launch.reasons)
+    assert "--time=00:20:00" in launch.script()
+    assert launch.step == "torchrun"
+
+
+def test_without_a_limit_the_users_own_srun_time_is_named() -> None:
+    launch = plan("srun", "-t", "5", "python", "train.py")
+    assert launch.time_limit == "srun --time=5" and launch.step == "rank"
+    assert plan("srun", "--pty", "bash").step == "", "an interactive srun is exec'd as before"
+    assert plan("python", "train.py").step == ""
+
+
+def test_a_limit_without_srun_is_refused_with_a_fix() -> None:
+    with pytest.raises(UsageError) as raised:
+        plan("torchrun", "train.py", step_timeout="10m", source="$ENVRUN_STEP_TIMEOUT")
+    assert "$ENVRUN_STEP_TIMEOUT 10m: a step time limit needs srun" in raised.value.message
+    assert "envrun srun torchrun train.py" in (raised.value.hint or "") and "timeout 10m envrun" in (raised.value.hint or "")

@@ -1,0 +1,126 @@
+"""envrun under srun stays srun's parent (envbuild.launch.supervise): srun's output passes through unchanged, its
+exit status is envrun's, signals reach it, and a failed step gets one line naming the cause. A fake srun (a shell
+script first on PATH) stands in for Slurm; the real one is in tests/e2e/test_launch_faults.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+ENVRUN = str(REPO / "bin" / "envrun")
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> Path:
+    """A directory for the fake srun, with an apptainer that only answers --version (envrun checks it)."""
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    write_script(directory / "apptainer", 'echo "apptainer version 1.4.5"\n')
+    return directory
+
+
+def write_script(path: Path, body: str) -> None:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+
+
+def environment(tmp_path: Path, fake_bin: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "ENVRUN_", "ENVBUILD_"))}
+    env.update(PATH=f"{fake_bin}:/usr/bin:/bin", HOME=str(tmp_path / "home"), ENVBUILD_SYSTEM="local",
+               ENVBUILD_CACHE_DIR=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    return env
+
+
+def start(tmp_path: Path, fake_bin: Path, *command: str) -> subprocess.Popen[bytes]:
+    image = tmp_path / "env.sif"
+    image.write_bytes(b"never opened: srun is a fake\n")
+    return subprocess.Popen([ENVRUN, "--image", str(image), "srun", *command], cwd=tmp_path,
+                            env=environment(tmp_path, fake_bin), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_output_and_exit_status_pass_through_and_the_cause_comes_last(tmp_path: Path, fake_bin: Path) -> None:
+    write_script(fake_bin / "srun", 'echo "out 1"\necho "err 1" >&2\necho "out 2"\n'
+                 'printf "srun: error: vm: task 1: Exited with exit code 3\\nno newline at the end" >&2\nexit 7\n')
+    proc = start(tmp_path, fake_bin, "python", "train.py")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 7
+    assert out.decode() == "out 1\nout 2\n"
+    lines = err.decode().splitlines()
+    assert lines[:3] == ["err 1", "srun: error: vm: task 1: Exited with exit code 3", "no newline at the end"]
+    assert lines[3:] == ["envrun: the job step failed (srun exit status 7): rank 1 (task 1 on vm) exited with code 3"]
+
+
+def test_a_step_that_succeeds_gets_no_line(tmp_path: Path, fake_bin: Path) -> None:
+    write_script(fake_bin / "srun", 'echo "srun: warning: something harmless" >&2\nexit 0\n')
+    proc = start(tmp_path, fake_bin, "torchrun", "train.py")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err.decode() == "srun: warning: something harmless\n"
+
+
+def test_an_srun_ended_by_a_signal(tmp_path: Path, fake_bin: Path) -> None:
+    write_script(fake_bin / "srun", "kill -KILL $$\n")
+    proc = start(tmp_path, fake_bin, "torchrun", "train.py")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + 9
+    assert err.decode().endswith("envrun: the job step failed (srun ended by SIGKILL): srun itself was stopped by a "
+                                 "signal (envrun's, scancel's or the terminal's)\n")
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT", "SIGUSR1"])
+def test_signals_to_envrun_reach_srun(tmp_path: Path, fake_bin: Path, name: str) -> None:
+    """SIGINT too: envrun is not in a terminal's foreground here, so srun would not get it otherwise."""
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    write_script(fake_bin / "srun", f"trap 'echo {name} > {got}; exit 143' {name.removeprefix('SIG')}\n"
+                 f"touch {ready}\nwhile :; do sleep 0.1; done\n")
+    proc = start(tmp_path, fake_bin, "python", "train.py")
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(getattr(signal, name))
+    _, err = proc.communicate(timeout=30)
+    assert got.read_text().strip() == name, err.decode()
+    assert proc.returncode == 143
+
+
+def test_a_process_left_holding_srun_stderr_does_not_keep_envrun(tmp_path: Path, fake_bin: Path) -> None:
+    holder = tmp_path / "holder.pid"
+    write_script(fake_bin / "srun", f"sleep 60 >&2 &\necho $! > {holder}\n"
+                 "echo 'srun: error: vm: task 0: Killed' >&2\nexit 137\n")
+    started = time.monotonic()
+    proc = start(tmp_path, fake_bin, "python", "train.py")
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        os.kill(int(holder.read_text()), signal.SIGKILL)
+    assert proc.returncode == 137 and time.monotonic() - started < 15
+    assert "rank 0 (task 0 on vm) was killed by SIGKILL (Killed)" in err.decode()
+
+
+def test_much_output_arrives_whole_and_in_order(tmp_path: Path, fake_bin: Path) -> None:
+    lines = 200_000
+    write_script(fake_bin / "srun", f'{sys.executable} -c "import sys\n'
+                 f'for i in range({lines}): sys.stderr.write(f\'line {{i}} \' + 40 * \'x\' + chr(10))"\n')
+    proc = start(tmp_path, fake_bin, "python", "train.py")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    assert err.decode().splitlines() == [f"line {i} " + 40 * "x" for i in range(lines)]
+
+
+def test_a_missing_srun_is_named(tmp_path: Path, fake_bin: Path) -> None:
+    for tool in ("bash", "readlink"):  # bin/envrun's own needs; no srun on this PATH
+        (fake_bin / tool).symlink_to(subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True,
+                                                    text=True, check=True).stdout.strip())
+    image = tmp_path / "env.sif"
+    image.write_bytes(b"never opened\n")
+    result = subprocess.run([ENVRUN, "--image", str(image), "srun", "python", "train.py"], cwd=tmp_path,
+                            env={**environment(tmp_path, fake_bin), "PATH": str(fake_bin)},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "srun is not on PATH" in result.stderr, result.stderr
