@@ -68,46 +68,25 @@ def lock_path(root: Path, kind: str, name: str, *, use: bool = False) -> Path:
 def use_lock(root: Path, kind: str, name: str, *, on_wait: Callable[[str], None] | None = None) -> EntryLock:
     """A shared lock saying "a build reads this entry": removals skip it while any build holds one."""
     path = lock_path(root, kind, name, use=True)
-    fd = _open_lock_file(path)
-    try:
-        if not _flock(fd, path, blocking=False, shared=True):
-            if on_wait is not None:
-                on_wait(f"waiting for the removal of {kind} {name} to finish ({_holder(fd)})")
-            _flock(fd, path, blocking=True, shared=True)
-    except BaseException:
-        os.close(fd)
-        raise
+    fd = _wait_for_lock(path, shared=True, on_wait=on_wait,
+                        waiting=lambda holder: f"waiting for the removal of {kind} {name} to finish ({holder})")
     return EntryLock(path, fd, shared=True)
 
 
 def try_exclusive_use(root: Path, kind: str, name: str) -> EntryLock | None:
     """The use lock exclusively if no build reads the entry now (for a removal), else None."""
     path = lock_path(root, kind, name, use=True)
-    fd = _open_lock_file(path)
-    try:
-        acquired = _flock(fd, path, blocking=False)
-    except BaseException:
-        os.close(fd)
-        raise
-    if not acquired:
-        os.close(fd)
-        return None
-    return EntryLock(path, fd, shared=True)  # nothing written into it: readers' files stay readable
+    fd = _try_lock(path)
+    # Nothing is written into a use lock: its readers' files stay readable.
+    return None if fd is None else EntryLock(path, fd, shared=True)
 
 
 def entry_lock(root: Path, kind: str, name: str, *, on_wait: Callable[[str], None] | None = None) -> EntryLock:
     """Take the exclusive lock on an entry, waiting as long as another process holds it. `on_wait` is
     called once, before waiting, with a message naming the holder. Use as `with entry_lock(...):`."""
     path = lock_path(root, kind, name)
-    fd = _open_lock_file(path)
-    try:
-        if not _flock(fd, path, blocking=False):
-            if on_wait is not None:
-                on_wait(f"waiting for another build that holds {path} ({_holder(fd)})")
-            _flock(fd, path, blocking=True)
-    except BaseException:
-        os.close(fd)
-        raise
+    fd = _wait_for_lock(path, shared=False, on_wait=on_wait,
+                        waiting=lambda holder: f"waiting for another build that holds {path} ({holder})")
     _write_holder(fd)
     return EntryLock(path, fd)
 
@@ -115,6 +94,29 @@ def entry_lock(root: Path, kind: str, name: str, *, on_wait: Callable[[str], Non
 def try_entry_lock(root: Path, kind: str, name: str) -> EntryLock | None:
     """The entry's lock if it is free now, else None (another process holds it)."""
     path = lock_path(root, kind, name)
+    fd = _try_lock(path)
+    if fd is None:
+        return None
+    _write_holder(fd)
+    return EntryLock(path, fd)
+
+
+def _wait_for_lock(path: Path, *, shared: bool, on_wait: Callable[[str], None] | None,
+                   waiting: Callable[[str], str]) -> int:
+    fd = _open_lock_file(path)
+    try:
+        if not _flock(fd, path, blocking=False, shared=shared):
+            if on_wait is not None:
+                on_wait(waiting(_holder(fd)))
+            _flock(fd, path, blocking=True, shared=shared)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _try_lock(path: Path) -> int | None:
+    """An exclusive lock's descriptor if the lock is free now, else None."""
     fd = _open_lock_file(path)
     try:
         acquired = _flock(fd, path, blocking=False)
@@ -124,8 +126,7 @@ def try_entry_lock(root: Path, kind: str, name: str) -> EntryLock | None:
     if not acquired:
         os.close(fd)
         return None
-    _write_holder(fd)
-    return EntryLock(path, fd)
+    return fd
 
 
 def forget_lock(root: Path, kind: str, name: str) -> None:
