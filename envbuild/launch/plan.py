@@ -153,7 +153,11 @@ class _Planner:
         """Per-task setup on the host, inside the srun task: Slurm values exist only there."""
         recipe = self.recipe
         where = ['first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)',
-                 "port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 40000 ))"]
+                 # 20000-31999: below Linux's ephemeral range (32768-60999 by default, net.ipv4.
+                 # ip_local_port_range in https://docs.kernel.org/networking/ip-sysctl.html), where srun,
+                 # slurmstepd and every outgoing connection take ports. The old 20000-59999 put job 1058's
+                 # port (36928) there, and CI failed with EADDRINUSE in the TCPStore.
+                 "port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 12000 ))"]
         lines: list[str] = []
         suffix = recipe.launch.master_addr_suffix
         if kind == "torchrun" or launcher is not None:

@@ -22,7 +22,7 @@ export ENVRUN_RANK_CORES=''
 export OMP_NUM_THREADS=1
 export TOKENIZERS_PARALLELISM=false
 exec srun --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 /bin/sh -c 'first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)
-port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 40000 ))
+port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 12000 ))
 export ENVRUN_NNODES="${SLURM_STEP_NUM_NODES:-${SLURM_NNODES:-1}}" ENVRUN_NODE_RANK="${SLURM_NODEID:-0}"
 export ENVRUN_MASTER_ADDR="${first}" ENVRUN_MASTER_PORT="$port"
 unset SLURM_NTASKS SLURM_NPROCS

@@ -21,7 +21,7 @@ export OMP_NUM_THREADS=7
 export TOKENIZERS_PARALLELISM=false
 export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
 exec srun --ntasks-per-node=1 --cpus-per-task=112 --kill-on-bad-exit=1 /bin/sh -c 'first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)
-port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 40000 ))
+port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 12000 ))
 export PET_RDZV_BACKEND=c10d PET_RDZV_ENDPOINT="${first}:$port" PET_RDZV_ID="${SLURM_JOB_ID:-0}"
 export PET_NNODES="${SLURM_STEP_NUM_NODES:-${SLURM_NNODES:-1}}"
 [ "${SLURMD_NODENAME:-}" = "$first" ] && is_host=1 || is_host=0

@@ -18,7 +18,7 @@ export OMP_NUM_THREADS=7
 export TOKENIZERS_PARALLELISM=false
 export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
 exec srun --ntasks-per-node=8 --cpus-per-task=7 --cpu-bind=cores --kill-on-bad-exit=1 /bin/sh -c 'first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)
-port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 40000 ))
+port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 12000 ))
 export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS"
 n="${SLURM_NODEID:-0}"; lws=1; IFS=,; for e in ${SLURM_STEP_TASKS_PER_NODE:-1}; do c=${e%%(*}; r=1; case $e in *"(x"*) r=${e#*(x}; r=${r%)};; esac; if [ "$n" -lt "$r" ]; then lws=$c; break; fi; n=$((n - r)); done; unset IFS
 export LOCAL_WORLD_SIZE="$lws"
