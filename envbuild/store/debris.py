@@ -53,11 +53,13 @@ def sweep_abandoned(root: Path) -> list[tuple[str, int]]:
     from envbuild.store.prune import remove_entry
 
     root = Path(root)
-    entries = list_entries(root, with_sizes=True)
+    # Without sizes: this runs before every build, and walking every layer of a big store costs seconds.
+    entries = list_entries(root, with_sizes=False)
     removed = []
     for entry in entries:
         if entry.qualified_name not in abandoned(root, [entry]):
             continue
+        size = _usage(entry.path)
         try:
             remove_entry(root, entry, only_if_unfinished=True)
         except EnvbuildError:
@@ -67,8 +69,19 @@ def sweep_abandoned(root: Path) -> list[tuple[str, int]]:
             if lock is not None:
                 with lock:
                     forget_lock(root, "work", entry.name)
-        removed.append((str(entry.path), entry.size_bytes))
+        removed.append((str(entry.path), size))
     return removed
+
+
+def _usage(top: Path) -> int:
+    total = 0
+    for directory, _dirs, files in os.walk(top):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(directory, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
 
 
 def remove_stale_partials(output: Path, root: Path, spec_name: str) -> list[str]:
