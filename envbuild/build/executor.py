@@ -142,9 +142,9 @@ class BuildExecutor:
         """Fault injection for the reliability suite: ENVBUILD_FAULT_PAUSE=STEP:N stops for up to 120 s
         after the first N actions of step STEP, so that a test can deliver a signal at that exact point of
         a real build (for instance between writing the output's partial copy and renaming it)."""
-        wanted = os.environ.get("ENVBUILD_FAULT_PAUSE", "")
-        if not wanted or wanted.partition(":")[0] != step.name or int(wanted.partition(":")[2] or 0) != done:
-            return
+        name, _, after = os.environ.get("ENVBUILD_FAULT_PAUSE", "").partition(":")
+        if name != step.name or (after or "0") != str(done):
+            return  # unset, another step, or another point (a malformed value pauses nowhere)
         self._say(f"fault pause: step {step.name} after {done} action(s), pid {os.getpid()}")
         self._log.write(f"fault pause: step {step.name} after {done} action(s)\n")
         self._log.flush()
