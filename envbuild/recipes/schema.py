@@ -138,6 +138,9 @@ class Network(StrictModel):
 class Recipe(StrictModel, RecipeMethods):
     name: str
     description: str = ""
+    # The CPU architecture of the system's nodes (uname -m): images built for another one fail with
+    # "exec format error", so builds, locks and envrun check it against the host and the image.
+    architecture: Literal["x86_64", "aarch64"] = "x86_64"
     detect: Detect = Detect()
     # `node: host` in the file (None here): no site facts; envrun reads the cores and GPUs of the machine it
     # runs on and of the job it runs in (any cluster, a workstation)
