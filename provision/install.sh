@@ -37,11 +37,13 @@ PATCHED_BINS=(/usr/bin/apptainer "$APPTAINER_LIBEXEC/bin/starter")
 APPTAINER_CONF=/etc/apptainer/apptainer.conf
 
 # Packages taken from bookworm. libcap2-bin gives capsh (decoding CapBnd),
-# procps gives pgrep/ps used by cluster.sh. Apptainer's own Depends are added
-# at install time from the downloaded package's control file.
+# procps gives pgrep/ps used by cluster.sh; chromium (headless) opens the page
+# `envbuild catalogue` writes, in its tests and for the README's picture.
+# Apptainer's own Depends are added at install time from the downloaded
+# package's control file.
 BASE_PKGS=(
     squashfs-tools debootstrap patchelf uidmap slurm-wlm munge python3-venv
-    ca-certificates iproute2 util-linux libcap2-bin procps
+    ca-certificates iproute2 util-linux libcap2-bin procps chromium
 )
 
 FORCE=0

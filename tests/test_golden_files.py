@@ -14,6 +14,7 @@ from tests.build import test_condaplan as test_condaplan_golden
 from tests.build import test_overlayplan as test_overlayplan_golden
 from tests.build import test_plan as test_buildplan_golden
 from tests.build.test_plan import GOLDEN
+from tests.catalogue import test_page as test_catalogue_golden
 from tests.launch import test_plan as test_launchplan
 from tests.spec import test_recipefiles as test_recipefiles_golden
 
@@ -21,7 +22,7 @@ from tests.spec import test_recipefiles as test_recipefiles_golden
 def expected_golden_files() -> set[str]:
     return (test_buildplan_golden.golden_names() | test_overlayplan_golden.golden_names() | test_launchplan.golden_names()
             | test_batchscript_golden.golden_names() | test_recipefiles_golden.golden_names()
-            | test_condaplan_golden.golden_names())
+            | test_condaplan_golden.golden_names() | test_catalogue_golden.golden_names())
 
 
 def test_no_stale_golden_files() -> None:
@@ -41,6 +42,6 @@ def test_the_case_tables_are_not_empty() -> None:
     """A guard for the guard: empty tables would make every file stale, never silently pass."""
     assert len(test_buildplan_golden.golden_names()) == 4
     assert len(test_overlayplan_golden.golden_names()) == len(test_overlayplan_golden.GOLDEN_CASES) == 2
-    assert len(test_launchplan.golden_names()) == len(test_launchplan.GOLDEN_CASES) == 25
+    assert len(test_launchplan.golden_names()) == len(test_launchplan.GOLDEN_CASES) == 30
     assert len(test_batchscript_golden.golden_names()) == len(test_batchscript_golden.GOLDEN_CASES) >= 10
     assert len(test_recipefiles_golden.golden_names()) == len(test_recipefiles_golden.GOLDEN_CASES) == 2
