@@ -31,13 +31,14 @@ from envbuild.host.pip import read_host_pip_settings  # noqa: E402
 PACKAGES = ["torch==2.13.0", "transformers", "lightning", "accelerate"]  # as envs/local-cpu-pytorch.yaml
 
 
-def timed(label: str, argv: list[str], results: dict[str, float], env: dict[str, str] | None = None) -> None:
+def timed(label: str, argv: list[str], results: dict[str, float], env: dict[str, str] | None = None) -> str:
     started = time.monotonic()
     proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     results[label] = time.monotonic() - started
     if proc.returncode != 0:
         raise SystemExit(f"{label} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     print(f"  {label:<34} {results[label]:7.1f} s", flush=True)
+    return proc.stderr
 
 
 def manual(work: Path) -> tuple[float, int]:
@@ -84,8 +85,12 @@ def with_envbuild(work: Path, compression: str) -> tuple[float, int]:
     cache = work / f"envbuild-cache-{compression.replace(':', '-')}"
     env = dict(os.environ, ENVBUILD_CACHE_DIR=str(cache))
     results: dict[str, float] = {}
-    timed("envbuild build", [str(REPO / "bin/envbuild"), "build", str(REPO / "envs/local-cpu-pytorch.yaml"), "-o", str(image),
-                             "--compression", compression], results, env=env)
+    stderr = timed("envbuild build", [str(REPO / "bin/envbuild"), "build", str(REPO / "envs/local-cpu-pytorch.yaml"), "-o",
+                                      str(image), "--compression", compression], results, env=env)
+    # Where the time went: each step's line (the build log has each action's time too).
+    for line in stderr.splitlines():
+        if ": done in " in line:
+            print(f"    {line.strip()}", flush=True)
     shutil.rmtree(cache, ignore_errors=True)
     return results["envbuild build"], image.stat().st_size
 

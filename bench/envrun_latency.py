@@ -28,6 +28,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("image", nargs="?", default=str(REPO / "build/local-cpu-pytorch.sif"))
     parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--compare", metavar="CHECKOUT", help="another checkout (e.g. `git worktree` of an older commit): "
+                                                             "its bin/envrun runs side by side as a further variant")
     args = parser.parse_args()
     image = os.path.abspath(args.image)
     variants = {
@@ -35,6 +37,8 @@ def main() -> None:
         "envrun --image IMG true": [str(REPO / "bin/envrun"), "--image", image, "true"],
         "installed envrun (.venv/bin/envrun)": [str(REPO / ".venv/bin/envrun"), "--image", image, "true"],
     }
+    if args.compare:
+        variants["other checkout's bin/envrun"] = [str(Path(args.compare) / "bin/envrun"), "--image", image, "true"]
     wrapper = Path(image).parent / "bin" / "python"
     if wrapper.exists():
         variants["run wrapper bin/python -c pass"] = [str(wrapper), "-c", "pass"]
@@ -51,7 +55,9 @@ def main() -> None:
         p90 = sorted(values)[int(0.9 * (len(values) - 1))]
         print(f"{name:<40}{medians[name] * 1000:>12.1f}{p90 * 1000:>10.1f}")
     base = medians["apptainer exec IMG true"]
-    for name in ("envrun --image IMG true", "installed envrun (.venv/bin/envrun)"):
+    for name in ("envrun --image IMG true", "installed envrun (.venv/bin/envrun)", "other checkout's bin/envrun"):
+        if name not in medians:
+            continue
         added = (medians[name] - base) * 1000
         print(f"{name}: +{added:.1f} ms over bare apptainer exec ({medians[name] / base:.2f}x)")
     if "run wrapper bin/python -c pass" in medians:

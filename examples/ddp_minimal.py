@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     per_rank = max(1, args.batch_size // world)
 
     first_loss = last_loss = 0.0
+    dist.barrier()  # time the training loop only, from when every rank is ready
+    started = time.perf_counter()
     for step in range(args.steps):
         x = torch.randn(per_rank, args.features, generator=generator)
         y = (x @ true_weights).unsqueeze(1) + 0.01 * torch.randn(per_rank, 1, generator=generator)
@@ -64,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         if step == 0:
             first_loss = loss.item()
         last_loss = loss.item()
+
+    train_s = time.perf_counter() - started
 
     # Every rank must hold identical parameters after synchronous DDP training.
     flat = torch.cat([p.detach().flatten() for p in model.parameters()]).to(device)
@@ -99,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         verdict = "PARAMETERS AGREE" if agree else f"PARAMETERS DIFFER (max difference {max_diff})"
         print(f"ddp_minimal: world size {world}, backend {backend}: {verdict}", flush=True)
+        # the throughput line envrun sweep reads (README, "Scaling sweeps"): samples of every rank per second
+        samples = args.steps * per_rank * world
+        print(f"envrun-metric: samples_per_s={samples / train_s:.1f} train_s={train_s:.3f} samples={samples}", flush=True)
     # Drop the DDP wrapper (it holds the process group) before destroying the group: otherwise the group
     # outlives destroy_process_group() and its gloo worker threads are still running when the interpreter
     # shuts down; one that then releases a finished collective needs the GIL, Python ends that thread, and

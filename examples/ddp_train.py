@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from example_report import emit_report, finish_distributed, launch_facts, parameter_agreement
+from example_report import emit_metric, emit_report, finish_distributed, launch_facts, parameter_agreement
 from launch_env import current_layout, fill_single_process_env, fill_torch_env_from_slurm
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -111,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     say(f"ddp_train: {world} ranks, backend {backend}, {len(sampler)} of {len(dataset)} samples per rank per epoch", flush=True)
 
     epoch_losses: list[float] = []
+    barrier(device)
+    train_started = time.perf_counter()
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)  # without this every epoch repeats the same shuffle
         ddp.train()
@@ -125,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             count += len(labels)
         epoch_losses.append(mean_over_ranks(total, count, device))
         say(f"epoch {epoch + 1}/{args.epochs}: mean loss over ranks {epoch_losses[-1]:.4f}", flush=True)
+    train_s = time.perf_counter() - train_started
+    emit_metric(samples_per_s=len(sampler) * world * args.epochs / train_s, train_s=train_s)
 
     # The last epoch's shards must cover the data set between them; a sample appears twice only where
     # DistributedSampler pads the data set to a multiple of the world size.

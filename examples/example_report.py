@@ -58,6 +58,19 @@ def emit_report(fields: Mapping[str, Any]) -> None:
     os.write(sys.stdout.fileno(), line.encode())
 
 
+METRIC_PREFIX = "envrun-metric: "
+
+
+def emit_metric(**values: float) -> None:
+    """The throughput line `envrun sweep` reads (README, "Scaling sweeps"): `envrun-metric: KEY=NUMBER ...`,
+    with samples_per_s or tokens_per_s and, optionally, train_s. Rank 0 only, after training."""
+    if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+        return
+    words = " ".join(f"{key}={value:.6g}" for key, value in values.items())
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (METRIC_PREFIX + words + "\n").encode())
+
+
 def finish_distributed() -> None:
     """Wait for every rank, then destroy the process group while the interpreter is fully alive.
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import lightning as L
 import torch
 import torch.distributed as dist
-from example_report import emit_report, finish_distributed, launch_facts, parameter_agreement
+from example_report import emit_metric, emit_report, finish_distributed, launch_facts, parameter_agreement
 from launch_env import slurm_tasks_on_this_node
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -157,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         enable_checkpointing=False,
         default_root_dir=args.output_dir,
     )
+    fit_started = time.perf_counter()
     trainer.fit(model, loader)
+    train_s = time.perf_counter() - fit_started  # fit() includes joining the process group: a few seconds' overhead
+    emit_metric(samples_per_s=sum(model.samples_seen) * trainer.world_size / train_s, train_s=train_s)
 
     model.eval()
     with torch.no_grad():

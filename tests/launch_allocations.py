@@ -81,6 +81,19 @@ JUWELS_4_GPUS = job(partition="booster", cluster="juwels", ntasks_per_node=4, cp
 JUWELS_2_NODES = job(2, "booster", "juwels", ntasks_per_node=4, cpus_per_task=24, cpus_per_node=96, gpus=4,
                      nodelist="jwb[0097-0098]", job_id="11112222")
 
+# CSC Roihu GPU (docs.csc.fi example-job-scripts-roihu): 4 GH200 per node, 288 Grace cores (no SMT: Slurm CPUs =
+# cores), --gres=gpu:gh200:4; one torchrun launcher with the node's 288 CPUs, or 4 tasks x 72 CPUs.
+ROIHU_1_NODE = job(partition="gpumedium", cluster="roihu", ntasks_per_node=1, cpus_per_task=288, cpus_per_node=288,
+                   gpus=4, nodelist="g1101", job_id="5150001")   # --ntasks-per-node=1 --cpus-per-task=288
+ROIHU_2_NODES = job(2, "gpumedium", "roihu", ntasks_per_node=4, cpus_per_task=72, cpus_per_node=288, gpus=4,
+                    nodelist="g[1101-1102]", job_id="5150002")   # --ntasks-per-node=4 --cpus-per-task=72 (CSC's example)
+
+# JSC JUPITER Booster: 4 GH200 per node, 288 Grace cores, --gres=gpu:4, whole nodes.
+JUPITER_1_NODE = job(partition="booster", cluster="jupiter", ntasks_per_node=1, cpus_per_task=288, cpus_per_node=288,
+                     gpus=4, nodelist="jpbo-001-01", job_id="880001")
+JUPITER_2_NODES = job(2, "booster", "jupiter", ntasks_per_node=1, cpus_per_task=288, cpus_per_node=288, gpus=4,
+                      nodelist="jpbo-001-[01-02]", job_id="880002")
+
 # Any cluster (the local recipe): a part of a node (-c 1), and a whole 16-CPU node without GPUs (--exclusive).
 LOCAL_PARTIAL = job(partition="debug", cluster="envbuild-local", cpus_per_task=1, cpus_per_node=1, nodelist="vm")
 LOCAL_FULL = job(partition="debug", cluster="envbuild-local", cpus_per_node=16, nodelist="vm", SLURM_TASKS_PER_NODE="16")

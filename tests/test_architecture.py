@@ -112,7 +112,7 @@ def test_no_import_cycles() -> None:
 
 
 # envrun's start-up path must stay light: these are what `envrun` must never load on the way to exec.
-HEAVY_MODULES = ("pydantic", "yaml", "click", "dataclasses", "base64", "typing")
+HEAVY_MODULES = ("pydantic", "yaml", "click", "dataclasses", "base64", "typing", "matplotlib", "numpy")
 
 DRY_RUN_LAUNCH = """
 import json, sys

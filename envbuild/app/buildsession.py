@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+# check_spec_architecture is re-exported: envbuild.app.buildlock imports it from here.
+from envbuild.app.archchecks import check_spec_architecture
 from envbuild.errors import EnvbuildError, UsageError
 
 if TYPE_CHECKING:
@@ -31,10 +33,15 @@ class BuildOptions:
     keep_work: bool = False
     verbose: bool = False
     locked: bool = False
+    frozen: bool = False  # install SPEC.lock as it is, unchecked (uv sync --frozen)
+    upgrade: bool = False  # resolve every package anew and rewrite SPEC.lock
+    quiet: bool = False  # errors and the result only
+    heartbeat_s: float | None = None  # off a terminal: a `still running:` line this often (None: the default)
     compression: str = "gzip:6"
     cache_dir: Path | None = None
     log_path: Path | None = None
     source_date_epoch: int | None = None
+    layered: bool = False  # the difference as a SIF overlay partition over a stored image (envbuild.app.squashparent)
 
 
 def torch_index_for(loaded: LoadedSpec) -> str | None:
@@ -66,6 +73,9 @@ def load_fresh_lock(loaded: LoadedSpec) -> tuple[Lock, str, Path]:
         )
     # Before anything is fetched or installed (a lock from an older envbuild was never checked).
     check_locked_family(lock.packages, str(path), then=f"run `envbuild lock {loaded.path}` again")
+    from envbuild.app.archchecks import check_lock_arch
+
+    check_lock_arch(loaded, lock, path)
     return lock, text, path
 
 
@@ -101,8 +111,13 @@ def _recipe_digest(system: str) -> str:
     return file_digest(str(path)) if path.is_file() else ""
 
 
-def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *, lock: tuple[Lock, str, Path] | None
-                 ) -> BuildRequest:
+def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *, lock: tuple[Lock, str, Path] | None,
+                 other_arch_ok: bool = False) -> BuildRequest:
+    """The build's request; refused here, before any download, when the system's architecture is not this
+    machine's or the local base's (envbuild.build.archcheck). other_arch_ok: a lock resolved for another
+    architecture, which builds nothing."""
+    from envbuild.app.archchecks import base_arch
+    from envbuild.build.archcheck import check_architecture
     from envbuild.build.request import BaseSource, BuildRequest, ImageOptions, LockSource, SpecSource
     from envbuild.lock.model import lock_sha256, requirements_with_hashes
     from envbuild.recipes.load import load_recipe
@@ -116,15 +131,18 @@ def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *,
         parsed, text, _ = lock
         locked = LockSource(requirements=requirements_with_hashes(parsed), text=text, sha256=lock_sha256(text),
                             python=".".join(parsed.target.python.split(".")[:2]))
-    return BuildRequest(
+    request = BuildRequest(
         source=SpecSource(spec=spec, text=loaded.text, sha256=loaded.sha256, directory=str(loaded.directory.absolute()),
                           file_digests=_file_digests(loaded)),
         recipe=load_recipe(spec.system), facts=facts, recipe_digest=_recipe_digest(spec.system),
         options=ImageOptions(output=str(options.output), build_id=f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
                              as_root=facts.as_root, keep_work=options.keep_work, compression=options.compression,
-                             source_date_epoch=epoch, built_at=built_at),
-        base=BaseSource(path=base_path, fingerprint=fingerprint), lock=locked,
+                             source_date_epoch=epoch, layered=options.layered, built_at=built_at),
+        base=BaseSource(path=base_path, fingerprint=fingerprint, arch=base_arch(base_path)), lock=locked,
     )
+    if not other_arch_ok:
+        check_architecture(request, str(loaded.path))
+    return request
 
 
 def read_digest(base_plan: BasePlan) -> str:
@@ -158,8 +176,24 @@ class Session:
         self.options = options
         self.out = out
         self._uses = contextlib.ExitStack()  # the store entries this session reads (use locks)
+        # The lock to install, as envbuild.app.buildlock chose it (uv's conventions); unset: --locked's only.
+        self.chosen_lock: tuple[Lock, str, Path] | None = None
+        self.lock_chosen = False
+        self.lock_note = ""  # --dry-run: which lock case applies
+        self.started = time.monotonic()  # the command's start: a build's total includes the lock and the base
 
-    def _say(self, text: str) -> None:
+    def choose_lock(self, lock: tuple[Lock, str, Path] | None, note: str = "") -> None:
+        self.chosen_lock, self.lock_chosen, self.lock_note = lock, True, note
+
+    def the_lock(self) -> tuple[Lock, str, Path] | None:
+        if self.lock_chosen:
+            return self.chosen_lock
+        return load_fresh_lock(self.loaded) if self.options.locked else None
+
+    def _say(self, text: str, *, result: bool = False) -> None:
+        """A line of progress; with -q only warnings and the result (`result`) are printed."""
+        if self.options.quiet and not result and not text.startswith(("warning", "error")):
+            return
         print(text, file=self.out, flush=True)
 
     def _sweep_store(self, store_root: Path) -> None:
@@ -179,16 +213,18 @@ class Session:
 class BuildSession(Session):
 
     def dry_run(self) -> str:
+        from envbuild.build.archcheck import architecture_line
         from envbuild.build.plan import plan_base, plan_build
         from envbuild.build.render import render_build_plan, render_steps
         from envbuild.host.facts import gather_host_facts
 
         facts = gather_host_facts(need_runtime=False, cache_dir=self.options.cache_dir)
-        lock = load_fresh_lock(self.loaded) if self.options.locked else None
+        which, lock = self.lock_note, self.the_lock()
         request = make_request(self.loaded, self.options, facts, lock=lock)
         base = plan_base(request)
         request = request.with_base_digest(read_digest(base) or "<digest recorded by the base step>")
-        return render_steps("base", base.steps) + "\n" + render_build_plan(plan_build(request))
+        return (which + architecture_line(request) + render_steps("base", base.steps) + "\n"
+                + render_build_plan(plan_build(request)))
 
     def build(self) -> Path:
         # Shared use locks on the base and env layers this build reads, held to its end: a concurrent
@@ -210,14 +246,14 @@ class BuildSession(Session):
         from envbuild.store.layout import EntryPaths, StorePaths
         from envbuild.store.locks import entry_lock
 
-        started = time.monotonic()
+        started = self.started
         output = self.options.output
         ensure_can_write(output)
-        # The user's input first: a missing or stale lock is reported before any tool is looked for.
-        lock = load_fresh_lock(self.loaded) if self.options.locked else None
+        check_spec_architecture(self.loaded)  # before a lock is resolved or anything fetched
+        # The user's input first: a missing or stale lock is reported before any tool is looked for (a stale
+        # one was resolved again before this session started: envbuild.app.buildcommand).
+        lock = self.the_lock()
         facts = gather_host_facts(cache_dir=self.options.cache_dir)
-        if lock is None:
-            self._note_unused_lock()
         request = make_request(self.loaded, self.options, facts, lock=lock)
         self._note_compression()
         base = plan_base(request)
@@ -236,10 +272,11 @@ class BuildSession(Session):
         self._sweep_store(store_root)
         self._say(f"building {self.loaded.spec.name} -> {output}")
         executor = BuildExecutor(log_path, store_root=store_root, verbose=self.options.verbose,
-                                 keep_work=self.options.keep_work, out=self.out)
+                                 keep_work=self.options.keep_work, out=self.out, quiet=self.options.quiet,
+                                 heartbeat_s=self.options.heartbeat_s, started=started)
         executor.execute_base(base)
         digest = read_digest(base)
-        if lock is not None and lock[0].base_digest != digest:
+        if lock is not None and lock[0].base_digest is not None and lock[0].base_digest != digest:
             self._say(f"note: the base's content differs from the one {lock[2].name} was made with "
                       f"({lock[0].base_digest[:19]} vs {digest[:19]}); every Python package is still pinned. "
                       f"Run `envbuild lock {self.loaded.path}` to record the new base.")
@@ -277,6 +314,10 @@ class BuildSession(Session):
             if parent:
                 self._say(f"reusing env layer {parent}: installing only the difference")
                 request = replace(request, env_parent=parent)
+        if request.options.layered:
+            from envbuild.app.squashparent import with_squash_parent
+
+            request = with_squash_parent(request, layers, use=self._use, say=self._say)
         return plan_build(request)
 
     def _reuse_stored_image(self, executor: BuildExecutor, request: BuildRequest, plan: BuildPlan, started: float) -> None:
@@ -284,11 +325,11 @@ class BuildSession(Session):
 
         copy = output_step(request, plan.store_image, f"copy the stored image {plan.layers.image_entry} to {plan.output}")
         executor.execute_steps((copy, wrappers_step(request, plan.store_image)), None, "cached")
-        self._say(f"image unchanged, taken from the store: {plan.output} in {time.monotonic() - started:.1f} s")
+        executor.finish(f"image unchanged, taken from the store: {plan.output}")
 
     def _finish_up_to_date(self, request: BuildRequest, layers: Layers, started: float) -> None:
         self._say(f"{request.options.output} is up to date (image {layers.image_entry}); nothing to build "
-                  f"({time.monotonic() - started:.2f} s)")
+                  f"({time.monotonic() - started:.2f} s)", result=True)
         note_project_file(self.loaded, Path(request.options.output), image=request.options.output, overlays=(), say=self._say)
 
     def _note_compression(self) -> None:
@@ -297,13 +338,6 @@ class BuildSession(Session):
         note = compression_note(self.options.compression)
         if note:
             self._say(f"note: --compression {self.options.compression}: {note}")
-
-    def _note_unused_lock(self) -> None:
-        from envbuild.lock.model import lock_path_for
-
-        path = lock_path_for(self.loaded.path)
-        if path.is_file():
-            self._say(f"note: {path} exists but is not used; pass --locked to install exactly it")
 
 
 def note_project_file(loaded: LoadedSpec, output: Path, *, image: str, overlays: tuple[str, ...],

@@ -82,19 +82,21 @@ class CondaBuildSession(Session):
         from envbuild.build.condaplan import plan_conda_build
         from envbuild.host.facts import gather_host_facts
 
-        if self.options.locked:
-            raise UsageError("--locked applies to pip specs: a conda environment is resolved by conda when cotainr "
-                             "builds it", "build without --locked; the image records every package it got "
+        flag = next((f"--{name}" for name in ("locked", "frozen", "upgrade") if getattr(self.options, name)), None)
+        if flag:
+            raise UsageError(f"{flag} applies to pip specs: a conda environment is resolved by conda when cotainr "
+                             f"builds it", f"build without {flag}; the image records every package it got "
                              "(envbuild packages IMAGE), and pin versions in the env file (numpy=1.26.3, torch==2.5.1+rocm6.2)")
         facts = gather_host_facts(need_runtime=need_runtime, cache_dir=self.options.cache_dir)
         request = make_request(self.loaded, self.options, facts, lock=None)
         request = request.with_base_digest(base_digest(request))
         check_pip_part(self.loaded, request)
-        plan = plan_conda_build(request, find_cotainr(), arch=platform.machine() or "x86_64",
+        plan = plan_conda_build(request, find_cotainr(), arch=request.facts.machine or platform.machine() or "x86_64",
                                 channel_alias=os.environ.get("CONDA_CHANNEL_ALIAS"))
         return request, plan
 
     def dry_run(self) -> str:
+        from envbuild.build.archcheck import architecture_line
         from envbuild.build.condaplan import env_file_path
         from envbuild.build.render import render_build_plan
 
@@ -107,7 +109,7 @@ class CondaBuildSession(Session):
             env_file = conda.env_file(self.loaded.spec.name)
             text += f"# conda env file cotainr gets ({env_file_path(request)}):\n" + "".join(
                 f"#   {line}\n" for line in env_file.splitlines()) + "\n"
-        return text + render_build_plan(plan)
+        return architecture_line(request) + text + render_build_plan(plan)
 
     def build(self) -> Path:
         from envbuild.app.buildsession import image_key_of, note_project_file
@@ -115,7 +117,7 @@ class CondaBuildSession(Session):
         from envbuild.store.entries import touch_used
         from envbuild.store.locks import entry_lock
 
-        started = time.monotonic()
+        started = self.started
         output = self.options.output
         ensure_can_write(output)
         request, plan = self._request_and_plan(need_runtime=True)
@@ -126,7 +128,7 @@ class CondaBuildSession(Session):
                              "(or pass --accept-licenses with an env file)")
         if image_key_of(output) == plan.layers.image_key:
             self._say(f"{output} is up to date (image {plan.layers.image_entry}); nothing to build "
-                      f"({time.monotonic() - started:.2f} s)")
+                      f"({time.monotonic() - started:.2f} s)", result=True)
             return output
         log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
         if log_path.exists():
@@ -135,7 +137,8 @@ class CondaBuildSession(Session):
         self._sweep_store(store_root)
         self._say(f"building {self.loaded.spec.name} -> {output} with {plan.installer}")
         executor = BuildExecutor(log_path, store_root=store_root, verbose=self.options.verbose,
-                                 keep_work=self.options.keep_work, out=self.out)
+                                 keep_work=self.options.keep_work, out=self.out, quiet=self.options.quiet,
+                                 heartbeat_s=self.options.heartbeat_s, started=started)
         with entry_lock(store_root, "image", plan.layers.image_entry, on_wait=lambda m: self._say(m)):
             executor.execute(plan)
         touch_used(Path(plan.store_image).parent)

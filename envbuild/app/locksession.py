@@ -50,40 +50,106 @@ def probe_target(request: BuildRequest, rootfs: str) -> LockTarget:
 
 def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None,
              verbose: bool, out: TextIO) -> Path:
+    from envbuild.lock.model import lock_path_for
+
+    path = lock_path_for(loaded.path)
+    previous = read_previous_lock(path, out)
+    lock = resolve_lock(loaded, previous, upgrade=upgrade, upgrade_packages=upgrade_packages, cache_dir=cache_dir,
+                        verbose=verbose, out=out)
+    write_lock(loaded, path, previous, lock, out)
+    return path
+
+
+def resolve_lock(loaded: LoadedSpec, previous: Lock | None, *, upgrade: bool, upgrade_packages: tuple[str, ...],
+                 cache_dir: Path | None, verbose: bool, out: TextIO, log_path: Path | None = None,
+                 quiet: bool = False) -> Lock:
+    """The spec's lock, resolved now (keeping `previous`'s pins unless upgrading); nothing is written."""
     from envbuild.app.buildsession import BuildOptions, make_request, read_digest, torch_index_for
     from envbuild.build.executor import BuildExecutor
     from envbuild.build.plan import plan_base
+    from envbuild.host.arch import host_arch
     from envbuild.host.facts import gather_host_facts
     from envbuild.lock.family import check_locked_family
-    from envbuild.lock.model import Lock, lock_inputs, lock_path_for
+    from envbuild.lock.model import Lock, lock_inputs
     from envbuild.store.entries import touch_used
 
     spec = loaded.spec
-    facts = gather_host_facts(cache_dir=cache_dir)
+    # A lock for another architecture runs nothing: it needs uv, not the container runtime.
+    facts = gather_host_facts(need_runtime=_other_arch(loaded, host_arch()) is None, cache_dir=cache_dir)
     if facts.uv is None:
         raise EnvbuildError("envbuild lock needs uv, which is not installed", "pip install uv (into envbuild's environment)")
     if not spec.python.requirements():
         raise EnvbuildError(f"{loaded.path}: the spec installs no Python packages; there is nothing to lock")
-    path = lock_path_for(loaded.path)
-    previous = read_previous_lock(path, out)
 
-    request = make_request(loaded, BuildOptions(output=Path(f"/nonexistent/{spec.name}.sif")), facts, lock=None)
+    other_arch = _other_arch(loaded, facts.machine)
+    request = make_request(loaded, BuildOptions(output=Path(f"/nonexistent/{spec.name}.sif")), facts, lock=None,
+                           other_arch_ok=other_arch is not None)
+    if other_arch is not None:
+        return _resolve_for_other_arch(loaded, request, other_arch, previous, upgrade=upgrade,
+                                       upgrade_packages=upgrade_packages, quiet=quiet, out=out)
     base = plan_base(request)
-    log_path = Path(facts.cache_dir) / "logs" / f"lock-{spec.name}.log"
-    print(f"locking {spec.name}: getting the base {spec.base.describe()}", file=out, flush=True)
-    BuildExecutor(log_path, store_root=Path(facts.cache_dir), verbose=verbose, out=out).execute_base(base)
+    log_path = log_path or Path(facts.cache_dir) / "logs" / f"lock-{spec.name}.log"
+    if not quiet:
+        print(f"locking {spec.name}: getting the base {spec.base.describe()}", file=out, flush=True)
+    BuildExecutor(log_path, store_root=Path(facts.cache_dir), verbose=verbose, quiet=quiet, out=out).execute_base(base)
     touch_used(Path(base.entry))
     request = request.with_base_digest(read_digest(base))
     target = probe_target(request, base.rootfs)
-    print(f"resolving for Python {target.python} on {target.platform}", file=out, flush=True)
+    if not quiet:
+        print(f"resolving for Python {target.python} on {target.platform}", file=out, flush=True)
     packages = _resolve(request, target, previous, upgrade=upgrade, upgrade_packages=upgrade_packages)
     # Before the lock is written: a lock whose torchvision is for another variant than torch builds an
     # image whose torchvision fails to load.
     check_locked_family(packages, f"the resolution of {loaded.path}", then=f"run `envbuild lock {loaded.path}` again")
     inputs = lock_inputs(spec, torch_index_for(loaded))
-    lock = Lock(inputs=inputs, target=target, base_digest=request.base.digest, recipe_digest=request.recipe_digest,
+    return Lock(inputs=inputs, target=target, base_digest=request.base.digest, recipe_digest=request.recipe_digest,
                 resolver=f"uv {facts.uv_version}", packages=packages, spec_name=spec.name)
-    return write_lock(loaded, path, previous, lock, out)
+
+
+def _other_arch(loaded: LoadedSpec, host: str) -> str | None:
+    """The system's architecture when it is not this machine's (the base cannot run here); else None."""
+    from envbuild.build.archcheck import target_arch
+    from envbuild.recipes.load import load_recipe
+
+    target = target_arch(load_recipe(loaded.spec.system), host)
+    return target if host and target != host else None
+
+
+def declared_target(loaded: LoadedSpec, arch: str, host: str) -> LockTarget:
+    """The lock target for another architecture, from the spec's python.lock_target (the base is not run)."""
+    from envbuild.lock.model import LockTarget
+    from envbuild.lock.uv import uv_python_platform
+
+    facts = loaded.spec.python.lock_target
+    if facts is None:
+        raise EnvbuildError(
+            f"{loaded.path}: system {loaded.spec.system} runs {arch} and this machine is {host}, so the base cannot be run "
+            "here to learn its Python and C library versions, which the resolution needs",
+            f"add them to the spec: `python: {{lock_target: {{python: '3.12', glibc: '2.39'}}}}` with the base's "
+            f"`python3 --version` and `ldd --version` (read on {loaded.spec.system} or from the base's documentation), "
+            f"or lock on an {arch} machine")
+    return LockTarget(python=facts.python, platform=uv_python_platform(arch, facts.glibc))
+
+
+def _resolve_for_other_arch(loaded: LoadedSpec, request: BuildRequest, arch: str, previous: Lock | None, *,
+                            upgrade: bool, upgrade_packages: tuple[str, ...], quiet: bool, out: TextIO) -> Lock:
+    """A lock for a system of another architecture: uv resolves for its platform (--python-platform) on this
+    machine, from the spec's lock_target; nothing is fetched or run, so the lock records no base digest."""
+    from envbuild.app.buildsession import torch_index_for
+    from envbuild.lock.family import check_locked_family
+    from envbuild.lock.model import Lock, lock_inputs
+
+    spec, facts = loaded.spec, request.facts
+    target = declared_target(loaded, arch, facts.machine)
+    if not quiet:
+        print(f"locking {spec.name} for {spec.system} ({arch}) on this {facts.machine} machine: the base is not "
+              f"fetched; resolving for Python {target.python} on {target.platform} (python.lock_target)",
+              file=out, flush=True)
+    packages = _resolve(request, target, previous, upgrade=upgrade, upgrade_packages=upgrade_packages)
+    check_locked_family(packages, f"the resolution of {loaded.path}", then=f"run `envbuild lock {loaded.path}` again")
+    return Lock(inputs=lock_inputs(spec, torch_index_for(loaded)), target=target, base_digest=None,
+                recipe_digest=request.recipe_digest, resolver=f"uv {facts.uv_version}", packages=packages,
+                spec_name=spec.name)
 
 
 def read_previous_lock(path: Path, out: TextIO) -> Lock | None:
@@ -99,8 +165,12 @@ def read_previous_lock(path: Path, out: TextIO) -> Lock | None:
         return None
 
 
-def write_lock(loaded: LoadedSpec, path: Path, previous: Lock | None, lock: Lock, out: TextIO) -> Path:
-    """Write `lock` to `path` when its text changes, saying what changed."""
+def write_lock(loaded: LoadedSpec, path: Path, previous: Lock | None, lock: Lock, out: TextIO, *,
+               for_build: bool = False) -> str:
+    """Write `lock` to `path` when its text changes, saying what changed; returns the lock's text.
+
+    for_build: a build goes on from the resolved lock when the spec's directory is read-only (a shared
+    checkout), with a warning, instead of failing after the resolution."""
     from envbuild.lock.fileformat import render_lock
 
     text = render_lock(lock, spec_path_for_comment=_relative(loaded.path))
@@ -110,12 +180,21 @@ def write_lock(loaded: LoadedSpec, path: Path, previous: Lock | None, lock: Lock
     count = len(lock.packages)
     if text == old_text:
         print(f"{path} is unchanged ({count} packages)", file=out)
-    else:
-        from envbuild.atomicfile import atomic_write
+        return text
+    from envbuild.atomicfile import atomic_write
 
+    try:
         atomic_write(path, text)
-        print(f"wrote {path} ({count} packages); build it with: envbuild build {loaded.path} --locked", file=out)
-    return path
+    except OSError as exc:
+        if not for_build:
+            raise
+        print(f"warning: cannot write {path} ({exc.strerror}); building from the lock resolved now, "
+              f"which is kept in the image's record", file=out, flush=True)
+        return text
+    then = f"later builds install exactly it (envbuild build {loaded.path})" if for_build else \
+        f"build it with: envbuild build {loaded.path}"
+    print(f"wrote {path} ({count} packages); {then}", file=out, flush=True)
+    return text
 
 
 def _resolve(request: BuildRequest, target: LockTarget, previous: Lock | None, *, upgrade: bool,

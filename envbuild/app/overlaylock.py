@@ -22,14 +22,28 @@ if TYPE_CHECKING:
 
 def run_overlay_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None,
                      verbose: bool, out: TextIO) -> Path:
-    from envbuild.app.buildsession import BuildOptions
     from envbuild.app.locksession import read_previous_lock, write_lock
+    from envbuild.lock.model import lock_path_for
+
+    path = lock_path_for(loaded.path)
+    previous = read_previous_lock(path, out)
+    lock = resolve_overlay_lock(loaded, previous, upgrade=upgrade, upgrade_packages=upgrade_packages,
+                                cache_dir=cache_dir, verbose=verbose, out=out)
+    write_lock(loaded, path, previous, lock, out)
+    return path
+
+
+def resolve_overlay_lock(loaded: LoadedSpec, previous: Lock | None, *, upgrade: bool, upgrade_packages: tuple[str, ...],
+                         cache_dir: Path | None, verbose: bool, out: TextIO, log_path: Path | None = None,
+                         quiet: bool = False) -> Lock:
+    """The overlay's lock, resolved now by pip in the base (keeping `previous`'s pins unless upgrading)."""
+    from envbuild.app.buildsession import BuildOptions
     from envbuild.app.overlaysession import OverlaySession, _cached_probe, _read
     from envbuild.build.executor import BuildExecutor
     from envbuild.build.overlayplan import base_family, plan_overlay_base, plan_overlay_resolve
     from envbuild.host.facts import gather_host_facts
     from envbuild.lock.family import check_locked_family
-    from envbuild.lock.model import Lock, LockTarget, lock_inputs, lock_path_for
+    from envbuild.lock.model import Lock, LockTarget, lock_inputs
     from envbuild.lock.uv import uv_python_platform
 
     spec = loaded.spec
@@ -38,12 +52,11 @@ def run_overlay_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tup
     facts = gather_host_facts(cache_dir=cache_dir)
     options = BuildOptions(output=Path(f"/nonexistent/{spec.name}.sqsh"), cache_dir=cache_dir)
     request = OverlaySession(loaded, options, out=out)._request(facts)
-    path = lock_path_for(loaded.path)
-    previous = read_previous_lock(path, out)
     base = plan_overlay_base(request)
-    log_path = Path(facts.cache_dir) / "logs" / f"lock-{spec.name}.log"
-    executor = BuildExecutor(log_path, store_root=Path(facts.cache_dir), verbose=verbose, out=out)
-    print(f"locking overlay {spec.name} on {request.base.path}", file=out, flush=True)
+    log_path = log_path or Path(facts.cache_dir) / "logs" / f"lock-{spec.name}.log"
+    executor = BuildExecutor(log_path, store_root=Path(facts.cache_dir), verbose=verbose, quiet=quiet, out=out)
+    if not quiet:
+        print(f"locking overlay {spec.name} on {request.base.path}", file=out, flush=True)
     executor.execute_steps(base.steps, None, "base")
     probe = _cached_probe(base)
     assert probe is not None
@@ -54,17 +67,17 @@ def run_overlay_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tup
     pins = _kept_pins(previous, upgrade=upgrade, upgrade_packages=upgrade_packages)
     report = Path(facts.cache_dir) / "logs" / f"lock-{spec.name}-report.json"
     work, steps = plan_overlay_resolve(request, probe, pins, str(report))
-    print(f"resolving with pip {facts.pip_version} in the base's Python {probe.version}", file=out, flush=True)
+    if not quiet:
+        print(f"resolving with pip {facts.pip_version} in the base's Python {probe.version}", file=out, flush=True)
     executor.execute_steps(steps, work, "lock")
     packages = parse_pip_report(report.read_text(encoding="utf-8"), str(report))
     # What the overlay adds against the base's torch, which the overlay's Python imports.
     check_locked_family(packages, f"the resolution of {loaded.path} on {request.base.path}",
                         then=f"run `envbuild lock {loaded.path}` again", given=base_family(probe))
-    lock = Lock(inputs=lock_inputs(spec, None), target=LockTarget(python=probe.version,
+    return Lock(inputs=lock_inputs(spec, None), target=LockTarget(python=probe.version,
                                                                  platform=uv_python_platform(probe.machine, probe.glibc)),
                 base_digest=request.base.digest, recipe_digest=request.recipe_digest,
                 resolver=f"pip {facts.pip_version} in the base", packages=packages, spec_name=spec.name)
-    return write_lock(loaded, path, previous, lock, out)
 
 
 def _kept_pins(previous: Lock | None, *, upgrade: bool, upgrade_packages: tuple[str, ...]) -> tuple[str, ...]:

@@ -17,14 +17,14 @@ if TYPE_CHECKING:
     from envbuild.build.overlayprobe import BaseProbe
     from envbuild.build.request import BuildRequest
     from envbuild.host.facts import HostFacts
+    from envbuild.lock.model import Lock
 
 
 class OverlaySession(Session):
-    def _request(self, facts: HostFacts) -> BuildRequest:
-        from envbuild.app.buildsession import load_fresh_lock, make_request
+    def _request(self, facts: HostFacts, lock: tuple[Lock, str, Path] | None = None) -> BuildRequest:
+        from envbuild.app.buildsession import make_request
         from envbuild.inventory.sif import read_sif_layout
 
-        lock = load_fresh_lock(self.loaded) if self.options.locked else None
         request = make_request(self.loaded, self.options, facts, lock=lock)
         base = request.base.path or ""
         if os.path.isdir(base) or not _is_sif_file(base):
@@ -36,14 +36,15 @@ class OverlaySession(Session):
         return replace(request, base=replace(request.base, sif_id=header.image_id, size=os.path.getsize(base)))
 
     def dry_run(self) -> str:
+        from envbuild.build.archcheck import architecture_line
         from envbuild.build.overlayplan import plan_overlay, plan_overlay_base
         from envbuild.build.render import render_steps
         from envbuild.host.facts import gather_host_facts
 
         facts = gather_host_facts(need_runtime=False, cache_dir=self.options.cache_dir)
-        request = self._request(facts)
+        request = self._request(facts, self.the_lock())
         base = plan_overlay_base(request)
-        text = render_steps("base", base.steps)
+        text = self.lock_note + architecture_line(request) + render_steps("base", base.steps)
         probe = _cached_probe(base)
         if probe is None:
             return text + "\n# the overlay's steps depend on the base's Python, found by the base-python step: " \
@@ -60,17 +61,22 @@ class OverlaySession(Session):
         from envbuild.store.layout import StorePaths
         from envbuild.store.locks import entry_lock
 
-        started = time.monotonic()
+        started = self.started
         output = self.options.output
         ensure_can_write(output)
+        from envbuild.app.archchecks import check_spec_architecture
+
+        check_spec_architecture(self.loaded)  # before a lock is resolved or anything fetched
+        lock = self.the_lock()  # chosen by envbuild.app.buildlock (uv's conventions)
         facts = gather_host_facts(cache_dir=self.options.cache_dir)
-        request = self._request(facts)
+        request = self._request(facts, lock)
         base = plan_overlay_base(request)
         probe = _cached_probe(base)
         if probe is not None and os.path.exists(base.digest_file):
             key = overlay_key(request.with_base_digest(_read(base.digest_file)), probe)
             if _overlay_key_of(output) == key:
-                self._say(f"{output} is up to date (overlay {key[:16]}); nothing to build ({time.monotonic() - started:.2f} s)")
+                self._say(f"{output} is up to date (overlay {key[:16]}); nothing to build ({time.monotonic() - started:.2f} s)",
+                          result=True)
                 self._note_project(request, output)
                 return output
         log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
@@ -80,7 +86,8 @@ class OverlaySession(Session):
         self._sweep_store(store_root)
         self._say(f"building overlay {self.loaded.spec.name} on {request.base.path} -> {output}")
         executor = BuildExecutor(log_path, store_root=store_root, verbose=self.options.verbose,
-                                 keep_work=self.options.keep_work, out=self.out)
+                                 keep_work=self.options.keep_work, out=self.out, quiet=self.options.quiet,
+                                 heartbeat_s=self.options.heartbeat_s, started=started)
         executor.execute_steps(base.steps, None, "base")
         probe = _cached_probe(base)
         assert probe is not None
@@ -101,10 +108,10 @@ class OverlaySession(Session):
                 # the commands are read from the stored overlay file (there is no venv directory now)
                 wrappers = overlay_wrappers_step(request, probe, plan.store_overlay)
                 executor.execute_steps((step, wrappers), None, "cached")
-                self._say(f"overlay unchanged, taken from the store: {output} in {time.monotonic() - started:.1f} s")
+                executor.finish(f"overlay unchanged, taken from the store: {output}")
             else:
                 executor.execute_steps(plan.steps, plan.work_dir, "overlay")
-                self._say(f"built {output} in {time.monotonic() - started:.0f} s (log: {log_path})")
+                executor.finish(f"built {output}")
         for directory in (base.entry, entry.dir):
             if os.path.isdir(directory):
                 touch_used(Path(directory))

@@ -51,6 +51,7 @@ class BatchRequest:
     envrun: str = "envrun"
     cwd: str = "."
     regenerate: str = ""  # the command line that writes this script again
+    time_step: bool = False  # print the step's wall time as an `envrun-step:` line (envrun sweep reads it)
 
 
 @dataclass

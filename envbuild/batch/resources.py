@@ -38,6 +38,7 @@ class JobRequest:
     launcher: str = "torchrun"
     test: bool = False
     stage_gb: float = 0.0  # data staged to each node (every --stage together)
+    processes_per_node: int | None = None  # CPU-only nodes: training processes per node (None: as many as fit)
 
 
 @dataclass(frozen=True)
@@ -115,12 +116,13 @@ class _Chooser:
         if request.nodes < 1:
             raise UsageError(f"--nodes {request.nodes}: a job needs at least one node", "e.g. --nodes 2")
         gpus = self.gpus()
-        whole = gpus == node.gpus
+        processes = self.cpu_processes(gpus)
+        whole = gpus == node.gpus and (processes is None or processes * node.cores_per_process >= node.cpus)
         seconds = self.seconds()
         partition = self.partition(gpus, whole, seconds)
         time = self.time(partition, seconds)
         account = self.account()
-        tasks, cpus = self.tasks_and_cpus(gpus, whole)
+        tasks, cpus = self.tasks_and_cpus(gpus, whole, processes)
         memory = self.memory(gpus, whole, partition)
         stage_gb = self.stage_gres(memory)
         self.gres(gpus, stage_gb)
@@ -144,6 +146,20 @@ class _Chooser:
             if node.gpus and total % node.gpus == 0:
                 fix = f"for {total} GPUs use --nodes {total // node.gpus} --gpus-per-node {node.gpus}"
             raise UsageError(f"--gpus-per-node {asked}, but {node.why}", fix)
+        return asked
+
+    def cpu_processes(self, gpus: int) -> int | None:
+        """Training processes per node asked for on a node without GPUs (envrun sweep --gpus there), or None."""
+        asked, node = self.request.processes_per_node, self.node
+        if asked is None:
+            return None
+        if gpus:
+            raise UsageError(f"{asked} processes per node were asked for on nodes with {gpus} GPUs",
+                             "count GPUs there (--gpus-per-node); processes per node are for CPU-only nodes")
+        fits = max(1, node.cpus // node.cores_per_process)
+        if not 1 <= asked <= fits:
+            raise UsageError(f"{asked} training processes per node, but {node.why} fits 1 to {fits} "
+                             f"({node.cores_per_process} CPU(s) each)", f"ask for at most {fits} per node, or more nodes")
         return asked
 
     # -- partition and time --------------------------------------------------------------------------
@@ -247,11 +263,14 @@ class _Chooser:
 
     # -- tasks, CPUs, memory -------------------------------------------------------------------------
 
-    def tasks_and_cpus(self, gpus: int, whole: bool) -> tuple[int, int]:
+    def tasks_and_cpus(self, gpus: int, whole: bool, processes: int | None = None) -> tuple[int, int]:
         node, launcher = self.node, self.request.launcher
         cpus = node.cpus if whole or not gpus else node.cpus_per_gpu * gpus
         share = f"every CPU of the node ({node.why})" if whole or not gpus else \
             f"{node.cpus_per_gpu} CPUs per GPU x {gpus} ({node.why})"
+        if processes is not None and not whole:
+            cpus = processes * node.cores_per_process
+            share = f"{node.cores_per_process} CPU(s) per process x {processes} process{'es' if processes > 1 else ''} ({node.why})"
         if launcher in PER_NODE_LAUNCHERS:
             tasks, per_task = 1, cpus
             self.add("--ntasks-per-node=1", f"{launcher} starts the training processes itself: one launcher per node")

@@ -66,11 +66,24 @@ def render_script(job: BatchJob) -> str:
         if cleanup:
             lines += cleanup_lines()
         lines += [*requeue_decision(), 'exit "$status"']
+    elif job.request.time_step:
+        lines += [*timed_step(step), *(cleanup_lines() if cleanup else []), 'exit "$status"']
     elif cleanup:
         lines += [step, "status=$?", *cleanup_lines(), 'exit "$status"']
     else:
         lines.append(step)
     return "\n".join(lines) + "\n"
+
+
+STEP_LINE = "envrun-step:"
+
+
+def timed_step(step: str) -> list[str]:
+    """The step between two clock readings, then one `envrun-step: wall_ms=N exit=S` line in the job's output:
+    the step's wall time without the queue wait and the batch shell's start (no accounting is needed, which
+    sacct would be; the test cluster runs without it). date +%s%N: nanoseconds, GNU coreutils."""
+    return ["envrun_step_start=$(date +%s%N)", step, "status=$?",
+            f'echo "{STEP_LINE} wall_ms=$(( ($(date +%s%N) - envrun_step_start) / 1000000 )) exit=$status"']
 
 
 def header(job: BatchJob) -> list[str]:

@@ -8,9 +8,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from envbuild.errors import EnvbuildError, UsageError
+
+if TYPE_CHECKING:
+    from envbuild.build.heartbeat import LiveLine
 
 # JobState values after which nothing more happens (squeue(1) JOB STATE CODES); REQUEUED, PENDING and
 # COMPLETING are not among them: a requeued job comes back under the same id.
@@ -66,7 +69,17 @@ def job_exit_code(state: str, exit_code: str) -> int:
 
 def wait_for_job(job_id: str, cwd: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, run: Runner = _run,
                  poll_s: float = 2.0, timeout_s: float | None = None) -> int:
-    """Follow the job's output file until the job has ended (through requeues), then its exit code."""
+    """Follow the job's output file until the job has ended (through requeues), then its exit code.
+
+    While nothing happens (a job PENDING for an hour), a live line on a terminal, or off one (a CI log) an
+    `envrun: still waiting: job N STATE, M s` line every $ENVBUILD_HEARTBEAT seconds (30 by default)."""
+    from envbuild.build.heartbeat import LiveLine
+
+    with LiveLine(f"job {job_id}", err, words="envrun: still waiting", thread=False) as live:
+        return _wait(job_id, cwd, out, run, poll_s, timeout_s, live)
+
+
+def _wait(job_id: str, cwd: str, out: TextIO, run: Runner, poll_s: float, timeout_s: float | None, live: LiveLine) -> int:
     offset, seen_state, path, started = 0, "", "", time.monotonic()
     while True:
         fields = _job_fields(job_id, run)
@@ -74,19 +87,26 @@ def wait_for_job(job_id: str, cwd: str, out: TextIO = sys.stdout, err: TextIO = 
         path = _resolve(fields.get("StdOut", path), cwd)
         if state != seen_state:
             restarts = fields.get("Restarts", "0")
-            err.write(f"envrun: job {job_id} {state}" + (f" (restart {restarts})" if restarts not in ("", "0") else "")
-                      + "\n")
+            live.say(f"envrun: job {job_id} {state}" + (f" (restart {restarts})" if restarts not in ("", "0") else ""))
+            live.set_label(f"job {job_id} {state}")
             seen_state = state
-        offset = _follow(path, offset, out)
+        offset = _follow(path, offset, out, live.clear_for_output)
         if state in FINAL_STATES:
             time.sleep(min(poll_s, 1.0))  # the last lines reach the file after the state changes
-            _follow(path, offset, out)
+            _follow(path, offset, out, live.clear_for_output)
             code = job_exit_code(state, fields.get("ExitCode", "0:0"))
-            err.write(f"envrun: job {job_id} ended: {state}, exit code {fields.get('ExitCode', '?')} -> {code}\n")
+            live.say(f"envrun: job {job_id} ended: {state}, exit code {fields.get('ExitCode', '?')} -> {code}")
             return code
         if timeout_s is not None and time.monotonic() - started > timeout_s:
             raise EnvbuildError(f"job {job_id} still {state} after {timeout_s:.0f} s", f"follow it with squeue -j {job_id}")
+        live.tick()
         time.sleep(poll_s)
+
+
+def job_fields(job_id: str, run: Runner = _run) -> dict[str, str]:
+    """The job's fields as scontrol shows them (JobState, ExitCode, StdOut, RunTime, ...), or as accounting
+    remembers them once the controller has forgotten the job."""
+    return _job_fields(job_id, run)
 
 
 def _job_fields(job_id: str, run: Runner) -> dict[str, str]:
@@ -107,7 +127,7 @@ def _resolve(path: str, cwd: str) -> str:
     return path if not path or os.path.isabs(path) else os.path.join(cwd, path)
 
 
-def _follow(path: str, offset: int, out: TextIO) -> int:
+def _follow(path: str, offset: int, out: TextIO, before_writing: Callable[[], None] = lambda: None) -> int:
     """Write what the file gained since `offset`; the new offset (0 again if the file was truncated)."""
     try:
         with open(path, "rb") as handle:
@@ -120,6 +140,7 @@ def _follow(path: str, offset: int, out: TextIO) -> int:
     except OSError:
         return offset
     if data:
+        before_writing()  # the live line makes way
         out.write(data.decode(errors="replace"))
         out.flush()
     return offset + len(data)

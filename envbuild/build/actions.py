@@ -221,8 +221,32 @@ class CheckTorchFamily:
         return f"check that the torch family in {shlex.quote(self.root)} follows torch's variant{base}"
 
 
+@dataclass(frozen=True)
+class StartBeside:
+    """Start `runs` (commands that only read, one after another) in the background while the step's next
+    actions run (envbuild.build.beside). A JoinBeside later in the step waits for them; one that fails stops
+    the step, and a step that fails or is interrupted stops them."""
+
+    name: str
+    title: str
+    runs: tuple[Run, ...]
+
+    def describe(self) -> str:
+        return f"( {' && '.join(run.describe() for run in self.runs)} ) &  # {self.name}: {self.title}, in the background"
+
+
+@dataclass(frozen=True)
+class JoinBeside:
+    """Wait for the StartBeside of the same step; fail the step with the output of a command that failed."""
+
+    name: str
+
+    def describe(self) -> str:
+        return f"wait  # for {self.name}: stop here if it failed"
+
+
 Action = (CheckReachable | CheckTorchFamily | SnapshotTree | GuardTree | ClampTimes | WriteRunWrappers | Run | WriteFile
-          | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename | RecordDigest)
+          | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename | RecordDigest | StartBeside | JoinBeside)
 
 
 @dataclass(frozen=True)

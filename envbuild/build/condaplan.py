@@ -170,11 +170,8 @@ def plan_conda_build(request: BuildRequest, tool: CotainrTool, *, arch: str = "x
     steps.append(Step("record", "record every Python environment's packages",
                       (sandbox_exec(request, sandbox, ["/bin/sh", "-c", RECORD_WITH_ANY_PYTHON, "record", RECORD_ENVIRONMENTS_SCRIPT],
                                     writable=True),)))
-    if spec.tests:
-        steps.append(Step("test", f"run {len(spec.tests)} test(s) inside the image",
-                          tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=False) for cmd in spec.tests)))
     entry = store.image(layers.image_entry)
-    steps.append(squash_step(request, entry, layers, sandbox, work))
+    steps.append(squash_step(request, entry, layers, sandbox, work, tests=spec.tests))
     steps.append(output_step(request, entry.image, f"copy the image to {request.options.output}"))
     if has_env:
         steps.append(wrappers_step(request, f"{sandbox}{CONDA_ENV_PREFIX}/bin"))

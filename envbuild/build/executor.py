@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections import deque
@@ -23,6 +24,7 @@ from envbuild.build.actions import (
     CopyFile,
     CopyTree,
     GuardTree,
+    JoinBeside,
     MakeDirs,
     MergeJson,
     RecordDigest,
@@ -30,20 +32,26 @@ from envbuild.build.actions import (
     Rename,
     Run,
     SnapshotTree,
+    StartBeside,
     Step,
     Touch,
     WriteFile,
     WriteRunWrappers,
 )
+from envbuild.build.beside import Beside, foreground_started, join_beside, raise_if_beside_failed, start_beside, stop_beside
 from envbuild.build.containment import make_dirs, tool_environment
-from envbuild.build.progress import Progress, clean_line
+from envbuild.build.heartbeat import LiveLine
+from envbuild.build.progress import StepRecord, clean_line, render_summary
 from envbuild.build.render import redact
 from envbuild.build.request import BasePlan, BuildPlan
 from envbuild.build.treeops import clamp_times, file_states
 from envbuild.build.wrapperfiles import write_run_wrappers
 from envbuild.errors import EnvbuildError, ToolError
 
-_TAIL_LINES = 25
+_TAIL_LINES = 30  # shown with a failed command: enough for a pip/uv resolution error and its cause
+# A line a `python -m envbuild...` helper prints with this prefix is shown like the executor's own notes
+# (envbuild.build.layeredsquash: why it squashed the whole tree after all).
+HELPER_NOTE = "envbuild-note: "
 
 
 class StepFailed(ToolError):
@@ -55,18 +63,36 @@ class BuildExecutor:
     unless `keep_work`; the log file keeps every line the tools printed."""
 
     def __init__(self, log_path: Path, *, store_root: Path, verbose: bool = False, keep_work: bool = False,
-                 out: TextIO | None = None) -> None:
+                 out: TextIO | None = None, quiet: bool = False, heartbeat_s: float | None = None,
+                 started: float | None = None) -> None:
+        """quiet: warnings, errors and the result only; verbose: every tool's output as it comes;
+        heartbeat_s: off a terminal, a `still running:` line this often (envbuild.build.heartbeat);
+        started: when the whole command began (time.monotonic()), for the total that finish() prints."""
         self.log_path = log_path
         self.store_root = store_root
-        self.verbose = verbose
+        self.verbose = verbose and not quiet
+        self.quiet = quiet
+        self.heartbeat_s = heartbeat_s
         self.keep_work = keep_work
         self.out = out or sys.stderr
+        self.started = time.monotonic() if started is None else started
+        self.records: list[StepRecord] = []
         self._tail: deque[str] = deque(maxlen=_TAIL_LINES)
+        self._live: LiveLine | None = None
+        self.beside: Beside | None = None  # commands in the background of this step (the tests beside the squash)
+        self.foreground: subprocess.Popen[str] | None = None  # the step's tool that runs now
 
     def execute(self, plan: BuildPlan) -> None:
-        started = time.monotonic()
         self.execute_steps(plan.steps, plan.work_dir, "build")
-        self._say(f"built {plan.output} in {time.monotonic() - started:.0f} s (log: {self.log_path})")
+        self.finish(f"built {plan.output}")
+
+    def finish(self, result: str) -> None:
+        """The end of a build: the table of steps (not with -q), then the result with the whole command's
+        time (base layer included) and where the log is."""
+        if not self.quiet and self.records:
+            self._say(render_summary(self.records))
+        log = f" (log: {self.log_path})" if self.log_path.exists() else ""
+        self._say(f"{result} in {time.monotonic() - self.started:.0f} s{log}", result=True)
 
     def execute_base(self, plan: BasePlan) -> None:
         self.execute_steps(plan.steps, None, "base")
@@ -121,22 +147,31 @@ class BuildExecutor:
             self._run_unlocked(step, label)
 
     def _run_unlocked(self, step: Step, label: str) -> None:
+        position = label[1:].partition("]")[0]
         if step.skip_if_exists and os.path.exists(step.skip_if_exists):
             self._say(f"{label}: cached")
             self._log.write(f"\n=== {label}: cached ({step.skip_if_exists})\n")
+            self.records.append(StepRecord(position, step.title, 0.0, cached=True))
             return
         self._log.write(f"\n=== {label}\n")
         self._log.flush()
         started = time.monotonic()
-        with Progress(label, self.out, enabled=not self.verbose) as self._progress:
-            if self.verbose:
-                self._say(f"{label} ...")
+        if self.verbose:
+            self._say(f"{label} ...")
+        # A live line on a terminal, `still running:` lines in a batch log (envbuild.build.heartbeat).
+        with LiveLine(label, self.out, interval=self.heartbeat_s, quiet=self.quiet) as self._live:
             for number, action in enumerate(step.actions):
                 self._fault_pause(step, number)
                 self._log.write(f"$ {redact(action.describe())}\n")
                 self._log.flush()
+                action_started = time.monotonic()
                 self._do(step, action)
-        self._say(f"{label}: done in {time.monotonic() - started:.1f} s")
+                # Each action's time in the log: where a build's time goes (README, Performance).
+                self._log.write(f"  ({time.monotonic() - action_started:.1f} s)\n")
+        self._live = None
+        seconds = time.monotonic() - started
+        self.records.append(StepRecord(position, step.title, seconds, cached=False))
+        self._say(f"{label}: done in {seconds:.1f} s")
 
     def _fault_pause(self, step: Step, done: int) -> None:
         """Fault injection for the reliability suite: ENVBUILD_FAULT_PAUSE=STEP:N stops for up to 120 s
@@ -145,7 +180,7 @@ class BuildExecutor:
         name, _, after = os.environ.get("ENVBUILD_FAULT_PAUSE", "").partition(":")
         if name != step.name or (after or "0") != str(done):
             return  # unset, another step, or another point (a malformed value pauses nowhere)
-        self._say(f"fault pause: step {step.name} after {done} action(s), pid {os.getpid()}")
+        self._say(f"fault pause: step {step.name} after {done} action(s), pid {os.getpid()}", result=True)
         self._log.write(f"fault pause: step {step.name} after {done} action(s)\n")
         self._log.flush()
         time.sleep(120)
@@ -157,6 +192,7 @@ class BuildExecutor:
         if interrupted:
             name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
             self._log.write(f"\n=== interrupted by {name} during step {step.name}\n")
+        stop_beside(self)  # its commands go before the cleanup removes what they read
         removed = [p for action in step.cleanup for p in getattr(action, "paths", ()) if os.path.lexists(p)]
         for action in step.cleanup:
             try:
@@ -172,14 +208,23 @@ class BuildExecutor:
             shutil.rmtree(work_dir, ignore_errors=True)
         if hasattr(exc, "refresh"):
             exc.refresh()  # a full disk: its free space as the cleanup left it
+        self._live = None
+        if not interrupted and not isinstance(exc, StepFailed) and self.log_path.exists():
+            self._say(f"step {step.name!r} failed; its log: {self.log_path}", result=True)  # StepFailed names it
         if interrupted:
             what = ", ".join(removed) if removed else "nothing was half-made"
             self._say(f"interrupted by {name} during step {step.name!r}; removed what it had begun: {what}. "
                       f"Finished layers stay in the store for the next build.")
         self._log.flush()
 
-    def _say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+    def _say(self, text: str, *, result: bool = False) -> None:
+        """A lasting line (above the live one); with -q only warnings, interruptions and `result` lines."""
+        if self.quiet and not result and not text.startswith(("warning", "interrupted", "kept")):
+            return
+        if self._live is not None:
+            self._live.say(text)
+        else:
+            print(text, file=self.out, flush=True)
 
     # -- actions ----------------------------------------------------------------------------------
 
@@ -322,6 +367,7 @@ class BuildExecutor:
                 _install_hint(action.argv[0]),
             ) from None
         assert process.stdout is not None
+        foreground_started(self, process)
         full = False
         try:
             for raw in process.stdout:
@@ -329,11 +375,15 @@ class BuildExecutor:
                 self._log.write(line + "\n")
                 self._tail.append(line)
                 full = full or says_disk_full(line)
-                if self.verbose:
-                    self.out.write(line + "\n")
-                    self.out.flush()
-                elif line.strip() and getattr(self, "_progress", None) is not None:
-                    self._progress.update(line)
+                if line.startswith(HELPER_NOTE):  # one of envbuild's own helpers says what the user must know
+                    self._say(line[len(HELPER_NOTE):])
+                elif self._live is None:
+                    if self.verbose:
+                        print(line, file=self.out, flush=True)
+                elif self.verbose:
+                    self._live.say(line)  # -v: every line, as it comes
+                elif line.strip():
+                    self._live.detail(line)  # the terminal's live line shows the latest (pip's package, a stage)
             code = process.wait()
         except BaseException:
             # Interrupted (or our own error): the tool and everything it started go first, so the
@@ -341,7 +391,10 @@ class BuildExecutor:
             stop_child(process)
             raise
         finally:
+            self.foreground = None
             self._log.flush()
+        if code != 0:
+            raise_if_beside_failed(self)  # a failed background command stopped the tool: report it
         if code != 0 and full:
             self._raise_disk_full(step, None)
         if code != 0:
@@ -368,7 +421,7 @@ _ACTION_HANDLERS: dict[type, Callable[[BuildExecutor, Step, Any], None]] = {
     Touch: BuildExecutor._touch, Remove: BuildExecutor._remove, Rename: BuildExecutor._rename,
     SnapshotTree: BuildExecutor._snapshot_tree, GuardTree: BuildExecutor._guard_tree,
     ClampTimes: BuildExecutor._clamp_times, RecordDigest: BuildExecutor._record_digest,
-    WriteRunWrappers: BuildExecutor._write_wrappers,
+    WriteRunWrappers: BuildExecutor._write_wrappers, StartBeside: start_beside, JoinBeside: join_beside,
 }
 
 

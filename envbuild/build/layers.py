@@ -100,6 +100,8 @@ def image_key(request: BuildRequest, env: str) -> str:
         "recipe": request.recipe_digest,
         "compression": request.options.compression,
         "source_date_epoch": request.options.source_date_epoch,
+        # A layered image (SIF overlay partition) runs on fewer runtimes: never reused for a plain build.
+        **({"form": "layered"} if request.options.layered else {}),
     })
 
 

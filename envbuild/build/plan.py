@@ -19,6 +19,7 @@ from envbuild.build.actions import (
     CopyFile,
     CopyTree,
     GuardTree,
+    JoinBeside,
     MakeDirs,
     MergeJson,
     RecordDigest,
@@ -26,6 +27,7 @@ from envbuild.build.actions import (
     Rename,
     Run,
     SnapshotTree,
+    StartBeside,
     Step,
     WriteFile,
     WriteRunWrappers,
@@ -43,6 +45,8 @@ from envbuild.store.layout import EntryPaths, StorePaths
 
 # Always in a debootstrap base: a Python that can make venvs, and CA certificates for HTTPS.
 DEBOOTSTRAP_ALWAYS = ("python3", "python3-venv", "ca-certificates")
+# A dpkg configuration file in a debootstrap tree while it is made (see plan_base).
+DPKG_UNSAFE_IO = "/etc/dpkg/dpkg.cfg.d/envbuild-unsafe-io"
 # Bump when the layout of cached bases changes, so old cache entries are not reused.
 BASE_LAYOUT_VERSION = 2
 # Directories envbuild makes inside an image: readable by every user of the image, whatever the builder's umask.
@@ -93,13 +97,8 @@ def plan_build(request: BuildRequest) -> BuildPlan:
              (sandbox_exec(request, sandbox, [f"{VENV_PREFIX}/bin/python", "-c", RECORD_ENVIRONMENTS_SCRIPT], writable=True),
               Remove((f"{sandbox}{HOST_MOUNT}",))))
     )
-    if spec.tests:
-        steps.append(
-            Step("test", f"run {len(spec.tests)} test(s) inside the image",
-                 tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=False) for cmd in spec.tests))
-        )
     store_image = store.image(layers.image_entry).image
-    steps.append(squash_step(request, store.image(layers.image_entry), layers, sandbox, work))
+    steps.append(squash_step(request, store.image(layers.image_entry), layers, sandbox, work, tests=spec.tests))
     steps.append(output_step(request, store_image, f"copy the image to {request.options.output}"))
     steps.append(wrappers_step(request, f"{sandbox}{VENV_PREFIX}/bin"))
     if not request.options.keep_work:
@@ -111,8 +110,13 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     )
 
 
-def squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbox: str, work: str) -> Step:
-    """The finished sandbox squashed into the image entry of the store."""
+def squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbox: str, work: str,
+                tests: tuple[str, ...] = ()) -> Step:
+    """The finished sandbox squashed into the image entry of the store, with the spec's `tests` run beside the
+    squash (both only read the tree; envbuild.build.beside): the image entry is complete only when they passed."""
+    import sys
+
+    from envbuild.build.layeredsquash import squash_with_manifest
     from envbuild.build.squash import squash_actions
 
     options, facts = request.options, request.facts
@@ -120,14 +124,29 @@ def squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbo
     squash = squash_actions(sandbox, partial, compression=options.compression, source_date_epoch=options.source_date_epoch,
                             runtime_path=facts.runtime.path, work_dir=work, all_root=not options.as_root,
                             python=facts.python or None, processors=facts.cpus)
-    return Step("squash", f"write the image ({options.compression}) into the store",
+    # The tree manifest lets a later --layered build squash only its difference (envbuild.build.layeredsquash).
+    parent = StorePaths(str(facts.cache_dir)).image(request.squash_parent).dir if request.squash_parent else None
+    squash = squash_with_manifest(squash, sandbox=sandbox, partial=partial, work=work, entry_dir=entry.dir,
+                                  compression=options.compression, all_root=not options.as_root,
+                                  source_date_epoch=options.source_date_epoch, processors=facts.cpus,
+                                  runtime=facts.runtime.path, python=facts.python or sys.executable, parent_dir=parent)
+    return Step("squash", f"write the image ({options.compression}) into the store"
+                          + (f" as a layer over image {request.squash_parent}" if parent else ""),
                 (Remove((entry.complete,)), MakeDirs((entry.dir,)),
                  *((ClampTimes(sandbox, options.source_date_epoch),) if options.source_date_epoch is not None else ()),
-                 *squash, Rename(partial, entry.image),
+                 *_tests_beside(request, sandbox, tests, squash), Rename(partial, entry.image),
                  WriteFile(entry.meta, _meta_json(request, "image", layers.image_key, layers.env_entry)),
                  WriteFile(entry.complete, f"{request.spec.name}\n")),
                 # The whole entry: it is not complete (a complete one is reused, never squashed again).
                 cleanup=(Remove((partial, entry.dir)),))
+
+
+def _tests_beside(request: BuildRequest, sandbox: str, tests: tuple[str, ...], squash: tuple[Action, ...]) -> tuple[Action, ...]:
+    """The squash's actions with the tests started before them and waited for after them."""
+    if not tests:
+        return squash
+    runs = tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=False) for cmd in tests)
+    return (StartBeside("test", f"run {len(tests)} test(s) inside the image", runs), *squash, JoinBeside("test"))
 
 
 def output_step(request: BuildRequest, store_image: str, title: str) -> Step:
@@ -218,9 +237,15 @@ def plan_base(request: BuildRequest) -> BasePlan:
         mirror = base.mirror or facts.debian_mirror
         if mirror:
             argv.append(mirror)
+        unsafe_io = f"{tree}{DPKG_UNSAFE_IO}"
         fetch: tuple[Action, ...] = (
             Remove((tree,)),
+            # dpkg in the chroot reads this before it unpacks anything: no fsync per file. A base that does
+            # not complete is thrown away anyway; it took 26 of debootstrap's 58 s here, unpacking (dpkg(1),
+            # --force-unsafe-io: "substantial performance degradation on some file systems").
+            MakeDirs((unsafe_io.rsplit("/", 1)[0],)), WriteFile(unsafe_io, "force-unsafe-io\n"),
             Run(tuple(argv)),
+            Remove((unsafe_io,)),  # not left in the image: apt there syncs as usual
             # The downloaded .debs are not part of the environment.
             Run(("find", f"{tree}/var/cache/apt/archives", "-name", "*.deb", "-delete")),
             # debootstrap writes no /etc/hosts; without one the runtime cannot bind the host's, and
@@ -266,14 +291,12 @@ def _env_step(request: BuildRequest, layers: Layers, store: StorePaths, installe
     start = store.env(layers.env_parent).rootfs if layers.env_parent else store.base(layers.base_entry).rootfs
     actions: list[Action] = [Remove((partial, rootfs)), MakeDirs((entry.dir,))]
     snapshot = f"{entry.dir}/parent.snapshot"
-    if layers.env_parent:
-        # Only the difference is installed, so the parent's 1-2 GB are shared by hard links instead
-        # of copied (about 20 s on ext4). Installers add, replace and delete files; should one ever
-        # write through a shared file (two packages shipping the same file), the guard below notices
-        # and retires the parent layer, whose content would no longer match its key.
-        actions += [SnapshotTree(start, snapshot), CopyTree(start, partial, hardlink=True)]
-    else:
-        actions.append(CopyTree(start, partial))
+    # Only the difference is installed on a parent env layer, and a new venv on the base, so the parent's
+    # files are shared by hard links instead of copied (1-2 GB of a parent: about 20 s on ext4; the base: 8 s
+    # of a cold build). Installers add, replace and delete files; should one ever write through a shared
+    # file (two packages shipping the same file), the guard below notices and retires the parent, whose
+    # content would no longer match its key: the base is then made again when next needed.
+    actions += [SnapshotTree(start, snapshot), CopyTree(start, partial, hardlink=True)]
     actions += venv_actions(request, partial)
     requirements = tuple(request.spec.python.requirements())
     if request.lock.requirements is not None or requirements:
@@ -289,8 +312,9 @@ def _env_step(request: BuildRequest, layers: Layers, store: StorePaths, installe
         sandbox_exec(request, partial, [f"{VENV_PREFIX}/bin/python", "-I", "-c", FREEZE_TO_FILE_SCRIPT, freeze_inside], writable=True),
         Rename(freeze, entry.freeze),
         Remove((f"{partial}{HOST_MOUNT}",)),
-        *((GuardTree(start, snapshot, store.env(layers.env_parent).complete), Remove((snapshot,)))
-          if layers.env_parent else ()),
+        GuardTree(start, snapshot, store.env(layers.env_parent).complete if layers.env_parent else
+                  store.base(layers.base_entry).complete),
+        Remove((snapshot,)),
         Rename(partial, rootfs),
         WriteFile(entry.meta, _meta_json(request, "env", layers.env_key, layers.env_parent or layers.base_entry,
                                                    compat=layers.env_compat, installer=installer)),

@@ -1,9 +1,10 @@
-"""A build step's live progress on a terminal, and tools' output lines made readable for it and the log."""
+"""Tools' output lines made readable for the live line and the log, and the table of steps at the end of a
+build (the live line itself: envbuild.build.heartbeat)."""
 
 from __future__ import annotations
 
 import re
-from typing import TextIO
+from dataclasses import dataclass
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SPINNER = re.compile(r"^[\u2800-\u28ff]\s*")
@@ -16,31 +17,29 @@ def clean_line(raw: str) -> str:
     return _SPINNER.sub("", text)
 
 
-class Progress:
-    """A one-line ticking timer on a terminal; silent when output is not a terminal."""
+@dataclass(frozen=True)
+class StepRecord:
+    """One step as the end-of-build table shows it."""
 
-    def __init__(self, label: str, out: TextIO, *, enabled: bool) -> None:
-        self.label = label
-        self.out = out
-        self.enabled = enabled and out.isatty()
-        self._status = None
+    position: str  # "base 1/3"
+    title: str
+    seconds: float
+    cached: bool  # its result was already in the store (the step did not run)
 
-    def __enter__(self) -> Progress:
-        if self.enabled:
-            from rich.console import Console
 
-            self._status = Console(file=self.out).status(self.label)
-            self._status.__enter__()
-        return self
+_TITLE_WIDTH = 58
 
-    def update(self, line: str) -> None:
-        """Show the tool's latest output line after the step's label (a terminal only)."""
-        if self._status is not None:
-            from rich.markup import escape
 
-            self._status.update(f"{escape(self.label)} [dim]{escape(line.strip()[:100])}[/dim]")
-
-    def __exit__(self, *exc: object) -> None:
-        if self._status is not None:
-            self._status.__exit__(None, None, None)
-            self._status = None
+def render_summary(records: list[StepRecord]) -> str:
+    """The short table printed at the end of a build: each step, its time, or that the store had it."""
+    if not records:
+        return ""
+    width = max(len(r.position) for r in records)
+    lines = []
+    for record in records:
+        title = record.title if len(record.title) <= _TITLE_WIDTH else record.title[: _TITLE_WIDTH - 3] + "..."
+        when = "from the store" if record.cached else f"{record.seconds:6.1f} s"
+        lines.append(f"  {record.position:<{width}}  {title:<{_TITLE_WIDTH}}  {when}")
+    ran = sum(1 for r in records if not r.cached)
+    head = f"steps: {ran} ran, {len(records) - ran} from the store"
+    return head + "\n" + "\n".join(lines)

@@ -37,6 +37,7 @@ class BaseSource:
     digest: str = ""
     sif_id: str = ""  # localimage .sif: the SIF header's image UUID (overlays record it; envrun compares it)
     size: int = 0  # localimage .sif: bytes
+    arch: str = ""  # localimage: its architecture (SIF header, or a sandbox's programs), normalised; "" unknown
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class ImageOptions:
     keep_work: bool = False
     compression: str = "gzip:6"
     source_date_epoch: int | None = None
+    layered: bool = False  # --layered: the difference as a SIF overlay partition (envbuild.build.layeredsquash)
     built_at: str = ""  # ISO-8601 time recorded in the image
 
 
@@ -74,6 +76,7 @@ class BuildRequest:
     base: BaseSource = field(default_factory=BaseSource)
     lock: LockSource = field(default_factory=LockSource)
     env_parent: str | None = None  # a complete env entry (store name) to install the difference on top of
+    squash_parent: str | None = None  # --layered: a stored full image (entry name) to add the difference to
 
     @property
     def spec(self) -> Spec:

@@ -32,7 +32,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import struct
 import subprocess
 import sys
@@ -220,32 +219,13 @@ def inspect_metadata(runtime: str, sandbox: str) -> bytes:
     return go_json(json.loads(proc.stdout))
 
 
-# ELF e_machine -> Go arch name (ppc64 and mips variants by byte order).
-_ELF_MACHINES = {3: "386", 62: "amd64", 40: "arm", 183: "arm64", 22: "s390x", 243: "riscv64"}
-
-
 def rootfs_arch(sandbox: str) -> str:
-    """The architecture of the sandbox's programs (as apptainer reads it from the rootfs), else this host's."""
-    for candidate in ("bin/sh", "usr/bin/sh", "bin/busybox", "usr/bin/env"):
-        try:
-            with open(os.path.join(sandbox, candidate), "rb") as handle:
-                head = handle.read(20)
-        except OSError:
-            continue
-        if len(head) < 20 or head[:4] != b"\x7fELF":
-            continue
-        little = head[5] == 1
-        machine = struct.unpack("<H" if little else ">H", head[18:20])[0]
-        if machine == 21:
-            return "ppc64le" if little else "ppc64"
-        if machine in _ELF_MACHINES:
-            return _ELF_MACHINES[machine]
-    return _host_arch()
+    """The architecture of the sandbox's programs (as apptainer reads it from the rootfs), else this host's,
+    in Go's name as the SIF header takes it (envbuild.host.arch reads and names it)."""
+    from envbuild.host.arch import go_arch, host_arch
+    from envbuild.host.arch import rootfs_arch as programs_arch
 
-
-def _host_arch() -> str:
-    machine = platform.machine().lower()
-    return {"x86_64": "amd64", "aarch64": "arm64", "i686": "386", "i386": "386", "armv7l": "arm"}.get(machine, machine)
+    return go_arch(programs_arch(sandbox) or host_arch())
 
 
 def write_objects(runtime: str, sandbox: str, out: str) -> None:

@@ -10,17 +10,24 @@ from pathlib import Path
 import click
 
 from envbuild import __version__
-from envbuild.cli.cache_cmds import cache_group
 from envbuild.cli.common import reports_errors
-from envbuild.cli.inventory_cmds import diff_command, inspect_command, packages_command
-from envbuild.cli.recipe_cmds import export_command, import_command
+from envbuild.cli.lazygroup import LazyGroup
 from envbuild.errors import SpecProblem, UsageError
 
 # The build machinery (pydantic models, planners) is imported inside the commands that use it:
 # `envbuild packages` over many images should not pay for it at every start.
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# The other commands' modules load when they run (envbuild.cli.lazygroup): not at every `envbuild build`.
+LAZY_COMMANDS = {
+    "packages": "envbuild.cli.inventory_cmds:packages_command", "diff": "envbuild.cli.inventory_cmds:diff_command",
+    "inspect": "envbuild.cli.inventory_cmds:inspect_command", "catalogue": "envbuild.cli.inventory_cmds:catalogue_command",
+    "cache": "envbuild.cli.cache_cmds:cache_group", "import": "envbuild.cli.recipe_cmds:import_command",
+    "export": "envbuild.cli.recipe_cmds:export_command",
+}
+
+
+@click.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="envbuild")
 def main() -> None:
     """Build reproducible Apptainer/Singularity environments for ML on HPC systems."""
@@ -43,20 +50,34 @@ _cache_dir_option = click.option(
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="image to write (default: ./<name>.sif; ./<name>.sqsh for a spec with overlay:)")
-@click.option("--locked", is_flag=True, help="install exactly the lock file next to SPEC (SPEC.lock); fail if it is stale")
+@click.option("--locked", is_flag=True, help="install exactly SPEC.lock (the lock file next to SPEC); fail if it is "
+                                             "missing or stale. Without a flag a current lock is installed and a "
+                                             "stale one resolved again and rewritten (as uv sync does)")
+@click.option("--frozen", is_flag=True, help="install SPEC.lock as it is, without checking it against the spec")
+@click.option("--upgrade", is_flag=True, help="resolve every package anew (newest allowed) and rewrite SPEC.lock")
 @click.option("--compression", default="gzip:6", show_default=True, callback=_compression, metavar="NAME[:LEVEL]",
               help="squashfs compression: gzip (every runtime reads it; level 6 squashes 3.5x faster than 9 for +1 %% size), "
                    "zstd (apptainer >= 1.4 only; 15x faster, faster start-up), lz4, xz; gzip:N, zstd:N set the level")
+@click.option("--layered", is_flag=True,
+              help="write only the difference to a stored image (a package added, the user layer changed) as a SIF "
+                   "squashfs overlay partition over that image's squashfs: seconds instead of a full squash. Runs where "
+                   "the runtime mounts SIF overlay partitions (apptainer/SingularityCE as root or setuid with overlay "
+                   "enabled; see README); checked with the local runtime, else the whole tree is squashed")
 @_cache_dir_option
 @click.option("--dry-run", is_flag=True, help="print the build plan and run nothing")
-@click.option("-v", "--verbose", is_flag=True, help="stream the tools' output")
+@click.option("-v", "--verbose", is_flag=True, help="stream every tool's output as it comes")
+@click.option("-q", "--quiet", is_flag=True, help="print warnings, errors and the result only")
+@click.option("--heartbeat", type=click.FloatRange(min=0), envvar="ENVBUILD_HEARTBEAT", metavar="SECONDS",
+              help="without a terminal (batch logs, CI): print `still running: STEP, N s` this often "
+                   "(default 30; 0: never; env ENVBUILD_HEARTBEAT)")
 @click.option("--keep-work", is_flag=True, help="keep the build sandbox (also after a failure) for inspection")
 @click.option("--log", "log_path", type=click.Path(path_type=Path), help="log file (default: <output>.build.log)")
 @click.option("--system", help="conda env files: the system recipe (default: detected, else local); a spec names its own")
 @click.option("--accept-licenses", is_flag=True, help="conda env files: accept the Miniforge license (cotainr --accept-licenses)")
 @reports_errors
-def build(spec: Path, output: Path | None, locked: bool, compression: str, cache_dir: Path | None, dry_run: bool, verbose: bool,
-          keep_work: bool, log_path: Path | None, system: str | None, accept_licenses: bool) -> None:
+def build(spec: Path, output: Path | None, locked: bool, frozen: bool, upgrade: bool, compression: str, layered: bool,
+          cache_dir: Path | None, dry_run: bool, verbose: bool, quiet: bool, heartbeat: float | None, keep_work: bool,
+          log_path: Path | None, system: str | None, accept_licenses: bool) -> None:
     """Build SPEC (a YAML file) into a SIF image, or, when SPEC has an `overlay:` section, into a squashfs
     venv overlay (NAME.sqsh) on its base image: run it with envrun --image BASE.sif --overlay NAME.sqsh.
 
@@ -66,10 +87,19 @@ def build(spec: Path, output: Path | None, locked: bool, compression: str, cache
 
     SPEC may also be a conda environment file (environment.yml: name, channels, dependencies with a
     pip: list), or a spec with a `conda:` section: cotainr builds those, from the system recipe's base
-    image (`--system lumi-g`), and envbuild adds its record, labels and the spec's env/files/tests."""
-    from envbuild.app.buildsession import BuildOptions, BuildSession
+    image (`--system lumi-g`), and envbuild adds its record, labels and the spec's env/files/tests.
+
+    SPEC.lock next to SPEC (uv's conventions): a current lock is installed exactly; when the spec changed
+    since, the build says what changed, resolves again and rewrites it; without one it resolves and
+    writes it. --locked refuses a stale lock, --frozen skips the check, --upgrade re-resolves everything."""
+    from envbuild.app.buildcommand import run_build
+    from envbuild.app.buildsession import BuildOptions
+    from envbuild.lock.policy import LockFlags
     from envbuild.spec.load import load_build_input
 
+    LockFlags(locked=locked, frozen=frozen, upgrade=upgrade).check()  # before anything is read
+    if quiet and verbose:
+        raise UsageError("-q and -v exclude each other", "-q: errors and the result only; -v: every tool's output")
     loaded = load_build_input(spec, system=system, accept_licenses=accept_licenses)
     warn_about(loaded.warnings)
     suffix, what = (".sqsh", "overlay") if loaded.spec.overlay is not None else (".sif", "image")
@@ -79,25 +109,14 @@ def build(spec: Path, output: Path | None, locked: bool, compression: str, cache
     if output.is_dir():
         raise UsageError(f"output {output} is a directory", f"give a file path ending in {suffix}")
     options = BuildOptions(
-        output=output, keep_work=keep_work, verbose=verbose, locked=locked, compression=compression,
+        output=output, keep_work=keep_work, verbose=verbose, locked=locked, frozen=frozen, upgrade=upgrade,
+        quiet=quiet, heartbeat_s=heartbeat, compression=compression, layered=layered,
         cache_dir=cache_dir.absolute() if cache_dir else None, log_path=log_path,
         source_date_epoch=_source_date_epoch(),
     )
-    session: BuildSession | OverlaySession | CondaBuildSession
-    if loaded.spec.conda is not None:
-        from envbuild.app.condasession import CondaBuildSession
-
-        session = CondaBuildSession(loaded, options, out=sys.stderr)
-    elif loaded.spec.overlay is not None:
-        from envbuild.app.overlaysession import OverlaySession
-
-        session = OverlaySession(loaded, options, out=sys.stderr)
-    else:
-        session = BuildSession(loaded, options, out=sys.stderr)
-    if dry_run:
-        click.echo(session.dry_run(), nl=False)
-        return
-    session.build()
+    plan = run_build(loaded, options, sys.stderr, dry_run=dry_run)
+    if plan is not None:
+        click.echo(plan, nl=False)
 
 
 def warn_about(warnings: tuple[SpecProblem, ...]) -> None:
@@ -130,7 +149,8 @@ def lock(spec: Path, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir
 
     Resolves with uv for the base image's Python and platform and the variant's PyTorch index, and
     records the base's content digest and the recipe. Re-locking keeps existing pins unless --upgrade
-    or --upgrade-package asks otherwise. Then: envbuild build SPEC --locked. For an overlay spec, pip in
+    or --upgrade-package asks otherwise. Then `envbuild build SPEC` installs exactly it (--locked: and
+    refuses a stale lock). For an overlay spec, pip in
     the base pins exactly what the overlay adds to it."""
     from envbuild.app.locksession import run_lock
     from envbuild.spec.load import load_spec
@@ -209,9 +229,6 @@ def schema() -> None:
 
     click.echo(json.dumps(spec_json_schema(), indent=2))
 
-
-for _command in (packages_command, diff_command, inspect_command, cache_group, import_command, export_command):
-    main.add_command(_command)
 
 if __name__ == "__main__":
     main()

@@ -31,11 +31,14 @@ EPILOG = """examples:
   envrun srun torchrun train.py                               # the environment of this project
   envrun sbatch --nodes 2 --submit --wait -- python train.py  # a batch job (envrun sbatch --help)
   envrun doctor --probe                                       # check image, job, GPUs, network (envrun doctor --help)
+  envrun sweep --nodes 1,2,4 -- python train.py               # a scaling table, plot and report (envrun sweep --help)
 
 Without --image/--overlay, the environment is $ENVRUN_IMAGE (+ $ENVRUN_OVERLAYS, colon-separated),
 else image:/overlays: in the nearest envrun.yaml (this directory or a parent; `envbuild build` writes it),
 else the one *.sif in this directory. An overlay built for another base is refused (--force-overlay runs
 it with a warning). $WITH_CONDA (LUMI images) runs under bash in the container; envrun stops if it fails.
+An image whose runscript sets up its environment and then runs its arguments (LUMI AI Factory images) is
+started with `run --no-eval` instead of `exec`, as `singularity run` would; --explain says which and why.
 
 Data directories and HF_HOME/TORCH_HOME can be set in ~/.config/envbuild/envrun.yaml
 (binds: [...], env: {...}, systems: {NAME: {binds, env}}); $ENVRUN_CONFIG names another file.
@@ -140,8 +143,27 @@ def parse_options(argv: list[str]) -> _Options | None:
     return options
 
 
+def _full_site() -> bool:
+    """bin/envrun starts Python with -S: importing `site` (the venv's site-packages and its .pth files) costs
+    every launch 4-5 ms, and the launch path needs nothing from there while the recipe and config caches are
+    current. What does need it (pydantic to validate a changed recipe, the subcommands) turns it on here.
+    True when this call added it."""
+    if not sys.flags.no_site or _SITE["added"]:
+        return False
+    import site
+
+    site.main()
+    _SITE["added"] = True
+    return True
+
+
+_SITE = {"added": False}
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["sbatch"], ["doctor"], ["sweep"], ["signal-ranks"]):
+        _full_site()
     if argv[:1] == ["sbatch"]:  # nobody runs Slurm's sbatch inside a container: envrun's own subcommand
         from envbuild.cli.sbatch_cmd import main as sbatch_main
 
@@ -152,12 +174,22 @@ def main(argv: list[str] | None = None) -> None:
 
         doctor_main(argv[1:])
         return
+    if argv[:1] == ["sweep"]:  # one envrun sbatch job per scale point
+        from envbuild.cli.sweep_cmd import main as sweep_main
+
+        sweep_main(argv[1:])
+        return
     if argv[:1] == ["signal-ranks"]:
         _signal_ranks(argv[1:])
         return
     args: Any = parse_options(argv) or build_parser().parse_args(argv)
     try:
-        launch(args)
+        try:
+            launch(args)
+        except ModuleNotFoundError:
+            if not _full_site():  # started with -S (bin/envrun) and a cache was stale: again with site-packages
+                raise
+            launch(args)
     except EnvbuildError as exc:
         print(exc.render(), file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -183,13 +215,19 @@ def launch(args: Any) -> None:
     from envbuild.host.node import read_host_node
     from envbuild.host.runtime import require_runtime
     from envbuild.launch.allocation import gpus_from_scontrol, read_allocation
+    from envbuild.launch.imagearch import check_image_arch
     from envbuild.launch.plan import LaunchRequest, plan_launch
     from envbuild.launch.project import find_environment, image_and_overlays, project_settings
+    from envbuild.launch.runscript import image_runscript
     from envbuild.recipes.detect import resolve_recipe
 
     environment = find_environment(image=args.image, overlays=args.overlays, environ=os.environ, cwd=os.getcwd())
     image_path, overlays, warnings, notes = image_and_overlays(environment, args.force_overlay)
     recipe, why = resolve_recipe(args.system, os.environ)
+    check_image_arch(image_path, recipe, under_srun=args.command[:1] == ["srun"])  # before the runtime starts
+    runscript = image_runscript(image_path)  # ("run", what it does): start with `run`, as the image's makers do
+    if runscript and runscript[0] == "exec":
+        notes.append(f"image {image_path}: {runscript[1]}")
     user_binds, user_env = _config_for(recipe.name)
     project_binds, project_env = project_settings(environment, recipe.name)
     all_binds = (*user_binds, *project_binds, *args.binds)
@@ -217,6 +255,7 @@ def launch(args: Any) -> None:
         missing_recipe_binds=missing, system_reason=why, allocation=allocation,
         host=read_host_node(os.environ), overlays=overlays, warnings=tuple(warnings), notes=tuple(notes),
         strict_net=args.strict_net, step_timeout=step_timeout or "", step_timeout_from=step_timeout_from,
+        runscript=runscript[1] if runscript and runscript[0] == "run" else "",
     ))
     if args.dry_run:
         sys.stdout.write(plan.script())

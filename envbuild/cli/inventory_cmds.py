@@ -1,10 +1,12 @@
-"""`envbuild packages`, `envbuild diff`, `envbuild inspect`: what is inside images, read from the files."""
+"""`envbuild packages`, `envbuild diff`, `envbuild inspect`, `envbuild catalogue`: what is inside images, read from
+the files."""
 
 from __future__ import annotations
 
 import json
 import re
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -14,7 +16,7 @@ from envbuild.errors import UsageError
 from envbuild.host.runtime import default_cache_dir, require_runtime
 from envbuild.inventory.cache import InventoryCache
 from envbuild.inventory.errors import ImageFormatError
-from envbuild.inventory.image import read_inventory, sif_image_id
+from envbuild.inventory.image import image_arch, read_inventory, sif_image_id
 from envbuild.inventory.overlay import is_overlay_file
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.report import ImageResult, package_rows, render_json, render_matrix, render_table
@@ -22,7 +24,7 @@ from envbuild.inventory.report import ImageResult, package_rows, render_json, re
 if TYPE_CHECKING:
     from envbuild.inventory.facts import ImageFacts
 
-# diff, inspect and --via-runtime import their modules when used: `packages` is meant to answer in a
+# diff, inspect, catalogue and --via-runtime import their modules when used: `packages` is meant to answer in a
 # fraction of the time a container takes to start, so its start-up stays small.
 
 _NO_CACHE_HELP = "read the images again instead of using the index cache (~/.cache/envbuild/inventory)"
@@ -90,7 +92,7 @@ def packages_command(images: tuple[str, ...], pattern: str | None, as_json: bool
             results.append(ImageResult(label, error=exc.message))
             continue
         _warn_problems(label, inventory)
-        results.append(ImageResult(label, inventory))
+        results.append(ImageResult(label, inventory, arch=image_arch(path)))
     rows = package_rows(results, regex)
     readable = [r.path for r in results if r.inventory is not None]
     if as_json:
@@ -175,3 +177,41 @@ def inspect_command(image: str, as_json: bool, no_cache: bool) -> None:
         click.echo(json.dumps(inspect_to_dict(facts), indent=2))
     else:
         click.echo(render_inspect(facts), nl=False)
+
+
+@click.command("catalogue")
+@click.argument("images", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
+              help="directory to write index.html and catalogue.json into (created when missing)")
+@click.option("--title", default="Image catalogue", show_default=True, help="the page's heading")
+@click.option("--no-cache", is_flag=True, help=_NO_CACHE_HELP)
+@reports_errors
+def catalogue_command(images: tuple[str, ...], output: Path, title: str, no_cache: bool) -> None:
+    """Write a static page of what IMAGES hold: OUTPUT/index.html (no server, nothing external) and the
+    same data as OUTPUT/catalogue.json. IMAGES are .sif files, venv overlays (.sqsh), sandbox directories,
+    or directories holding .sif/.sqsh files. Per image: size, compression and which runtimes can run it,
+    base, build record, labels, Python environments; then packages x images with the versions that differ
+    marked, and a search box (also as index.html?q=torch). Read from the files, as `packages` does, with
+    its cache. Exit 1 when an image could not be read; the page shows it and all the others."""
+    import datetime
+
+    from envbuild import __version__
+    from envbuild.catalogue.model import build_catalogue
+    from envbuild.catalogue.site import expand_images, read_entries, write_site
+
+    paths, problems = expand_images(images)
+    for problem in problems:
+        click.echo(f"error: {problem}", err=True)
+    if not paths:
+        raise UsageError("no images to put in the catalogue", "give .sif or .sqsh files, or directories that hold them")
+    cache = _cache(no_cache)
+    entries = read_entries(paths, lambda path: _facts(path, cache), lambda exc: click.echo(exc.render(), err=True))
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    catalogue = build_catalogue(entries, generated_at=now, envbuild_version=__version__, title=title)
+    page, data = write_site(output, catalogue)
+    count = len(catalogue.images)
+    click.echo(f"wrote {page} and {data}: {count} image{'s' if count != 1 else ''}, {len(catalogue.packages)} packages")
+    if catalogue.failed:
+        click.echo(f"{catalogue.failed} of {count} image{'s' if count != 1 else ''} could not be read (marked on the page)", err=True)
+    if catalogue.failed or problems:
+        sys.exit(1)

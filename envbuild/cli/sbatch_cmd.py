@@ -141,6 +141,7 @@ def plan(args: Any, recipe: Any, command: tuple[str, ...], argv: list[str]) -> A
         nodes=args.nodes, gpus_per_node=args.gpus_per_node, time=args.time or defaults.get("time"),
         account=account, account_source=account_source, partition=partition, partition_source=partition_source,
         launcher=launcher, test=args.test, stage_gb=sum(s.size_gb for s in stages),
+        processes_per_node=getattr(args, "processes_per_node", None),  # envrun sweep on CPU-only nodes
     )
     requeue = None
     if args.requeue:
@@ -151,7 +152,9 @@ def plan(args: Any, recipe: Any, command: tuple[str, ...], argv: list[str]) -> A
     request = BatchRequest(
         command=command, job=job, image=image, overlays=overlays, job_name=args.job_name,
         output=args.log or DEFAULT_OUTPUT, stages=stages, requeue=requeue, envrun=_envrun_command(), cwd=cwd,
-        regenerate=shlex.join(["envrun", "sbatch", *(a for a in argv if a not in ("--submit", "--wait", "--print"))]),
+        regenerate=getattr(args, "regenerate", None) or
+        shlex.join(["envrun", "sbatch", *(a for a in argv if a not in ("--submit", "--wait", "--print"))]),
+        time_step=getattr(args, "time_step", False),
     )
     runtime = find_runtime(probe=False) or Runtime("apptainer", "apptainer")
     host = read_host_node(os.environ) if recipe.node is None else None

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from envbuild.host.arch import host_arch
 from envbuild.host.pip import PipSettings, read_host_pip_settings
 from envbuild.host.runtime import Runtime, default_cache_dir, ensure_store_root, find_runtime, require_runtime
 
@@ -32,6 +33,7 @@ class HostFacts:
     # envbuild's own pip package directory and version: overlays install with it (bound into the base).
     pip_module: str | None = None
     pip_version: str | None = None
+    machine: str = ""  # this machine's architecture (envbuild.host.arch); "" unknown: not compared
 
 
 def find_uv() -> str | None:
@@ -87,6 +89,13 @@ def tool_version(argv: list[str]) -> str:
     return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else ""
 
 
+def _version_line(program: str) -> str:
+    from envbuild.host.runtime import cache_dir_path
+    from envbuild.host.runtimeversion import cached_version_line
+
+    return cached_version_line(program, cache_dir_path())
+
+
 def build_host_info() -> tuple[tuple[str, str], ...]:
     import platform
 
@@ -105,7 +114,9 @@ def build_host_info() -> tuple[tuple[str, str], ...]:
 def gather_host_facts(*, need_runtime: bool = True, cache_dir: Path | None = None) -> HostFacts:
     from envbuild import __version__
 
-    runtime = require_runtime() if need_runtime else (find_runtime() or Runtime("apptainer", "apptainer"))
+    # probe=False: the runtime's and uv's `--version` lines come from the cache that envrun keeps, keyed by the
+    # program file (envbuild.host.runtimeversion): starting both took a no-op build about 40 ms.
+    runtime = require_runtime(probe=False) if need_runtime else (find_runtime() or Runtime("apptainer", "apptainer"))
     pip = read_host_pip_settings()
     if pip.cert is None:
         bundle = next((os.environ[v] for v in CA_BUNDLE_VARIABLES if os.path.isfile(os.environ.get(v, ""))), None)
@@ -131,12 +142,12 @@ def gather_host_facts(*, need_runtime: bool = True, cache_dir: Path | None = Non
         envbuild_version=__version__,
         proxy_env=tuple((k, os.environ[k]) for k in PROXY_VARIABLES if os.environ.get(k)),
         as_root=os.geteuid() == 0,
-        uv_version=tool_version([uv, "--version"]).split(" (")[0].removeprefix("uv ") if uv else None,
+        uv_version=_version_line(uv).split(" (")[0].removeprefix("uv ") if uv else None,
         runtime_version=(runtime.version or tool_version([runtime.path, "--version"])) if need_runtime else "",
         host_info=build_host_info(),
         python=sys.executable,
         cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        pip_module=own_pip()[0], pip_version=own_pip()[1],
+        pip_module=own_pip()[0], pip_version=own_pip()[1], machine=host_arch(),
     )
 
 

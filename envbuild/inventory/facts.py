@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envbuild.inventory.envscripts import exported_variables
-from envbuild.inventory.image import OpenImage, guarded, inventory_of, open_image
+from envbuild.inventory.image import OpenImage, guarded, image_arch, inventory_of, open_image
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.sif import read_object
 from envbuild.overlayformat import LOCK_FILE, SPEC_FILE
@@ -44,6 +44,8 @@ class ImageFacts:
     inventory: Inventory = field(default_factory=Inventory)
     squashfs: dict[str, Any] | None = None  # a bare squashfs file (an overlay): its superblock's facts
     overlay: dict[str, Any] | None = None  # an envbuild overlay's record (.envbuild/overlay.json)
+    # x86_64, aarch64 (normalised; the SIF header's own name is in sif["arch"]); "" for an overlay or unknown
+    architecture: str = ""
 
 
 def _text(image: OpenImage, path: str) -> str | None:
@@ -74,7 +76,8 @@ def _sif_labels(image: OpenImage) -> dict[str, str]:
 
 
 def _read_facts(image: OpenImage, inventory: Inventory | None) -> ImageFacts:
-    facts = ImageFacts(path=image.path, inventory=inventory if inventory is not None else inventory_of(image))
+    facts = ImageFacts(path=image.path, inventory=inventory if inventory is not None else inventory_of(image),
+                       architecture=image_arch(image.path))
     files = FILES
     if image.bare_squashfs:
         facts.file_size = os.path.getsize(image.path)

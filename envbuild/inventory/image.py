@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from envbuild.inventory.errors import ImageFormatError
+from envbuild.inventory.layered import LayeredTree
 from envbuild.inventory.overlay import is_overlay_file, record_in_tree
 from envbuild.inventory.overlayvenv import OverlayVenv, read_overlay_venv
 from envbuild.inventory.pyenvs import Inventory, Problem, take_inventory
@@ -52,11 +53,25 @@ def open_image(path: str) -> Iterator[OpenImage]:
         raise ImageFormatError(path, f"the root file system is {partition.fs_type}, not squashfs",
                                "use --via-runtime, or convert it: apptainer build new.sif old.sif")
     fs = guarded(path, lambda: Squashfs(path, partition.offset, partition.size))
+    uppers: list[Squashfs] = []
     try:
-        tree = guarded(path, lambda: SquashfsTree(fs))
+        tree: Tree = guarded(path, lambda: SquashfsTree(fs))
+        for part in squashfs_overlays(layout, partition):  # envbuild build --layered: the difference on top
+            upper = guarded(path, lambda part=part: Squashfs(path, part.offset, part.size))  # type: ignore[misc]
+            uppers.append(upper)
+            tree = LayeredTree(tree, upper)
         yield OpenImage(path=path, tree=tree, layout=layout, partition=partition, fs=fs)
     finally:
+        for upper in uppers:
+            upper.close()
         fs.close()
+
+
+def squashfs_overlays(layout: SifLayout, root: SifObject) -> list[SifObject]:
+    """The read-only squashfs overlay partitions the runtime stacks on the root file system, lowest first:
+    those of the root's group (apptainer and SingularityCE ignore other groups), in descriptor order."""
+    return [o for o in layout.objects if o.data_type == "partition" and o.part_type == "overlay"
+            and o.fs_type == "squashfs" and o.group_id == root.group_id and o is not root]
 
 
 @contextmanager
@@ -93,7 +108,7 @@ def inventory_of(image: OpenImage) -> Inventory:
             f"/{RECORD_FILE}", "absent: not an envbuild overlay, so its mount point is unknown; shown at its own "
                                "root (mounted with --bind FILE:/MOUNT:image-src=/ its paths start with /MOUNT)"))
     for obj in image.layout.objects if image.layout else ():
-        if obj.data_type == "partition" and obj.part_type == "overlay":
+        if obj.data_type == "partition" and obj.part_type == "overlay" and obj.fs_type != "squashfs":
             # A writable overlay (apptainer overlay create IMG.sif) is an ext3 file system on top
             # of the squashfs; what was installed into it is only visible to the runtime.
             inventory.problems.append(Problem(
@@ -114,3 +129,16 @@ def sif_image_id(path: str) -> str | None:
     if os.path.isdir(path) or is_overlay_file(path):
         return None
     return read_sif_layout(path).header.image_id
+
+
+def image_arch(path: str) -> str:
+    """The image's architecture, normalised (x86_64, aarch64): a SIF's header, a sandbox's programs; "" for an
+    overlay (a squashfs records none; it runs on its base's) and for what cannot be read."""
+    from envbuild.host.arch import normalise_arch, rootfs_arch
+    from envbuild.inventory.sifarch import read_sif_arch
+
+    if os.path.isdir(path):
+        return rootfs_arch(path)
+    if is_overlay_file(path):
+        return ""
+    return normalise_arch(read_sif_arch(path) or "")

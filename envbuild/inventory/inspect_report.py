@@ -137,9 +137,11 @@ def render_inspect(facts: ImageFacts) -> str:
         sif = facts.sif
         lines.append(f"  {human_size(facts.file_size)}, SIF {sif['version']}, {sif['arch']}, id {sif['id']}, "
                      f"created {_when(sif['created_at'])}")
+        lines.append(f"  architecture: {facts.architecture or 'unknown'} (SIF header: {sif['arch']})")
         lines += _objects(facts)
     else:
         lines.append("  sandbox directory")
+        lines.append(f"  architecture: {facts.architecture or 'unknown'} (its /bin/sh)")
     lines += _environments(facts)
     lines.append("labels:" if facts.labels else "labels: (none)")
     lines += [f"  {key}: {value}" for key, value in sorted(facts.labels.items())]

@@ -22,6 +22,7 @@ class ImageResult:
     path: str
     inventory: Inventory | None = None
     error: str = ""
+    arch: str = ""  # x86_64, aarch64 (envbuild.inventory.image.image_arch); "" unknown, or an overlay alone
 
 
 @dataclass(frozen=True, order=True)
@@ -31,6 +32,7 @@ class Row:
     package: str
     version: str
     source: str
+    arch: str = ""
 
 
 def package_rows(results: list[ImageResult], pattern: re.Pattern[str] | None = None) -> list[Row]:
@@ -40,7 +42,7 @@ def package_rows(results: list[ImageResult], pattern: re.Pattern[str] | None = N
         if result.inventory is None:
             continue
         image_rows = [
-            Row(result.path, p.environment, p.name, p.version, p.source)
+            Row(result.path, p.environment, p.name, p.version, p.source, result.arch)
             for p in result.inventory.packages
             if pattern is None or pattern.search(p.name)
         ]
@@ -59,8 +61,8 @@ def _columns(header: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
 def render_table(rows: list[Row]) -> str:
     if not rows:
         return ""
-    return _columns(("IMAGE", "ENVIRONMENT", "PACKAGE", "VERSION", "SOURCE"),
-                    [(r.image, r.environment, r.package, r.version, r.source) for r in rows])
+    return _columns(("IMAGE", "ARCH", "ENVIRONMENT", "PACKAGE", "VERSION", "SOURCE"),
+                    [(r.image, r.arch or ABSENT, r.environment, r.package, r.version, r.source) for r in rows])
 
 
 def _short(path: str) -> str:
@@ -102,7 +104,7 @@ def render_matrix(rows: list[Row], images: list[str]) -> str:
 def render_json(results: list[ImageResult], rows: list[Row], *, with_matrix: bool) -> str:
     images: list[dict[str, Any]] = []
     for result in results:
-        entry: dict[str, Any] = {"path": result.path, "error": result.error or None}
+        entry: dict[str, Any] = {"path": result.path, "error": result.error or None, "architecture": result.arch or None}
         if result.inventory is not None:
             data = inventory_to_dict(result.inventory)
             entry["environments"] = data["environments"]

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import struct
 
-MAGIC = b"SIF_MAGIC\x00"
+from envbuild.inventory.sifarch import ARCHES, MAGIC
+
 VERSION = "01"
 HEADER = struct.Struct("<32s10s3s3s16s8q")
 DESCRIPTOR = struct.Struct("<i?3I7q128s384s")
@@ -31,9 +32,6 @@ FS_SQUASHFS = 1
 FS_TYPES = {FS_SQUASHFS: "squashfs", 2: "ext3", 3: "archive", 4: "raw", 5: "encrypted-squashfs"}
 PART_PRIMARY_SYSTEM = 2
 PART_TYPES = {1: "system", PART_PRIMARY_SYSTEM: "primary-system", 3: "data", 4: "overlay"}
-# The header's and a partition's arch codes, with Go's GOARCH names.
-ARCHES = {
-    "00": "unknown", "01": "386", "02": "amd64", "03": "arm", "04": "arm64", "05": "ppc64", "06": "ppc64le",
-    "07": "mips", "08": "mipsle", "09": "mips64", "10": "mips64le", "11": "s390x", "12": "riscv64", "13": "loong64",
-}
 ARCH_CODES = {name: code.encode() for code, name in ARCHES.items() if name != "unknown"}
+
+__all__ = ["ARCHES", "MAGIC"]  # re-exported from envbuild.inventory.sifarch (their home: envrun reads it)

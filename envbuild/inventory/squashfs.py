@@ -265,6 +265,17 @@ class Squashfs:
             return Inode(kind, mode, mtime, size=length, target=raw.decode("utf-8", errors="surrogateescape"))
         return Inode(kind, mode, mtime)
 
+    def is_whiteout(self, ref: int) -> bool:
+        """Whether the inode is an overlayfs whiteout (a character device 0/0): in a SIF overlay partition
+        (envbuild build --layered) it hides the path in the layers below."""
+        position = self.superblock.inode_table_start + (ref >> 16)
+        raw, position, offset = self._metadata(position, ref & 0xFFFF, _INODE_BASE.size)
+        inode_type = _INODE_BASE.unpack(raw)[0]
+        if inode_type not in (5, 12):  # basic and extended character device
+            return False
+        raw, _, _ = self._metadata(position, offset, 8)
+        return struct.unpack("<2I", raw)[1] == 0  # nlink, rdev
+
     def listdir(self, directory: Inode) -> list[Entry]:
         """The entries of a directory inode, in the image's (sorted) order; "." and ".." are not stored."""
         if directory.kind != "dir":

@@ -175,6 +175,9 @@ def _cached(path: str, kind: str, compute: Any) -> Any:
 # Bump when what is cached changes (the record's layout as read, the digest's form).
 CACHE_FORMAT = 1
 
+# For other per-file facts on envrun's path (envbuild.launch.runscript); `kind` names their cache directory.
+cached_per_file = _cached
+
 
 def checked_overlays(overlays: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     """The overlays, refused when the runtime's bind syntax cannot carry them or two share a mount point

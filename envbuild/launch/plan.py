@@ -3,7 +3,8 @@
 Layers, outermost first:
   srun (optional, on the host)
   -> host task shim   /bin/sh -c '<Slurm-derived variables: ranks, MASTER_ADDR, rendezvous>' (one per task)
-  -> apptainer exec IMAGE
+  -> apptainer exec IMAGE   (`run --no-eval` for an image whose runscript sets up its environment and then
+                            runs its arguments, as the LUMI AI Factory images do: envbuild.launch.runscript)
   -> container shim   /bin/sh -c BOOT envrun-task BODY (envbuild.launch.shims: $WITH_CONDA under bash, venv
                       overlays on PATH, the recipe's per-task variables)
   -> the program (torchrun, python, ...) with the user's arguments; under srun, `accelerate launch` and
@@ -20,6 +21,7 @@ from envbuild.host.node import GPU_RUNTIME_FLAGS
 from envbuild.launch.args import has_option, launcher_kind, option_value, split_srun, torchrun_has, torchrun_own_options
 from envbuild.launch.nodelaunchers import NODE_LAUNCHERS, NodeLauncher, check_launcher_options
 from envbuild.launch.request import LaunchPlan, LaunchRequest
+from envbuild.launch.runscript import GPU_SWITCHES
 from envbuild.launch.shims import (
     BOOT,
     TASK_SHIM_NAME,
@@ -94,6 +96,8 @@ class _Planner:
                                         environ=self.environ, notes=self.reasons, env=self.env)
             host_shim = self.host_shim(kind, launcher)
         container_shim = self.container_shim()
+        if self.request.runscript:
+            self.leave_gpus_to_envrun()
         if is_torchrun:
             program = self.torchrun_argv(size)
         elif launcher is not None:
@@ -314,9 +318,26 @@ class _Planner:
 
     # -- container and environment ------------------------------------------------------------------------
 
+    def leave_gpus_to_envrun(self) -> None:
+        """The runscript's own GPU choice by Slurm task (ROCR_USE_SLURM_LOCALID=1: one GPU, $SLURM_LOCALID) is
+        right only for one task per GPU; envrun's plan says which GPUs each task sees, so envrun's wins."""
+        prefix = self.request.runtime.env_prefix
+        for switch in GPU_SWITCHES:
+            for name in (switch, prefix + switch):
+                if name in self.environ:
+                    self.unset.append(name)
+                    self.note(f"{name} unset: with it the image's runscript would give each task the single GPU "
+                              "$SLURM_LOCALID, and a torchrun launcher (local id 0) with all its ranks only GPU 0; "
+                              "envrun sets the visible GPUs per task itself")
+
     def container_argv(self) -> list[str]:
         request, recipe = self.request, self.recipe
-        argv = [request.runtime.path, "exec", *recipe.runtime.flags]
+        if request.runscript:
+            argv = [request.runtime.path, "run", "--no-eval", *recipe.runtime.flags]
+            self.note(f"{request.runtime.name} run --no-eval, not exec: {request.runscript}, as `singularity run` "
+                      "would; --no-eval passes the arguments to it as they are, without a shell's eval")
+        else:
+            argv = [request.runtime.path, "exec", *recipe.runtime.flags]
         if recipe.runtime.flags:
             self.note(f"{' '.join(recipe.runtime.flags)}: {recipe.cite('runtime.flags')}")
         elif recipe.node is None and self.size.node.gpu_vendor in GPU_RUNTIME_FLAGS:

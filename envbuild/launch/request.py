@@ -19,8 +19,8 @@ class LaunchRequest:
     """What to launch and everything the planner needs to know, as plain data."""
 
     __slots__ = ("allocation", "binds", "command", "cwd", "env", "environ", "host", "image", "missing_recipe_binds",
-                 "notes", "overlays", "recipe", "runtime", "step_timeout", "step_timeout_from", "strict_net", "system_reason",
-                 "warnings")
+                 "notes", "overlays", "recipe", "runscript", "runtime", "step_timeout", "step_timeout_from", "strict_net",
+                 "system_reason", "warnings")
 
     def __init__(
         self, *, command: tuple[str, ...], image: str, recipe: Recipe, runtime: Runtime, cwd: str,
@@ -28,7 +28,7 @@ class LaunchRequest:
         missing_recipe_binds: tuple[str, ...] = (), system_reason: str = "", host: HostNode | None = None,
         allocation: Allocation | None = None, overlays: tuple[tuple[str, str], ...] = (),
         warnings: tuple[str, ...] = (), notes: tuple[str, ...] = (), strict_net: bool = False,
-        step_timeout: str = "", step_timeout_from: str = "--step-timeout",
+        step_timeout: str = "", step_timeout_from: str = "--step-timeout", runscript: str = "",
     ) -> None:
         self.command = command  # everything after envrun's own options, e.g. ("srun", "torchrun", "train.py")
         self.image = image
@@ -49,6 +49,9 @@ class LaunchRequest:
         self.strict_net = strict_net  # --strict-net: NCCL_NET from the recipe, so a missing transport fails the job
         self.step_timeout = step_timeout  # the user's duration ("30m", "1:30:00"): srun's --time for the step
         self.step_timeout_from = step_timeout_from  # where it was given, for the notes and messages
+        # What the image's runscript does when envrun should honour it (envbuild.launch.runscript: start the
+        # image with `run --no-eval` instead of `exec`); "" for `exec`
+        self.runscript = runscript
 
 
 class LaunchPlan:

@@ -37,6 +37,11 @@ class LockTarget:
     python: str  # full version of the base image's python3, e.g. "3.11.2"
     platform: str  # uv --python-platform value, e.g. "x86_64-manylinux_2_36"
 
+    @property
+    def arch(self) -> str:
+        """The architecture the packages are for: "x86_64-manylinux_2_36" -> "x86_64"."""
+        return self.platform.split("-", 1)[0]
+
 
 @dataclass(frozen=True)
 class LockInputs:
@@ -65,7 +70,8 @@ class LockedPackage:
 class Lock:
     inputs: LockInputs
     target: LockTarget
-    base_digest: str  # "sha256:..."
+    # "sha256:..."; None for a lock resolved for another architecture, whose base was not fetched or run here
+    base_digest: str | None
     recipe_digest: str  # "sha256:..."
     resolver: str  # e.g. "uv 0.13.9"
     packages: tuple[LockedPackage, ...]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from envbuild.recipes.load import available_recipes, load_recipe
+from envbuild.recipes.load import detection_table, load_recipe
 
 TYPE_CHECKING = False  # typing itself is not imported: envrun's start-up
 if TYPE_CHECKING:
@@ -19,22 +19,22 @@ def detect_system(environ: Mapping[str, str], hostname: str | None = None) -> tu
     """(recipe name, why). Slurm's cluster name wins over hostname patterns."""
     if environ.get("ENVBUILD_SYSTEM"):
         return environ["ENVBUILD_SYSTEM"], "$ENVBUILD_SYSTEM"
-    recipes = [load_recipe(name) for name in available_recipes()]
+    detects = detection_table()  # each recipe's `detect`, from one cache file
     cluster = environ.get("SLURM_CLUSTER_NAME")
     if cluster:
-        for recipe in recipes:
-            if cluster in recipe.detect.slurm_cluster_names:
-                return recipe.name, f"SLURM_CLUSTER_NAME={cluster}"
+        for name, detect in detects:
+            if cluster in (detect.get("slurm_cluster_names") or ()):
+                return name, f"SLURM_CLUSTER_NAME={cluster}"
     hostname = hostname if hostname is not None else os.uname().nodename
-    for recipe in recipes:
+    for name, detect in detects:
         # Only patterns whose fixed start fits the hostname need the regex engine (importing re costs
         # envrun ~8 ms, and most launches happen where no pattern can match).
-        candidates = [p for p in recipe.detect.hostname_patterns if hostname.startswith(_literal_prefix(p))]
+        candidates = [p for p in detect.get("hostname_patterns") or () if hostname.startswith(_literal_prefix(p))]
         if candidates:
             import re
 
             if any(re.match(pattern, hostname) for pattern in candidates):
-                return recipe.name, f"hostname {hostname}"
+                return name, f"hostname {hostname}"
     return DEFAULT_SYSTEM, "no site detected; default"
 
 

@@ -66,8 +66,46 @@ def _cache_file(name: str, content: bytes) -> str:
     return os.path.join(cache_dir_path(), "recipes", f"{name}-{key}.marshal")
 
 
+def _recipes_cache_dir() -> str:
+    from envbuild.host.runtime import cache_dir_path
+
+    return os.path.join(cache_dir_path(), "recipes")
+
+
+def detection_table(directory: Path | str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(name, `detect` data) of every recipe, for envrun's detection of the site: one cache file for all of them,
+    keyed by every recipe file's content. Reading each recipe's whole cache took envrun 2-4 ms with 9 recipes."""
+    directory = str(directory or _recipes_dir_path())
+    names = available_recipes(directory)
+    keys = []
+    for name in names:
+        try:
+            with open(os.path.join(directory, f"{name}.yaml"), "rb") as handle:
+                keys.append(os.path.basename(_cache_file(name, handle.read())))
+        except OSError:
+            keys.append(name)
+    joined = "|".join(keys).encode()
+    cache = os.path.join(_recipes_cache_dir(), f"detect-{zlib.crc32(joined):08x}-{len(joined):x}.marshal")
+    try:
+        with open(cache, "rb") as handle:
+            table = marshal.load(handle)  # noqa: S302 - our own cache file in the user's cache dir
+        if isinstance(table, list) and [row[0] for row in table] == names:
+            return table
+    except (OSError, ValueError, EOFError, TypeError, IndexError):
+        pass
+    table = [(name, load_recipe_data(name, directory).get("detect") or {}) for name in names]
+    _write_cache(cache, table)
+    return table
+
+
 def load_recipe(name: str, directory: Path | str | None = None) -> RecipeView:
     """The validated recipe `name`: from the JSON cache when the file is unchanged, else validated now."""
+    return from_cached(load_recipe_data(name, directory))
+
+
+def load_recipe_data(name: str, directory: Path | str | None = None) -> dict[str, Any]:
+    """The validated recipe `name` as its cached data (plain dicts and lists, no views): what detection reads
+    of every recipe. Building the views of all recipes took envrun 2-3 ms of its start-up."""
     directory = str(directory or _recipes_dir_path())
     path = os.path.join(directory, f"{name}.yaml")
     try:
@@ -82,14 +120,16 @@ def load_recipe(name: str, directory: Path | str | None = None) -> RecipeView:
     cache = _cache_file(name, content)
     try:
         with open(cache, "rb") as handle:
-            return from_cached(marshal.load(handle))  # noqa: S302 - our own cache file in the user's cache dir
+            data = marshal.load(handle)  # noqa: S302 - our own cache file in the user's cache dir
+        if isinstance(data, dict):
+            return data
     except (OSError, ValueError, EOFError, TypeError):
         pass
     from pathlib import Path
 
     data = _cacheable(Path(path), name)
     _write_cache(cache, data)
-    return from_cached(data)
+    return data
 
 
 def _cacheable(path: Path, name: str) -> dict[str, Any]:
@@ -126,7 +166,7 @@ def validate_recipe_file(path: Path, name: str, document: Any = None) -> Recipe:
     return recipe
 
 
-def _write_cache(cache: str, data: dict[str, Any]) -> None:
+def _write_cache(cache: str, data: Any) -> None:
     """Best effort: an unwritable cache only costs speed."""
     from envbuild.atomicfile import atomic_write
 

@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator, mo
 
 from envbuild.overlayformat import DEFAULT_MOUNT
 from envbuild.spec.conda import CondaEnv
+from envbuild.spec.locktarget import LockTargetFacts
 from envbuild.spec.torchfamily import pin_companions
 from envbuild.strictmodel import StrictModel, check_version
 
@@ -177,6 +178,10 @@ class PythonEnv(StrictModel):
     transformers: PackageVersion = None
     lightning: PackageVersion = None
     packages: tuple[RequirementText, ...] = Field(default=(), description="pip requirement strings")
+    lock_target: LockTargetFacts | None = Field(
+        default=None, description="the base's Python and glibc versions: lets `envbuild lock` resolve for a system "
+        "of another architecture without running the base (e.g. {python: '3.12', glibc: '2.39'})",
+    )
 
     @field_validator("transformers", "lightning", mode="before")
     @classmethod

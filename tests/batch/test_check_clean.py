@@ -65,6 +65,12 @@ GENERATED = [
      ("python", "train.py"), (), None),
     ("juwels-booster 2 nodes torchrun", "juwels-booster", JobRequest(nodes=2, account="training2426"),
      ("python", "train.py"), (), None),
+    ("roihu 1 node torchrun", "roihu", JobRequest(account="project_2001234"), ("python", "train.py"), (), None),
+    ("roihu 2 nodes srun staged", "roihu", JobRequest(nodes=2, account="project_2001234", launcher="srun"),
+     ("python", "train.py"), (StageSource(path="/scratch/project_2001234/data.tar", kind="tar", name="data", size_gb=50.0),),
+     None),
+    ("jupiter 1 node torchrun", "jupiter", JobRequest(account="training2600"), ("python", "train.py"), (), None),
+    ("jupiter 2 nodes torchrun", "jupiter", JobRequest(nodes=2, account="training2600"), ("python", "train.py"), (), None),
     ("local srun", "local", JobRequest(launcher="srun"), ("python", "train.py"), STAGED, None),
 ]
 

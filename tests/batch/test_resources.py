@@ -114,3 +114,22 @@ def test_lumi_staging_in_ram_fits_a_quarter_of_the_jobs_memory() -> None:
 def test_csc_staging_asks_for_nvme_with_the_gpus() -> None:
     resources = plan("mahti", gpus_per_node=2, stage_gb=100.0)
     assert "--gres=gpu:a100:2,nvme:121" in options(resources)
+
+
+# -- processes per node on nodes without GPUs (envrun sweep --gpus there) --------------------------------
+
+def test_cpu_processes_per_node_size_the_share_of_the_node() -> None:
+    torchrun = plan("local", processes_per_node=1)
+    assert (torchrun.tasks_per_node, torchrun.cpus_per_task) == (1, 1)
+    srun = plan("local", processes_per_node=2, launcher="srun")
+    assert (srun.tasks_per_node, srun.cpus_per_task) == (2, 1)
+
+
+def test_cpu_processes_per_node_beyond_the_node_are_refused() -> None:
+    with pytest.raises(UsageError, match="fits 1 to 2"):
+        plan("local", processes_per_node=3)
+
+
+def test_processes_per_node_are_not_for_gpu_nodes() -> None:
+    with pytest.raises(UsageError, match="processes per node were asked for on nodes with 4 GPUs"):
+        plan("mahti", processes_per_node=2)

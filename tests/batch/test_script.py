@@ -22,6 +22,8 @@ RUNTIME = Runtime("/usr/bin/apptainer", "apptainer")
 HOST = HostNode(cpus=2, why={"cpus": "2 CPUs in this process's affinity"})
 LUMI_IMAGE = "/appl/local/laifs/containers/lumi-multitorch-latest.sif"
 CSC_IMAGE = "/projappl/project_2001234/env.sif"
+ROIHU_IMAGE = "/projappl/project_2001234/env-aarch64.sif"
+JUPITER_IMAGE = "/p/project1/training2600/env-aarch64.sif"
 TRAIN = ("python", "train.py", "--epochs", "10")
 PUHTI_TAR = StageSource("/scratch/project_2001234/imagenet-mini.tar", "tar", "imagenet-mini", 40.0, top="imagenet-mini")
 PUHTI_DIR = StageSource("/scratch/project_2001234/tokenized", "dir", "tokenized", 2.5)
@@ -52,6 +54,14 @@ GOLDEN_CASES = {
                                     ("python", "train.py", "--deepspeed_config", "ds_config.json")),
     "local-cpu": case("local", JobRequest(), ("python", "examples/ddp_minimal.py", "--steps", "10"),
                       image="/work/proj/local-cpu-pytorch.sif"),
+    # 2026 (issue 19): the GH200 (aarch64) systems at 1 and 2 nodes
+    "roihu-1-node": case("roihu", JobRequest(account="project_2001234"), image=ROIHU_IMAGE),
+    "roihu-2-nodes": case("roihu", JobRequest(account="project_2001234", nodes=2, time="12:00:00"), image=ROIHU_IMAGE),
+    "jupiter-1-node": case("jupiter", JobRequest(account="training2600"), image=JUPITER_IMAGE),
+    "jupiter-2-nodes": case("jupiter", JobRequest(account="training2600", nodes=2, launcher="srun"), image=JUPITER_IMAGE),
+    # envrun sweep's point on a node without GPUs: one training process, the step's wall time printed
+    "local-sweep-1-process": case("local", JobRequest(processes_per_node=1), ("python", "examples/ddp_minimal.py"),
+                                  image="/work/proj/local-cpu-pytorch.sif", time_step=True),
 }
 
 
@@ -130,3 +140,15 @@ def test_every_golden_script_passes_its_own_check(name: str) -> None:
 
     report = check_script(render(name), load_recipe(GOLDEN_CASES[name][0]), {})
     assert not report.findings, [f.what for f in report.findings]
+
+
+@pytest.mark.parametrize("name", ["roihu-1-node", "roihu-2-nodes", "jupiter-1-node", "jupiter-2-nodes"])
+def test_gh200_scripts_pass_envrun_sbatch_check(name: str) -> None:
+    from envbuild.batch.check import check_script, render_report
+
+    system = GOLDEN_CASES[name][0]
+    report = check_script(render(name), load_recipe(system), {})
+    assert report.findings == (), render_report(name, report)
+    text = render(name)
+    request = "#SBATCH --gres=gpu:gh200:4" if system == "roihu" else "#SBATCH --gres=gpu:4"
+    assert request in text and "--mem" not in text  # memory comes with the GPUs or the node

@@ -77,7 +77,7 @@ def test_local_recipe_adds_no_torch_index_but_lumi_gets_rocm_index() -> None:
     local = render_build_plan(fixed_plan("envs/local-cpu-pytorch.yaml"))
     lumi = render_build_plan(fixed_plan("envs/lumi-pytorch-rocm-wheels.yaml"))
     assert "download.pytorch.org" not in local
-    assert "--extra-index-url https://download.pytorch.org/whl/rocm6.3 --extra-index-url file:///.envbuild-host/src0/simple" in lumi
+    assert "--extra-index-url https://download.pytorch.org/whl/rocm7.0 --extra-index-url file:///.envbuild-host/src0/simple" in lumi
 
 
 def test_lumi_ai_factory_spec_keeps_the_base_torch() -> None:
@@ -162,6 +162,6 @@ def test_lock_resolves_with_the_host_sources_as_they_are_torch_index_first() -> 
     from tests.plan_fixtures import fixed_request
 
     assert host_index_args(fixed_request("envs/lumi-pytorch-rocm-wheels.yaml")) == [
-        "--extra-index-url", "https://download.pytorch.org/whl/rocm6.3", "--extra-index-url", "file:///opt/pypi/simple",
+        "--extra-index-url", "https://download.pytorch.org/whl/rocm7.0", "--extra-index-url", "file:///opt/pypi/simple",
         "--find-links", "/opt/wheels", "--index-strategy", "unsafe-best-match",
     ]

@@ -10,3 +10,15 @@ def test_a_spinner_redrawn_line_keeps_its_final_text_without_colour_codes() -> N
 
 def test_plain_lines_are_kept() -> None:
     assert clean_line("Collecting six==1.16.0\n") == "Collecting six==1.16.0"
+
+
+def test_the_table_of_steps_says_what_ran_and_what_the_store_had() -> None:
+    from envbuild.build.progress import StepRecord, render_summary
+
+    table = render_summary([StepRecord("base 1/2", "debootstrap bookworm", 0.0, cached=True),
+                            StepRecord("build 1/9", "Python env layer: create the venv and install " + "x" * 40, 19.64, cached=False)])
+    lines = table.splitlines()
+    assert lines[0] == "steps: 1 ran, 1 from the store"
+    assert lines[1].startswith("  base 1/2   debootstrap bookworm") and lines[1].endswith("from the store")
+    assert lines[2].endswith("...    19.6 s")
+    assert render_summary([]) == ""

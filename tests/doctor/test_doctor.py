@@ -78,7 +78,7 @@ def test_plugin_with_the_hosts_libfabric_bound_in(tmp_path: Path) -> None:
 def test_cpu_torch_on_lumi_fails_with_the_variant_fix(tmp_path: Path) -> None:
     report = doctor(tmp_path, "lumi-g", "lumi-g-node", "cpu")
     torch = by_area(report, "torch")[0]
-    assert torch.level == "fail" and "CPU-only build" in torch.what and "variant: rocm6.4" in torch.fix
+    assert torch.level == "fail" and "CPU-only build" in torch.what and "variant: rocm7.0" in torch.fix
     assert report.exit_code() == 2
 
 

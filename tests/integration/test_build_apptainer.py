@@ -139,7 +139,7 @@ def test_dry_run_runs_nothing(tmp_path: Path) -> None:
     assert not out.exists()
     wheels = run_cli([ENVBUILD, "build", str(REPO / "envs/lumi-pytorch-rocm-wheels.yaml"), "--dry-run", "-o", str(out)])
     assert wheels.returncode == 0, wheels.stderr
-    assert "--extra-index-url https://download.pytorch.org/whl/rocm6.3" in wheels.stdout
+    assert "--extra-index-url https://download.pytorch.org/whl/rocm7.0" in wheels.stdout
     assert not out.exists()
 
 

@@ -260,12 +260,14 @@ def test_reports() -> None:
     inv_a = Inventory(packages=[Package("/opt/venv", "torch", "2.3.0", "pip"), Package("/opt/venv", "Jinja2", "3.1", "pip"),
                                 Package("/opt/conda", "pytorch", "2.3.0", "conda")])
     inv_b = Inventory(packages=[Package("/opt/venv", "torch", "2.4.0", "pip"), Package("/usr", "torch", "2.2.0", "pip")])
-    results = [ImageResult("x/a.sif", inv_a), ImageResult("bad.sif", error="not a SIF"), ImageResult("y/b.sif", inv_b)]
+    results = [ImageResult("x/a.sif", inv_a, arch="x86_64"), ImageResult("bad.sif", error="not a SIF"),
+               ImageResult("y/b.sif", inv_b, arch="aarch64")]
     rows = package_rows(results, re.compile("torch", re.I))
     assert [(r.image, r.package, r.version) for r in rows] == [
         ("x/a.sif", "pytorch", "2.3.0"), ("x/a.sif", "torch", "2.3.0"), ("y/b.sif", "torch", "2.4.0"), ("y/b.sif", "torch", "2.2.0")]
     table = render_table(rows)
-    assert table.splitlines()[0].split() == ["IMAGE", "ENVIRONMENT", "PACKAGE", "VERSION", "SOURCE"]
+    assert table.splitlines()[0].split() == ["IMAGE", "ARCH", "ENVIRONMENT", "PACKAGE", "VERSION", "SOURCE"]
+    assert [line.split()[:2] for line in table.splitlines()[1:]] == [["x/a.sif", "x86_64"]] * 2 + [["y/b.sif", "aarch64"]] * 2
     assert render_table([]) == ""
     images = ["x/a.sif", "y/b.sif"]
     assert matrix(rows, images) == {"pytorch": {"x/a.sif": "2.3.0", "y/b.sif": "-"},
@@ -274,6 +276,7 @@ def test_reports() -> None:
     assert image_labels(["x/a.sif", "y/a.sif", "z/c.sif"]) == {"x/a.sif": "x/a.sif", "y/a.sif": "y/a.sif", "z/c.sif": "c.sif"}
     document = json.loads(render_json(results, rows, with_matrix=False))
     assert [i["error"] for i in document["images"]] == [None, "not a SIF", None]
+    assert [i["architecture"] for i in document["images"]] == ["x86_64", None, "aarch64"]
     assert document["packages"][0] == {"image": "x/a.sif", "environment": "/opt/conda", "name": "pytorch",
                                        "version": "2.3.0", "source": "conda"}
 
@@ -319,8 +322,9 @@ def test_packages_command_table_grep_json_matrix(tmp_path: Path, cli_env) -> Non
     result = run_cli([ENVBUILD, "packages", a, "--grep", "TORCH"], env_extra=cli_env)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["IMAGE", "ENVIRONMENT", "PACKAGE", "VERSION", "SOURCE"]
-    assert [line.split()[1:] for line in lines[1:]] == [
+    assert lines[0].split() == ["IMAGE", "ARCH", "ENVIRONMENT", "PACKAGE", "VERSION", "SOURCE"]
+    assert {line.split()[1] for line in lines[1:]} == {"x86_64"}  # the SIF header's amd64
+    assert [line.split()[2:] for line in lines[1:]] == [
         ["/opt/miniconda3/envs/pytorch", "pytorch", "2.3.0", "conda"], ["/opt/miniconda3/envs/pytorch", "torch", "2.3.0+rocm5.7", "pip"]]
     assert "broken-1.0.dist-info" in result.stderr  # a warning, not a failure
 
@@ -354,7 +358,7 @@ def test_packages_command_reports_bad_files_and_lists_the_rest(tmp_path: Path, c
     assert f"error: {text}: not a SIF image" in result.stderr
     assert f"error: {cut}:" in result.stderr and "truncated" in result.stderr and "fix:" in result.stderr
     assert "2 of 3 images could not be read" in result.stderr
-    assert [line.split()[2] for line in result.stdout.splitlines()[1:]] == ["six"]
+    assert [line.split()[3] for line in result.stdout.splitlines()[1:]] == ["six"]
 
 
 def test_packages_command_uses_the_cache_unless_told_not_to(tmp_path: Path, cli_env) -> None:

@@ -20,6 +20,8 @@ from envbuild.launch.plan import LaunchRequest, plan_launch
 from envbuild.recipes.load import load_recipe
 from tests.build.test_plan import check_golden
 from tests.launch_allocations import (
+    JUPITER_1_NODE,
+    JUPITER_2_NODES,
     JUWELS_1_GPU,
     JUWELS_2_NODES,
     JUWELS_4_GPUS,
@@ -39,6 +41,8 @@ from tests.launch_allocations import (
     PUHTI_2_GPUS,
     PUHTI_4_GPUS,
     PUHTI_4_GPUS_TASK_PER_GPU,
+    ROIHU_1_NODE,
+    ROIHU_2_NODES,
 )
 
 RUNTIME = Runtime("/usr/bin/apptainer", "apptainer")
@@ -49,12 +53,18 @@ HOST = HostNode(cpus=2, why={"cpus": "2 CPUs in this process's affinity"})
 
 
 def plan(*command: str, system: str = "local", environ: dict[str, str] | None = None, binds: tuple[str, ...] = (),
-         cwd: str = "/work/proj", host: HostNode = HOST, overlays: tuple[tuple[str, str], ...] = ()):
+         cwd: str = "/work/proj", host: HostNode = HOST, overlays: tuple[tuple[str, str], ...] = (), runscript: str = ""):
     environ = environ or {}
     return plan_launch(LaunchRequest(
         command=command, image="/img/env.sif", recipe=load_recipe(system), runtime=RUNTIME, cwd=cwd,
         binds=binds, environ=environ, allocation=read_allocation(environ), host=host, overlays=overlays,
+        runscript=runscript,
     ))
+
+
+# What envbuild.launch.runscript says of a LUMI AI Factory image (its OCI entrypoint, laifs-container-recipes)
+LAIF_RUNSCRIPT = ("its OCI entrypoint /opt/oci-entrypoint.sh sets FI_HMEM_DISABLE_P2P, ROCR_VISIBLE_DEVICES, "
+                  "HIP_VISIBLE_DEVICES, then runs the command it is given")
 
 
 # venv overlays (issue 11): one at LUMI's documented mount point, and two stacked
@@ -93,6 +103,13 @@ GOLDEN_CASES = {
     "mahti-2-nodes-deepspeed": ("mahti", MAHTI_2_NODES, ("srun", "deepspeed", "train.py", "--deepspeed", "--deepspeed_config",
                                                          "ds_config.json")),
     "local-srun-accelerate": ("local", {}, ("srun", "accelerate", "launch", "examples/accelerate_ddp.py")),
+    # 2026 (issue 19): the GH200 systems at 1 and 2 nodes, and a LUMI AI Factory image started through its runscript
+    "roihu-1-node-torchrun": ("roihu", ROIHU_1_NODE, ("srun", "torchrun", "train.py")),
+    "roihu-2-nodes-python": ("roihu", ROIHU_2_NODES, ("srun", "python", "train.py")),
+    "jupiter-1-node-torchrun": ("jupiter", JUPITER_1_NODE, ("srun", "torchrun", "train.py")),
+    "jupiter-2-nodes-torchrun": ("jupiter", JUPITER_2_NODES, ("srun", "torchrun", "train.py")),
+    "lumi-laif-runscript-2-nodes-torchrun": ("lumi-g", {**LUMI_2_NODES, "ROCR_USE_SLURM_LOCALID": "1"},
+                                             ("srun", "torchrun", "train.py"), (), LAIF_RUNSCRIPT),
 }
 
 
@@ -107,8 +124,9 @@ def golden_names() -> set[str]:
 @pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
 def test_launch_script_matches_golden(case: str) -> None:
     """tests/golden/launch-CASE.sh; update after an intended change: ENVBUILD_UPDATE_GOLDEN=1 pytest THIS_FILE."""
-    system, environ, command, *overlays = GOLDEN_CASES[case]
-    script = plan(*command, system=system, environ=environ, overlays=overlays[0] if overlays else ()).script()
+    system, environ, command, *rest = GOLDEN_CASES[case]
+    script = plan(*command, system=system, environ=environ, overlays=rest[0] if rest else (),
+                  runscript=rest[1] if len(rest) > 1 else "").script()
     check_golden(launch_golden_name(case), script)
 
 

@@ -16,7 +16,7 @@ NAMES = available_recipes()
 
 
 def test_all_systems_present() -> None:
-    assert set(NAMES) >= {"lumi-g", "lumi-c", "puhti", "mahti", "juwels-booster", "local"}
+    assert set(NAMES) >= {"lumi-g", "lumi-c", "puhti", "mahti", "juwels-booster", "roihu", "jupiter", "local"}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -82,6 +82,9 @@ def test_explain_cites_recipe_file_and_line() -> None:
         ({}, "nid001234", "lumi-g"),
         ({}, "r01g02", "puhti"),
         ({}, "jwb0097", "juwels-booster"),
+        ({"SLURM_CLUSTER_NAME": "roihu"}, "g1234", "roihu"),
+        ({}, "roihu-gpu-login2", "roihu"),
+        ({"SLURM_CLUSTER_NAME": "jupiter"}, "whatever", "jupiter"),
         ({}, "laptop", "local"),
     ],
 )
@@ -95,3 +98,23 @@ def test_literal_prefix_of_hostname_patterns() -> None:
     from envbuild.recipes.detect import _literal_prefix
 
     assert [_literal_prefix(p) for p in ("^nid\\d+", "^puhti-", "nid.*", "^ab?c", "^x{2}")] == ["nid", "puhti-", "", "a", ""]
+
+
+def test_detection_reads_one_cache_file_that_follows_edited_recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """envrun detects the site from every recipe's `detect`, kept in one cache file keyed by all recipe files."""
+    from envbuild.recipes.detect import detect_system
+    from envbuild.recipes.load import detection_table
+
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    for name in ("local", "lumi-g"):
+        (recipes / f"{name}.yaml").write_text((recipes_dir() / f"{name}.yaml").read_text())
+    monkeypatch.setenv("ENVBUILD_RECIPES", str(recipes))
+    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    assert dict(detection_table())["lumi-g"]["slurm_cluster_names"] == ["lumi"]
+    assert len(list((tmp_path / "cache" / "recipes").glob("detect-*.marshal"))) == 1
+    assert detect_system({"SLURM_CLUSTER_NAME": "lumi"}, "uan01")[0] == "lumi-g"
+    edited = (recipes / "lumi-g.yaml").read_text().replace("slurm_cluster_names: [lumi]", "slurm_cluster_names: [lumi2]")
+    (recipes / "lumi-g.yaml").write_text(edited)
+    assert detect_system({"SLURM_CLUSTER_NAME": "lumi2"}, "x")[0] == "lumi-g"
+    assert detect_system({"SLURM_CLUSTER_NAME": "lumi"}, "x")[0] == "local"

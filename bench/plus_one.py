@@ -1,0 +1,107 @@
+"""The reference spec plus one small pure-Python package (tabulate), full image, against the reference
+spec's cold build, side by side in one run (issue 17, P3: +1 <= 10 % of cold):
+
+    cold          empty store and empty uv cache: debootstrap, install, squash (gzip:6, the default)
+    +1 full       the spec plus tabulate: parent env layer reused, the whole 1.3 GB tree squashed again
+    +1 --layered  the same, with the difference written as a SIF overlay partition over the cold image
+
+Between the two +1 builds the +1 env layer and image are removed from the store, so both install the
+difference on the same parent. Prints each build's steps (the breakdown), the ratios, and whether
+`envbuild packages` lists the same packages in both +1 images.
+
+    .venv/bin/python bench/plus_one.py [--compression gzip:6] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC = REPO / "envs/local-cpu-pytorch.yaml"
+EXTRA = "tabulate"
+_STEP = re.compile(r"^\s+build \d+/\d+\s+(.*?)\s+(\d+\.\d) s$")
+
+
+def build(spec: Path, output: Path, store: Path, compression: str, *extra: str) -> tuple[float, list[tuple[str, float]]]:
+    env = dict(os.environ, ENVBUILD_CACHE_DIR=str(store))
+    started = time.monotonic()
+    proc = subprocess.run([str(REPO / "bin/envbuild"), "build", str(spec), "-o", str(output), "--compression", compression,
+                           *extra], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = time.monotonic() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"build of {spec} failed:\n{proc.stderr[-4000:]}")
+    steps = [(m.group(1)[:44], float(m.group(2))) for m in map(_STEP.match, proc.stderr.splitlines()) if m]
+    return elapsed, steps
+
+
+def packages(image: Path, store: Path) -> list[tuple[str, str, str]]:
+    proc = subprocess.run([str(REPO / "bin/envbuild"), "packages", "--json", "--no-cache", str(image)],
+                          env=dict(os.environ, ENVBUILD_CACHE_DIR=str(store)), capture_output=True, text=True, check=True)
+    return sorted((r["environment"], r["name"], r["version"]) for r in json.loads(proc.stdout)["packages"])
+
+
+def forget(store: Path, keep: set[str]) -> None:
+    """Remove the env and image entries made after `keep` was taken (the +1 build's)."""
+    for kind in ("envs", "images"):
+        for entry in (store / kind).iterdir():
+            if f"{kind}/{entry.name}" not in keep:
+                shutil.rmtree(entry)
+
+
+def entries(store: Path) -> set[str]:
+    return {f"{kind}/{e.name}" for kind in ("envs", "images") if (store / kind).is_dir() for e in (store / kind).iterdir()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--compression", default="gzip:6")
+    parser.add_argument("--workdir", type=Path, help="scratch directory (default: a temporary one under /var/tmp)")
+    args = parser.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="envbuild-bench-plus-one-", dir="/var/tmp"))
+    work.mkdir(parents=True, exist_ok=True)
+    store = work / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    text = SPEC.read_text()
+    marker = "    - accelerate"
+    assert marker in text, f"{SPEC} changed: cannot find {marker!r} to add a package after"
+    plain, plus = work / "ref.yaml", work / "ref-plus.yaml"
+    plain.write_text(text)
+    plus.write_text(text.replace(marker, f"{marker}\n    - {EXTRA}", 1))
+    load = os.getloadavg()[0]
+
+    print("cold build (empty store, empty uv cache) ...", flush=True)
+    cold, cold_steps = build(plain, work / "cold.sif", store, args.compression)
+    after_cold = entries(store)
+    print(f"cold {cold:.1f} s; +{EXTRA}, full squash ...", flush=True)
+    full, full_steps = build(plus, work / "plus-full.sif", store, args.compression)
+    forget(store, after_cold)
+    print(f"+1 full {full:.1f} s; +{EXTRA}, --layered ...", flush=True)
+    layered, layered_steps = build(plus, work / "plus-layered.sif", store, args.compression, "--layered")
+    same = packages(work / "plus-full.sif", store) == packages(work / "plus-layered.sif", store)
+    sizes = {name: (work / f"{name}.sif").stat().st_size / 2**20 for name in ("cold", "plus-full", "plus-layered")}
+
+    print()
+    for title, steps in (("cold", cold_steps), ("+1 full", full_steps), ("+1 --layered", layered_steps)):
+        print(f"{title}: " + "; ".join(f"{name} {seconds:.1f} s" for name, seconds in steps if seconds >= 0.1))
+    print()
+    print(f"{'':<14}{'time':>9}{'/ cold':>9}{'image':>11}")
+    print(f"{'cold':<14}{cold:>8.1f}s{1:>9.0%}{sizes['cold']:>7.0f} MiB")
+    print(f"{'+1 full':<14}{full:>8.1f}s{full / cold:>9.0%}{sizes['plus-full']:>7.0f} MiB")
+    print(f"{'+1 --layered':<14}{layered:>8.1f}s{layered / cold:>9.0%}{sizes['plus-layered']:>7.0f} MiB")
+    print(f"packages of the two +1 images equal: {'yes' if same else 'NO'}")
+    print(f"goal: +1 <= 10 % of cold.  {args.compression}, {os.cpu_count()} CPUs, load {load:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end, {time.strftime('%Y-%m-%d')}")
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

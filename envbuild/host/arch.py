@@ -1,0 +1,80 @@
+"""CPU architectures: this machine's, and the one name envbuild uses for each (`uname -m`'s: x86_64, aarch64).
+
+Images carry other spellings: the SIF header and Go say amd64/arm64, Docker too, and ELF files a machine
+number. Everything is normalised here, so that a recipe's `architecture:`, a SIF header, a program in a
+sandbox and the host compare as equals. Light on purpose (os and struct only): envrun checks an image's
+architecture on every launch.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# Go's / Docker's / other tools' names -> uname -m's. Names not listed are kept as they are.
+_ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "x64": "x86_64", "arm64": "aarch64", "arm64v8": "aarch64",
+            "aarch64_be": "aarch64_be", "386": "i686", "i386": "i686", "arm": "armv7l", "ppc64el": "ppc64le"}
+
+# ELF e_machine -> uname -m's name (EM_386, EM_X86_64, EM_ARM, EM_AARCH64, EM_S390, EM_RISCV, EM_PPC64).
+_ELF_MACHINES = {3: "i686", 62: "x86_64", 40: "armv7l", 183: "aarch64", 22: "s390x", 243: "riscv64"}
+_EM_PPC64 = 21
+
+# Programs every root file system has, in the order apptainer itself looks at them.
+_ROOTFS_PROGRAMS = ("bin/sh", "usr/bin/sh", "bin/busybox", "usr/bin/env")
+
+
+def normalise_arch(name: str) -> str:
+    """'amd64' -> 'x86_64', 'arm64' -> 'aarch64', 'x86_64' -> 'x86_64'; '' and 'unknown' stay ''."""
+    text = name.strip().lower()
+    if text in ("", "unknown"):
+        return ""
+    return _ALIASES.get(text, text)
+
+
+def host_arch() -> str:
+    """This machine's architecture, normalised (uname -m)."""
+    return normalise_arch(os.uname().machine)
+
+
+def elf_arch(head: bytes) -> str:
+    """The architecture of an ELF file from its first 20 bytes; '' when it is not ELF."""
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return ""
+    little = head[5] == 1
+    machine = int.from_bytes(head[18:20], "little" if little else "big")
+    if machine == _EM_PPC64:
+        return "ppc64le" if little else "ppc64"
+    return _ELF_MACHINES.get(machine, f"elf-machine-{machine}")
+
+
+def rootfs_arch(root: str) -> str:
+    """The architecture of the programs in an unpacked root file system (a sandbox); '' when none is found."""
+    for candidate in _ROOTFS_PROGRAMS:
+        try:
+            with open(os.path.join(root, candidate), "rb") as handle:
+                found = elf_arch(handle.read(20))
+        except OSError:
+            continue
+        if found:
+            return found
+    return ""
+
+
+def go_arch(name: str) -> str:
+    """The Go/SIF name of an architecture ('x86_64' -> 'amd64'), as SIF headers and `apptainer --arch` write it."""
+    normal = normalise_arch(name)
+    for alias in ("amd64", "arm64", "386", "arm", "ppc64le", "s390x", "riscv64"):
+        if _ALIASES.get(alias, alias) == normal:
+            return alias
+    return normal
+
+
+def system_arch(recipe: Any, host: str) -> str:
+    """The architecture a system's images must have: its recipe's `architecture:`, or for a `node: host` recipe
+    (no site facts, e.g. local: any machine) the machine envbuild or envrun runs on."""
+    if getattr(recipe, "node", None) is None and host:
+        return host
+    return str(getattr(recipe, "architecture", "x86_64"))
