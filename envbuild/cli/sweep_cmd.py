@@ -118,6 +118,9 @@ def run(args: Any, argv: list[str]) -> int:
     return 1 if any(r.failed or r.runs == 0 for r in rows if r.point in points) else 0
 
 
+_WARNED: set[str] = set()
+
+
 def write_script(args: Any, recipe: Any, command: tuple[str, ...], argv: list[str], directory: str, point: Any,
                  repeat: int) -> tuple[str, str]:
     """The run's batch script from envrun sbatch's planner (its checks and warnings included), written into
@@ -138,8 +141,10 @@ def write_script(args: Any, recipe: Any, command: tuple[str, ...], argv: list[st
     )
     job = plan(options, recipe, command, argv)
     job.job_name = f"{job.job_name}-{point.key}"
-    for warning in job.warnings:
-        print(f"envrun sweep: {point.describe()}: warning: {warning}", file=sys.stderr)
+    if point.key not in _WARNED:  # once per point, not once per repeat
+        _WARNED.add(point.key)
+        for warning in job.warnings:
+            print(f"envrun sweep: {point.describe()}: warning: {warning}", file=sys.stderr)
     path = os.path.join(directory, "jobs", f"{point.key}-r{repeat + 1}.sbatch")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic_write(path, render_script(job).encode(), mode=0o755)

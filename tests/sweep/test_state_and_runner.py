@@ -134,3 +134,18 @@ def test_a_report_dir_of_another_sweep_is_refused(tmp_path: Path) -> None:
 def test_points_of_an_earlier_run_stay_in_the_table() -> None:
     more = plan_points("gpus", [2, 4], per_node_capacity=2, unit="process")
     assert [p.key for p in sweepstate.merge_points(POINTS, more)] == ["1n1p", "1n2p", "2n2p"]
+
+
+def test_a_long_wait_says_so_in_plain_lines(tmp_path: Path) -> None:
+    fake = FakeSlurm({"1n1p": GOOD, "1n2p": GOOD})
+    answers = iter(["PENDING", "PENDING", "PENDING", "RUNNING", "COMPLETED"])
+    fields = fake.fields
+    state = sweepstate.SweepState(identity=IDENTITY, points=POINTS[:1])
+    out = io.StringIO()
+    runner = SweepRunner(str(tmp_path), state, fake.write_script(str(tmp_path)),
+                         Slurm(fake.submit, lambda job: {**fields(job), "JobState": next(answers)}), out,
+                         cwd=str(tmp_path), repeat=1, poll_s=0.01, heartbeat_s=0)
+    runner.run([(POINTS[0], 0, "run")], serial=False)
+    lines = out.getvalue().splitlines()
+    assert sum("job 100 PENDING, 0:00 elapsed" in line for line in lines) == 3
+    assert lines[-1].startswith("envrun sweep: 1 node x 1 process, run 1/1: job 100 COMPLETED: done, 12.5 s")
