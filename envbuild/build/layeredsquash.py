@@ -13,8 +13,9 @@ files only under new names in the root directory (it cannot replace or remove a 
 compressed blocks would need a squashfs writer of our own.
 
 Who runs such an image (sources: apptainer and SingularityCE internal/pkg/runtime/engine/*/
-container_linux.go addOverlayMount, prepare_linux.go setSessionLayer): a runtime that uses its
-overlay session layer mounts each squashfs overlay partition (kernel mount: root or setuid install).
+container_linux.go addOverlayMount, prepare_linux.go setSessionLayer; the code is there since
+Singularity 3.1.1, 2019): a runtime that uses its overlay session layer mounts each squashfs overlay
+partition (kernel mount: root or setuid install).
 A runtime in underlay mode (`enable overlay = no`, `--underlay`), or an unprivileged one that cannot
 mount the SIF and extracts its primary partition to a temporary sandbox (apptainer 1.4.5 here as a
 non-root user), ignores the partition *silently* and runs the parent. Hence opt-in, and every layered
@@ -38,6 +39,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import BinaryIO
 
 from envbuild.build.actions import Action, Run
 from envbuild.build.squash import (
@@ -143,6 +145,8 @@ def stage_delta(sandbox: str, delta: Delta, staging: str, *, epoch: int | None) 
 
 
 def _mknod(path: str, mode: int, device: int) -> None:
+    # Real device nodes, not mksquashfs pseudo definitions (-p "PATH c 000 0 0 0 0", which need no root):
+    # mksquashfs 4.5.1 stamps those with the current time, so the image would differ on every build.
     try:
         os.mknod(path, mode, device)
     except PermissionError:
@@ -157,7 +161,7 @@ def _copy_attrs(info: os.stat_result, path: str) -> None:
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns), follow_symlinks=False)
 
 
-def _copy_range(source: str, offset: int, size: int, target) -> None:  # type: ignore[no-untyped-def]
+def _copy_range(source: str, offset: int, size: int, target: BinaryIO) -> None:
     with open(source, "rb") as handle:
         done = 0
         while done < size:

@@ -57,7 +57,7 @@ def open_image(path: str) -> Iterator[OpenImage]:
     try:
         tree: Tree = guarded(path, lambda: SquashfsTree(fs))
         for part in squashfs_overlays(layout, partition):  # envbuild build --layered: the difference on top
-            upper = guarded(path, lambda part=part: Squashfs(path, part.offset, part.size))  # type: ignore[misc]
+            upper = guarded(path, lambda part=part: Squashfs(path, part.offset, part.size))
             uppers.append(upper)
             tree = LayeredTree(tree, upper)
         yield OpenImage(path=path, tree=tree, layout=layout, partition=partition, fs=fs)

@@ -4,7 +4,8 @@ Layout under the store root (`envbuild.host.runtime.default_cache_dir()`; the bu
 
     bases/<name>/   rootfs/, complete, [digest], [meta.json], [last-used]
     envs/<name>/    rootfs/, complete, meta.json, [last-used]
-    images/<name>/  image.sif, complete, meta.json, [last-used]
+    images/<name>/  image.sif, complete, meta.json, [last-used], [tree-manifest.json.gz] (full images: what
+                    a --layered build compares with, envbuild.build.treemanifest)
     overlays/<name>/  overlay.sqsh, complete, meta.json, [last-used]   (venv overlays)
     overlays/base-<name>/  digest, probe-<python>.json, complete        (a base .sif's digest and Python, once)
     locks/<kind>-<name>.lock   flock'ed by a build while it creates or uses an entry
