@@ -20,7 +20,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def timed(argv: list[str]) -> float:
     started = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # From / : `python -c`/`-m` put the working directory first on sys.path (a checkout's directory would
+    # import its own envbuild instead of the one the compared script runs).
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")
     return time.perf_counter() - started
 
 

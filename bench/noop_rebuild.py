@@ -22,7 +22,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def timed(argv: list[str], env: dict[str, str]) -> float:
     started = time.perf_counter()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    # From / : `python -c`/`-m` put the working directory first on sys.path, and a checkout's own directory
+    # would import its envbuild package instead of the one the script under test runs.
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd="/")
     elapsed = time.perf_counter() - started
     if proc.returncode != 0 or "up to date" not in proc.stderr:
         raise SystemExit(f"not a no-op: {' '.join(argv)}\n{proc.stderr[-2000:]}")
