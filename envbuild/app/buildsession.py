@@ -333,7 +333,7 @@ class BuildSession(Session):
         note_project_file(self.loaded, Path(request.options.output), image=request.options.output, overlays=(), say=self._say)
 
     def _note_compression(self) -> None:
-        from envbuild.build.squash import compression_note
+        from envbuild.build.compression import compression_note
 
         note = compression_note(self.options.compression)
         if note:

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from envbuild.build.squash import COMPRESSIONS, compression_note
+from envbuild.build.compression import COMPRESSIONS, compression_note
 from envbuild.inventory.facts import ImageFacts
 
 # Labels `apptainer build` writes from the definition file's header (Bootstrap:, From:): the base of an

@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 
 from envbuild.build.actions import MakeDirs, Remove, Run, WriteFile
+from envbuild.build.compression import check_compression, compression_note
 from envbuild.build.squash import (
     METADATA_NAME,
     PARTITION_OFFSET,
     assemble,
-    check_compression,
-    compression_note,
     default_processors,
     go_json,
     mksquashfs_argv,
