@@ -29,7 +29,7 @@ def read_lock_state(loaded: LoadedSpec, *, overlay: bool) -> tuple[LockState, Lo
     path = lock_path_for(loaded.path)
     lockable = bool(loaded.spec.python.requirements())
     if not path.is_file():
-        return LockState(str(path), exists=False, lockable=lockable, create_missing=not overlay), None
+        return LockState(str(path), exists=False, lockable=lockable), None
     try:
         lock = read_lock(path.read_text(encoding="utf-8"), str(path))
     except (EnvbuildError, OSError):
@@ -51,7 +51,7 @@ def dry_run_lock(loaded: LoadedSpec, options: BuildOptions, *, overlay: bool) ->
     """The comment line saying which lock case applies, and the lock to plan with; nothing is written."""
     decision, _ = decide(loaded, options, overlay=overlay)
     lock = _load(loaded, options, decision) if decision.action in ("use", "use-unchecked") else None
-    then = "; the steps below then install that lock" if decision.action == "resolve" else ""
+    then = " (the steps below are planned without it; the build installs the new lock)" if decision.action == "resolve" else ""
     return f"# lock: {decision.message}{then}\n", lock
 
 
@@ -71,14 +71,7 @@ def lock_for_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, ov
     from envbuild.app.buildsession import check_spec_architecture
 
     check_spec_architecture(loaded)  # a lock for a machine this one cannot build for is refused first
-    try:
-        return _resolve(loaded, options, out, overlay=overlay, upgrade=decision.upgrade)
-    except EnvbuildError as exc:
-        if state.exists or decision.upgrade:
-            raise  # the user has a lock (or asked for a new one): a failed resolution is the answer
-        print(f"warning: could not write a lock for {loaded.path} ({exc.message}); building from the spec "
-              f"as it resolves now", file=out, flush=True)
-        return None
+    return _resolve(loaded, options, out, overlay=overlay, upgrade=decision.upgrade)
 
 
 def _load(loaded: LoadedSpec, options: BuildOptions, decision: LockDecision) -> LoadedLock:

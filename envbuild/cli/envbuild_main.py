@@ -34,7 +34,7 @@ def main() -> None:
 
 
 def _compression(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    from envbuild.build.squash import check_compression
+    from envbuild.build.compression import check_compression
 
     check_compression(value)  # a UsageError naming the accepted values
     return value
@@ -90,8 +90,9 @@ def build(spec: Path, output: Path | None, locked: bool, frozen: bool, upgrade: 
     image (`--system lumi-g`), and envbuild adds its record, labels and the spec's env/files/tests.
 
     SPEC.lock next to SPEC (uv's conventions): a current lock is installed exactly; when the spec changed
-    since, the build says what changed, resolves again and rewrites it; without one it resolves and
-    writes it. --locked refuses a stale lock, --frozen skips the check, --upgrade re-resolves everything."""
+    since, the build says what changed, resolves again and rewrites it; without one it resolves from the
+    spec (`envbuild lock SPEC` makes one). --locked refuses a stale lock, --frozen skips the check,
+    --upgrade re-resolves everything and writes the lock."""
     from envbuild.app.buildcommand import run_build
     from envbuild.app.buildsession import BuildOptions
     from envbuild.lock.policy import LockFlags

@@ -5,10 +5,15 @@
 | SPEC.lock matches the spec              | installs exactly it                                     |
 | the spec changed since (stale)          | says what changed, resolves again (keeping the other    |
 |                                         | pins), rewrites SPEC.lock, installs it                  |
-| no SPEC.lock (a pip image spec)         | resolves, writes SPEC.lock, installs it                 |
+| no SPEC.lock                            | resolves from the spec, as before; says that            |
+|                                         | `envbuild lock SPEC` makes one                          |
 | --locked                                | installs the lock; refuses a missing or stale one       |
 | --frozen                                | installs the lock as it is, unchecked; refuses none     |
 | --upgrade                               | resolves every package anew, rewrites SPEC.lock         |
+
+Unlike `uv sync`, a build does not write a missing lock: that would add a second pass over the base and a
+resolution before every first build, and a file next to the spec that nobody asked for (a shared,
+read-only checkout); the interrupted-build tests, which pause inside the base step, showed the cost.
 
 Pure: the caller reads the files and passes what it found; nothing here touches the filesystem.
 """
@@ -48,7 +53,6 @@ class LockState:
     stale: tuple[str, ...] = ()  # stale_reasons(); empty when the lock matches the spec
     packages: int = 0
     lockable: bool = True  # the spec has Python packages to pin (a conda spec never has a lock)
-    create_missing: bool = True  # image specs: a missing lock is written (overlays: only by `envbuild lock`)
 
 
 @dataclass(frozen=True)
@@ -76,10 +80,8 @@ def decide_lock(state: LockState, flags: LockFlags, *, spec_path: str) -> LockDe
     if flags.upgrade:
         return LockDecision("resolve", f"--upgrade: resolving every package anew, then writing {path}", upgrade=True)
     if not state.exists:
-        if not state.create_missing:
-            return LockDecision("unlocked", f"no lock file {path}: resolving from the spec "
-                                            f"(`envbuild lock {spec_path}` writes one, and later builds install exactly it)")
-        return LockDecision("resolve", f"no lock file {path}: resolving, then writing it (commit it with the spec)")
+        return LockDecision("unlocked", f"no lock file {path}: resolving from the spec (`envbuild lock {spec_path}` "
+                                        f"pins every package with hashes; later builds install exactly it)")
     if not state.readable:
         return LockDecision("resolve", f"{path} is unreadable: resolving from scratch and rewriting it")
     if state.stale:

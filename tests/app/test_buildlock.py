@@ -106,17 +106,29 @@ def test_a_lock_that_cannot_be_written_warns_and_the_build_goes_on(tmp_path: Pat
     def read_only(*_: object, **__: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(envbuild.atomicfile, "atomic_write", read_only)
     loaded = spec_with(tmp_path, "six")
+    path = write_lock_file(loaded, lock_for(loaded, "six"))
+    before = path.read_text()
+    loaded = spec_with(tmp_path, "six, idna")
+    monkeypatch.setattr(envbuild.atomicfile, "atomic_write", read_only)
     out = io.StringIO()
     lock = lock_for_build(loaded, options(tmp_path, quiet=True), out, overlay=False)
-    assert lock is not None and "six" in lock[1]
-    assert out.getvalue().startswith(f"warning: cannot write {tmp_path / 'tiny.lock'} (Permission denied)")
-    assert not (tmp_path / "tiny.lock").exists()
+    assert lock is not None and "idna" in lock[1]
+    assert out.getvalue() == (f"warning: cannot write {path} (Permission denied); building from the lock resolved "
+                              "now, which is kept in the image's record\n"), "-q: the warning only"
+    assert path.read_text() == before
+
+
+def test_without_a_lock_the_build_resolves_from_the_spec(tmp_path: Path, resolved: list[dict[str, object]]) -> None:
+    loaded = spec_with(tmp_path, "six")
+    out = io.StringIO()
+    assert lock_for_build(loaded, options(tmp_path), out, overlay=False) is None
+    assert out.getvalue().startswith(f"note: no lock file {tmp_path / 'tiny.lock'}: resolving from the spec")
+    assert not (tmp_path / "tiny.lock").exists() and resolved == []
 
 
 def test_a_dry_run_says_which_case_applies_and_writes_nothing(tmp_path: Path, resolved: list[dict[str, object]]) -> None:
     loaded = spec_with(tmp_path, "six")
-    note, lock = dry_run_lock(loaded, options(tmp_path), overlay=False)
-    assert note.startswith("# lock: no lock file ") and lock is None
+    note, lock = dry_run_lock(loaded, options(tmp_path, upgrade=True), overlay=False)
+    assert note.startswith("# lock: --upgrade: resolving every package anew") and lock is None
     assert not (tmp_path / "tiny.lock").exists() and resolved == []

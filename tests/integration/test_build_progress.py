@@ -1,7 +1,7 @@
 """What `envbuild build` prints, and what it does with SPEC.lock, on a tiny spec (one store, three small
 builds, about a minute here): without a terminal plain lines and `still running:` heartbeats during a slow
-step, under a pseudo-terminal a live line with the step's clock; a missing lock written, a stale one
-resolved again and rewritten, -q, --frozen, --locked and --upgrade as uv has them."""
+step, under a pseudo-terminal a live line with the step's clock; a lock written by --upgrade, a stale
+one resolved again and rewritten, -q, --frozen and --locked as uv has them."""
 
 from __future__ import annotations
 
@@ -78,12 +78,14 @@ def test_progress_off_and_on_a_terminal_and_the_lock_by_default(tmp_path: Path, 
     spec = write_spec(tmp_path)
     lock = tmp_path / "tiny.lock"
 
-    # No terminal, no lock: the lock is resolved and written, then installed; heartbeats during the sleep.
-    first = build(spec, store, "--heartbeat", "1")
+    # No lock: the build says so and resolves from the spec (a dry run); --upgrade resolves and writes one.
+    assert build(spec, store, "--dry-run").stdout.startswith(f"# lock: no lock file {lock}: resolving from the spec")
+    # No terminal: plain lines, and heartbeats during the sleep.
+    first = build(spec, store, "--upgrade", "--heartbeat", "1")
     assert first.returncode == 0, first.stderr[-4000:]
     text = first.stderr
     assert "\x1b" not in text and "\r" not in text, "a batch log gets plain lines only"
-    assert "no lock file" in text and "wrote " in text and "tiny.lock (1 packages)" in text
+    assert "--upgrade: resolving every package anew" in text and f"wrote {lock} (1 packages)" in text
     assert "six" in lock.read_text()
     assert "still running: [build 4/" in text and "run 1 post command(s), 2 s" in text, text
     assert "steps: " in text and "from the store" in text, "the table of steps at the end"

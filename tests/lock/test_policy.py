@@ -30,10 +30,13 @@ def test_a_stale_lock_is_resolved_again_keeping_the_other_pins_and_says_what_cha
     assert "requirement added: idna" in decision.message and "rewriting it" in decision.message
 
 
-def test_no_lock_resolves_and_writes_one_for_an_image_spec_but_not_for_an_overlay() -> None:
-    assert decide(MISSING).action == "resolve"
-    overlay = decide(LockState(PATH, exists=False, create_missing=False))
-    assert overlay.action == "unlocked" and "envbuild lock envs/tiny.yaml" in overlay.message
+def test_without_a_lock_the_build_resolves_from_the_spec_and_says_how_to_make_one() -> None:
+    decision = decide(MISSING)
+    assert decision.action == "unlocked" and "`envbuild lock envs/tiny.yaml`" in decision.message
+
+
+def test_upgrade_without_a_lock_resolves_and_writes_one() -> None:
+    assert decide(MISSING, upgrade=True).action == "resolve"
 
 
 def test_an_unreadable_lock_is_resolved_from_scratch() -> None:
