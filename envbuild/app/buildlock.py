@@ -57,6 +57,9 @@ def dry_run_lock(loaded: LoadedSpec, options: BuildOptions, *, overlay: bool) ->
 
 def lock_for_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, overlay: bool) -> LoadedLock | None:
     """The lock this build installs (None: it resolves from the spec), made or refreshed when stale."""
+    from envbuild.app.buildsession import check_spec_architecture
+
+    check_spec_architecture(loaded)  # a spec for a machine this one cannot build for is refused before any lock talk
     decision, state = decide(loaded, options, overlay=overlay)
     say = (lambda text: None) if options.quiet else (lambda text: print(text, file=out, flush=True))
     if decision.action in ("use", "use-unchecked"):
@@ -68,9 +71,6 @@ def lock_for_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, ov
             say(f"note: {decision.message}")
         return None
     say(decision.message)
-    from envbuild.app.buildsession import check_spec_architecture
-
-    check_spec_architecture(loaded)  # a lock for a machine this one cannot build for is refused first
     return _resolve(loaded, options, out, overlay=overlay, upgrade=decision.upgrade)
 
 

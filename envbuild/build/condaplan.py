@@ -24,7 +24,6 @@ from envbuild.build.layers import entry_name
 from envbuild.build.paths import ENV_SCRIPT, LABELS_FILE, RECORD_DIR
 from envbuild.build.plan import (
     IMAGE_DIR_MODE,
-    RECORD_ENVIRONMENTS_SCRIPT,
     file_steps,
     output_step,
     sandbox_build_argv,
@@ -32,6 +31,7 @@ from envbuild.build.plan import (
     wrappers_step,
 )
 from envbuild.build.record import build_record, env_lines, image_labels
+from envbuild.build.recordscripts import RECORD_ENVIRONMENTS_SCRIPT
 from envbuild.build.request import BuildPlan, BuildRequest, Layers
 from envbuild.build.sandbox import sandbox_exec
 from envbuild.spec.conda import CONDA_ENV_PREFIX, CONDA_PREFIX, CondaEnv

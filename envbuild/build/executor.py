@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from envbuild.atomicfile import atomic_write
+from envbuild.build import fsactions
 from envbuild.build.actions import (
     Action,
     CheckReachable,
@@ -38,14 +37,12 @@ from envbuild.build.actions import (
     WriteFile,
     WriteRunWrappers,
 )
-from envbuild.build.beside import Beside, foreground_started, join_beside, raise_if_beside_failed, start_beside, stop_beside
-from envbuild.build.containment import make_dirs, tool_environment
+from envbuild.build.beside import Beside, BesideFailed, foreground_started, join_beside, raise_if_beside_failed, start_beside, stop_beside
+from envbuild.build.containment import tool_environment
 from envbuild.build.heartbeat import LiveLine
 from envbuild.build.progress import StepRecord, clean_line, render_summary
 from envbuild.build.render import redact
 from envbuild.build.request import BasePlan, BuildPlan
-from envbuild.build.treeops import clamp_times, file_states
-from envbuild.build.wrapperfiles import write_run_wrappers
 from envbuild.errors import EnvbuildError, ToolError
 
 _TAIL_LINES = 30  # shown with a failed command: enough for a pip/uv resolution error and its cause
@@ -209,7 +206,7 @@ class BuildExecutor:
         if hasattr(exc, "refresh"):
             exc.refresh()  # a full disk: its free space as the cleanup left it
         self._live = None
-        if not interrupted and not isinstance(exc, StepFailed) and self.log_path.exists():
+        if not interrupted and not isinstance(exc, (StepFailed, BesideFailed)) and self.log_path.exists():
             self._say(f"step {step.name!r} failed; its log: {self.log_path}", result=True)  # StepFailed names it
         if interrupted:
             what = ", ".join(removed) if removed else "nothing was half-made"
@@ -258,100 +255,6 @@ class BuildExecutor:
         from envbuild.build.familycheck import check_torch_family
 
         self._log.write(check_torch_family(action) + "\n")
-
-    def _write_file(self, step: Step, action: WriteFile) -> None:
-        atomic_write(action.path, action.content, mode=action.mode)
-
-    def _merge_json(self, step: Step, action: MergeJson) -> None:
-        path = Path(action.path)
-        data = {}
-        if path.exists():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8") or "{}")
-            except json.JSONDecodeError:
-                data = {}  # the base's labels file is unreadable; ours replaces it
-        data.update(dict(action.values))
-        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-        atomic_write(action.path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=mode)
-
-    def _copy_tree(self, step: Step, action: CopyTree) -> None:
-        self._run(step, Run(action.argv()))
-
-    def _copy_file(self, step: Step, action: CopyFile) -> None:
-        if os.path.isdir(action.src):
-            # --remove-destination: existing files are replaced, never written through (they may
-            # be hard links into a store layer).
-            self._run(step, Run(("cp", "-a", "--reflink=auto", "--remove-destination", "-T", action.src, action.dest)))
-        else:
-            self._check_room(step, action.src, action.dest)
-            partial = f"{action.dest}.envbuild-partial"
-            try:
-                shutil.copy2(action.src, partial)
-                os.replace(partial, action.dest)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(partial)  # never half a file at the destination
-                raise
-        if action.mode is not None:
-            os.chmod(action.dest, action.mode)
-
-    def _check_room(self, step: Step, src: str, dest: str) -> None:
-        """Before a big copy (an image to the output): is there room? A clear error instead of a half copy."""
-        from envbuild.build.diskspace import disk_full_error, free_and_total
-
-        size = os.path.getsize(src)
-        try:
-            free = free_and_total(os.path.dirname(os.path.abspath(dest)))[0]
-        except OSError:
-            return
-        if size > free:
-            raise disk_full_error(step.name, dest, size, f"the image {src}", before=True)
-
-    def _make_dirs(self, step: Step, action: MakeDirs) -> None:
-        for path in action.paths:
-            make_dirs(path, action.mode)
-
-    def _touch(self, step: Step, action: Touch) -> None:
-        for path in action.paths:
-            Path(path).touch()
-
-    def _remove(self, step: Step, action: Remove) -> None:
-        for path in action.paths:
-            if os.path.islink(path) or os.path.isfile(path):
-                os.unlink(path)
-            elif os.path.isdir(path):
-                shutil.rmtree(path)
-
-    def _rename(self, step: Step, action: Rename) -> None:
-        os.replace(action.src, action.dest)
-
-    def _snapshot_tree(self, step: Step, action: SnapshotTree) -> None:
-        Path(action.dest).write_text(json.dumps(file_states(action.path)), encoding="utf-8")
-
-    def _guard_tree(self, step: Step, action: GuardTree) -> None:
-        before = json.loads(Path(action.snapshot).read_text(encoding="utf-8"))
-        after = file_states(action.path)
-        changed = sorted(name for name, state in before.items() if list(after.get(name, state)) != list(state))
-        if changed:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(action.invalidate)
-            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-            self._say(f"warning: the installer wrote through hard links into {action.path} ({shown}); "
-                      f"that layer is marked incomplete and will be rebuilt when needed")
-
-    def _clamp_times(self, step: Step, action: ClampTimes) -> None:
-        clamp_times(action.path, action.epoch)
-
-    def _record_digest(self, step: Step, action: RecordDigest) -> None:
-        from envbuild.treedigest import main as record_digest
-
-        record_digest([action.path, action.dest])
-
-    def _write_wrappers(self, step: Step, action: WriteRunWrappers) -> None:
-        names, kept = write_run_wrappers(action)
-        self._log.write(f"wrote {len(names)} wrappers: {' '.join(names)}\n")
-        if kept:
-            self._say(f"warning: kept existing files in {action.dest} that envbuild did not write: {' '.join(kept)}")
 
     def _run(self, step: Step, action: Run) -> None:
         from envbuild.build.childproc import start_child, stop_child
@@ -416,12 +319,12 @@ class BuildExecutor:
 # Action type -> the executor's method that carries it out (the Action union is closed: one entry each).
 _ACTION_HANDLERS: dict[type, Callable[[BuildExecutor, Step, Any], None]] = {
     CheckReachable: BuildExecutor._check_reachable, CheckTorchFamily: BuildExecutor._check_torch_family,
-    Run: BuildExecutor._run, WriteFile: BuildExecutor._write_file, MergeJson: BuildExecutor._merge_json,
-    CopyTree: BuildExecutor._copy_tree, CopyFile: BuildExecutor._copy_file, MakeDirs: BuildExecutor._make_dirs,
-    Touch: BuildExecutor._touch, Remove: BuildExecutor._remove, Rename: BuildExecutor._rename,
-    SnapshotTree: BuildExecutor._snapshot_tree, GuardTree: BuildExecutor._guard_tree,
-    ClampTimes: BuildExecutor._clamp_times, RecordDigest: BuildExecutor._record_digest,
-    WriteRunWrappers: BuildExecutor._write_wrappers, StartBeside: start_beside, JoinBeside: join_beside,
+    Run: BuildExecutor._run, WriteFile: fsactions.write_file, MergeJson: fsactions.merge_json,
+    CopyTree: fsactions.copy_tree, CopyFile: fsactions.copy_file, MakeDirs: fsactions.make_dirs,
+    Touch: fsactions.touch, Remove: fsactions.remove, Rename: fsactions.rename,
+    SnapshotTree: fsactions.snapshot_tree, GuardTree: fsactions.guard_tree,
+    ClampTimes: fsactions.clamp_times, RecordDigest: fsactions.record_digest,
+    WriteRunWrappers: fsactions.write_wrappers, StartBeside: start_beside, JoinBeside: join_beside,
 }
 
 

@@ -36,10 +36,10 @@ from envbuild.build.install import PackageSources, install_actions, venv_actions
 from envbuild.build.layers import entry_name, env_compat_key, env_key, env_readable, image_key
 from envbuild.build.paths import ENV_SCRIPT, HOST_MOUNT, LABELS_FILE, RECORD_DIR
 from envbuild.build.record import build_record, env_script, image_labels
+from envbuild.build.recordscripts import FREEZE_TO_FILE_SCRIPT, RECORD_ENVIRONMENTS_SCRIPT
 from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
 from envbuild.build.sandbox import sandbox_exec
 from envbuild.host.facts import HostFacts
-from envbuild.spec.conda import CONDA_PREFIX
 from envbuild.spec.model import VENV_PREFIX, BaseImage, Spec
 from envbuild.store.layout import EntryPaths, StorePaths
 
@@ -161,44 +161,6 @@ def wrappers_step(request: BuildRequest, venv_bin: str) -> Step:
     return Step("wrappers", f"write run wrappers to {out_dir}/bin",
                 (WriteRunWrappers(venv_bin, f"{out_dir}/bin", request.options.output, request.spec.system,
                                   request.facts.runtime.name),))
-
-
-# name==version of every distribution in the running interpreter's environment, one per line.
-FREEZE_SCRIPT = ("import importlib.metadata as m; "
-                 "print(chr(10).join(sorted({d.metadata['Name'] + '==' + d.version for d in m.distributions() if d.metadata['Name']})))")
-# The same, written to the file named by the first argument.
-FREEZE_TO_FILE_SCRIPT = ("import importlib.metadata as m, sys; "
-                         "open(sys.argv[1], 'w').write(''.join(sorted({d.metadata['Name'] + '==' + d.version + chr(10) "
-                         "for d in m.distributions() if d.metadata['Name']})))")
-
-
-# Runs inside the image with the venv's Python: adds `environments` (name==version of every Python
-# environment found: the venv, the system Python, conda) to the build record. importlib.metadata is
-# used rather than `pip freeze`, which a base's Python may lack.
-RECORD_ENVIRONMENTS_SCRIPT = f"""\
-import glob, json, os, subprocess
-LIST = {FREEZE_SCRIPT!r}
-found = {{}}
-candidates = ["{VENV_PREFIX}/bin/python", "/usr/bin/python3", "/usr/local/bin/python3", "/opt/conda/bin/python"]
-candidates += sorted(glob.glob("/opt/conda/envs/*/bin/python"))
-candidates += ["{CONDA_PREFIX}/bin/python"] + sorted(glob.glob("{CONDA_PREFIX}/envs/*/bin/python"))
-for python in candidates:
-    if os.path.exists(python):
-        out = subprocess.run([python, "-I", "-c", LIST], capture_output=True, text=True)
-        if out.returncode == 0:
-            found[python] = out.stdout.split()
-record_file = "{RECORD_DIR}/build.json"
-with open(record_file) as handle:
-    record = json.load(handle)
-record["environments"] = found
-def replace(path, text):
-    # Atomically: the file may be a hard link into the store's env layer.
-    with open(path + ".partial", "w") as handle:
-        handle.write(text)
-    os.replace(path + ".partial", path)
-replace(record_file, json.dumps(record, indent=2, sort_keys=True) + "\\n")
-replace("{RECORD_DIR}/pip-freeze.txt", "".join(line + "\\n" for line in found.get("{VENV_PREFIX}/bin/python", [])))
-"""
 
 
 def _choose_installer(spec: Spec, facts: HostFacts) -> str:

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.apptainer, pytest.mark.slow]
 # (step, signal, how the point is reached, whole group or the envbuild process only)
 POINTS = [
     ("base", signal.SIGTERM, ("pause", "base:3", "bases/*/rootfs.partial"), False),
-    ("env", signal.SIGINT, ("pause", "env:3", "envs/*/rootfs.partial"), True),
+    ("env", signal.SIGINT, ("pause", "env:4", "envs/*/rootfs.partial"), True),
     ("post", signal.SIGHUP, ("log", "sleep 30"), False),
     # The spec's tests run beside the squash (envbuild.build.beside): stopped there, after they started.
     ("squash", signal.SIGTERM, ("pause", "squash:3", "work/*/sandbox"), True),

@@ -1,0 +1,141 @@
+"""The executor's file-system actions: write, merge, copy, remove, rename, snapshot and guard trees, clamp
+times, record digests, write run wrappers. Each is `handler(executor, step, action)`, as in
+envbuild.build.executor's handler table; they use only the executor's `_run`, `_say` and `_log`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from envbuild.atomicfile import atomic_write
+from envbuild.build import containment, treeops
+from envbuild.build.actions import (
+    ClampTimes,
+    CopyFile,
+    CopyTree,
+    GuardTree,
+    MakeDirs,
+    MergeJson,
+    RecordDigest,
+    Remove,
+    Rename,
+    Run,
+    SnapshotTree,
+    Step,
+    Touch,
+    WriteFile,
+    WriteRunWrappers,
+)
+from envbuild.build.wrapperfiles import write_run_wrappers
+
+
+def write_file(executor: Any, step: Step, action: WriteFile) -> None:
+    atomic_write(action.path, action.content, mode=action.mode)
+
+
+def merge_json(executor: Any, step: Step, action: MergeJson) -> None:
+    path = Path(action.path)
+    data = {}
+    if path.exists():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8") or "{}")
+        except json.JSONDecodeError:
+            data = {}  # the base's labels file is unreadable; ours replaces it
+    data.update(dict(action.values))
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    atomic_write(action.path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=mode)
+
+
+def copy_tree(executor: Any, step: Step, action: CopyTree) -> None:
+    executor._run(step, Run(action.argv()))
+
+
+def copy_file(executor: Any, step: Step, action: CopyFile) -> None:
+    if os.path.isdir(action.src):
+        # --remove-destination: existing files are replaced, never written through (they may
+        # be hard links into a store layer).
+        executor._run(step, Run(("cp", "-a", "--reflink=auto", "--remove-destination", "-T", action.src, action.dest)))
+    else:
+        check_room(executor, step, action.src, action.dest)
+        partial = f"{action.dest}.envbuild-partial"
+        try:
+            shutil.copy2(action.src, partial)
+            os.replace(partial, action.dest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)  # never half a file at the destination
+            raise
+    if action.mode is not None:
+        os.chmod(action.dest, action.mode)
+
+
+def check_room(executor: Any, step: Step, src: str, dest: str) -> None:
+    """Before a big copy (an image to the output): is there room? A clear error instead of a half copy."""
+    from envbuild.build.diskspace import disk_full_error, free_and_total
+
+    size = os.path.getsize(src)
+    try:
+        free = free_and_total(os.path.dirname(os.path.abspath(dest)))[0]
+    except OSError:
+        return
+    if size > free:
+        raise disk_full_error(step.name, dest, size, f"the image {src}", before=True)
+
+
+def make_dirs(executor: Any, step: Step, action: MakeDirs) -> None:
+    for path in action.paths:
+        containment.make_dirs(path, action.mode)
+
+
+def touch(executor: Any, step: Step, action: Touch) -> None:
+    for path in action.paths:
+        Path(path).touch()
+
+
+def remove(executor: Any, step: Step, action: Remove) -> None:
+    for path in action.paths:
+        if os.path.islink(path) or os.path.isfile(path):
+            os.unlink(path)
+        elif os.path.isdir(path):
+            shutil.rmtree(path)
+
+
+def rename(executor: Any, step: Step, action: Rename) -> None:
+    os.replace(action.src, action.dest)
+
+
+def snapshot_tree(executor: Any, step: Step, action: SnapshotTree) -> None:
+    Path(action.dest).write_text(json.dumps(treeops.file_states(action.path)), encoding="utf-8")
+
+
+def guard_tree(executor: Any, step: Step, action: GuardTree) -> None:
+    before = json.loads(Path(action.snapshot).read_text(encoding="utf-8"))
+    after = treeops.file_states(action.path)
+    changed = sorted(name for name, state in before.items() if list(after.get(name, state)) != list(state))
+    if changed:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(action.invalidate)
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        executor._say(f"warning: the installer wrote through hard links into {action.path} ({shown}); "
+                  f"that layer is marked incomplete and will be rebuilt when needed")
+
+
+def clamp_times(executor: Any, step: Step, action: ClampTimes) -> None:
+    treeops.clamp_times(action.path, action.epoch)
+
+
+def record_digest(executor: Any, step: Step, action: RecordDigest) -> None:
+    from envbuild.treedigest import main as record_digest
+
+    record_digest([action.path, action.dest])
+
+
+def write_wrappers(executor: Any, step: Step, action: WriteRunWrappers) -> None:
+    names, kept = write_run_wrappers(action)
+    executor._log.write(f"wrote {len(names)} wrappers: {' '.join(names)}\n")
+    if kept:
+        executor._say(f"warning: kept existing files in {action.dest} that envbuild did not write: {' '.join(kept)}")
