@@ -40,7 +40,7 @@ from envbuild.build.actions import (
 from envbuild.build.beside import Beside, BesideFailed, foreground_started, join_beside, raise_if_beside_failed, start_beside, stop_beside
 from envbuild.build.containment import tool_environment
 from envbuild.build.heartbeat import LiveLine
-from envbuild.build.progress import StepRecord, clean_line, render_summary
+from envbuild.build.progress import StepRecord, clean_line, progress_bar, render_summary
 from envbuild.build.render import redact
 from envbuild.build.request import BasePlan, BuildPlan
 from envbuild.errors import EnvbuildError, ToolError
@@ -275,6 +275,11 @@ class BuildExecutor:
         try:
             for raw in process.stdout:
                 line = redact(clean_line(raw))
+                bar = progress_bar(line)
+                if bar is not None:  # a progress redraw: the live line's detail, not a log line
+                    if self._live is not None:
+                        self._live.detail(bar)
+                    continue
                 self._log.write(line + "\n")
                 self._tail.append(line)
                 full = full or says_disk_full(line)

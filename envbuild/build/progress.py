@@ -10,6 +10,18 @@ _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SPINNER = re.compile(r"^[\u2800-\u28ff]\s*")
 
 
+# mksquashfs's progress bar, one redraw per line once universal newlines split its carriage returns:
+# "[=====\\        ] 300/458  65%"
+_PROGRESS_BAR = re.compile(r"^\[[^\]]*\]\s+(\d+)/(\d+)\s+(\d+)%$")
+
+
+def progress_bar(line: str) -> str | None:
+    """A tool's progress-bar redraw as short text for the live line ("65% (300/458 blocks)"); None for any
+    other line. Redraws are not logged: a 30 s squash draws hundreds."""
+    match = _PROGRESS_BAR.match(line.strip())
+    return f"{match[3]}% ({match[1]}/{match[2]} blocks)" if match else None
+
+
 def clean_line(raw: str) -> str:
     """A tool's output line as text: without colour codes and without the frames a console spinner drew
     before the final text (cotainr redraws its line with carriage returns)."""

@@ -94,7 +94,8 @@ def mksquashfs_argv(sandbox: str, output: str, *, compression: str = "gzip", pro
         mksquashfs, sandbox, output, "-noappend", *check_compression(compression),
         "-processors", str(processors if processors is not None else default_processors()),
         "-offset", str(offset),
-        "-no-progress",  # the bar is noise in the build log
+        # The progress bar stays on: the executor shows its percentage in the live line and keeps it out
+        # of the log (envbuild.build.progress.progress_bar); mksquashfs draws it off a terminal too.
     ]
     if all_root:
         argv.append("-all-root")  # as apptainer build does for a non-root user: the image's files belong to root

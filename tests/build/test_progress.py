@@ -22,3 +22,12 @@ def test_the_table_of_steps_says_what_ran_and_what_the_store_had() -> None:
     assert lines[1].startswith("  base 1/2   debootstrap bookworm") and lines[1].endswith("from the store")
     assert lines[2].endswith("...    19.6 s")
     assert render_summary([]) == ""
+
+
+def test_mksquashfs_progress_redraws_become_a_percentage_for_the_live_line() -> None:
+    from envbuild.build.progress import progress_bar
+
+    assert progress_bar("[=========\\          ] 300/458  65%") == "65% (300/458 blocks)"
+    assert progress_bar("[===============================|] 458/458 100%") == "100% (458/458 blocks)"
+    assert progress_bar("Creating 4.0 filesystem on x.sqsh, block size 131072.") is None
+    assert progress_bar("[notes] 12 packages") is None

@@ -34,7 +34,7 @@ from tests.inventory_layout import install_host_tools, lay_out
 
 EPOCH = 1_700_000_000
 COMMON = ("env", "-u", "SOURCE_DATE_EPOCH", "mksquashfs", "/w/sandbox", "/o/img.sif.partial", "-noappend")
-TAIL = ("-processors", "4", "-offset", "32768", "-no-progress")
+TAIL = ("-processors", "4", "-offset", "32768")
 
 
 # --- pure: the command ----------------------------------------------------------------------------
@@ -75,7 +75,7 @@ def test_squash_actions_golden() -> None:
         "mkdir -p /w/sif-objects",
         "/venv/bin/python -m envbuild.build.squash metadata --runtime /usr/bin/apptainer --sandbox /w/sandbox --out /w/sif-objects",
         "env -u SOURCE_DATE_EPOCH mksquashfs /w/sandbox /o/img.sif.partial -noappend -comp zstd -Xcompression-level 3 "
-        "-processors 4 -offset 32768 -no-progress -mkfs-time 1700000000",
+        "-processors 4 -offset 32768 -mkfs-time 1700000000",
         "/venv/bin/python -m envbuild.build.squash assemble --objects /w/sif-objects --offset 32768 --epoch 1700000000 /o/img.sif.partial",
     ]
     assert isinstance(actions[0], Remove) and isinstance(actions[1], MakeDirs)
