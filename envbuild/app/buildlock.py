@@ -59,8 +59,8 @@ def lock_for_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, ov
     """The lock this build installs (None: it resolves from the spec), made or refreshed when stale."""
     from envbuild.app.buildsession import check_spec_architecture
 
+    decision, state = decide(loaded, options, overlay=overlay)  # refuses --locked/--frozen without a lock
     check_spec_architecture(loaded)  # a spec for a machine this one cannot build for is refused before any lock talk
-    decision, state = decide(loaded, options, overlay=overlay)
     say = (lambda text: None) if options.quiet else (lambda text: print(text, file=out, flush=True))
     if decision.action in ("use", "use-unchecked"):
         lock = _load(loaded, options, decision)
