@@ -60,23 +60,40 @@ class CopyTree:
     src: str
     dest: str
     hardlink: bool = False
+    # Where to record the modification time and size of every regular file under `src` while the copy
+    # runs (a GuardTree compares them later): both only read `src`, and side by side they take the
+    # copy's time alone (0.8-1.3 s for the reference env layer's 46,000 paths; the record took 0.4 s more
+    # after it).
+    snapshot: str | None = None
 
     def argv(self) -> tuple[str, ...]:
         return ("cp", "-al", self.src, self.dest) if self.hardlink else ("cp", "-a", "--reflink=auto", self.src, self.dest)
 
     def describe(self) -> str:
-        return " ".join(shlex.quote(a) for a in self.argv())
+        copy = " ".join(shlex.quote(a) for a in self.argv())
+        if self.snapshot is None:
+            return copy
+        return f"{copy}  # meanwhile: record file times and sizes of {shlex.quote(self.src)} in {shlex.quote(self.snapshot)}"
 
 
 @dataclass(frozen=True)
 class CopyFile:
+    """Copy a file (a directory: cp -a) through a partial name. `ahead`: a copy made early, beside other
+    work, for a later step; where the destination's file system has no room it is left undone (that later
+    step's own copy reports it, after the step at hand kept its result). `unless_exists`: skipped when
+    the destination is there already (made ahead)."""
+
     src: str
     dest: str
     mode: int | None = None
+    ahead: bool = False
+    unless_exists: bool = False
 
     def describe(self) -> str:
         mode = f" (mode {self.mode:04o})" if self.mode is not None else ""
-        return f"copy {shlex.quote(self.src)} -> {shlex.quote(self.dest)}{mode}"
+        when = ("  # ahead, for the output step; left to it when there is no room" if self.ahead else
+                "  # unless made ahead already" if self.unless_exists else "")
+        return f"copy {shlex.quote(self.src)} -> {shlex.quote(self.dest)}{mode}{when}"
 
 
 @dataclass(frozen=True)
@@ -165,22 +182,12 @@ class ClampTimes:
 
 
 @dataclass(frozen=True)
-class SnapshotTree:
-    """Record the modification time and size of every regular file under `path` in `dest`."""
-
-    path: str
-    dest: str
-
-    def describe(self) -> str:
-        return f"record file times and sizes of {shlex.quote(self.path)} in {shlex.quote(self.dest)}"
-
-
-@dataclass(frozen=True)
 class GuardTree:
     """Compare `path` with its snapshot. A file changed there was written through a hard link by the
     step: the tree (a store layer) is no longer what its key says, so its `invalidate` marker is
     removed (the layer is rebuilt when next needed) and a warning printed. The step's own result,
-    which has the new content, stays valid."""
+    which has the new content, stays valid, so the check runs in the background while the build goes on
+    (envbuild.build.fsactions.guard_tree); the snapshot is removed after it."""
 
     path: str
     snapshot: str
@@ -188,7 +195,7 @@ class GuardTree:
 
     def describe(self) -> str:
         return (f"check that nothing in {shlex.quote(self.path)} was written through a hard link "
-                f"(else remove {shlex.quote(self.invalidate)})")
+                f"(else remove {shlex.quote(self.invalidate)}), in the background; then rm {shlex.quote(self.snapshot)}")
 
 
 @dataclass(frozen=True)
@@ -223,16 +230,17 @@ class CheckTorchFamily:
 
 @dataclass(frozen=True)
 class StartBeside:
-    """Start `runs` (commands that only read, one after another) in the background while the step's next
-    actions run (envbuild.build.beside). A JoinBeside later in the step waits for them; one that fails stops
-    the step, and a step that fails or is interrupted stops them."""
+    """Start `runs` (commands that only read, side by side, as many at a time as there are CPUs) in the
+    background while the step's next actions run (envbuild.build.beside). A JoinBeside later in the step
+    waits for them; one that fails stops the others and the step, and a step that fails or is interrupted
+    stops them."""
 
     name: str
     title: str
     runs: tuple[Run, ...]
 
     def describe(self) -> str:
-        return f"( {' && '.join(run.describe() for run in self.runs)} ) &  # {self.name}: {self.title}, in the background"
+        return f"{' '.join(f'( {run.describe()} ) &' for run in self.runs)}  # {self.name}: {self.title}, in the background"
 
 
 @dataclass(frozen=True)
@@ -245,7 +253,7 @@ class JoinBeside:
         return f"wait  # for {self.name}: stop here if it failed"
 
 
-Action = (CheckReachable | CheckTorchFamily | SnapshotTree | GuardTree | ClampTimes | WriteRunWrappers | Run | WriteFile
+Action = (CheckReachable | CheckTorchFamily | GuardTree | ClampTimes | WriteRunWrappers | Run | WriteFile
           | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename | RecordDigest | StartBeside | JoinBeside)
 
 

@@ -25,9 +25,9 @@ from envbuild.build.paths import ENV_SCRIPT, LABELS_FILE, RECORD_DIR
 from envbuild.build.plan import (
     IMAGE_DIR_MODE,
     file_steps,
-    output_step,
+    image_steps,
     sandbox_build_argv,
-    squash_step,
+    start_tests,
     wrappers_step,
 )
 from envbuild.build.record import build_record, env_lines, image_labels
@@ -168,11 +168,11 @@ def plan_conda_build(request: BuildRequest, tool: CotainrTool, *, arch: str = "x
         steps.append(Step("post", f"run {len(spec.post)} post command(s)",
                           tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=True) for cmd in spec.post)))
     steps.append(Step("record", "record every Python environment's packages",
-                      (sandbox_exec(request, sandbox, ["/bin/sh", "-c", RECORD_WITH_ANY_PYTHON, "record", RECORD_ENVIRONMENTS_SCRIPT],
-                                    writable=True),)))
+                      (*start_tests(request, sandbox, spec.tests),
+                       sandbox_exec(request, sandbox, ["/bin/sh", "-c", RECORD_WITH_ANY_PYTHON, "record", RECORD_ENVIRONMENTS_SCRIPT],
+                                    writable=True))))
     entry = store.image(layers.image_entry)
-    steps.append(squash_step(request, entry, layers, sandbox, work, tests=spec.tests))
-    steps.append(output_step(request, entry.image, f"copy the image to {request.options.output}"))
+    steps += image_steps(request, entry, layers, sandbox, work, tests=spec.tests)
     if has_env:
         steps.append(wrappers_step(request, f"{sandbox}{CONDA_ENV_PREFIX}/bin"))
     if not request.options.keep_work:

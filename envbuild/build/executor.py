@@ -30,7 +30,6 @@ from envbuild.build.actions import (
     Remove,
     Rename,
     Run,
-    SnapshotTree,
     StartBeside,
     Step,
     Touch,
@@ -78,6 +77,7 @@ class BuildExecutor:
         self._live: LiveLine | None = None
         self.beside: Beside | None = None  # commands in the background of this step (the tests beside the squash)
         self.foreground: subprocess.Popen[str] | None = None  # the step's tool that runs now
+        self.guards: list = []  # hard-link guards checking in the background (envbuild.build.fsactions.guard_tree)
 
     def execute(self, plan: BuildPlan) -> None:
         self.execute_steps(plan.steps, plan.work_dir, "build")
@@ -106,6 +106,7 @@ class BuildExecutor:
             try:
                 for number, step in enumerate(steps, 1):
                     self._run_step(step, f"{phase} {number}/{total}")
+                fsactions.join_guards(self)
             except BaseException as exc:
                 if step is not None:
                     self._fail(work_dir, step, exc)
@@ -190,6 +191,7 @@ class BuildExecutor:
             name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
             self._log.write(f"\n=== interrupted by {name} during step {step.name}\n")
         stop_beside(self)  # its commands go before the cleanup removes what they read
+        fsactions.join_guards(self)  # and the guards, which read a parent layer and remove their snapshot
         removed = [p for action in step.cleanup for p in getattr(action, "paths", ()) if os.path.lexists(p)]
         for action in step.cleanup:
             try:
@@ -327,7 +329,7 @@ _ACTION_HANDLERS: dict[type, Callable[[BuildExecutor, Step, Any], None]] = {
     Run: BuildExecutor._run, WriteFile: fsactions.write_file, MergeJson: fsactions.merge_json,
     CopyTree: fsactions.copy_tree, CopyFile: fsactions.copy_file, MakeDirs: fsactions.make_dirs,
     Touch: fsactions.touch, Remove: fsactions.remove, Rename: fsactions.rename,
-    SnapshotTree: fsactions.snapshot_tree, GuardTree: fsactions.guard_tree,
+    GuardTree: fsactions.guard_tree,
     ClampTimes: fsactions.clamp_times, RecordDigest: fsactions.record_digest,
     WriteRunWrappers: fsactions.write_wrappers, StartBeside: start_beside, JoinBeside: join_beside,
 }

@@ -35,10 +35,25 @@ def test_the_step_completes_after_the_commands_beside_it_passed(tmp_path: Path) 
         JoinBeside("test"),
         WriteFile(str(done), "yes\n"),
     ))
-    assert marks.read_text() == "first\nsecond\n"
+    assert marks.read_text() == "second\nfirst\n"  # side by side: the short one ended first
     assert done.exists()
     log = (tmp_path / "build.log").read_text()
     assert "--- beside: test" in log and "tested" in log
+    # The log keeps each command's output together, in the spec's order.
+    assert log.index("sleep 0.3") < log.index("echo second") < log.index("tested")
+
+
+def test_the_commands_run_side_by_side_up_to_the_width(tmp_path: Path) -> None:
+    started = time.monotonic()
+    execute(tmp_path, (StartBeside("test", "two slow tests", (sh("sleep 1"), sh("sleep 1"))), JoinBeside("test")))
+    assert time.monotonic() - started < 1.8  # not 2 s one after the other
+    from envbuild.build.beside import Beside
+
+    marks = tmp_path / "one-at-a-time"
+    beside = Beside("test", (sh(f"echo a >> {marks}; sleep 0.3; echo a >> {marks}"), sh(f"echo b >> {marks}")),
+                    dict(os.environ), parallel=1).start()
+    beside.join(io.StringIO())
+    assert marks.read_text() == "a\na\nb\n"
 
 
 def test_a_failing_command_stops_the_step_at_once_with_its_output(tmp_path: Path) -> None:
@@ -56,6 +71,21 @@ def test_a_failing_command_stops_the_step_at_once_with_its_output(tmp_path: Path
     assert "step 'test' failed: sh exited with status 3" in message
     assert "gloo backend missing" in message
     assert not done.exists()
+
+
+def test_a_failing_command_stops_the_other_commands_beside_it(tmp_path: Path) -> None:
+    pid_file = tmp_path / "long.pid"
+    started = time.monotonic()
+    with pytest.raises(ToolError) as failed:
+        execute(tmp_path, (
+            StartBeside("test", "two tests", (sh(f"echo $$ > {pid_file}; exec sleep 60"),
+                                               sh(f"while [ ! -s {pid_file} ]; do sleep 0.05; done; echo broken; exit 5"))),
+            JoinBeside("test"),
+        ))
+    assert time.monotonic() - started < 20
+    assert "exited with status 5" in str(failed.value) and "broken" in str(failed.value)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
 
 
 def test_a_failing_step_stops_the_commands_beside_it(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from envbuild.build.actions import CopyTree, GuardTree, SnapshotTree, Step
+from envbuild.build.actions import CopyTree, GuardTree, Step
 from envbuild.build.executor import BuildExecutor
 
 
@@ -19,8 +19,8 @@ def run(tmp_path: Path, *, write_through: bool) -> tuple[Path, str]:
     snapshot = str(child / "parent.snapshot")
     out = io.StringIO()
     executor = BuildExecutor(tmp_path / "log", store_root=tmp_path / "store", out=out)
-    executor.execute_steps((Step("env", "env", (SnapshotTree(str(parent / "rootfs"), snapshot),
-                                                CopyTree(str(parent / "rootfs"), str(child / "rootfs"), hardlink=True))),), None, "t")
+    executor.execute_steps((Step("env", "env", (CopyTree(str(parent / "rootfs"), str(child / "rootfs"), hardlink=True,
+                                                         snapshot=snapshot),)),), None, "t")
     target = child / "rootfs" / "pkg" / "__init__.py"
     if write_through:
         with open(target, "a") as handle:  # what an installer overwriting a shared file in place does

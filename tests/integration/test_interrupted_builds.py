@@ -32,10 +32,11 @@ POINTS = [
     ("base", signal.SIGTERM, ("pause", "base:3", "bases/*/rootfs.partial"), False),
     ("env", signal.SIGINT, ("pause", "env:4", "envs/*/rootfs.partial"), True),
     ("post", signal.SIGHUP, ("log", "sleep 30"), False),
-    # The spec's tests run beside the squash (envbuild.build.beside): stopped there, after they started.
+    # The spec's tests start in the record step and run beside the squash (envbuild.build.beside): stopped there.
     ("squash", signal.SIGTERM, ("pause", "squash:3", "work/*/sandbox"), True),
-    ("squash", signal.SIGINT, ("pause", "squash:7", "images/*/image.sif.partial-*"), True),
-    ("output", signal.SIGHUP, ("pause", "output:1", "OUT/fault.sif.partial-*"), False),
+    ("squash", signal.SIGINT, ("pause", "squash:6", "images/*/image.sif.partial-*"), True),
+    # The output's copy is made in the squash step (beside the tests); the output step renames it into place.
+    ("output", signal.SIGHUP, ("pause", "output:0", "OUT/fault.sif.partial-*"), False),
 ]
 
 
@@ -111,7 +112,7 @@ def test_sigkill_debris_goes_with_the_next_build_or_a_prune(tmp_path: Path, debo
 
     # 2. Killed after the partial output copy: the work directory and the partial file beside the output
     #    stay; the next build removes both before it starts, and succeeds.
-    kill_at("output:1")
+    kill_at("output:0")
     assert list(out_dir.glob("fault.sif.partial-*")) and any((store / "work").iterdir())
     done = run_cli([ENVBUILD, "build", str(spec), "-o", str(output), "--compression", "zstd"],
                    env_extra={"ENVBUILD_CACHE_DIR": str(store)}, timeout=600)
