@@ -230,7 +230,7 @@ class CheckTorchFamily:
 
 @dataclass(frozen=True)
 class StartBeside:
-    """Start `runs` (commands that only read, side by side, as many at a time as there are CPUs) in the
+    """Start `runs` (commands that only read, side by side, up to one per CPU, at most 4) in the
     background while the step's next actions run (envbuild.build.beside). A JoinBeside later in the step
     waits for them; one that fails stops the others and the step, and a step that fails or is interrupted
     stops them."""

@@ -4,10 +4,12 @@ The tests only read the finished tree (`apptainer exec` without --writable mount
 and byte code was compiled at install time, so Python writes nothing), so they can run while mksquashfs
 reads the same tree. On a cold build of the reference spec they took 8-10 s, the squash 30-35 s.
 
-The commands also run side by side, as many at a time as there are CPUs: a spec's tests are separate
-commands (each its own `apptainer exec`), and most of their time is one Python process importing
-modules on one core. The reference spec's two tests took 3.6 s and 1.3 s one after the other (4.9 s);
-side by side 3.7 s on 2 cores, which on a `--layered` +1 build is the longest part of the squash step.
+The commands also run side by side, as many at a time as there are CPUs but at most MAX_SIDE_BY_SIDE:
+a spec's tests are separate commands (each its own `apptainer exec`), and most of their time is one
+Python process importing modules on one core. The reference spec's two tests took 3.6 s and 1.3 s one
+after the other (4.9 s); side by side 3.7 s on 2 cores, which on a `--layered` +1 build is the longest
+part of the squash step. The cap is for memory, not CPUs: a login node has many cores but a per-user
+memory limit, and one test importing torch, transformers and lightning peaks at 340 MB here.
 
 Each command runs in a session of its own (as the executor's tools); their output is kept per command
 and written to the log in the spec's order. The step then waits for them (`JoinBeside`) before it makes
@@ -35,6 +37,7 @@ from envbuild.build.render import redact
 from envbuild.errors import ToolError
 
 _TAIL_LINES = 25
+MAX_SIDE_BY_SIDE = 4
 
 
 class BesideFailed(ToolError):
@@ -56,7 +59,7 @@ class Beside:
         self._stopping = threading.Event()
         self._processes: dict[int, subprocess.Popen[str]] = {}
         self._lock = threading.Lock()
-        width = max(1, min(len(runs), parallel or os.cpu_count() or 1))
+        width = max(1, min(len(runs), parallel or min(os.cpu_count() or 1, MAX_SIDE_BY_SIDE)))
         self._threads = [threading.Thread(target=self._work, name=f"envbuild-{name}-{n}", daemon=True) for n in range(width)]
 
     def start(self) -> Beside:
