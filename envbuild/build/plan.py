@@ -115,11 +115,8 @@ def image_steps(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbo
     tests still run (a `--layered` image is written in about 1 s, its tests take 4-5 s, and the copy of its
     390 MB took 0.2-1.2 s after them); the output step then only renames it into place once the image
     entry is complete."""
-    staged = f"{request.options.output}.partial-{request.options.build_id}"
-    return [squash_step(request, entry, layers, sandbox, work, tests=tests, output_partial=staged),
-            Step("output", f"put the image at {request.options.output}",
-                 (CopyFile(entry.image, staged, unless_exists=True), Rename(staged, request.options.output)),
-                 cleanup=(Remove((staged,)),))]
+    return [squash_step(request, entry, layers, sandbox, work, tests=tests, output_partial=output_partial(request)),
+            output_step(request, entry.image, f"put the image at {request.options.output}", made_ahead=True)]
 
 
 def squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbox: str, work: str,
@@ -172,11 +169,17 @@ def _tests_beside(request: BuildRequest, sandbox: str, tests: tuple[str, ...], s
     return (*squash, JoinBeside("test")) if tests else squash
 
 
-def output_step(request: BuildRequest, store_image: str, title: str) -> Step:
-    """Copy the image from the store to the output path, which changes at once from old to new."""
-    output = request.options.output
-    partial = f"{output}.partial-{request.options.build_id}"
-    return Step("output", title, (CopyFile(store_image, partial), Rename(partial, output)), cleanup=(Remove((partial,)),))
+def output_partial(request: BuildRequest) -> str:
+    """Where the output's copy is written before it is renamed into place (a killed build's is removed by the next)."""
+    return f"{request.options.output}.partial-{request.options.build_id}"
+
+
+def output_step(request: BuildRequest, store_image: str, title: str, *, made_ahead: bool = False) -> Step:
+    """Copy the image from the store to the output path, which changes at once from old to new. `made_ahead`:
+    the squash step usually copied it already (image_steps); the copy here is for when it had no room."""
+    output, partial = request.options.output, output_partial(request)
+    return Step("output", title, (CopyFile(store_image, partial, unless_exists=made_ahead), Rename(partial, output)),
+                cleanup=(Remove((partial,)),))
 
 
 def wrappers_step(request: BuildRequest, venv_bin: str) -> Step:
