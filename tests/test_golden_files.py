@@ -13,6 +13,7 @@ from tests.batch import test_script as test_batchscript_golden
 from tests.build import test_condaplan as test_condaplan_golden
 from tests.build import test_overlayplan as test_overlayplan_golden
 from tests.build import test_plan as test_buildplan_golden
+from tests.build import test_upperplan as test_upperplan_golden
 from tests.build.test_plan import GOLDEN
 from tests.catalogue import test_page as test_catalogue_golden
 from tests.launch import test_plan as test_launchplan
@@ -22,7 +23,8 @@ from tests.spec import test_recipefiles as test_recipefiles_golden
 def expected_golden_files() -> set[str]:
     return (test_buildplan_golden.golden_names() | test_overlayplan_golden.golden_names() | test_launchplan.golden_names()
             | test_batchscript_golden.golden_names() | test_recipefiles_golden.golden_names()
-            | test_condaplan_golden.golden_names() | test_catalogue_golden.golden_names())
+            | test_condaplan_golden.golden_names() | test_catalogue_golden.golden_names()
+            | test_upperplan_golden.golden_names())
 
 
 def test_no_stale_golden_files() -> None:

@@ -318,6 +318,10 @@ class BuildSession(Session):
             from envbuild.app.squashparent import with_squash_parent
 
             request = with_squash_parent(request, layers, use=self._use, say=self._say)
+            from envbuild.build.upperplan import plan_upper_build, user_layer_over_env
+
+            if user_layer_over_env(request):
+                return plan_upper_build(request)
         return plan_build(request)
 
     def _reuse_stored_image(self, executor: BuildExecutor, request: BuildRequest, plan: BuildPlan, started: float) -> None:

@@ -45,10 +45,11 @@ class MergeJson:
 
     path: str
     values: tuple[tuple[str, str], ...]
+    base: str | None = None  # read from here while `path` does not exist (a user layer over the env layer's file)
 
     def describe(self) -> str:
         keys = ", ".join(k for k, _ in self.values)
-        return f"merge into {self.path}: {keys}"
+        return f"merge into {self.path}: {keys}" + (f" (starting from {self.base})" if self.base else "")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -83,6 +84,7 @@ class Beside:
     def _run_one(self, index: int, run: Run) -> None:
         output = self._outputs[index]
         output.append(f"$ {redact(run.describe())}")
+        started = time.monotonic()
         tail: deque[str] = deque(maxlen=_TAIL_LINES)
         with self._lock:
             if self._stopping.is_set():
@@ -105,6 +107,7 @@ class Beside:
             code = process.wait()
             with self._lock:
                 self._processes.pop(index, None)
+        output.append(f"  ({time.monotonic() - started:.1f} s)")
         if code != 0 and not self._stopping.is_set():
             lines = "\n".join("    " + line for line in tail)
             self._fail(BesideFailed(

@@ -41,6 +41,8 @@ def write_file(executor: Any, step: Step, action: WriteFile) -> None:
 
 def merge_json(executor: Any, step: Step, action: MergeJson) -> None:
     path = Path(action.path)
+    if not path.exists() and action.base and os.path.exists(action.base):
+        path = Path(action.base)
     data = {}
     if path.exists():
         try:

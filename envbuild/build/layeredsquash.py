@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -57,7 +58,7 @@ from envbuild.build.squash import (
     assemble,
     mksquashfs_argv,
 )
-from envbuild.build.treemanifest import MANIFEST_NAME, Delta, compute_delta, read_manifest, write_manifest
+from envbuild.build.treemanifest import MANIFEST_NAME, Delta, TreeView, compute_delta, read_manifest, walk, write_manifest
 from envbuild.inventory.sif import read_sif_layout
 from envbuild.inventory.sifformat import (
     ARCH_CODES,
@@ -74,6 +75,7 @@ from envbuild.inventory.sifformat import (
 )
 
 PART_OVERLAY = 4
+NICE = ("nice", "-n", "10")  # what runs beside the tests of a layered build (squash_with_manifest)
 # Above this share of the tree's bytes a delta saves too little and stacks a large second copy.
 MAX_FRACTION = 0.25
 CHECK_FILE = "/.envbuild/build.json"  # rewritten by every build (image key, time): always in the delta
@@ -81,16 +83,23 @@ CHECK_FILE = "/.envbuild/build.json"  # rewritten by every build (image key, tim
 
 def squash_with_manifest(squash: tuple[Action, ...], *, sandbox: str, partial: str, work: str, entry_dir: str,
                          compression: str, all_root: bool, source_date_epoch: int | None, processors: int | None,
-                         runtime: str, python: str, parent_dir: str | None) -> tuple[Action, ...]:
+                         runtime: str, python: str, parent_dir: str | None, upper: str | None = None) -> tuple[Action, ...]:
     """The squash actions of a build (envbuild.build.squash.squash_actions: ..., metadata, mksquashfs,
     assemble) made to leave the tree manifest in the image entry (`entry_dir`), or, with `parent_dir`
-    (a stored full image's entry), to write the layered image instead of squashing everything."""
+    (a stored full image's entry), to write the layered image instead of squashing everything. `upper`:
+    the user layer's files lie in that directory over `sandbox` (the env layer: envbuild.build.upperplan)."""
     manifest_out = f"{entry_dir}/{MANIFEST_NAME}"
     common = ("--compression", compression, *(("--all-root",) if all_root else ()))
     if parent_dir is None:
         return (*squash, Run((python, "-m", "envbuild.build.treemanifest", *common, sandbox, manifest_out)))
-    return (*squash[:-2], Run((
-        python, "-m", "envbuild.build.layeredsquash", "--sandbox", sandbox, "--parent-sif", f"{parent_dir}/image.sif",
+    # The spec's tests, beside these, are a layered build's longest path (one imports torch, transformers and
+    # lightning: 4.1-4.4 s alone, 5.4-6.1 s at equal priority with the rest of this step, 5.0-5.3 s with
+    # this step niced on 2 cores); this step's 2 s of work then takes the CPU they leave.
+    metadata = squash[-3]
+    assert isinstance(metadata, Run) and "metadata" in metadata.argv, metadata
+    return (*squash[:-3], replace(metadata, argv=(*NICE, *metadata.argv)), Run((
+        *NICE, python, "-m", "envbuild.build.layeredsquash", "--sandbox", sandbox, *(("--upper", upper) if upper else ()),
+        "--parent-sif", f"{parent_dir}/image.sif",
         "--manifest", f"{parent_dir}/{MANIFEST_NAME}", "--manifest-out", manifest_out, "--objects", f"{work}/sif-objects",
         "--work", work, *common, *(("--processors", str(processors)) if processors else ()),
         *(("--epoch", str(source_date_epoch)) if source_date_epoch is not None else ()), "--runtime", runtime, partial)))
@@ -104,9 +113,9 @@ def _host(root: str, rel: str) -> str:
     return root if rel == "/" else os.path.join(root, rel.lstrip("/"))
 
 
-def stage_delta(sandbox: str, delta: Delta, staging: str, *, epoch: int | None) -> None:
-    """Build the upper layer's tree in `staging`: hard links to the sandbox's new files, copies of its
-    links and special files, whiteouts, and every directory on the way with the sandbox's attributes."""
+def stage_delta(tree: TreeView, delta: Delta, staging: str, *, epoch: int | None) -> None:
+    """Build the upper layer's tree in `staging`: hard links to the tree's new files, copies of its
+    links and special files, whiteouts, and every directory on the way with the tree's attributes."""
     os.mkdir(staging)
     dirs = {"/"}
 
@@ -120,7 +129,7 @@ def stage_delta(sandbox: str, delta: Delta, staging: str, *, epoch: int | None) 
     for rel in delta.paths:
         if rel == "/":
             continue
-        source, target = _host(sandbox, rel), _host(staging, rel)
+        source, target = tree.host(rel), _host(staging, rel)
         info = os.lstat(source)
         ensure_dir(os.path.dirname(rel))
         if stat.S_ISDIR(info.st_mode):
@@ -137,11 +146,11 @@ def stage_delta(sandbox: str, delta: Delta, staging: str, *, epoch: int | None) 
         ensure_dir(os.path.dirname(rel))
         target = _host(staging, rel)
         _mknod(target, stat.S_IFCHR, os.makedev(0, 0))
-        parent = os.lstat(_host(sandbox, os.path.dirname(rel)))
+        parent = os.lstat(tree.host(os.path.dirname(rel)))
         when = parent.st_mtime_ns if epoch is None else min(parent.st_mtime_ns, epoch * 10**9)
         os.utime(target, ns=(when, when), follow_symlinks=False)
     for rel in sorted(dirs, key=lambda path: -path.count("/")):  # deepest first: children change a dir's mtime
-        _copy_attrs(os.lstat(_host(sandbox, rel)), _host(staging, rel))
+        _copy_attrs(os.lstat(tree.host(rel)), _host(staging, rel))
 
 
 def _mknod(path: str, mode: int, device: int) -> None:
@@ -220,7 +229,7 @@ def assemble_layered(path: str, *, parent_sif: str, delta_file: str, deffile: by
     os.chmod(path, 0o755 & ~mask)
 
 
-def check_runtime_sees(runtime: str, image: str, sandbox: str, rel: str) -> None:
+def check_runtime_sees(runtime: str, image: str, tree: TreeView, rel: str) -> None:
     """The local runtime must show the delta's version of `rel`: a runtime that ignores overlay
     partitions would run the parent image instead, without a word."""
     try:
@@ -228,7 +237,7 @@ def check_runtime_sees(runtime: str, image: str, sandbox: str, rel: str) -> None
                               check=False, timeout=300)
     except subprocess.TimeoutExpired:
         raise Fallback(f"{runtime} exec {image} did not finish in 300 s") from None
-    with open(_host(sandbox, rel), "rb") as handle:
+    with open(tree.host(rel), "rb") as handle:
         wanted = handle.read()
     if proc.returncode != 0 or proc.stdout != wanted:
         raise Fallback(f"{runtime} did not show the overlay partition's {rel} (it may ignore SIF overlay partitions "
@@ -242,13 +251,14 @@ def layered_squash(args: argparse.Namespace) -> str:
         raise Fallback(f"no readable tree manifest at {args.manifest}")
     if manifest.get("compression") != args.compression or bool(manifest.get("all_root")) != args.all_root:
         raise Fallback("the parent image was squashed with another compression or owner mode")
-    delta = compute_delta(args.sandbox, manifest["entries"])  # type: ignore[arg-type]
+    tree = TreeView(args.sandbox, args.upper)
+    delta = compute_delta(tree, manifest["entries"])  # type: ignore[arg-type]
     if delta.bytes > MAX_FRACTION * max(delta.tree_bytes, 1):
         raise Fallback(f"the difference is {delta.bytes / 1e6:.0f} MB of {delta.tree_bytes / 1e6:.0f} MB")
     staging = f"{args.work}/delta-tree"
     delta_file = f"{args.work}/delta.sqsh"
     shutil.rmtree(staging, ignore_errors=True)
-    stage_delta(args.sandbox, delta, staging, epoch=args.epoch)
+    stage_delta(tree, delta, staging, epoch=args.epoch)
     argv = mksquashfs_argv(staging, delta_file, compression=args.compression, processors=args.processors,
                            source_date_epoch=args.epoch, all_root=args.all_root, offset=0)
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
@@ -258,27 +268,62 @@ def layered_squash(args: argparse.Namespace) -> str:
                      arch=(objects / "arch").read_text(encoding="utf-8").strip(), epoch=args.epoch)
     shutil.rmtree(staging, ignore_errors=True)
     os.unlink(delta_file)
-    if args.runtime and os.path.isfile(_host(args.sandbox, CHECK_FILE)):
-        check_runtime_sees(args.runtime, args.image, args.sandbox, CHECK_FILE)
+    if args.runtime and os.path.isfile(tree.host(CHECK_FILE)):
+        check_runtime_sees(args.runtime, args.image, tree, CHECK_FILE)
     return (f"layered image: {len(delta.paths)} new or changed paths ({delta.bytes / 1e6:.1f} MB), "
             f"{len(delta.whiteouts)} removed, over {args.parent_sif}")
 
 
+def merge_upper(lower: str, upper: str, merged: str) -> None:
+    """The sandbox a build without an upper layer would have made: `lower` hard-linked (as the sandbox
+    step does), then `upper`'s files put in place of the lower ones (replaced, never written through a
+    shared link) and its directories' attributes kept where lower has none."""
+    shutil.rmtree(merged, ignore_errors=True)
+    subprocess.run(["cp", "-al", lower, merged], check=True)
+    for rel, info in walk(upper).items():
+        target = _host(merged, rel)
+        if stat.S_ISDIR(info.st_mode):
+            if not os.path.isdir(target):
+                if os.path.lexists(target):
+                    os.unlink(target)
+                os.mkdir(target)
+                _copy_attrs(info, target)
+            continue
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        elif os.path.lexists(target):
+            os.unlink(target)
+        if stat.S_ISLNK(info.st_mode):
+            os.symlink(os.readlink(_host(upper, rel)), target)
+            _copy_attrs(info, target)
+        else:
+            shutil.copy2(_host(upper, rel), target, follow_symlinks=False)
+            if os.geteuid() == 0:
+                os.lchown(target, info.st_uid, info.st_gid)
+
+
 def full_squash(args: argparse.Namespace) -> None:
     """The ordinary image (envbuild.build.squash), with its manifest, so that it can be a parent itself."""
-    subprocess.run(mksquashfs_argv(args.sandbox, args.image, compression=args.compression, processors=args.processors,
+    sandbox = args.sandbox
+    if args.upper:
+        sandbox = f"{args.work}/merged"
+        merge_upper(args.sandbox, args.upper, sandbox)
+    subprocess.run(mksquashfs_argv(sandbox, args.image, compression=args.compression, processors=args.processors,
                                    source_date_epoch=args.epoch, all_root=args.all_root), check=True,
                    stdout=subprocess.DEVNULL)
     objects = Path(args.objects)
     assemble(args.image, deffile=(objects / "deffile").read_bytes(), metadata=(objects / METADATA_NAME).read_bytes(),
              arch=(objects / "arch").read_text(encoding="utf-8").strip(), epoch=args.epoch)
     if args.manifest_out:
-        write_manifest(args.sandbox, args.manifest_out, compression=args.compression, all_root=args.all_root)
+        write_manifest(sandbox, args.manifest_out, compression=args.compression, all_root=args.all_root)
+    if args.upper:
+        subprocess.run(["rm", "-rf", "--one-file-system", sandbox], check=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envbuild.build.layeredsquash", description=__doc__.splitlines()[0])
     parser.add_argument("--sandbox", required=True)
+    parser.add_argument("--upper", default=None, help="a directory whose files lie over the sandbox's (the user layer)")
     parser.add_argument("--parent-sif", required=True)
     parser.add_argument("--manifest", required=True, help="the parent's tree manifest")
     parser.add_argument("--manifest-out", default="", help="where a fallback full image's manifest goes")

@@ -54,7 +54,7 @@ IMAGE_DIR_MODE = 0o755
 
 def plan_layers(request: BuildRequest) -> Layers:
     spec, facts = request.spec, request.facts
-    installer = _choose_installer(spec, facts)
+    installer = choose_installer(spec, facts)
     base_entry = base_cache_key(spec.base, facts, request.base.fingerprint)
     env = env_key(request, installer, base_entry)
     image = image_key(request, env)
@@ -73,11 +73,11 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     layers = plan_layers(request)
     work = store.work(f"{spec.name}-{request.options.build_id}")
     sandbox = f"{work}/sandbox"
-    installer = _choose_installer(spec, facts)
+    installer = choose_installer(spec, facts)
     requirements = tuple(spec.python.requirements())
     sources = PackageSources.from_request(request)
 
-    steps: list[Step] = [_env_step(request, layers, store, installer, sources)]
+    steps: list[Step] = [env_step(request, layers, store, installer, sources)]
     env_rootfs = store.env(layers.env_entry).rootfs
     # The user layer only adds or atomically replaces files (configure, record), so the sandbox can
     # share the env layer's files by hard links, which makes this copy instant. `post` commands may
@@ -85,7 +85,7 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     shared = not spec.post and request.options.source_date_epoch is None
     steps.append(Step("sandbox", "hard-link the env layer into a fresh sandbox" if shared else "copy the env layer into a fresh sandbox",
                       (Remove((work,)), MakeDirs((work,)), CopyTree(env_rootfs, sandbox, hardlink=shared))))
-    steps.append(_configure_step(request, sandbox, installer, layers))
+    steps.append(configure_step(request, sandbox, installer, layers))
     if spec.post:
         steps.append(
             Step("post", f"run {len(spec.post)} post command(s)",
@@ -120,7 +120,7 @@ def image_steps(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbo
 
 
 def squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbox: str, work: str,
-                tests: tuple[str, ...] = (), output_partial: str | None = None) -> Step:
+                tests: tuple[str, ...] = (), output_partial: str | None = None, upper: str | None = None) -> Step:
     """The finished sandbox squashed into the image entry of the store while the spec's `tests` (started by
     start_tests in the record step) run beside it; both only read the tree (envbuild.build.beside). The image
     entry is complete only when they passed. With `output_partial`, the new image is also copied there before
@@ -134,13 +134,14 @@ def squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbo
     partial = f"{entry.image}.partial-{options.build_id}"
     squash = squash_actions(sandbox, partial, compression=options.compression, source_date_epoch=options.source_date_epoch,
                             runtime_path=facts.runtime.path, work_dir=work, all_root=not options.as_root,
-                            python=facts.python or None, processors=facts.cpus)
+                            python=facts.python or None, processors=facts.cpus, upper=upper)
     # The tree manifest lets a later --layered build squash only its difference (envbuild.build.layeredsquash).
     parent = StorePaths(str(facts.cache_dir)).image(request.squash_parent).dir if request.squash_parent else None
     squash = squash_with_manifest(squash, sandbox=sandbox, partial=partial, work=work, entry_dir=entry.dir,
                                   compression=options.compression, all_root=not options.as_root,
                                   source_date_epoch=options.source_date_epoch, processors=facts.cpus,
-                                  runtime=facts.runtime.path, python=facts.python or sys.executable, parent_dir=parent)
+                                  runtime=facts.runtime.path, python=facts.python or sys.executable, parent_dir=parent,
+                                  upper=upper)
     return Step("squash", f"write the image ({options.compression}) into the store"
                           + (f" as a layer over image {request.squash_parent}" if parent else ""),
                 (Remove((entry.complete,)), MakeDirs((entry.dir,)),
@@ -152,13 +153,13 @@ def squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbo
                 cleanup=(Remove((partial, entry.dir, *((output_partial,) if output_partial else ()))),))
 
 
-def start_tests(request: BuildRequest, sandbox: str, tests: tuple[str, ...]) -> tuple[Action, ...]:
+def start_tests(request: BuildRequest, sandbox: str, tests: tuple[str, ...], overlay: str | None = None) -> tuple[Action, ...]:
     """The spec's tests started in the background once the tree is finished except for the build record: from
     the record step on (which only adds the record's files) they run beside it and the squash, and the squash
     step waits for them (envbuild.build.beside)."""
     if not tests:
         return ()
-    runs = tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=False) for cmd in tests)
+    runs = tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=False, overlay=overlay) for cmd in tests)
     return (StartBeside("test", f"run {len(tests)} test(s) inside the image", runs),)
 
 
@@ -189,7 +190,7 @@ def wrappers_step(request: BuildRequest, venv_bin: str) -> Step:
                                   request.facts.runtime.name),))
 
 
-def _choose_installer(spec: Spec, facts: HostFacts) -> str:
+def choose_installer(spec: Spec, facts: HostFacts) -> str:
     if spec.python.installer == "auto":
         return "uv" if facts.uv else "pip"
     return spec.python.installer
@@ -272,7 +273,7 @@ def _is_sif(path: str) -> bool:
     return path.endswith((".sif", ".simg", ".img"))
 
 
-def _env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer: str, sources: PackageSources) -> Step:
+def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer: str, sources: PackageSources) -> Step:
     """The env layer: the base (or a parent env layer) plus the venv with every requirement installed."""
     entry = store.env(layers.env_entry)
     partial, rootfs = f"{entry.rootfs}.partial", entry.rootfs
@@ -349,13 +350,15 @@ def sandbox_build_argv(request: BuildRequest) -> tuple[str, ...]:
 # --- image configuration --------------------------------------------------------------------------
 
 
-def _configure_step(request: BuildRequest, sandbox: str, installer: str, layers: Layers) -> Step:
+def configure_step(request: BuildRequest, sandbox: str, installer: str, layers: Layers, lower: str | None = None) -> Step:
+    """`lower`: `sandbox` is a user layer's directory over that tree (envbuild.build.upperplan)."""
     spec = request.spec
     record = build_record(request, installer, layers)
     actions: list[Action] = [
         MakeDirs((f"{sandbox}/.singularity.d/env", f"{sandbox}{RECORD_DIR}"), IMAGE_DIR_MODE),
         WriteFile(f"{sandbox}{ENV_SCRIPT}", env_script(spec, request.facts.envbuild_version, request.source.sha256), 0o755),
-        MergeJson(f"{sandbox}{LABELS_FILE}", tuple(image_labels(request, installer, layers).items())),
+        MergeJson(f"{sandbox}{LABELS_FILE}", tuple(image_labels(request, installer, layers).items()),
+                  base=f"{lower}{LABELS_FILE}" if lower else None),
         WriteFile(f"{sandbox}{RECORD_DIR}/spec.yaml", request.source.text),
         WriteFile(f"{sandbox}{RECORD_DIR}/build.json", json.dumps(record, indent=2, sort_keys=True) + "\n"),
     ]

@@ -20,7 +20,9 @@ class Bind:
 
 
 def sandbox_exec(request: BuildRequest, sandbox: str, command: list[str], *, writable: bool,
-          binds: list[Bind] | None = None, env: list[tuple[str, str]] | None = None) -> Run:
+          binds: list[Bind] | None = None, env: list[tuple[str, str]] | None = None, overlay: str | None = None) -> Run:
+    """`command` run in `sandbox`; with `overlay`, a directory whose files lie over the sandbox's, read-only
+    (envbuild.build.upperplan: the user layer of a `--layered` build)."""
     runtime = request.facts.runtime
     # --cleanenv: the host's environment (a venv's VIRTUAL_ENV, PYTHONPATH, PIP_*) must not leak
     # into the build. --no-mount: nothing of the host's home or working directory is written into
@@ -33,6 +35,8 @@ def sandbox_exec(request: BuildRequest, sandbox: str, command: list[str], *, wri
         argv.append("--writable")
     for bind in binds or []:
         argv += ["--bind", bind.flag()]
+    if overlay:
+        argv += ["--overlay", f"{overlay}:ro"]
     argv += [sandbox, *command]
     host_env = [(runtime.env_prefix + key, value) for key, value in (env or [])]
     host_env += [(runtime.env_prefix + key, value) for key, value in request.facts.proxy_env]

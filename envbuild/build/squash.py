@@ -32,6 +32,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -107,7 +108,7 @@ def mksquashfs_argv(sandbox: str, output: str, *, compression: str = "gzip", pro
 def squash_actions(sandbox: str, output_partial: str, *, compression: str = "gzip", processors: int | None = None,
                    source_date_epoch: int | None = None, runtime_path: str, work_dir: str, all_root: bool = False,
                    definition: str | None = None, python: str | None = None,
-                   mksquashfs: str = "mksquashfs") -> tuple[Action, ...]:
+                   mksquashfs: str = "mksquashfs", upper: str | None = None) -> tuple[Action, ...]:
     """The actions that turn the finished `sandbox` into the SIF file `output_partial`.
 
     `runtime_path`: apptainer or singularity, asked for the inspect metadata. `work_dir`: the build's
@@ -116,6 +117,8 @@ def squash_actions(sandbox: str, output_partial: str, *, compression: str = "gzi
     `definition`: written to the sandbox's /.singularity.d/Singularity first, so that the Def.FILE
     object, `apptainer inspect --deffile` and the file in the image agree; None keeps the file the
     sandbox has (or none). `python`: the interpreter that runs this module's helper (this one).
+    `upper`: a directory whose files lie over the sandbox's (envbuild.build.upperplan); the metadata is
+    then read from both (only the layered squash uses that, never the mksquashfs action here).
     """
     check_compression(compression)
     if source_date_epoch is not None:
@@ -129,7 +132,8 @@ def squash_actions(sandbox: str, output_partial: str, *, compression: str = "gzi
         Remove((objects,)),
         MakeDirs((objects,)),
         # Before the long squash, so that a runtime that cannot inspect the sandbox fails early.
-        Run((*helper, "metadata", "--runtime", runtime_path, "--sandbox", sandbox, "--out", objects)),
+        Run((*helper, "metadata", "--runtime", runtime_path, "--sandbox", sandbox, *(("--upper", upper) if upper else ()),
+             "--out", objects)),
         Run(mksquashfs_argv(sandbox, output_partial, compression=compression, processors=processors,
                             source_date_epoch=source_date_epoch, all_root=all_root, mksquashfs=mksquashfs)),
         Run((*helper, "assemble", "--objects", objects, "--offset", str(PARTITION_OFFSET),
@@ -175,14 +179,25 @@ def rootfs_arch(sandbox: str) -> str:
     return go_arch(programs_arch(sandbox) or host_arch())
 
 
-def write_objects(runtime: str, sandbox: str, out: str) -> None:
-    """Gather what the SIF holds besides the file system: definition, inspect metadata, arch."""
+def write_objects(runtime: str, sandbox: str, out: str, upper: str | None = None) -> None:
+    """Gather what the SIF holds besides the file system: definition, inspect metadata, arch. With `upper`
+    (files lying over the sandbox's), from /.singularity.d of both, merged in a scratch tree under `out`:
+    the runtime's inspect reads only that directory (0.03 s for the reference image's)."""
     target = Path(out)
     target.mkdir(parents=True, exist_ok=True)
-    deffile = Path(sandbox, ".singularity.d", "Singularity")
+    described = sandbox
+    if upper is not None:
+        described = str(target / "inspect-root")
+        shutil.rmtree(described, ignore_errors=True)
+        for root in (sandbox, upper):
+            if os.path.isdir(f"{root}/.singularity.d"):
+                shutil.copytree(f"{root}/.singularity.d", f"{described}/.singularity.d", symlinks=True, dirs_exist_ok=True)
+    deffile = Path(described, ".singularity.d", "Singularity")
     (target / "deffile").write_bytes(deffile.read_bytes() if deffile.is_file() else b"")
-    (target / METADATA_NAME).write_bytes(inspect_metadata(runtime, sandbox))
+    (target / METADATA_NAME).write_bytes(inspect_metadata(runtime, described))
     (target / "arch").write_text(rootfs_arch(sandbox) + "\n", encoding="utf-8")
+    if upper is not None:
+        shutil.rmtree(described)
 
 
 # --- helper: assemble -----------------------------------------------------------------------------
@@ -274,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = commands.add_parser("metadata", help="write the definition, inspect metadata and arch of a sandbox to a directory")
     meta.add_argument("--runtime", required=True, help="apptainer or singularity")
     meta.add_argument("--sandbox", required=True)
+    meta.add_argument("--upper", default=None, help="a directory whose files lie over the sandbox's")
     meta.add_argument("--out", required=True)
     build = commands.add_parser("assemble", help="turn a file with a squashfs at --offset into a SIF image, in place")
     build.add_argument("--objects", required=True, help="the directory `metadata` wrote")
@@ -282,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("image")
     args = parser.parse_args(argv)
     if args.command == "metadata":
-        write_objects(args.runtime, args.sandbox, args.out)
+        write_objects(args.runtime, args.sandbox, args.out, args.upper)
         return 0
     objects = Path(args.objects)
     assemble(args.image, deffile=(objects / "deffile").read_bytes(), metadata=(objects / METADATA_NAME).read_bytes(),

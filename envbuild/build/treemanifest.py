@@ -143,14 +143,47 @@ def _same(host: str, info: os.stat_result, old: list[object]) -> bool:
     return bool(extra) and _sha256(host) == extra
 
 
-def compute_delta(root: str, manifest: dict[str, list[object]]) -> Delta:
-    """The difference between the tree at `root` and the tree the manifest describes."""
-    now = walk(root)
+class TreeView:
+    """The tree a build squashes: a directory, or (with `upper`, envbuild.build.upperplan) a directory
+    with another directory's files lying over it, as the runtime's overlay shows them to the tests.
+    A directory in both keeps the lower one's attributes: the upper one was only made to hold files."""
+
+    def __init__(self, root: str, upper: str | None = None) -> None:
+        self.root, self.upper = root, upper
+        self._from_upper: set[str] = set()
+        self.paths = self._walk()
+
+    def _walk(self) -> dict[str, os.stat_result]:
+        tree = walk(self.root)
+        if self.upper is None:
+            return tree
+        for rel, info in walk(self.upper).items():
+            below = tree.get(rel)
+            if below is not None and stat.S_ISDIR(below.st_mode):
+                if stat.S_ISDIR(info.st_mode):
+                    continue
+                prefix = f"{rel}/"  # a file over a directory hides everything under it
+                for hidden in [path for path in tree if path.startswith(prefix)]:
+                    del tree[hidden]
+            tree[rel] = info
+            self._from_upper.add(rel)
+        return tree
+
+    def host(self, rel: str) -> str:
+        """Where the file at `rel` is on the host."""
+        root = self.upper if rel in self._from_upper and self.upper is not None else self.root
+        return root if rel == "/" else os.path.join(root, rel.lstrip("/"))
+
+
+def compute_delta(tree: TreeView | str, manifest: dict[str, list[object]]) -> Delta:
+    """The difference between the tree (a TreeView, or a directory) and the tree the manifest describes."""
+    view = tree if isinstance(tree, TreeView) else TreeView(tree)
+    now = view.paths
     changed = []
     changed_bytes = tree_bytes = 0
     for rel in sorted(now):
         info = now[rel]
-        host = os.path.join(root, rel.lstrip("/")) if rel != "/" else root
+        host = view.host(rel)
         if stat.S_ISREG(info.st_mode):
             tree_bytes += info.st_size
         old = manifest.get(rel)

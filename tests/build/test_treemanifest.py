@@ -59,3 +59,56 @@ def test_unchanged_tree_has_an_empty_delta(tmp_path: Path) -> None:
     delta = compute_delta(str(root), document["entries"])  # type: ignore[arg-type]
     assert delta.paths == () and delta.whiteouts == ()
     assert read_manifest(str(tmp_path / "missing.json.gz")) is None
+
+
+def _upper(root: Path) -> None:
+    """A user layer as envbuild.build.upperplan writes it: new files, a replaced one, a file over a directory."""
+    (root / "venv/lib").mkdir(parents=True, mode=0o700)  # made only to hold files: its mode must not count
+    (root / "venv/lib/shared.py").write_text("the user layer's\n")
+    (root / ".envbuild").mkdir()
+    (root / ".envbuild/build.json").write_text("{}\n")
+    (root / "olddir").write_text("a file where the env layer has a directory\n")
+
+
+def test_a_tree_view_shows_the_upper_files_over_the_lower_tree(tmp_path: Path) -> None:
+    from envbuild.build.treemanifest import TreeView
+
+    lower, upper = tmp_path / "lower", tmp_path / "upper"
+    _tree(lower)
+    _upper(upper)
+    view = TreeView(str(lower), str(upper))
+    assert view.host("/venv/lib/shared.py") == str(upper / "venv/lib/shared.py")
+    assert view.host("/venv/lib/gone.py") == str(lower / "venv/lib/gone.py")
+    assert view.host("/venv/lib") == str(lower / "venv/lib")  # a directory of both: the lower one's attributes
+    assert view.paths["/venv/lib"].st_mode & 0o777 == os.stat(lower / "venv/lib").st_mode & 0o777
+    assert view.host("/.envbuild/build.json") == str(upper / ".envbuild/build.json")
+    assert "/olddir/sub/x" not in view.paths and view.host("/olddir") == str(upper / "olddir")
+
+
+def test_the_difference_of_a_tree_view_is_that_of_the_merged_sandbox(tmp_path: Path) -> None:
+    """The layered squash compares the view with the parent's manifest; a fallback full squash merges the two
+    into a sandbox (merge_upper). Both see the same files changed and removed."""
+    from envbuild.build.layeredsquash import merge_upper
+    from envbuild.build.treemanifest import TreeView
+
+    lower, upper, merged = tmp_path / "lower", tmp_path / "upper", tmp_path / "merged"
+    _tree(lower)
+    manifest = tmp_path / "m.json.gz"
+    write_manifest(str(lower), str(manifest), compression="zstd", all_root=False)
+    document = read_manifest(str(manifest))
+    assert document is not None
+    _upper(upper)
+    shared_before = (lower / "venv/lib/shared.py").read_text()
+    merge_upper(str(lower), str(upper), str(merged))
+    assert (lower / "venv/lib/shared.py").read_text() == shared_before  # replaced in the sandbox, not written through
+    assert (merged / "venv/lib/shared.py").read_text() == "the user layer's\n"
+    assert os.stat(merged / "venv/lib/gone.py").st_ino == os.stat(lower / "venv/lib/gone.py").st_ino
+
+    over_view = compute_delta(TreeView(str(lower), str(upper)), document["entries"])  # type: ignore[arg-type]
+    over_merged = compute_delta(str(merged), document["entries"])  # type: ignore[arg-type]
+    files = {"/.envbuild/build.json", "/olddir", "/venv/lib/shared.py"}
+    assert files <= set(over_view.paths) and files <= set(over_merged.paths)
+    assert {p for p in over_view.paths if not os.path.isdir(lower / p.lstrip("/"))} == \
+        {p for p in over_merged.paths if not os.path.isdir(lower / p.lstrip("/"))}
+    assert over_view.whiteouts == over_merged.whiteouts == ()  # /olddir's content went with the directory
+    assert over_view.bytes == over_merged.bytes
