@@ -40,7 +40,8 @@ def run_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, dry_run
             session.choose_lock(lock, note)
         else:
             ensure_can_write(options.output)  # before minutes of resolving
-            session.choose_lock(lock_for_build(loaded, options, out, overlay=overlay))
+            session.choose_lock(lock_for_build(loaded, options, out, overlay=overlay,
+                                               while_resolving=getattr(session, "prefetch_parent", None)))
     if dry_run:
         return session.dry_run()  # type: ignore[attr-defined]
     session.build()  # type: ignore[attr-defined]

@@ -4,6 +4,7 @@ and carries that decision out. `--dry-run` only says which case applies."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -55,8 +56,10 @@ def dry_run_lock(loaded: LoadedSpec, options: BuildOptions, *, overlay: bool) ->
     return f"# lock: {decision.message}{then}\n", lock
 
 
-def lock_for_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, overlay: bool) -> LoadedLock | None:
-    """The lock this build installs (None: it resolves from the spec), made or refreshed when stale."""
+def lock_for_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, overlay: bool,
+                   while_resolving: Callable[[LoadedLock], None] | None = None) -> LoadedLock | None:
+    """The lock this build installs (None: it resolves from the spec), made or refreshed when stale.
+    `while_resolving` is given the stale lock just before it is resolved again (envbuild.app.prefetch)."""
     from envbuild.app.buildsession import check_spec_architecture
 
     decision, state = decide(loaded, options, overlay=overlay)  # refuses --locked/--frozen without a lock
@@ -71,7 +74,7 @@ def lock_for_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, ov
             say(f"note: {decision.message}")
         return None
     say(decision.message)
-    return _resolve(loaded, options, out, overlay=overlay, upgrade=decision.upgrade)
+    return _resolve(loaded, options, out, overlay=overlay, upgrade=decision.upgrade, while_resolving=while_resolving)
 
 
 def _load(loaded: LoadedSpec, options: BuildOptions, decision: LockDecision) -> LoadedLock:
@@ -89,13 +92,16 @@ def _load(loaded: LoadedSpec, options: BuildOptions, decision: LockDecision) -> 
     return lock, text, path
 
 
-def _resolve(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, overlay: bool, upgrade: bool) -> LoadedLock:
+def _resolve(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, overlay: bool, upgrade: bool,
+             while_resolving: Callable[[LoadedLock], None] | None = None) -> LoadedLock:
     from envbuild.app.locksession import read_previous_lock, resolve_lock, write_lock
     from envbuild.lock.model import lock_path_for
 
     path = lock_path_for(loaded.path)
     out = _WarningsOnly(out) if options.quiet else out  # -q: what changed in the lock is not the result
     previous = read_previous_lock(path, out)
+    if previous is not None and while_resolving is not None and not upgrade:
+        while_resolving((previous, path.read_text(encoding="utf-8"), path))
     if overlay:
         from envbuild.app.overlaylock import resolve_overlay_lock
 

@@ -20,6 +20,7 @@ from envbuild.errors import EnvbuildError, UsageError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from envbuild.app.prefetch import ParentPrefetch
     from envbuild.build.executor import BuildExecutor
     from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
     from envbuild.host.facts import HostFacts
@@ -211,6 +212,13 @@ class Session:
 
 
 class BuildSession(Session):
+    _prefetch: ParentPrefetch | None = None
+
+    def prefetch_parent(self, stale: tuple[Lock, str, Path]) -> None:
+        """Called as the stale lock is resolved again: copy its env layer meanwhile (envbuild.app.prefetch)."""
+        from envbuild.app.prefetch import start_parent_prefetch
+
+        self._prefetch = start_parent_prefetch(self.loaded, self.options, *stale, uses=self._uses, use=self._use)
 
     def dry_run(self) -> str:
         from envbuild.build.archcheck import architecture_line
@@ -313,7 +321,8 @@ class BuildSession(Session):
                     parent = None  # removed between choosing and locking it: build without it
             if parent:
                 self._say(f"reusing env layer {parent}: installing only the difference")
-                request = replace(request, env_parent=parent)
+                made_ahead = self._prefetch.take() if self._prefetch and self._prefetch.parent == parent else None
+                request = replace(request, env_parent=parent, env_parent_copy=made_ahead)
         if request.options.layered:
             from envbuild.app.squashparent import with_squash_parent
 

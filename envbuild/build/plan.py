@@ -285,7 +285,10 @@ def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer
     # of a cold build). Installers add, replace and delete files; should one ever write through a shared
     # file (two packages shipping the same file), the guard below notices and retires the parent, whose
     # content would no longer match its key: the base is then made again when next needed.
-    actions.append(CopyTree(start, partial, hardlink=True, snapshot=snapshot))
+    if layers.env_parent and request.env_parent_copy:
+        actions += [Rename(request.env_parent_copy[0], partial), Rename(request.env_parent_copy[1], snapshot)]
+    else:
+        actions.append(CopyTree(start, partial, hardlink=True, snapshot=snapshot))
     actions += venv_actions(request, partial)
     requirements = tuple(request.spec.python.requirements())
     if request.lock.requirements is not None or requirements:

@@ -76,6 +76,9 @@ class BuildRequest:
     base: BaseSource = field(default_factory=BaseSource)
     lock: LockSource = field(default_factory=LockSource)
     env_parent: str | None = None  # a complete env entry (store name) to install the difference on top of
+    # (tree, snapshot): a hard-linked copy of env_parent's tree and the guard's snapshot of it, made while the
+    # lock was resolved (envbuild.app.prefetch); the env step renames it into place instead of copying
+    env_parent_copy: tuple[str, str] | None = None
     squash_parent: str | None = None  # --layered: a stored full image (entry name) to add the difference to
 
     @property

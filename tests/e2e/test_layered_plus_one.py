@@ -57,6 +57,12 @@ def test_reference_plus_tabulate_layered_runs_under_slurm_and_lists_the_full_reb
     layered = tmp_path / "plus-layered.sif"
     log = _build(plus, layered, store, "--layered")
     assert "as a SIF overlay partition over image local-cpu-pytorch-" in log, log[-3000:]
+    # Run as root with no post commands: the user layer lay in a directory over the env layer (no sandbox),
+    # and the reference env layer was hard-linked while the stale lock was resolved (envbuild.app.prefetch).
+    build_log = Path(f"{layered}.build.log").read_text()
+    assert "in a directory over the env layer" in build_log and "/sandbox" not in build_log
+    assert "-prefetch/rootfs " in build_log, build_log[:3000]
+    assert not [p for p in (store / "work").iterdir()], "the build's work directories were left behind"
 
     launch = run_cli([str(REPO / "bin/envrun"), "--image", str(layered), "srun", "-n1", "python", "-c",
                       "import tabulate, torch; print('LAYERED_OK', tabulate.__version__)"],
