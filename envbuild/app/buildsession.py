@@ -217,8 +217,12 @@ class BuildSession(Session):
     def prefetch_parent(self, stale: tuple[Lock, str, Path]) -> None:
         """Called as the stale lock is resolved again: copy its env layer meanwhile (envbuild.app.prefetch)."""
         from envbuild.app.prefetch import start_parent_prefetch
+        from envbuild.errors import EnvbuildError
 
-        self._prefetch = start_parent_prefetch(self.loaded, self.options, *stale, uses=self._uses, use=self._use)
+        try:
+            self._prefetch = start_parent_prefetch(self.loaded, self.options, *stale, uses=self._uses, use=self._use)
+        except (EnvbuildError, OSError):
+            self._prefetch = None  # only a guess: the build itself reports what is wrong, after the lock
 
     def dry_run(self) -> str:
         from envbuild.build.archcheck import architecture_line
