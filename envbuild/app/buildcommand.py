@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from envbuild.app.buildsession import BuildOptions, Session
+    from envbuild.app.buildrequest import BuildOptions
+    from envbuild.app.buildsession import Session
     from envbuild.spec.load import LoadedSpec
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TextIO
 from envbuild.errors import EnvbuildError
 
 if TYPE_CHECKING:
-    from envbuild.app.buildsession import BuildOptions
+    from envbuild.app.buildrequest import BuildOptions
     from envbuild.lock.model import Lock
     from envbuild.lock.policy import LockDecision, LockState
     from envbuild.spec.load import LoadedSpec
@@ -21,7 +21,7 @@ LoadedLock = tuple["Lock", str, Path]  # the lock, its text, its file
 
 def read_lock_state(loaded: LoadedSpec, *, overlay: bool) -> tuple[LockState, Lock | None]:
     """What is next to the spec: the lock file, whether it reads, and why it no longer fits the spec."""
-    from envbuild.app.buildsession import torch_index_for
+    from envbuild.app.buildrequest import torch_index_for
     from envbuild.lock.fileformat import read_lock
     from envbuild.lock.model import lock_inputs, lock_path_for
     from envbuild.lock.policy import LockState
@@ -78,7 +78,7 @@ def lock_for_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, ov
 
 
 def _load(loaded: LoadedSpec, options: BuildOptions, decision: LockDecision) -> LoadedLock:
-    from envbuild.app.buildsession import load_fresh_lock
+    from envbuild.app.buildrequest import load_fresh_lock
     from envbuild.lock.family import check_locked_family
     from envbuild.lock.fileformat import read_lock
     from envbuild.lock.model import lock_path_for

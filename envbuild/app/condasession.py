@@ -78,7 +78,7 @@ def license_problem(loaded: LoadedSpec) -> str | None:
 
 class CondaBuildSession(Session):
     def _request_and_plan(self, *, need_runtime: bool) -> tuple[BuildRequest, BuildPlan]:
-        from envbuild.app.buildsession import make_request
+        from envbuild.app.buildrequest import make_request
         from envbuild.build.condaplan import plan_conda_build
         from envbuild.host.facts import gather_host_facts
 

@@ -64,7 +64,7 @@ def resolve_lock(loaded: LoadedSpec, previous: Lock | None, *, upgrade: bool, up
                  cache_dir: Path | None, verbose: bool, out: TextIO, log_path: Path | None = None,
                  quiet: bool = False) -> Lock:
     """The spec's lock, resolved now (keeping `previous`'s pins unless upgrading); nothing is written."""
-    from envbuild.app.buildsession import BuildOptions, make_request, read_digest, torch_index_for
+    from envbuild.app.buildrequest import BuildOptions, make_request, read_digest, torch_index_for
     from envbuild.build.executor import BuildExecutor
     from envbuild.build.plan import plan_base
     from envbuild.host.arch import host_arch
@@ -135,7 +135,7 @@ def _resolve_for_other_arch(loaded: LoadedSpec, request: BuildRequest, arch: str
                             upgrade: bool, upgrade_packages: tuple[str, ...], quiet: bool, out: TextIO) -> Lock:
     """A lock for a system of another architecture: uv resolves for its platform (--python-platform) on this
     machine, from the spec's lock_target; nothing is fetched or run, so the lock records no base digest."""
-    from envbuild.app.buildsession import torch_index_for
+    from envbuild.app.buildrequest import torch_index_for
     from envbuild.lock.family import check_locked_family
     from envbuild.lock.model import Lock, lock_inputs
 

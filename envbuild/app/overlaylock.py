@@ -37,7 +37,7 @@ def resolve_overlay_lock(loaded: LoadedSpec, previous: Lock | None, *, upgrade: 
                          cache_dir: Path | None, verbose: bool, out: TextIO, log_path: Path | None = None,
                          quiet: bool = False) -> Lock:
     """The overlay's lock, resolved now by pip in the base (keeping `previous`'s pins unless upgrading)."""
-    from envbuild.app.buildsession import BuildOptions
+    from envbuild.app.buildrequest import BuildOptions
     from envbuild.app.overlaysession import OverlaySession, _cached_probe, _read
     from envbuild.build.executor import BuildExecutor
     from envbuild.build.overlayplan import base_family, plan_overlay_base, plan_overlay_resolve

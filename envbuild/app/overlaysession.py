@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 class OverlaySession(Session):
     def _request(self, facts: HostFacts, lock: tuple[Lock, str, Path] | None = None) -> BuildRequest:
-        from envbuild.app.buildsession import make_request
+        from envbuild.app.buildrequest import make_request
         from envbuild.inventory.sif import read_sif_layout
 
         request = make_request(self.loaded, self.options, facts, lock=lock)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from envbuild.app.buildsession import BuildOptions
+    from envbuild.app.buildrequest import BuildOptions
     from envbuild.lock.model import Lock
     from envbuild.spec.load import LoadedSpec
 
@@ -84,7 +84,8 @@ def start_parent_prefetch(loaded: LoadedSpec, options: BuildOptions, previous: L
     """Start copying the env layer `previous` (the lock before it is resolved again) built, or would have taken
     as its parent; None when there is none in the store. Its use lock and the copy's work lock are held, and
     the copy removed, until `uses` closes (the end of the build)."""
-    from envbuild.app.buildsession import find_env_parent, make_request, read_digest
+    from envbuild.app.buildrequest import make_request, read_digest
+    from envbuild.app.envparent import find_env_parent
     from envbuild.build.plan import plan_base, plan_layers
     from envbuild.host.facts import gather_host_facts
     from envbuild.store.layout import EntryPaths, StorePaths

@@ -94,7 +94,7 @@ def build(spec: Path, output: Path | None, locked: bool, frozen: bool, upgrade: 
     spec (`envbuild lock SPEC` makes one). --locked refuses a stale lock, --frozen skips the check,
     --upgrade re-resolves everything and writes the lock."""
     from envbuild.app.buildcommand import run_build
-    from envbuild.app.buildsession import BuildOptions
+    from envbuild.app.buildrequest import BuildOptions
     from envbuild.lock.policy import LockFlags
     from envbuild.spec.load import load_build_input
 

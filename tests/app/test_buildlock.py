@@ -13,7 +13,7 @@ import pytest
 import envbuild.app.locksession
 import envbuild.atomicfile
 from envbuild.app.buildlock import dry_run_lock, lock_for_build
-from envbuild.app.buildsession import BuildOptions, torch_index_for
+from envbuild.app.buildrequest import BuildOptions, torch_index_for
 from envbuild.lock.fileformat import render_lock
 from envbuild.lock.model import Lock, LockedPackage, LockTarget, lock_inputs
 from envbuild.spec.load import LoadedSpec, load_spec

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 import envbuild.host.facts
-from envbuild.app.buildsession import BuildOptions, BuildSession, find_env_parent, image_key_of, make_request
+from envbuild.app.buildrequest import BuildOptions, make_request
+from envbuild.app.buildsession import BuildSession, image_key_of
+from envbuild.app.envparent import find_env_parent
 from envbuild.build.paths import RECORD_DIR
 from envbuild.build.plan import plan_base, plan_layers
 from envbuild.build.request import BuildRequest, Layers

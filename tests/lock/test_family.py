@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.app.buildsession import load_fresh_lock, torch_index_for
+from envbuild.app.buildrequest import load_fresh_lock, torch_index_for
 from envbuild.errors import EnvbuildError
 from envbuild.lock.family import check_locked_family
 from envbuild.lock.fileformat import render_lock
