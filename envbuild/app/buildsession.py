@@ -101,7 +101,7 @@ class BuildSession(Session):
 
     def dry_run(self) -> str:
         from envbuild.build.archcheck import architecture_line
-        from envbuild.build.plan import plan_base, plan_build
+        from envbuild.build.plan import plan_base, plan_build, plan_layers
         from envbuild.build.render import render_build_plan, render_steps
         from envbuild.host.facts import gather_host_facts
 
@@ -109,9 +109,15 @@ class BuildSession(Session):
         which, lock = self.lock_note, self.the_lock()
         request = make_request(self.loaded, self.options, facts, lock=lock)
         base = plan_base(request)
-        request = request.with_base_digest(read_digest(base) or "<digest recorded by the base step>")
-        return (which + architecture_line(request) + render_steps("base", base.steps) + "\n"
-                + render_build_plan(plan_build(request)))
+        digest = read_digest(base)
+        request = request.with_base_digest(digest or "<digest recorded by the base step>")
+        notes: list[str] = []
+        if digest:  # the store has the base: plan as the build would, with the parents the store holds now
+            plan = self._plan(request, plan_layers(request), use=lambda *_: None, say=notes.append)
+        else:
+            plan = plan_build(request)
+        return (which + architecture_line(request) + "".join(f"# {note}\n" for note in notes)
+                + render_steps("base", base.steps) + "\n" + render_build_plan(plan))
 
     def build(self) -> Path:
         # Shared use locks on the base and env layers this build reads, held to its end: a concurrent
@@ -176,7 +182,7 @@ class BuildSession(Session):
             if image_key_of(output) == layers.image_key:
                 self._finish_up_to_date(request, layers, started)
                 return output
-            plan = self._plan(request, layers)
+            plan = self._plan(request, layers, use=self._use, say=self._say)
             if os.path.exists(store.image(layers.image_entry).complete):
                 self._reuse_stored_image(executor, request, plan, started)
             else:
@@ -187,7 +193,10 @@ class BuildSession(Session):
         note_project_file(self.loaded, output, image=str(output), overlays=(), say=self._say)
         return output
 
-    def _plan(self, request: BuildRequest, layers: Layers) -> BuildPlan:
+    def _plan(self, request: BuildRequest, layers: Layers, *, use: Callable[[Path, str, str], None],
+              say: Callable[[str], None]) -> BuildPlan:
+        """The plan over what the store holds: the env layer to install the difference on and, with
+        --layered, the image to layer over, each held by `use` (a no-op for --dry-run) and said by `say`."""
         from envbuild.build.plan import plan_build
         from envbuild.store.layout import StorePaths
 
@@ -195,17 +204,17 @@ class BuildSession(Session):
         if not os.path.exists(StorePaths(str(store_root)).env(layers.env_entry).complete):
             parent = find_env_parent(store_root, layers, request)
             if parent:
-                self._use(store_root, "env", parent)
+                use(store_root, "env", parent)
                 if not os.path.exists(StorePaths(str(store_root)).env(parent).complete):
                     parent = None  # removed between choosing and locking it: build without it
             if parent:
-                self._say(f"reusing env layer {parent}: installing only the difference")
+                say(f"reusing env layer {parent}: installing only the difference")
                 made_ahead = self._prefetch.take() if self._prefetch and self._prefetch.parent == parent else None
                 request = replace(request, env_parent=parent, env_parent_copy=made_ahead)
         if request.options.layered:
             from envbuild.app.squashparent import with_squash_parent
 
-            request = with_squash_parent(request, layers, use=self._use, say=self._say)
+            request = with_squash_parent(request, layers, use=use, say=say)
             from envbuild.build.upperplan import plan_upper_build, user_layer_over_env
 
             if user_layer_over_env(request):

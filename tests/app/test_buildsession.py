@@ -223,7 +223,7 @@ def test_session_plans_the_env_step_on_the_chosen_parent(tmp_path: Path, store: 
     add_env(store, "tiny-parent", compat=layers.env_compat, requirements=["six"], freeze=["six==1.17.0"])
     out = io.StringIO()
     session = BuildSession(write_spec(tmp_path, ["six", "idna"]), BuildOptions(output=tmp_path / "tiny.sif"), out=out)
-    plan = session._plan(request, layers)
+    plan = session._plan(request, layers, use=session._use, say=session._say)
     env = next(step for step in plan.steps if step.name == "env")
     assert "install the difference on top of env layer tiny-parent" in env.title
     assert "reusing env layer tiny-parent: installing only the difference" in out.getvalue()
@@ -231,8 +231,36 @@ def test_session_plans_the_env_step_on_the_chosen_parent(tmp_path: Path, store: 
     complete = store / "envs" / layers.env_entry
     complete.mkdir(parents=True)
     (complete / "complete").write_text("")
-    again = session._plan(request, layers)
+    again = session._plan(request, layers, use=session._use, say=session._say)
     assert "install the difference" not in next(step for step in again.steps if step.name == "env").title
+
+
+def test_a_dry_run_plans_on_the_parents_the_store_holds_and_holds_nothing(tmp_path: Path, store: Path) -> None:
+    """`--dry-run` prints the plan the build would run: the difference installed on a stored env layer
+    and, with --layered as root, the user layer in a directory over it, layered over a stored image."""
+    from envbuild.build.treemanifest import MANIFEST_NAME, write_manifest
+
+    loaded = write_spec(tmp_path, ["six", "idna"])
+    layers, request = layers_for(tmp_path, store, ["six", "idna"])
+    complete_base(request)
+    add_env(store, "tiny-parent", compat=layers.env_compat, requirements=["six"], freeze=["six==1.17.0"])
+    image = store / "images" / "tiny-old"
+    image.mkdir(parents=True)
+    (image / "meta.json").write_text(json.dumps({"kind": "image", "parent": "tiny-parent"}))
+    (image / "image.sif").write_bytes(b"")
+    (image / "complete").write_text("x\n")
+    (tmp_path / "tree").mkdir()
+    write_manifest(str(tmp_path / "tree"), str(image / MANIFEST_NAME), compression="gzip:6", all_root=False)
+    options = BuildOptions(output=tmp_path / "tiny.sif", layered=True)
+    text = BuildSession(loaded, options, out=io.StringIO()).dry_run()
+    assert "# reusing env layer tiny-parent: installing only the difference" in text
+    assert "install the difference on top of env layer tiny-parent" in text
+    assert "# --layered: writing only the difference, as a SIF overlay partition over image tiny-old" in text
+    assert "in a directory over the env layer" in text
+    assert not (store / "locks").exists() or not any((store / "locks").rglob("*"))  # nothing held or written
+    # Without --layered: the same env parent, the whole tree squashed.
+    plain = BuildSession(loaded, replace(options, layered=False), out=io.StringIO()).dry_run()
+    assert "reusing env layer tiny-parent" in plain and "SIF overlay partition" not in plain
 
 
 def test_the_executor_has_a_handler_for_every_action_type() -> None:
