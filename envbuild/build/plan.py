@@ -291,19 +291,21 @@ def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer
         actions.append(CopyTree(start, partial, hardlink=True, snapshot=snapshot))
     actions += venv_actions(request, partial)
     requirements = tuple(request.spec.python.requirements())
-    if request.lock.requirements is not None or requirements:
-        actions += install_actions(request, partial, installer, requirements, sources)
+    freeze_inside = f"{HOST_MOUNT}/freeze.txt"
+    freeze = f"{partial}{freeze_inside}"
+    freeze_argv = (f"{VENV_PREFIX}/bin/python", "-I", "-c", FREEZE_TO_FILE_SCRIPT, freeze_inside)
+    installs = request.lock.requirements is not None or bool(requirements)
+    if installs:
+        actions += install_actions(request, partial, installer, requirements, sources, then=freeze_argv)
         # Before the layer is renamed complete: a mismatch leaves no env layer in the store (the cleanup
         # removes the partial tree), so the next build installs and checks again instead of reusing it.
         actions.append(CheckTorchFamily(partial, VENV_PREFIX, f"the Python environment of {request.spec.name} "
                                                                f"({VENV_PREFIX}, just installed)"))
-    freeze_inside = f"{HOST_MOUNT}/freeze.txt"
-    freeze = f"{partial}{freeze_inside}"
+    actions.append(GuardTree(start, snapshot, store.env(layers.env_parent).complete if layers.env_parent else
+                             store.base(layers.base_entry).complete))
+    if not installs:
+        actions += [MakeDirs((f"{partial}{HOST_MOUNT}",)), sandbox_exec(request, partial, list(freeze_argv), writable=True)]
     actions += [
-        GuardTree(start, snapshot, store.env(layers.env_parent).complete if layers.env_parent else
-                  store.base(layers.base_entry).complete),
-        MakeDirs((f"{partial}{HOST_MOUNT}",)),
-        sandbox_exec(request, partial, [f"{VENV_PREFIX}/bin/python", "-I", "-c", FREEZE_TO_FILE_SCRIPT, freeze_inside], writable=True),
         Rename(freeze, entry.freeze),
         Remove((f"{partial}{HOST_MOUNT}",)),
         Rename(partial, rootfs),

@@ -4,6 +4,7 @@ user) and never in anything written: plans, layer keys, lock files."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import replace
 
 from envbuild.build.actions import Run
@@ -37,7 +38,13 @@ def runs(steps) -> list[Run]:
 
 
 def install_run(steps) -> Run:
-    return next(r for r in runs(steps) if "install" in r.argv)
+    """The installer's run; one wrapped in `sh -ec` with the package list after it, as its own words."""
+    for run in runs(steps):
+        if "install" in run.argv:
+            return run
+        if tuple(run.argv[-3:-1]) == ("/bin/sh", "-ec") and " install " in run.argv[-1].split("\n")[0]:
+            return replace(run, argv=(*run.argv[:-3], *shlex.split(run.argv[-1].split("\n")[0])))
+    raise AssertionError("no installer run")
 
 
 def test_uv_gets_credentialed_sources_from_its_environment_not_its_command_line() -> None:
