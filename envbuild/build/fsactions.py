@@ -167,6 +167,9 @@ def guard_tree(executor: Any, step: Step, action: GuardTree) -> None:
     need not wait for the 0.3 s walk of the parent's 46,000 paths; `join_guards` waits at the end of the steps
     (or before a failed step's cleanup) and says what it found."""
     def check() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            # This thread only (Linux nice is per thread): beside it run the build's tests, its longest path.
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         try:
             before = json.loads(Path(action.snapshot).read_text(encoding="utf-8"))
             after = treeops.file_states(action.path)

@@ -123,7 +123,9 @@ class Delta:
     tree_bytes: int  # size of every regular file in the new tree
 
 
-def _same(host: str, info: os.stat_result, old: list[object]) -> bool:
+def _same(view: TreeView, rel: str, info: os.stat_result, old: list[object]) -> bool:
+    """Whether `rel` is as the manifest recorded; its host path is looked up only to read a link or hash a
+    file (for each of 46,000 paths it was a third of the comparison's 0.3 s)."""
     kind, mode, uid, gid, mtime_ns, size, extra, dev, ino = old
     new_kind = _kind(info.st_mode)
     if new_kind != kind or (stat.S_IMODE(info.st_mode) | stat.S_IFMT(info.st_mode)) != mode:
@@ -133,14 +135,14 @@ def _same(host: str, info: os.stat_result, old: list[object]) -> bool:
     if kind == "dir":
         return True
     if kind == "symlink":
-        return os.readlink(host) == extra
+        return os.readlink(view.host(rel)) == extra
     if kind == "other":
         return str(info.st_rdev) == extra
     if info.st_size != size:
         return False
     if (info.st_dev, info.st_ino) == (dev, ino):
         return True  # the very file the parent squashed (shared by hard links, guarded against writes)
-    return bool(extra) and _sha256(host) == extra
+    return bool(extra) and _sha256(view.host(rel)) == extra
 
 
 class TreeView:
@@ -183,11 +185,10 @@ def compute_delta(tree: TreeView | str, manifest: dict[str, list[object]]) -> De
     changed_bytes = tree_bytes = 0
     for rel in sorted(now):
         info = now[rel]
-        host = view.host(rel)
         if stat.S_ISREG(info.st_mode):
             tree_bytes += info.st_size
         old = manifest.get(rel)
-        if old is None or not _same(host, info, old):
+        if old is None or not _same(view, rel, info, old):
             changed.append(rel)
             if stat.S_ISREG(info.st_mode):
                 changed_bytes += info.st_size
