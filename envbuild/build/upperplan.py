@@ -54,9 +54,9 @@ def user_layer_over_env(request: BuildRequest) -> bool:
 
 
 def beside_tests(run: Run, tests: tuple[str, ...]) -> Run:
-    """`run` at nice 10 when the tests run beside it: they are the build's longest path. On 2 cores, two tests
-    and the record at equal priority left the import test 2/3 of a core (5.5-5.8 s against 3.9-4.0 s alone);
-    what runs niced after the record (metadata, the layered write) still ends before it (measured below)."""
+    """`run` at nice 10 when the tests run beside it: they are the build's longest path (the reference spec's
+    import test: 3.8-4.4 s alone, 5.5-5.8 s in the build with the record at equal priority, 5.3-5.8 s niced;
+    2 cores, 2026-11-24). What runs niced after the record (metadata, the layered write) still ends first."""
     return replace(run, argv=(*NICE, *run.argv)) if tests else run
 
 
