@@ -31,7 +31,7 @@ def make_session(loaded: LoadedSpec, options: BuildOptions, out: TextIO) -> Sess
 def run_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, dry_run: bool) -> str | None:
     """Build (None), or with dry_run the plan's text, headed by the lock case that applies."""
     from envbuild.app.buildlock import dry_run_lock, lock_for_build
-    from envbuild.build.executor import ensure_can_write
+    from envbuild.app.outputpath import ensure_can_write
 
     session = make_session(loaded, options, out)
     overlay = loaded.spec.overlay is not None

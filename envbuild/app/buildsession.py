@@ -132,7 +132,7 @@ class BuildSession(Session):
                                           on_wait=self._say))
 
     def _build(self) -> Path:
-        from envbuild.build.executor import BuildExecutor, ensure_can_write
+        from envbuild.app.outputpath import ensure_can_write
         from envbuild.build.plan import plan_base, plan_layers
         from envbuild.host.facts import gather_host_facts
         from envbuild.store.entries import touch_used
@@ -164,6 +164,8 @@ class BuildSession(Session):
             log_path.unlink()  # one log per build; the previous build's log is not appended to
         self._sweep_store(store_root)
         self._say(f"building {self.loaded.spec.name} -> {output}")
+        from envbuild.build.executor import BuildExecutor  # not before: an up-to-date output needs none (26 ms)
+
         executor = BuildExecutor(log_path, store_root=store_root, verbose=self.options.verbose,
                                  keep_work=self.options.keep_work, out=self.out, quiet=self.options.quiet,
                                  heartbeat_s=self.options.heartbeat_s, started=started)

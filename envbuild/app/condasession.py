@@ -113,7 +113,8 @@ class CondaBuildSession(Session):
 
     def build(self) -> Path:
         from envbuild.app.buildsession import image_key_of, note_project_file
-        from envbuild.build.executor import BuildExecutor, ensure_can_write
+        from envbuild.app.outputpath import ensure_can_write
+        from envbuild.build.executor import BuildExecutor
         from envbuild.store.entries import touch_used
         from envbuild.store.locks import entry_lock
 

@@ -54,7 +54,8 @@ class OverlaySession(Session):
         return text + "\n" + render_steps("overlay", plan.steps)
 
     def build(self) -> Path:
-        from envbuild.build.executor import BuildExecutor, ensure_can_write
+        from envbuild.app.outputpath import ensure_can_write
+        from envbuild.build.executor import BuildExecutor
         from envbuild.build.overlayplan import overlay_key, plan_overlay, plan_overlay_base
         from envbuild.host.facts import gather_host_facts
         from envbuild.store.entries import touch_used

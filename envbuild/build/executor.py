@@ -42,7 +42,7 @@ from envbuild.build.heartbeat import LiveLine
 from envbuild.build.progress import StepRecord, clean_line, progress_bar, render_summary
 from envbuild.build.render import redact
 from envbuild.build.request import BasePlan, BuildPlan
-from envbuild.errors import EnvbuildError, ToolError
+from envbuild.errors import ToolError
 
 _TAIL_LINES = 30  # shown with a failed command: enough for a pip/uv resolution error and its cause
 # A line a `python -m envbuild...` helper prints with this prefix is shown like the executor's own notes
@@ -342,13 +342,3 @@ def _install_hint(program: str) -> str:
     if name in ("apptainer", "singularity"):
         return "load or install apptainer/singularity (provision/install.sh on a test machine)"
     return f"install {name} or fix PATH"
-
-
-def ensure_can_write(path: Path) -> None:
-    directory = path.parent
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise EnvbuildError(f"cannot create output directory {directory}: {exc.strerror}", "choose another -o path") from None
-    if not os.access(directory, os.W_OK):
-        raise EnvbuildError(f"cannot write to {directory}", "choose an output path you can write (-o)")
