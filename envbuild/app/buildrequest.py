@@ -139,7 +139,12 @@ def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *,
 
 
 def read_digest(base_plan: BasePlan) -> str:
+    return read_digest_file(base_plan.digest_file)
+
+
+def read_digest_file(path: str) -> str:
+    """The base's content digest recorded at `path`; "" when none is recorded (yet)."""
     try:
-        return Path(base_plan.digest_file).read_text(encoding="utf-8").strip()
+        return Path(path).read_text(encoding="utf-8").strip()
     except OSError:
         return ""

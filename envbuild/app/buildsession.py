@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 
 # check_spec_architecture is re-exported: envbuild.app.buildlock imports it from here.
 from envbuild.app.archchecks import check_spec_architecture
-from envbuild.app.buildrequest import BuildOptions, load_fresh_lock, make_request, read_digest
+from envbuild.app.buildrequest import BuildOptions, load_fresh_lock, make_request, read_digest, read_digest_file
 from envbuild.app.envparent import find_env_parent
 from envbuild.errors import EnvbuildError
 
@@ -101,7 +101,8 @@ class BuildSession(Session):
 
     def dry_run(self) -> str:
         from envbuild.build.archcheck import architecture_line
-        from envbuild.build.plan import plan_base, plan_build, plan_layers
+        from envbuild.build.layers import plan_layers
+        from envbuild.build.plan import plan_base, plan_build
         from envbuild.build.render import render_build_plan, render_steps
         from envbuild.host.facts import gather_host_facts
 
@@ -133,10 +134,10 @@ class BuildSession(Session):
 
     def _build(self) -> Path:
         from envbuild.app.outputpath import ensure_can_write
-        from envbuild.build.plan import plan_base, plan_layers
+        from envbuild.build.layers import base_cache_key, plan_layers
         from envbuild.host.facts import gather_host_facts
         from envbuild.store.entries import touch_used
-        from envbuild.store.layout import EntryPaths, StorePaths
+        from envbuild.store.layout import StorePaths
         from envbuild.store.locks import entry_lock
 
         started = self.started
@@ -149,16 +150,20 @@ class BuildSession(Session):
         facts = gather_host_facts(cache_dir=self.options.cache_dir)
         request = make_request(self.loaded, self.options, facts, lock=lock)
         self._note_compression()
-        base = plan_base(request)
         store_root = Path(facts.cache_dir)
         store = StorePaths(str(store_root))
-        self._use(store_root, "base", base.entry)
-        digest = read_digest(base)
-        if digest and os.path.exists(EntryPaths(base.entry).complete):
+        base_entry = store.base(base_cache_key(request.spec.base, facts, request.base.fingerprint))
+        self._use(store_root, "base", base_entry.dir)
+        digest = read_digest_file(base_entry.digest)
+        if digest and os.path.exists(base_entry.complete):
             layers = plan_layers(request.with_base_digest(digest))
             if image_key_of(output) == layers.image_key:
                 self._finish_up_to_date(request, layers, started)
                 return output
+        # Only a build needs the planner (an up-to-date output is known from the layer keys alone).
+        from envbuild.build.plan import plan_base
+
+        base = plan_base(request)
         log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
         if log_path.exists():
             log_path.unlink()  # one log per build; the previous build's log is not appended to

@@ -86,7 +86,8 @@ def start_parent_prefetch(loaded: LoadedSpec, options: BuildOptions, previous: L
     the copy removed, until `uses` closes (the end of the build)."""
     from envbuild.app.buildrequest import make_request, read_digest
     from envbuild.app.envparent import find_env_parent
-    from envbuild.build.plan import plan_base, plan_layers
+    from envbuild.build.layers import plan_layers
+    from envbuild.build.plan import plan_base
     from envbuild.host.facts import gather_host_facts
     from envbuild.store.layout import EntryPaths, StorePaths
     from envbuild.store.locks import entry_lock, forget_lock

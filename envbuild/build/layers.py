@@ -21,8 +21,10 @@ from envbuild.host.secrets import redact
 from envbuild.spec.model import VENV_PREFIX
 
 if TYPE_CHECKING:
-    from envbuild.build.request import BuildRequest
+    from envbuild.build.request import BuildRequest, Layers
+    from envbuild.host.facts import HostFacts
     from envbuild.host.pip import PipSettings
+    from envbuild.spec.model import BaseImage, Spec
 
 # Bump when what a layer contains changes for the same inputs, so older store entries are not reused.
 ENV_LAYOUT_VERSION = 1
@@ -138,3 +140,45 @@ def choose_env_parent(candidates: list[tuple[str, dict[str, Any], list[str], flo
         if best is None or score > best:
             best = score
     return best[2] if best else None
+
+
+# --- the layers of one build (what the store is looked up by) ---------------------------------------
+
+# Bump when the layout of cached bases changes, so old cache entries are not reused.
+BASE_LAYOUT_VERSION = 2
+
+
+def base_cache_key(base: BaseImage, facts: HostFacts, fingerprint: str = "") -> str:
+    """Cache entry name for a base root filesystem: readable prefix + hash of everything that shapes it."""
+    identity = {
+        "layout": BASE_LAYOUT_VERSION, "kind": base.kind, "ref": base.ref,
+        "include": sorted(set(base.include)), "mirror": base.mirror or facts.debian_mirror or "",
+        "fingerprint": fingerprint,
+    }
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    # Last path component keeps the name readable: debootstrap-bookworm-..., docker-python_3.12-slim-...
+    readable = base.ref.split("://", 1)[-1].rstrip("/").rsplit("/", 1)[-1].replace(":", "_")[:48]
+    return f"{base.kind}-{readable}-{digest}"
+
+
+def choose_installer(spec: Spec, facts: HostFacts) -> str:
+    if spec.python.installer == "auto":
+        return "uv" if facts.uv else "pip"
+    return spec.python.installer
+
+
+def plan_layers(request: BuildRequest) -> Layers:
+    """The store entries of the build's layers (base, env, image), from their keys. Here rather than in
+    envbuild.build.plan: a no-op build needs only these (and so imports no planner: 15-30 ms)."""
+    from envbuild.build.request import Layers as LayersOfBuild
+
+    spec, facts = request.spec, request.facts
+    installer = choose_installer(spec, facts)
+    base_entry = base_cache_key(spec.base, facts, request.base.fingerprint)
+    env = env_key(request, installer, base_entry)
+    image = image_key(request, env)
+    return LayersOfBuild(
+        base_entry=base_entry, env_entry=entry_name(env_readable(request), env), env_key=env,
+        env_compat=env_compat_key(request, installer, base_entry),
+        env_parent=request.env_parent, image_entry=entry_name(spec.name[:40], image), image_key=image,
+    )

@@ -8,7 +8,6 @@ Nothing here touches the filesystem or runs a program; `envbuild.build.executor`
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import PurePosixPath
 
@@ -32,37 +31,21 @@ from envbuild.build.actions import (
     WriteRunWrappers,
 )
 from envbuild.build.install import PackageSources, install_actions, venv_actions
-from envbuild.build.layers import entry_name, env_compat_key, env_key, env_readable, image_key
+from envbuild.build.layers import base_cache_key, choose_installer, plan_layers
 from envbuild.build.paths import ENV_SCRIPT, HOST_MOUNT, LABELS_FILE, RECORD_DIR
 from envbuild.build.record import build_record, env_script, image_labels
 from envbuild.build.recordscripts import FREEZE_TO_FILE_SCRIPT, RECORD_ENVIRONMENTS_SCRIPT
 from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
 from envbuild.build.sandbox import sandbox_exec
-from envbuild.host.facts import HostFacts
-from envbuild.spec.model import VENV_PREFIX, BaseImage, Spec
+from envbuild.spec.model import VENV_PREFIX
 from envbuild.store.layout import EntryPaths, StorePaths
 
 # Always in a debootstrap base: a Python that can make venvs, and CA certificates for HTTPS.
 DEBOOTSTRAP_ALWAYS = ("python3", "python3-venv", "ca-certificates")
 # A dpkg configuration file in a debootstrap tree while it is made (see plan_base).
 DPKG_UNSAFE_IO = "/etc/dpkg/dpkg.cfg.d/envbuild-unsafe-io"
-# Bump when the layout of cached bases changes, so old cache entries are not reused.
-BASE_LAYOUT_VERSION = 2
 # Directories envbuild makes inside an image: readable by every user of the image, whatever the builder's umask.
 IMAGE_DIR_MODE = 0o755
-
-
-def plan_layers(request: BuildRequest) -> Layers:
-    spec, facts = request.spec, request.facts
-    installer = choose_installer(spec, facts)
-    base_entry = base_cache_key(spec.base, facts, request.base.fingerprint)
-    env = env_key(request, installer, base_entry)
-    image = image_key(request, env)
-    return Layers(
-        base_entry=base_entry, env_entry=entry_name(env_readable(request), env), env_key=env,
-        env_compat=env_compat_key(request, installer, base_entry),
-        env_parent=request.env_parent, image_entry=entry_name(spec.name[:40], image), image_key=image,
-    )
 
 
 def plan_build(request: BuildRequest) -> BuildPlan:
@@ -190,26 +173,7 @@ def wrappers_step(request: BuildRequest, venv_bin: str) -> Step:
                                   request.facts.runtime.name),))
 
 
-def choose_installer(spec: Spec, facts: HostFacts) -> str:
-    if spec.python.installer == "auto":
-        return "uv" if facts.uv else "pip"
-    return spec.python.installer
-
-
 # --- base -----------------------------------------------------------------------------------------
-
-
-def base_cache_key(base: BaseImage, facts: HostFacts, fingerprint: str = "") -> str:
-    """Cache entry name for a base root filesystem: readable prefix + hash of everything that shapes it."""
-    identity = {
-        "layout": BASE_LAYOUT_VERSION, "kind": base.kind, "ref": base.ref,
-        "include": sorted(set(base.include)), "mirror": base.mirror or facts.debian_mirror or "",
-        "fingerprint": fingerprint,
-    }
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    # Last path component keeps the name readable: debootstrap-bookworm-..., docker-python_3.12-slim-...
-    readable = base.ref.split("://", 1)[-1].rstrip("/").rsplit("/", 1)[-1].replace(":", "_")[:48]
-    return f"{base.kind}-{readable}-{digest}"
 
 
 def plan_base(request: BuildRequest) -> BasePlan:

@@ -28,14 +28,13 @@ from dataclasses import replace
 from envbuild.build.actions import CopyTree, MakeDirs, Remove, Run, Step
 from envbuild.build.install import PackageSources
 from envbuild.build.layeredsquash import NICE
+from envbuild.build.layers import choose_installer, plan_layers
 from envbuild.build.paths import RECORD_DIR
 from envbuild.build.plan import (
-    choose_installer,
     configure_step,
     env_step,
     output_partial,
     output_step,
-    plan_layers,
     squash_step,
     start_tests,
     wrappers_step,

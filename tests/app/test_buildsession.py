@@ -19,8 +19,9 @@ import envbuild.host.facts
 from envbuild.app.buildrequest import BuildOptions, make_request
 from envbuild.app.buildsession import BuildSession, image_key_of
 from envbuild.app.envparent import find_env_parent
+from envbuild.build.layers import plan_layers
 from envbuild.build.paths import RECORD_DIR
-from envbuild.build.plan import plan_base, plan_layers
+from envbuild.build.plan import plan_base
 from envbuild.build.request import BuildRequest, Layers
 from envbuild.build.squash import assemble, mksquashfs_argv
 from envbuild.spec.load import LoadedSpec, load_spec

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from envbuild.build.actions import CopyTree, GuardTree
-from envbuild.build.layers import choose_env_parent
-from envbuild.build.plan import plan_layers
+from envbuild.build.layers import choose_env_parent, plan_layers
 from tests.plan_fixtures import FIXED_FACTS, fixed_plan, fixed_request, with_overrides
 
 SPEC = "envs/local-cpu-pytorch.yaml"
