@@ -1,6 +1,7 @@
-"""One `envbuild build` or `envbuild lock`: gathers what the pure planners need from this machine and the
-store (host facts, file and base digests, the lock, a parent env layer), holds the store locks, and
-hands the plans to the executor. Nothing here decides what a build does; envbuild.build.plan does."""
+"""One `envbuild build` of an image spec: takes the build's request (envbuild.app.buildrequest: host facts,
+file and base digests, the lock), finds what the store holds (a parent env layer, with --layered an image
+to layer over), holds the store locks, and hands the plans to the executor; an up-to-date output ends it
+before any planner is loaded. Nothing here decides what a build does; envbuild.build.plan does."""
 
 from __future__ import annotations
 
