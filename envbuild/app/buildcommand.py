@@ -41,8 +41,15 @@ def run_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, dry_run
             session.choose_lock(lock, note)
         else:
             ensure_can_write(options.output)  # before minutes of resolving
-            session.choose_lock(lock_for_build(loaded, options, out, overlay=overlay,
-                                               while_resolving=getattr(session, "prefetch_parent", None)))
+            try:
+                lock = lock_for_build(loaded, options, out, overlay=overlay,
+                                      while_resolving=getattr(session, "prefetch_parent", None))
+            except BaseException:
+                # What the session took while resolving (the parent env layer's copy, its locks) goes now,
+                # not with the next build's sweep of abandoned work directories.
+                session.release()
+                raise
+            session.choose_lock(lock)
     if dry_run:
         return session.dry_run()  # type: ignore[attr-defined]
     session.build()  # type: ignore[attr-defined]

@@ -59,6 +59,10 @@ class Session:
         self.lock_note = ""  # --dry-run: which lock case applies
         self.started = time.monotonic()  # the command's start: a build's total includes the lock and the base
 
+    def release(self) -> None:
+        """Let go of what the session holds (use locks, work made ahead) when it ends without building."""
+        self._uses.close()
+
     def choose_lock(self, lock: tuple[Lock, str, Path] | None, note: str = "") -> None:
         self.chosen_lock, self.lock_chosen, self.lock_note = lock, True, note
 

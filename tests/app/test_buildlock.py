@@ -132,3 +132,25 @@ def test_a_dry_run_says_which_case_applies_and_writes_nothing(tmp_path: Path, re
     note, lock = dry_run_lock(loaded, options(tmp_path, upgrade=True), overlay=False)
     assert note.startswith("# lock: --upgrade: resolving every package anew") and lock is None
     assert not (tmp_path / "tiny.lock").exists() and resolved == []
+
+
+def test_a_failed_resolution_releases_what_the_session_took_meanwhile(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy of the parent env layer started while resolving (envbuild.app.prefetch) is removed, and its
+    locks let go, when resolving fails: the build never starts, so its end would never come."""
+    import envbuild.app.buildlock
+    from envbuild.app.buildcommand import run_build
+    from envbuild.errors import EnvbuildError
+
+    released: list[str] = []
+
+    def failing(*_: object, while_resolving: object = None, **__: object) -> None:
+        session = while_resolving.__self__  # type: ignore[attr-defined]
+        session._uses.callback(released.append, "parent copy removed")
+        raise EnvbuildError("uv could not resolve", "fix the spec")
+
+    monkeypatch.setattr(envbuild.app.buildlock, "lock_for_build", failing)
+    loaded = spec_with(tmp_path, "six")
+    with pytest.raises(EnvbuildError, match="uv could not resolve"):
+        run_build(loaded, options(tmp_path), io.StringIO(), dry_run=False)
+    assert released == ["parent copy removed"]
