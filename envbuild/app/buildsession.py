@@ -119,7 +119,7 @@ class BuildSession(Session):
         request = request.with_base_digest(digest or "<digest recorded by the base step>")
         notes: list[str] = []
         if digest:  # the store has the base: plan as the build would, with the parents the store holds now
-            plan = self._plan(request, plan_layers(request), use=lambda *_: None, say=notes.append)
+            plan = self._plan(request, plan_layers(request), use=lambda *_: None, say=notes.append, verify=False)
         else:
             plan = plan_build(request)
         return (which + architecture_line(request) + "".join(f"# {note}\n" for note in notes)
@@ -179,8 +179,14 @@ class BuildSession(Session):
         executor = BuildExecutor(log_path, store_root=store_root, verbose=self.options.verbose,
                                  keep_work=self.options.keep_work, out=self.out, quiet=self.options.quiet,
                                  heartbeat_s=self.options.heartbeat_s, started=started)
+        made_now = not os.path.exists(base_entry.complete)
         executor.execute_base(base)
-        digest = read_digest(base)
+        from envbuild.app.storetrust import base_digest_source, trusted_base_digest
+
+        # Recomputed from the base when others can write the store (the up-to-date check above may read it:
+        # it only ever leaves the user's own output as it is, and nothing from the store reaches it).
+        digest = trusted_base_digest(store_root, base.entry, base.rootfs, base_digest_source(base), read_digest(base),
+                                     made_now=made_now)
         if lock is not None and lock[0].base_digest is not None and lock[0].base_digest != digest:
             self._say(f"note: the base's content differs from the one {lock[2].name} was made with "
                       f"({lock[0].base_digest[:19]} vs {digest[:19]}); every Python package is still pinned. "
@@ -195,10 +201,16 @@ class BuildSession(Session):
                 self._finish_up_to_date(request, layers, started)
                 return output
             plan = self._plan(request, layers, use=self._use, say=self._say)
-            if os.path.exists(store.image(layers.image_entry).complete):
+            image_entry = store.image(layers.image_entry)
+            if os.path.exists(image_entry.complete) and self._may_reuse_image(store_root, request, plan):
                 self._reuse_stored_image(executor, request, plan, started)
             else:
+                from envbuild.app.storetrust import record_stored_file, withdraw_entry
+
+                if os.path.exists(image_entry.complete):
+                    withdraw_entry(store_root, "image", image_entry.dir)  # it did not match its record
                 executor.execute(plan)
+                record_stored_file(image_entry.dir, "image.sif")
         for entry in (store.env(layers.env_entry), store.image(layers.image_entry)):
             if os.path.isdir(entry.dir):
                 touch_used(Path(entry.dir))
@@ -206,9 +218,10 @@ class BuildSession(Session):
         return output
 
     def _plan(self, request: BuildRequest, layers: Layers, *, use: Callable[[Path, str, str], None],
-              say: Callable[[str], None]) -> BuildPlan:
+              say: Callable[[str], None], verify: bool = True) -> BuildPlan:
         """The plan over what the store holds: the env layer to install the difference on and, with
-        --layered, the image to layer over, each held by `use` (a no-op for --dry-run) and said by `say`."""
+        --layered, the image to layer over, each held by `use` (a no-op for --dry-run) and said by `say`;
+        `verify`: the image layered over is checked against its record first (not for --dry-run)."""
         from envbuild.build.plan import plan_build
         from envbuild.store.layout import StorePaths
 
@@ -227,17 +240,35 @@ class BuildSession(Session):
             from envbuild.app.squashparent import with_squash_parent
 
             request = with_squash_parent(request, layers, use=use, say=say)
+            if request.squash_parent and verify:
+                from envbuild.app.storetrust import take_stored_file
+
+                parent = StorePaths(str(store_root)).image(request.squash_parent).dir
+                if not take_stored_file(store_root, "image", parent, "image.sif", None, say=say,
+                                        instead="squashing the whole tree"):
+                    request = replace(request, squash_parent=None)
             from envbuild.build.upperplan import plan_upper_build, user_layer_over_env
 
             if user_layer_over_env(request):
                 return plan_upper_build(request)
         return plan_build(request)
 
+    def _may_reuse_image(self, store_root: Path, request: BuildRequest, plan: BuildPlan) -> bool:
+        """The stored image checked against its record (envbuild.app.storetrust); from a store others can
+        write, the checked copy is left where the output step renames it from."""
+        from envbuild.app.storetrust import take_stored_file
+        from envbuild.build.plan import output_partial
+
+        return take_stored_file(store_root, "image", os.path.dirname(plan.store_image), os.path.basename(plan.store_image),
+                                output_partial(request), say=self._say)
+
     def _reuse_stored_image(self, executor: BuildExecutor, request: BuildRequest, plan: BuildPlan, started: float) -> None:
         from envbuild.build.plan import output_step, wrappers_step
 
-        copy = output_step(request, plan.store_image, f"copy the stored image {plan.layers.image_entry} to {plan.output}")
-        executor.execute_steps((copy, wrappers_step(request, plan.store_image)), None, "cached")
+        copy = output_step(request, plan.store_image, f"copy the stored image {plan.layers.image_entry} to {plan.output}",
+                           made_ahead=True)  # made ahead when it was checked in full as it was copied
+        # The commands are read from the output, the copy that was checked, not from the store.
+        executor.execute_steps((copy, wrappers_step(request, plan.output)), None, "cached")
         executor.finish(f"image unchanged, taken from the store: {plan.output}")
 
     def _finish_up_to_date(self, request: BuildRequest, layers: Layers, started: float) -> None:

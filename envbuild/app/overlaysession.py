@@ -92,7 +92,12 @@ class OverlaySession(Session):
         executor.execute_steps(base.steps, None, "base")
         probe = _cached_probe(base)
         assert probe is not None
-        request = request.with_base_digest(_read(base.digest_file))
+        from envbuild.app.storetrust import record_stored_file, take_stored_file, trusted_file_digest, withdraw_entry
+
+        # Recomputed from the base .sif when others can write the store (the up-to-date check above only
+        # ever leaves the user's own output as it is).
+        request = request.with_base_digest(trusted_file_digest(store_root, base.entry, request.base.path or "",
+                                                               _read(base.digest_file)))
         plan = plan_overlay(request, probe, spec_path=str(self.loaded.path))
         self._report(probe, plan)
         entry = StorePaths(str(store_root)).overlay(plan.entry)
@@ -101,17 +106,27 @@ class OverlaySession(Session):
                 self._say(f"{output} is up to date (overlay {plan.key[:16]})")
                 self._note_project(request, output)
                 return output
-            if os.path.exists(entry.complete):
+            from envbuild.build.plan import output_partial
+
+            reuse = os.path.exists(entry.complete) and take_stored_file(store_root, "overlay", entry.dir, "overlay.sqsh",
+                                                                        output_partial(request), say=self._say)
+            if not reuse and os.path.exists(entry.complete):
+                withdraw_entry(store_root, "overlay", entry.dir)  # its squash step would be skipped otherwise
+            if reuse:
                 from envbuild.build.overlayplan import overlay_wrappers_step
                 from envbuild.build.plan import output_step
 
-                step = output_step(request, plan.store_overlay, f"copy the stored overlay {plan.entry} to {output}")
-                # the commands are read from the stored overlay file (there is no venv directory now)
-                wrappers = overlay_wrappers_step(request, probe, plan.store_overlay)
+                # made ahead when it was checked in full as it was copied (envbuild.app.storetrust)
+                step = output_step(request, plan.store_overlay, f"copy the stored overlay {plan.entry} to {output}",
+                                   made_ahead=True)
+                # the commands are read from the output's overlay file, the copy that was checked (there is
+                # no venv directory now)
+                wrappers = overlay_wrappers_step(request, probe, str(output))
                 executor.execute_steps((step, wrappers), None, "cached")
                 executor.finish(f"overlay unchanged, taken from the store: {output}")
             else:
                 executor.execute_steps(plan.steps, plan.work_dir, "overlay")
+                record_stored_file(entry.dir, "overlay.sqsh")
                 executor.finish(f"built {output}")
         for directory in (base.entry, entry.dir):
             if os.path.isdir(directory):

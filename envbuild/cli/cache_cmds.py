@@ -1,4 +1,5 @@
-"""`envbuild cache ls|prune|rm|dir`: look at and clean up the build store (bases, envs, images, scratch)."""
+"""`envbuild cache ls|prune|rm|dir|verify`: look at, clean up and check the build store (bases, envs, images,
+scratch)."""
 
 from __future__ import annotations
 
@@ -141,6 +142,41 @@ def rm_command(names: tuple[str, ...], remove_everything: bool, cache_dir: Path 
     freed, failed = _remove_all(root, chosen, time.time(), busy_is_failure=True)
     click.echo(f"freed {human_size(freed)}")
     if failed:
+        sys.exit(1)
+
+
+@cache_group.command("verify")
+@click.option("--json", "as_json", is_flag=True, help="print a JSON object (entries and summary) instead of lines")
+@_cache_dir_option
+@reports_errors
+def verify_command(as_json: bool, cache_dir: Path | None) -> None:
+    """Check every entry of the store against its content record: each stored image and overlay is hashed,
+    each base's root file system digested again. Exit 1 when any entry does not match (README, "Trust
+    model"); entries without a record (made by an older envbuild) are listed, not counted as failures."""
+    from envbuild.store.integrity import MISMATCH, verify_entries
+
+    root = _store_root(cache_dir)
+    checks = []
+    for check in verify_entries(root):
+        checks.append(check)
+        if not as_json:
+            click.echo(f"{check.status.upper() if check.status == MISMATCH else check.status:<10}  "
+                       f"{check.qualified_name}  {'; '.join(check.details)}")
+    counts = {status: sum(1 for c in checks if c.status == status) for status in ("ok", "mismatch", "unrecorded", "unchecked")}
+    if as_json:
+        click.echo(json.dumps({"store": str(root), "summary": counts,
+                               "entries": [{"kind": c.kind, "name": c.name, "path": c.path, "status": c.status,
+                                            "details": list(c.details)} for c in checks]}, indent=2))
+    elif not checks:
+        click.echo(f"the store {root} holds no complete entry")
+    else:
+        click.echo(f"{len(checks)} entr{'ies' if len(checks) != 1 else 'y'} under {root}: "
+                   + ", ".join(f"{n} {status}" for status, n in counts.items() if n or status in ("ok", "mismatch")))
+    if counts["mismatch"]:
+        if not as_json:
+            click.echo(f"error: {counts['mismatch']} entr{'ies' if counts['mismatch'] != 1 else 'y'} of {root} do not match "
+                       "their content record\n  fix: remove them (`envbuild cache rm KIND/NAME`) and find out who changed "
+                       "them: whoever can write the store can change what its users build and run", err=True)
         sys.exit(1)
 
 

@@ -2,11 +2,11 @@
 
 Layout under the store root (`envbuild.host.runtime.default_cache_dir()`; the build code relies on it):
 
-    bases/<name>/   rootfs/, complete, [digest], [meta.json], [last-used]
+    bases/<name>/   rootfs/, complete, [digest], [meta.json], [last-used], [content.json]
     envs/<name>/    rootfs/, complete, meta.json, [last-used]
-    images/<name>/  image.sif, complete, meta.json, [last-used], [tree-manifest.json.gz] (full images: what
-                    a --layered build compares with, envbuild.build.treemanifest)
-    overlays/<name>/  overlay.sqsh, complete, meta.json, [last-used]   (venv overlays)
+    images/<name>/  image.sif, complete, meta.json, [last-used], [content.json], [tree-manifest.json.gz] (full
+                    images: what a --layered build compares with, envbuild.build.treemanifest)
+    overlays/<name>/  overlay.sqsh, complete, meta.json, [last-used], [content.json]   (venv overlays)
     overlays/base-<name>/  digest, probe-<python>.json, complete        (a base .sif's digest and Python, once)
     locks/<kind>-<name>.lock   flock'ed by a build while it creates or uses an entry
     work/<build>/   scratch of running (or killed) builds
@@ -14,7 +14,8 @@ Layout under the store root (`envbuild.host.runtime.default_cache_dir()`; the bu
     uv/, pip/       installer download caches
 
 An entry is complete only once its `complete` marker exists; a directory without it is what a killed
-build left behind.
+build left behind. `content.json` records what the entry was made with (the size and sha256 of
+image.sif or overlay.sqsh, a base's root file system's tree digest): envbuild.store.integrity.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ KIND_ORDER = ("base", "env", "image", "overlay", "work", "trash", "download")
 COMPLETE = "complete"
 META = "meta.json"
 LAST_USED = "last-used"
+CONTENT = "content.json"
 
 # A build that is still running keeps touching its files; an hour of silence means it was killed. This is
 # a floor, never lowered by --older-than, because removing a running build's scratch breaks that build.
@@ -71,6 +73,11 @@ class EntryPaths:
     @property
     def last_used(self) -> str:
         return f"{self.dir}/{LAST_USED}"
+
+    @property
+    def content(self) -> str:
+        """What the entry was made with (envbuild.store.integrity)."""
+        return f"{self.dir}/{CONTENT}"
 
     @property
     def rootfs(self) -> str:

@@ -1,0 +1,225 @@
+"""Store entries' content records (envbuild.store.integrity): what is recorded, who else can write an entry,
+and `envbuild cache verify` finding a tampered image and a tampered base in a store, with entries owned by
+a stranger (uid 65534) as in a store shared by a group."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from envbuild.cli.cache_cmds import cache_group
+from envbuild.store.integrity import (
+    FileDigest,
+    digest_of_file,
+    file_problem,
+    others_can_write,
+    read_content_record,
+    verify_entries,
+    write_content_record,
+)
+from envbuild.treedigest import tree_digest
+
+STRANGER = 65534  # nobody
+
+
+def make_image(root: Path, name: str = "tiny-0123456789abcdef", content: bytes = b"SIF" * 1000, *,
+               record: bool = True) -> Path:
+    entry = root / "images" / name
+    entry.mkdir(parents=True)
+    (entry / "image.sif").write_bytes(content)
+    (entry / "meta.json").write_text("{}\n")
+    if record:
+        write_content_record(entry, files=("image.sif",))
+    (entry / "complete").write_text("tiny\n")
+    return entry
+
+
+def make_base(root: Path, name: str = "debootstrap-bookworm-0123456789abcdef", *, record: bool = True) -> Path:
+    entry = root / "bases" / name
+    (entry / "rootfs" / "etc").mkdir(parents=True)
+    (entry / "rootfs" / "etc" / "os-release").write_text("ID=debian\n")
+    os.symlink("usr/bin", entry / "rootfs" / "bin")
+    digest = tree_digest(str(entry / "rootfs"))
+    (entry / "digest").write_text(digest + "\n")
+    if record:
+        write_content_record(entry, trees={"rootfs": digest})
+    (entry / "complete").write_text("debootstrap:bookworm\n")
+    return entry
+
+
+def chown_tree(top: Path, uid: int) -> None:
+    for directory, subdirs, files in os.walk(top):
+        for name in (*subdirs, *files):
+            os.lchown(os.path.join(directory, name), uid, uid)
+    os.lchown(top, uid, uid)
+
+
+def test_the_record_holds_size_and_sha256_and_reads_back(tmp_path: Path) -> None:
+    entry = make_image(tmp_path, content=b"abc")
+    record = read_content_record(entry)
+    assert record is not None
+    assert record.files["image.sif"] == FileDigest(3, "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    assert json.loads((entry / "content.json").read_text())["version"] == 1
+
+
+@pytest.mark.parametrize("text", ["", "{not json", "[]", '{"version": 2, "files": {}}',
+                                  '{"version": 1, "files": {"image.sif": {"size": "3", "sha256": "sha256:ab"}}}',
+                                  '{"version": 1, "files": {"image.sif": {"size": 3, "sha256": "md5:x"}}}'])
+def test_a_record_envbuild_did_not_write_is_no_record(tmp_path: Path, text: str) -> None:
+    entry = make_image(tmp_path)
+    (entry / "content.json").write_text(text)
+    assert read_content_record(entry) is None
+
+
+def test_size_is_checked_always_and_the_hash_when_asked(tmp_path: Path) -> None:
+    entry = make_image(tmp_path, content=b"a" * 100)
+    recorded = read_content_record(entry).files["image.sif"]  # type: ignore[union-attr]
+    (entry / "image.sif").write_bytes(b"b" * 100)  # same size, other bytes
+    assert file_problem("image.sif", entry / "image.sif", recorded, full=False) is None
+    assert "its record says sha256:" in (file_problem("image.sif", entry / "image.sif", recorded, full=True) or "")
+    (entry / "image.sif").write_bytes(b"b" * 99)
+    assert file_problem("image.sif", entry / "image.sif", recorded, full=False) == "image.sif is 99 bytes, its record says 100"
+    assert file_problem("image.sif", entry / "image.sif", None, full=False) == "no digest recorded for image.sif"
+    assert digest_of_file(entry / "image.sif").size == 99
+
+
+def test_a_store_only_the_user_can_write_is_private(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    entry = make_image(root)
+    for path in (root, root / "images", entry):
+        path.chmod(0o755)
+    assert others_can_write(root, entry, ("image.sif",)) is None
+
+
+@pytest.mark.parametrize("where", ["root", "kind", "entry", "file", "record"])
+def test_a_group_writable_part_makes_the_store_shared(tmp_path: Path, where: str) -> None:
+    root = tmp_path / "store"
+    entry = make_image(root)
+    for path in (root, root / "images", entry):
+        path.chmod(0o755)
+    path = {"root": root, "kind": root / "images", "entry": entry, "file": entry / "image.sif",
+            "record": entry / "content.json"}[where]
+    path.chmod(path.stat().st_mode | 0o020)
+    assert others_can_write(root, entry, ("image.sif",)) == f"{path} is writable by its group ({_group(path)})"
+
+
+def _group(path: Path) -> str:
+    import grp
+
+    return grp.getgrgid(path.stat().st_gid).gr_name
+
+
+def test_an_entry_owned_by_a_stranger_makes_the_store_shared(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("chown to a stranger needs root (CI runs the tests as root)")
+    root = tmp_path / "store"
+    entry = make_image(root)
+    for path in (root, root / "images", entry):
+        path.chmod(0o755)
+    chown_tree(entry, STRANGER)
+    assert f"belongs to user nobody (uid {STRANGER})" in (others_can_write(root, entry, ("image.sif",)) or "")
+
+
+def test_a_symlinked_entry_is_not_the_users_alone(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    real = make_image(tmp_path / "elsewhere")
+    (root / "images").mkdir(parents=True)
+    os.symlink(real, root / "images" / real.name)
+    assert others_can_write(root, root / "images" / real.name) == f"{root / 'images' / real.name} is a symbolic link"
+
+
+# --- envbuild cache verify -----------------------------------------------------------------------------
+
+
+def verify(root: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cache_group, ["verify", "--cache-dir", str(root), *args])
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def shared_store(tmp_path: Path) -> Path:
+    """A group-writable store with an image and a base, both made (owned) by a stranger where the tests run
+    as root, as in a store a project's group shares."""
+    root = tmp_path / "store"
+    make_image(root)
+    make_base(root)
+    (root / "envs" / "tiny-env").mkdir(parents=True)
+    (root / "envs" / "tiny-env" / "complete").write_text("tiny\n")
+    for directory in (root, *root.glob("*"), *root.glob("*/*")):
+        os.chmod(directory, 0o2775)
+    if os.geteuid() == 0:
+        for entry in (*root.glob("images/*"), *root.glob("bases/*")):
+            chown_tree(entry, STRANGER)
+    base = next(root.glob("bases/*"))
+    digest = tree_digest(str(base / "rootfs"))  # as its maker recorded it: owners are part of a tree's digest
+    (base / "digest").write_text(digest + "\n")
+    write_content_record(base, trees={"rootfs": digest})
+    return root
+
+
+def test_an_untampered_store_verifies_clean(shared_store: Path) -> None:
+    code, output = verify(shared_store)
+    assert code == 0, output
+    lines = output.splitlines()
+    assert lines[0].startswith("ok          base/debootstrap-bookworm-0123456789abcdef  rootfs: sha256:")
+    assert lines[1] == "unchecked   env/tiny-env  env layers carry no content digest"
+    assert lines[2].startswith("ok          image/tiny-0123456789abcdef  image.sif: sha256:")
+    assert lines[3] == f"3 entries under {shared_store}: 2 ok, 0 mismatch, 1 unchecked"
+
+
+def test_verify_finds_a_tampered_image_and_a_tampered_base(shared_store: Path) -> None:
+    image = shared_store / "images" / "tiny-0123456789abcdef" / "image.sif"
+    image.write_bytes(b"EVIL" * 750)  # the same size: only the hash tells
+    base = shared_store / "bases" / "debootstrap-bookworm-0123456789abcdef"
+    (base / "rootfs" / "etc" / "ld.so.preload").write_text("/tmp/evil.so\n")
+
+    code, output = verify(shared_store)
+
+    assert code == 1
+    assert "MISMATCH    image/tiny-0123456789abcdef  image.sif has sha256:" in output
+    assert "MISMATCH    base/debootstrap-bookworm-0123456789abcdef  rootfs has sha256:" in output
+    assert "2 mismatch" in output
+    assert "error: 2 entries of" in output and "fix: remove them" in output
+
+
+def test_verify_finds_a_tampered_base_digest_file(shared_store: Path) -> None:
+    base = shared_store / "bases" / "debootstrap-bookworm-0123456789abcdef"
+    (base / "digest").write_text("sha256:" + "0" * 64 + "\n")
+    code, output = verify(shared_store)
+    assert code == 1
+    assert f"the digest file says sha256:{'0' * 64}, the content has sha256:" in output
+
+
+def test_entries_without_a_record_are_listed_not_failed(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    make_image(root, record=False)
+    base = make_base(root, record=False)  # its digest file is the tree's: still checked
+    code, output = verify(root)
+    assert code == 0
+    assert "unrecorded  image/tiny-0123456789abcdef  no content record for image.sif" in output
+    assert f"ok          base/{base.name}" in output
+    (base / "rootfs" / "etc" / "os-release").write_text("ID=evil\n")
+    assert verify(root)[0] == 1
+
+
+def test_verify_json(shared_store: Path) -> None:
+    (shared_store / "images" / "tiny-0123456789abcdef" / "image.sif").write_bytes(b"short")
+    code, output = verify(shared_store, "--json")
+    assert code == 1
+    data = json.loads(output)
+    assert data["store"] == str(shared_store)
+    assert data["summary"] == {"ok": 1, "mismatch": 1, "unrecorded": 0, "unchecked": 1}
+    image = next(e for e in data["entries"] if e["kind"] == "image")
+    assert image["status"] == "mismatch" and image["details"] == ["image.sif is 5 bytes, its record says 3000"]
+
+
+def test_verify_skips_unfinished_entries(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    entry = make_image(root)
+    (entry / "complete").unlink()
+    assert list(verify_entries(root)) == []
+    assert verify(root) == (0, f"the store {root} holds no complete entry\n")
