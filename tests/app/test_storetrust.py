@@ -1,0 +1,176 @@
+"""A build that takes its image from the store, through the real session and executor (no container runtime:
+the base and image entries are stand-ins, the image a real SIF): from a store others can write, a tampered
+image.sif is not copied out, a tampered base is refused, and an entry owned by a stranger (uid 65534) is
+checked in full; from the user's own store, only sizes are compared."""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import envbuild.host.facts
+from envbuild.app.buildrequest import BuildOptions, make_request
+from envbuild.app.buildsession import BuildSession
+from envbuild.build.layers import plan_layers
+from envbuild.build.plan import plan_base
+from envbuild.errors import EnvbuildError
+from envbuild.spec.load import LoadedSpec
+from envbuild.store.integrity import write_content_record
+from envbuild.store.layout import StorePaths
+from envbuild.treedigest import tree_digest
+from tests.app.test_buildsession import BuildStarted, write_sif, write_spec
+from tests.plan_fixtures import FIXED_FACTS
+
+STRANGER = 65534
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "store"
+    root.mkdir()
+    facts = replace(FIXED_FACTS, cache_dir=root)
+    monkeypatch.setattr(envbuild.host.facts, "gather_host_facts", lambda **_: facts)
+
+    def rebuilt(*_: object, **__: object) -> None:
+        raise BuildStarted  # the stored image was not used: the session builds it again
+
+    monkeypatch.setattr("envbuild.build.executor.BuildExecutor.execute", rebuilt)
+    return root
+
+
+def stored_build(tmp_path: Path, store: Path) -> tuple[LoadedSpec, Path, Path]:
+    """A complete base (a small rootfs and its tree digest) and the image entry the spec's build makes from
+    it (a real SIF with its content record), as a build leaves them. Returns (spec, output, stored image)."""
+    loaded = write_spec(tmp_path, ["six"])
+    output = tmp_path / "out" / "tiny.sif"
+    output.parent.mkdir()
+    request = make_request(loaded, BuildOptions(output=output), replace(FIXED_FACTS, cache_dir=store), lock=None)
+    base = plan_base(request)
+    (Path(base.rootfs) / "etc").mkdir(parents=True)
+    (Path(base.rootfs) / "etc" / "os-release").write_text("ID=debian\n")
+    digest = tree_digest(base.rootfs)
+    Path(base.digest_file).write_text(digest + "\n")
+    write_content_record(base.entry, trees={"rootfs": digest})
+    Path(base.entry, "complete").write_text("debootstrap:bookworm\n")
+    layers = plan_layers(request.with_base_digest(digest))
+    entry = StorePaths(str(store)).image(layers.image_entry)
+    os.makedirs(entry.dir)
+    write_sif(tmp_path / "tree", Path(entry.image), {"layers": {"image": layers.image_key}})
+    write_content_record(entry.dir, files=("image.sif",))
+    Path(entry.complete).write_text("tiny\n")
+    return loaded, output, Path(entry.image)
+
+
+def share_with_group(store: Path) -> None:
+    """The store as a group shares it: setgid, group-writable directories (not the trees inside entries)."""
+    for directory in (store, *store.glob("*"), *store.glob("*/*")):
+        if directory.is_dir():
+            os.chmod(directory, 0o2775)
+
+
+def build(loaded: LoadedSpec, output: Path, store: Path) -> str:
+    out = io.StringIO()
+    BuildSession(loaded, BuildOptions(output=output, cache_dir=store), out=out).build()
+    return out.getvalue()
+
+
+def same_size_tamper(image: Path) -> None:
+    data = bytearray(image.read_bytes())
+    data[-1] ^= 0xFF  # one byte of the squashfs: the size, and so the cheap check, stays the same
+    image.write_bytes(bytes(data))
+
+
+def test_an_untampered_image_from_a_group_writable_store_is_copied_out(tmp_path: Path, store: Path) -> None:
+    loaded, output, stored = stored_build(tmp_path, store)
+    share_with_group(store)
+    text = build(loaded, output, store)
+    assert f"image unchanged, taken from the store: {output}" in text
+    assert output.read_bytes() == stored.read_bytes()
+    assert "warning" not in text
+
+
+def test_a_tampered_image_in_a_group_writable_store_is_not_copied_out(tmp_path: Path, store: Path) -> None:
+    loaded, output, stored = stored_build(tmp_path, store)
+    share_with_group(store)
+    same_size_tamper(stored)
+    out = io.StringIO()
+    with pytest.raises(BuildStarted):
+        BuildSession(loaded, BuildOptions(output=output, cache_dir=store), out=out).build()
+    text = out.getvalue()
+    assert f"warning: image entry {stored.parent.name} in the store {store} does not match its content record: " \
+           f"image.sif has sha256:" in text
+    assert f"{store} is writable by its group" in text and "not used, building it again" in text
+    assert not output.exists()
+    assert [p.name for p in output.parent.iterdir()] == ["tiny.sif.build.log"], "no copy of it is left beside the output"
+    assert not (stored.parent / "complete").exists(), "withdrawn, so the build makes it again"
+
+
+def test_an_entry_owned_by_a_stranger_is_checked_in_full(tmp_path: Path, store: Path) -> None:
+    """Two users: the image entry was made by another user (uid 65534) in a store this user reuses, with
+    nothing group-writable. Tests run as root in CI; as another user this chown is not allowed."""
+    if os.geteuid() != 0:
+        pytest.skip("chown to a stranger needs root")
+    loaded, output, stored = stored_build(tmp_path, store)
+    for path in (stored.parent, *stored.parent.iterdir()):
+        os.lchown(path, STRANGER, STRANGER)
+    same_size_tamper(stored)
+    out = io.StringIO()
+    with pytest.raises(BuildStarted):
+        BuildSession(loaded, BuildOptions(output=output, cache_dir=store), out=out).build()
+    assert f"belongs to user nobody (uid {STRANGER})" in out.getvalue()
+    assert not output.exists()
+
+
+def test_the_users_own_store_compares_sizes_only(tmp_path: Path, store: Path) -> None:
+    """Write access is trust: only the user could have changed their own store, so its entries are not
+    hashed on reuse; a size that differs from the record (a truncated copy) is still caught."""
+    loaded, output, stored = stored_build(tmp_path, store)
+    same_size_tamper(stored)
+    assert "image unchanged, taken from the store" in build(loaded, output, store)
+    output.unlink()
+    stored.write_bytes(stored.read_bytes()[:-1])
+    out = io.StringIO()
+    with pytest.raises(BuildStarted):
+        BuildSession(loaded, BuildOptions(output=output, cache_dir=store), out=out).build()
+    assert "image.sif is" in out.getvalue() and "bytes, its record says" in out.getvalue()
+    assert not output.exists()
+
+
+def test_an_entry_without_a_record_is_recorded_in_the_users_store_and_rebuilt_in_a_shared_one(
+        tmp_path: Path, store: Path) -> None:
+    loaded, output, stored = stored_build(tmp_path, store)
+    record = stored.parent / "content.json"
+    record.unlink()  # made by an older envbuild
+    assert "image unchanged, taken from the store" in build(loaded, output, store)
+    assert record.is_file()
+    output.unlink()
+    record.unlink()
+    share_with_group(store)
+    out = io.StringIO()
+    with pytest.raises(BuildStarted):
+        BuildSession(loaded, BuildOptions(output=output, cache_dir=store), out=out).build()
+    assert "it has no content record (made by an older envbuild), so it cannot be verified" in out.getvalue()
+    assert not output.exists()
+
+
+@pytest.mark.parametrize("tamper", ["digest-file", "rootfs"])
+def test_a_tampered_base_in_a_group_writable_store_is_refused(tmp_path: Path, store: Path, tamper: str) -> None:
+    """The base digest is recomputed from the base, not read: a digest file pointing the layer keys at another
+    entry, or a root file system changed under its digest, stops the build before anything is copied."""
+    loaded, output, _stored = stored_build(tmp_path, store)
+    base = next(store.glob("bases/*"))
+    if tamper == "digest-file":
+        (base / "digest").write_text("sha256:" + "0" * 64 + "\n")
+    else:
+        (base / "rootfs" / "etc" / "ld.so.preload").write_text("/tmp/evil.so\n")
+    share_with_group(store)
+    with pytest.raises(EnvbuildError) as caught:
+        build(loaded, output, store)
+    message = caught.value.render()
+    assert f"the base entry {base.name} in the store {store} does not match its record" in message
+    assert f"envbuild cache rm --cache-dir {store} base/{base.name}" in message
+    assert not output.exists()
