@@ -174,3 +174,21 @@ def test_a_tampered_base_in_a_group_writable_store_is_refused(tmp_path: Path, st
     assert f"the base entry {base.name} in the store {store} does not match its record" in message
     assert f"envbuild cache rm --cache-dir {store} base/{base.name}" in message
     assert not output.exists()
+
+
+def test_an_overlays_base_digest_is_recomputed_from_the_sif_in_a_shared_store(tmp_path: Path) -> None:
+    """overlays/base-*/digest records a base .sif's sha256 (the overlay's key is made from it)."""
+    from envbuild.app.storetrust import trusted_file_digest
+    from envbuild.treedigest import file_digest
+
+    store = tmp_path / "store"
+    entry = store / "overlays" / "base-x"
+    entry.mkdir(parents=True)
+    base_sif = tmp_path / "base.sif"
+    base_sif.write_bytes(b"SIF" * 100)
+    forged = "sha256:" + "0" * 64
+    assert trusted_file_digest(store, str(entry), str(base_sif), forged) == forged  # the user's own store
+    share_with_group(store)
+    assert trusted_file_digest(store, str(entry), str(base_sif), file_digest(str(base_sif))) == file_digest(str(base_sif))
+    with pytest.raises(EnvbuildError, match=f"records {forged} for {base_sif}, which has sha256:"):
+        trusted_file_digest(store, str(entry), str(base_sif), forged)
