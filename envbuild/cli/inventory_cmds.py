@@ -20,6 +20,7 @@ from envbuild.inventory.image import image_arch, read_inventory, sif_image_id
 from envbuild.inventory.overlay import is_overlay_file
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.report import ImageResult, package_rows, render_json, render_matrix, render_table
+from envbuild.terminaltext import printable, printable_lines
 
 if TYPE_CHECKING:
     from envbuild.inventory.facts import ImageFacts
@@ -43,8 +44,12 @@ def _inventory(path: str, cache: InventoryCache) -> Inventory:
 
 
 def _warn_problems(path: str, inventory: Inventory) -> None:
-    for problem in inventory.problems:
-        click.echo(f"warning: {path}: {problem.path}: {problem.message}", err=True)
+    for problem in inventory.problems:  # paths and messages name what is in the image: shown escaped
+        click.echo(printable(f"warning: {path}: {problem.path}: {problem.message}"), err=True)
+
+
+def _report(exc: ImageFormatError) -> None:
+    click.echo(printable_lines(exc.render()), err=True)
 
 
 @click.command("packages")
@@ -88,7 +93,7 @@ def packages_command(images: tuple[str, ...], pattern: str | None, as_json: bool
             if mounted:
                 inventory = _overlaid(path, inventory, mounted)
         except ImageFormatError as exc:
-            click.echo(exc.render(), err=True)
+            _report(exc)
             results.append(ImageResult(label, error=exc.message))
             continue
         _warn_problems(label, inventory)
@@ -201,11 +206,11 @@ def catalogue_command(images: tuple[str, ...], output: Path, title: str, no_cach
 
     paths, problems = expand_images(images)
     for problem in problems:
-        click.echo(f"error: {problem}", err=True)
+        click.echo(printable(f"error: {problem}"), err=True)
     if not paths:
         raise UsageError("no images to put in the catalogue", "give .sif or .sqsh files, or directories that hold them")
     cache = _cache(no_cache)
-    entries = read_entries(paths, lambda path: _facts(path, cache), lambda exc: click.echo(exc.render(), err=True))
+    entries = read_entries(paths, lambda path: _facts(path, cache), _report)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     catalogue = build_catalogue(entries, generated_at=now, envbuild_version=__version__, title=title)
     page, data = write_site(output, catalogue)

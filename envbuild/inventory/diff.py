@@ -9,6 +9,7 @@ from typing import Any
 from envbuild.inventory.facts import ImageFacts
 from envbuild.inventory.pkgmeta import canonical_name
 from envbuild.inventory.pyenvs import Package
+from envbuild.terminaltext import printable
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,14 @@ def _change_line(change: Change) -> str:
 
 
 def render_diff(diff: ImageDiff) -> str:
+    """The diff as text for a terminal: each line escaped (names, versions, labels come from the images)."""
+    return "\n".join(printable(line) for line in _diff_lines(diff)) + "\n"
+
+
+def _diff_lines(diff: ImageDiff) -> list[str]:
     lines = [f"--- {diff.a}", f"+++ {diff.b}"]
     if diff.identical:
-        return "\n".join([*lines, "no differences in packages, environment variables, labels or overlay records"]) + "\n"
+        return [*lines, "no differences in packages, environment variables, labels or overlay records"]
     for env in diff.environments:
         if env.status == "both" and not env.changes:
             continue
@@ -122,7 +128,7 @@ def render_diff(diff: ImageDiff) -> str:
     if diff.record:
         lines.append("overlay record (.envbuild/overlay.json):")
         lines += [_change_line(c) for c in diff.record]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def diff_to_dict(diff: ImageDiff) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from envbuild.inventory.pyenvs import Inventory, Problem, take_inventory
 from envbuild.inventory.sif import SifLayout, SifObject, read_sif_layout
 from envbuild.inventory.squashfs import DECODE_ERRORS, Squashfs
 from envbuild.inventory.trees import DirectoryTree, MountedTree, SquashfsTree, Tree
+from envbuild.inventory.walkguard import WalkLimitError
 from envbuild.overlayformat import RECORD_FILE
 
 T = TypeVar("T")
@@ -91,9 +92,12 @@ def _open_overlay(path: str) -> Iterator[OpenImage]:
 
 
 def guarded(path: str, action: Callable[[], T]) -> T:
-    """Run `action`; turn what a damaged file makes the decoders raise into one clear error for this image."""
+    """Run `action`; turn what a damaged file makes the decoders raise, and a walk past its budget, into one
+    clear error for this image."""
     try:
         return action()
+    except WalkLimitError as exc:
+        raise ImageFormatError(path, str(exc), exc.hint) from None
     except DECODE_ERRORS as exc:
         raise ImageFormatError(path, f"the squashfs file system is damaged ({type(exc).__name__}: {exc})",
                                "the file is corrupt or truncated: copy or download it again") from None

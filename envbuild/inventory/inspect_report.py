@@ -11,6 +11,7 @@ from typing import Any
 from envbuild.inventory.envscripts import STOCK_SCRIPTS
 from envbuild.inventory.facts import FILES, ImageFacts
 from envbuild.overlayformat import LOCK_FILE, SPEC_FILE
+from envbuild.terminaltext import printable
 
 
 def human_size(size: int) -> str:
@@ -27,7 +28,18 @@ def _when(seconds: int) -> str:
 
 
 def _indented(text: str) -> list[str]:
-    return ["    " + line for line in text.rstrip("\n").splitlines()] or ["    (empty)"]
+    # Split at "\n" only: a "\r" stays in its line, to be shown escaped, not drawn over the line's start.
+    lines = text.rstrip("\n").split("\n") if text.strip("\n") else []
+    return [_BLOCK + line for line in lines] or [_BLOCK + "(empty)"]
+
+
+# Lines of a script, spec or lock shown as a block keep their tabs; every other line is one field.
+_BLOCK = "    "
+
+
+def _shown(lines: list[str]) -> str:
+    """The report's lines as text for a terminal: whatever came from the image shown escaped."""
+    return "\n".join(printable(line, keep_tabs=line.startswith(_BLOCK)) for line in lines) + "\n"
 
 
 def _objects(facts: ImageFacts) -> list[str]:
@@ -126,7 +138,7 @@ def _render_squashfs(facts: ImageFacts) -> str:
             lines.append(f"envbuild {title} ({path}):" if text is not None else f"envbuild {title}: (absent)")
             if text is not None:
                 lines += _indented(text)
-    return "\n".join(lines) + "\n"
+    return _shown(lines)
 
 
 def render_inspect(facts: ImageFacts) -> str:
@@ -173,7 +185,7 @@ def render_inspect(facts: ImageFacts) -> str:
         freeze = facts.envbuild.get("pip_freeze_lines")
         if freeze is not None:
             lines.append(f"pip freeze at build time: {freeze} lines in {FILES['pip_freeze']}")
-    return "\n".join(lines) + "\n"
+    return _shown(lines)
 
 
 def inspect_to_dict(facts: ImageFacts) -> dict[str, Any]:

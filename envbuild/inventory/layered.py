@@ -5,6 +5,7 @@ the path below, a directory in both merges, a file or link in an upper layer hid
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Hashable
 
 from envbuild.inventory.squashfs import Squashfs
 from envbuild.inventory.trees import SquashfsTree, Tree
@@ -71,6 +72,15 @@ class LayeredTree:
             else:
                 merged[name] = entry_kind
         return merged
+
+    def directory_key(self, path: str) -> Hashable | None:
+        """A merged directory is what both layers show there."""
+        kind, lower_open, exists = self._state(path)
+        if not exists or (kind is not None and kind != "dir"):
+            return None
+        below = self.lower.directory_key(path) if lower_open else None
+        above = self.upper.tree.directory_key(path) if kind == "dir" else None
+        return None if below is None and above is None else (below, above)
 
     def read(self, path: str, limit: int) -> bytes | None:
         kind, lower_open, exists = self._state(path)

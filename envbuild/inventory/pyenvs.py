@@ -27,6 +27,7 @@ from envbuild.inventory.pkgmeta import (
     parse_core_metadata,
 )
 from envbuild.inventory.trees import Tree
+from envbuild.inventory.walkguard import WalkGuard
 
 SITE_DIR_NAMES = ("site-packages", "dist-packages")
 SKIP_AT_ROOT = frozenset({"proc", "sys", "dev", "run", "tmp", "boot", "lost+found", ".singularity.d", ".envbuild"})
@@ -82,15 +83,21 @@ def _is_python_dir(name: str) -> bool:
     return name.startswith("python") and (name == "python3" or name[6:7].isdigit())
 
 
-def find_environments(tree: Tree) -> list[Environment]:
-    """Walk the tree from / and return its environments, sorted by prefix."""
+def find_environments(tree: Tree, problems: list[Problem] | None = None) -> list[Environment]:
+    """Walk the tree from / and return its environments, sorted by prefix. Each directory is listed once
+    (a crafted image can hold one inside itself: noted in `problems`), within walkguard's budgets
+    (WalkLimitError past them)."""
     found: dict[str, _Found] = {}
+    guard = WalkGuard()
     stack = ["/"]
     while stack:
         path = stack.pop()
+        if guard.repeated(path, tree.directory_key(path)):
+            continue
         kids = tree.children(path)
         if kids is None:
             continue
+        guard.count(path, len(kids))
         if kids.get("pyvenv.cfg") == "file":
             found.setdefault(path, _Found()).venv = True
         is_conda = kids.get("conda-meta") == "dir"
@@ -119,6 +126,8 @@ def find_environments(tree: Tree) -> list[Environment]:
             if name.endswith((".dist-info", ".egg-info")):
                 continue
             stack.append(child)
+    if problems is not None:
+        problems += [Problem(path, message) for path, message in guard.alias_notes()]
     environments = []
     for prefix, info in sorted(found.items()):
         if not (info.venv or info.conda or info.site_dirs):
@@ -184,7 +193,8 @@ def conda_packages(tree: Tree, env: Environment, problems: list[Problem]) -> lis
 
 def take_inventory(tree: Tree) -> Inventory:
     """Every environment in the tree and every package in each."""
-    inventory = Inventory(environments=find_environments(tree))
+    inventory = Inventory()
+    inventory.environments = find_environments(tree, inventory.problems)
     for env in inventory.environments:
         inventory.packages += pip_distributions(tree, env, inventory.problems)
         if env.kind == "conda":

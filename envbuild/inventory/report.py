@@ -11,6 +11,7 @@ from typing import Any
 from envbuild.inventory.cache import inventory_to_dict
 from envbuild.inventory.pkgmeta import canonical_name
 from envbuild.inventory.pyenvs import Inventory
+from envbuild.terminaltext import printable
 
 ABSENT = "-"
 
@@ -51,6 +52,9 @@ def package_rows(results: list[ImageResult], pattern: re.Pattern[str] | None = N
 
 
 def _columns(header: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
+    """Aligned text columns; every cell is shown escaped (names and versions come from the image)."""
+    header = tuple(printable(cell) for cell in header)
+    body = [tuple(printable(cell) for cell in cells) for cells in body]
     widths = [max(len(cell) for cell in column) for column in zip(header, *body, strict=False)]
     lines = []
     for cells in (header, *body):

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from envbuild.inventory.errors import ImageFormatError
+from envbuild.inventory.inroot import Link, resolve_in_root
 
 SQUASHFS_MAGIC = 0x73717368  # "hsqs"
 _SUPERBLOCK = struct.Struct("<5I6H8Q")
@@ -39,7 +40,8 @@ _METADATA_UNCOMPRESSED = 0x8000
 _DATA_UNCOMPRESSED = 1 << 24
 _NO_FRAGMENT = 0xFFFFFFFF
 _FLAG_COMPRESSOR_OPTIONS = 0x0400
-_MAX_SYMLINK_HOPS = 40
+_METADATA_CACHE_BLOCKS = 4096  # 32 MiB
+_MAX_LISTING = 64 << 20  # a directory of a million entries takes about 40 MiB
 _MAX_BLOCK = 1 << 20  # squashfs blocks are at most 1 MiB
 
 COMPRESSIONS = {1: "gzip", 2: "lzma", 3: "lzo", 4: "xz", 5: "lz4", 6: "zstd"}
@@ -208,6 +210,8 @@ class Squashfs:
         if not word & _METADATA_UNCOMPRESSED:
             data = self._decompress(data, METADATA_SIZE + 1, position)
         result = (data, position + 2 + size)
+        if len(self._metadata_cache) >= _METADATA_CACHE_BLOCKS:  # a walk reads a few hundred; bound a crafted image
+            self._metadata_cache.clear()
         self._metadata_cache[position] = result
         return result
 
@@ -282,6 +286,8 @@ class Squashfs:
             raise ImageFormatError(self.path, "listing something that is not a directory", "the image is damaged")
         if directory.size <= 3:  # an empty directory's listing size is 3
             return []
+        if directory.size > _MAX_LISTING:
+            raise ImageFormatError(self.path, f"a directory listing of {directory.size} bytes", "the image is damaged")
         raw, _, _ = self._metadata(self.superblock.directory_table_start + directory.start, directory.offset, directory.size - 3)
         entries = []
         position = 0
@@ -300,35 +306,19 @@ class Squashfs:
         return entries
 
     def lookup(self, path: str, *, follow_last: bool = True) -> Inode | None:
-        """The inode at an absolute path inside the image, following symlinks; None when it does not exist."""
-        return self._lookup(path, follow_last, hops=0)
+        """The inode at an absolute path inside the image, following symlinks (inroot.py: at most
+        MAX_SYMLINK_HOPS in all); None when it does not exist."""
 
-    def _lookup(self, path: str, follow_last: bool, hops: int) -> Inode | None:
-        names = [n for n in path.split("/") if n and n != "."]
-        node = self.inode(self.root_ref)
-        walked: list[str] = []
-        for index, name in enumerate(names):
-            if name == "..":
-                walked = walked[:-1]
-                node = self._lookup("/" + "/".join(walked), True, hops) or node
-                continue
-            if node.kind != "dir":
+        def step(directory: Inode, name: str, last: bool) -> Inode | Link | None:
+            if directory.kind != "dir":
                 return None
-            match = next((e for e in self.listdir(node) if e.name == name), None)
+            match = next((e for e in self.listdir(directory) if e.name == name), None)
             if match is None:
                 return None
             node = self.inode(match.ref)
-            last = index == len(names) - 1
-            if node.kind == "symlink" and (follow_last or not last):
-                if hops >= _MAX_SYMLINK_HOPS:
-                    return None
-                base = "" if node.target.startswith("/") else "/" + "/".join(walked)
-                resolved = self._lookup(f"{base}/{node.target}", True, hops + 1)
-                if resolved is None:
-                    return None
-                node = resolved
-            walked.append(name)
-        return node
+            return Link(node.target) if node.kind == "symlink" and (follow_last or not last) else node
+
+        return resolve_in_root(path, self.inode(self.root_ref), step)
 
     # -- file data --------------------------------------------------------------------------
 

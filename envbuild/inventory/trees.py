@@ -1,14 +1,20 @@
 """Views of an image's root file system that the inventory walks: a squashfs inside a SIF, a sandbox
 directory on the host, or the listing a container printed (`--via-runtime`). All three answer the
-same two questions, so finding environments and packages is written once, in pyenvs.py."""
+same questions, so finding environments and packages is written once, in pyenvs.py.
+
+Every path is the container's: a symlink in the image resolves inside the image, never on the host
+(a sandbox's `/usr -> /etc` or `../../..` stays in the sandbox), with at most 40 links per path."""
 
 from __future__ import annotations
 
 import os
 import posixpath
+import stat
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Protocol
 
+from envbuild.inventory.inroot import Link, resolve_in_root
 from envbuild.inventory.squashfs import Entry, Inode, Squashfs
 
 
@@ -20,6 +26,11 @@ class Tree(Protocol):
 
     def read(self, path: str, limit: int) -> bytes | None:
         """The first `limit` bytes of a file (symlinks followed); None when there is no such file."""
+        ...
+
+    def directory_key(self, path: str) -> Hashable | None:
+        """What the directory at `path` is, whatever path leads to it (the walk lists each once: a crafted
+        image can hold a directory inside itself); None when it cannot hold itself (empty, or no directory)."""
         ...
 
 
@@ -35,14 +46,9 @@ class SquashfsTree:
         listing = self._listings.get(path)
         if listing is not None:
             return listing
-        inode = self._dirs.get(path)
-        if inode is None:
-            parent, name = posixpath.split(path)
-            entry = (self._listing(parent) or {}).get(name) if path != "/" else None
-            if entry is None or entry.kind != "dir":
-                return None
-            inode = self.fs.inode(entry.ref)
-            self._dirs[path] = inode
+        inode = self._directory(path)
+        if inode is None or inode.kind != "dir":  # an entry may say dir for an inode that is none
+            return None
         listing = {e.name: e for e in self.fs.listdir(inode)}
         self._listings[path] = listing
         return listing
@@ -50,6 +56,24 @@ class SquashfsTree:
     def children(self, path: str) -> dict[str, str] | None:
         listing = self._listing(path)
         return None if listing is None else {name: e.kind for name, e in listing.items()}
+
+    def _directory(self, path: str) -> Inode | None:
+        inode = self._dirs.get(path)
+        if inode is None and path != "/":
+            parent, name = posixpath.split(path)
+            entry = (self._listing(parent) or {}).get(name)
+            if entry is None or entry.kind != "dir":
+                return None
+            inode = self._dirs[path] = self.fs.inode(entry.ref)
+        return inode
+
+    def directory_key(self, path: str) -> Hashable | None:
+        # The listing's place in the directory table: two paths there show the same entries. (Inode numbers
+        # are the image's word and may repeat; an empty directory's place is shared and holds nothing.)
+        inode = self._directory(path)
+        if inode is None or inode.kind != "dir" or inode.size <= 3:
+            return None
+        return inode.start, inode.offset
 
     def read(self, path: str, limit: int) -> bytes | None:
         parent, name = posixpath.split(path)
@@ -64,18 +88,49 @@ class SquashfsTree:
 
 
 class DirectoryTree:
-    """A sandbox directory on this machine, read as if it were the container's root."""
+    """A sandbox directory on this machine, read as if it were the container's root: each path is opened
+    one name at a time below the root (O_NOFOLLOW), symlinks resolved inside it, as openat2's
+    RESOLVE_IN_ROOT does, so neither a link in the sandbox nor one swapped in meanwhile reads the host."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = str(root)
+        self._keys: dict[str, tuple[int, int]] = {}
 
-    def _host(self, path: str) -> str:
-        return os.path.join(self.root, path.lstrip("/"))
+    def _open(self, path: str, flags: int) -> int | None:
+        """A descriptor for `path` in the sandbox, opened with `flags`; None when it does not resolve."""
+
+        def step(directory: int, name: str, last: bool) -> int | Link | None:
+            mode = os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode
+            if stat.S_ISLNK(mode):
+                return Link(os.readlink(name, dir_fd=directory))
+            if last and not flags & os.O_DIRECTORY and not stat.S_ISREG(mode):
+                return None  # a device or FIFO named like a file the inventory reads is never opened
+            # O_NOFOLLOW: a symlink swapped in since the line above is refused, not followed to the host.
+            return os.open(name, (flags if last else os.O_RDONLY | os.O_DIRECTORY) | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=directory)
+
+        try:
+            root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            fd = resolve_in_root(path, root, step, os.close)
+        except OSError:
+            fd = None
+        if fd == root:  # the root itself, opened as a directory
+            return root if flags & os.O_DIRECTORY else _reopen(root, flags)
+        os.close(root)
+        return fd
 
     def children(self, path: str) -> dict[str, str] | None:
+        fd = self._open(path, os.O_RDONLY | os.O_DIRECTORY)
+        if fd is None:
+            return None
         try:
-            with os.scandir(self._host(path)) as entries:
-                result = {}
+            info = os.fstat(fd)
+            self._keys[path] = (info.st_dev, info.st_ino)
+            result = {}
+            with os.scandir(fd) as entries:
                 for entry in entries:
                     if entry.is_symlink():
                         result[entry.name] = "symlink"
@@ -85,23 +140,48 @@ class DirectoryTree:
                         result[entry.name] = "file"
                     else:
                         result[entry.name] = "other"
-                return result
+            return result
         except OSError:
             return None
+        finally:
+            os.close(fd)
 
     def read(self, path: str, limit: int) -> bytes | None:
-        host = self._host(path)
-        # A symlink inside the sandbox that points to an absolute path means a path in the sandbox.
-        for _ in range(40):
-            if not os.path.islink(host):
-                break
-            target = os.readlink(host)
-            host = self._host(target) if target.startswith("/") else os.path.join(os.path.dirname(host), target)
+        # O_NONBLOCK: a FIFO named like a metadata file must not hang the listing; only regular files are read.
+        fd = self._open(path, os.O_RDONLY | os.O_NONBLOCK)
+        if fd is None:
+            return None
         try:
-            with open(host, "rb") as handle:
-                return handle.read(limit)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            chunks, remaining = [], limit
+            while remaining > 0:
+                chunk = os.read(fd, min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            return b"".join(chunks)
         except OSError:
             return None
+        finally:
+            os.close(fd)
+
+    def directory_key(self, path: str) -> Hashable | None:
+        # Known once children() has listed it; a bind mount can show a directory inside itself.
+        key = self._keys.get(path)
+        if key is None and self.children(path) is not None:
+            key = self._keys.get(path)
+        return key
+
+
+def _reopen(directory: int, flags: int) -> int | None:
+    try:
+        return os.open(".", flags | os.O_CLOEXEC, dir_fd=directory)
+    except OSError:
+        return None
+    finally:
+        os.close(directory)
 
 
 class ListedTree:
@@ -114,17 +194,19 @@ class ListedTree:
 
     def add(self, path: str, kind: str, content: bytes | None = None) -> None:
         path = posixpath.normpath("/" + path.lstrip("/"))
-        if path == "/":
-            return
-        parent, name = posixpath.split(path)
-        self.add(parent, "dir")
-        siblings = self._children.setdefault(parent, {})
-        if siblings.get(name) != "dir":  # a path seen as a parent stays a directory
-            siblings[name] = kind
-        if kind == "dir":
-            self._children.setdefault(path, {})
         if content is not None:
             self._contents[path] = content
+        # From the path up to the first directory already known (a loop, not recursion: a path may be deep).
+        while path != "/":
+            parent, name = posixpath.split(path)
+            siblings = self._children.setdefault(parent, {})
+            if siblings.get(name) != "dir":  # a path seen as a parent stays a directory
+                siblings[name] = kind
+            if kind == "dir":
+                if path in self._children:
+                    return
+                self._children[path] = {}
+            path, kind = parent, "dir"
 
     def children(self, path: str) -> dict[str, str] | None:
         listing = self._children.get(path)
@@ -133,6 +215,9 @@ class ListedTree:
     def read(self, path: str, limit: int) -> bytes | None:
         content = self._contents.get(path)
         return None if content is None else content[:limit]
+
+    def directory_key(self, path: str) -> Hashable | None:
+        return path if self._children.get(path) else None  # built from paths: nothing is in itself
 
 
 class MountedTree:
@@ -167,3 +252,7 @@ class MountedTree:
     def read(self, path: str, limit: int) -> bytes | None:
         inner = self._inner_path(path)
         return None if inner is None else self.inner.read(inner, limit)
+
+    def directory_key(self, path: str) -> Hashable | None:
+        inner = self._inner_path(path)
+        return None if inner is None else self.inner.directory_key(inner)  # the way to the mount holds one name

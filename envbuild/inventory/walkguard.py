@@ -1,0 +1,71 @@
+"""Bounds on walking an image's file tree, which someone else made: a crafted squashfs can list a
+directory inside itself (its root as /a, /a/a, ...), so a walk by path never ends, and a huge tree can
+make a listing take minutes. The walk (pyenvs.py) lists each directory once, known by what it is (a
+squashfs listing's place in the directory table, a sandbox directory's device and inode), and stops with
+a clear error when an image holds far more than any real one the inventory has to look at.
+
+A directory reached a second time is skipped and noted, not an error: it was listed under its first
+name, so the inventory is complete, and the note names both paths.
+
+Real images, for scale: the 389 MiB reference image's walk lists 153 directories and about 2,800
+entries; a 10 GiB conda image with several environments a few thousand directories."""
+
+from __future__ import annotations
+
+from envbuild.terminaltext import printable
+
+MAX_DIRECTORIES = 100_000
+MAX_ENTRIES = 2_000_000
+# Problems noted for directories seen twice; beyond these one line counts the rest.
+_NOTED_ALIASES = 5
+
+
+class WalkLimitError(Exception):
+    """The walk went past a budget; image.guarded turns it into an ImageFormatError naming the image."""
+
+    hint = ("the image holds far more directories than an image's environments live in; if it is genuine, "
+            "list it with --via-runtime (which asks `find` inside the container), or report it")
+
+
+class WalkGuard:
+    """Counts what a walk lists and remembers each directory it listed, by key."""
+
+    def __init__(self, max_directories: int = MAX_DIRECTORIES, max_entries: int = MAX_ENTRIES) -> None:
+        self.max_directories = max_directories
+        self.max_entries = max_entries
+        self.directories = 0
+        self.entries = 0
+        self._first_path: dict[object, str] = {}
+        self.aliases: list[tuple[str, str]] = []  # (path skipped, the path it was listed under)
+
+    def repeated(self, path: str, key: object | None) -> bool:
+        """Whether the directory at `path` (known as `key`; None for one that cannot hold itself, such as an
+        empty directory) was listed before under another path; it is then noted, to be skipped."""
+        if key is None:
+            return False
+        first = self._first_path.setdefault(key, path)
+        if first == path:
+            return False
+        self.aliases.append((path, first))
+        return True
+
+    def count(self, path: str, entries: int) -> None:
+        """Count one directory listed at `path` with `entries` entries; WalkLimitError past a budget."""
+        self.directories += 1
+        self.entries += entries
+        if self.directories > self.max_directories:
+            raise WalkLimitError(f"the walk for Python environments listed {self.max_directories} directories "
+                                 f"and was still going (at {printable(path)})")
+        if self.entries > self.max_entries:
+            raise WalkLimitError(f"the walk for Python environments listed {self.max_entries} directory entries "
+                                 f"and was still going (at {printable(path)})")
+
+    def alias_notes(self) -> list[tuple[str, str]]:
+        """(path, message) notes for the directories skipped as seen before: the first few, then a count."""
+        notes = [(path, f"is the directory {first} again (a directory loop, which no real file system makes); "
+                        f"listed once, under {first}") for path, first in self.aliases[:_NOTED_ALIASES]]
+        rest = len(self.aliases) - _NOTED_ALIASES
+        if rest > 0:
+            notes.append((self.aliases[_NOTED_ALIASES][0],
+                          f"and {rest} more paths that lead to directories already listed were skipped"))
+        return notes
