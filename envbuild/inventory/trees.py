@@ -199,13 +199,14 @@ class ListedTree:
         # From the path up to the first directory already known (a loop, not recursion: a path may be deep).
         while path != "/":
             parent, name = posixpath.split(path)
+            known = parent in self._children  # then it is linked into its own parent already
             siblings = self._children.setdefault(parent, {})
             if siblings.get(name) != "dir":  # a path seen as a parent stays a directory
                 siblings[name] = kind
             if kind == "dir":
-                if path in self._children:
-                    return
-                self._children[path] = {}
+                self._children.setdefault(path, {})
+            if known:
+                return
             path, kind = parent, "dir"
 
     def children(self, path: str) -> dict[str, str] | None:

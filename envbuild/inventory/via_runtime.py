@@ -8,14 +8,20 @@ so both paths give the same rows. The script evaluates $WITH_CONDA first, as use
 from __future__ import annotations
 
 import os
+import selectors
 import subprocess
+import time
 
 from envbuild.host.runtime import require_runtime
 from envbuild.inventory.errors import ImageFormatError
 from envbuild.inventory.pyenvs import Inventory, take_inventory
 from envbuild.inventory.trees import ListedTree
+from envbuild.terminaltext import printable
 
 _NO_FIND = 97
+# The listing of a large conda image is a few MiB (10 MiB at 2,000 packages); more is refused, not read into memory.
+MAX_LISTING_BYTES = 64 << 20
+_STDERR_KEPT = 64 << 10
 
 # Output lines: "D path" directory, "F path" file, "L path" symlink, "C path" then "|line"... the
 # header of that metadata file (or the whole conda record, for one not named <name>-<version>-<build>.json,
@@ -76,19 +82,59 @@ def parse_listing(output: str) -> ListedTree:
     return tree
 
 
+class _ListingTooLong(Exception):
+    pass
+
+
+def _run_bounded(command: list[str], timeout: float) -> tuple[int, bytes, bytes]:
+    """(exit code, stdout, the end of stderr) of `command`, killed past `timeout` seconds
+    (subprocess.TimeoutExpired) or MAX_LISTING_BYTES of output (_ListingTooLong)."""
+    deadline = time.monotonic() + timeout
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = bytearray(), bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ, out)  # type: ignore[arg-type]
+        selector.register(proc.stderr, selectors.EVENT_READ, err)  # type: ignore[arg-type]
+        try:
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(command, timeout)
+                for key, _ in selector.select(left):
+                    chunk = os.read(key.fd, 1 << 20)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        continue
+                    key.data.extend(chunk)
+                    if len(out) > MAX_LISTING_BYTES:
+                        raise _ListingTooLong
+                    del err[:-_STDERR_KEPT]
+            return proc.wait(max(deadline - time.monotonic(), 1)), bytes(out), bytes(err)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()  # type: ignore[union-attr]
+            proc.stderr.close()  # type: ignore[union-attr]
+
+
 def read_inventory_via_runtime(image: str, runtime: str | None = None, timeout: int = 600) -> Inventory:
     """Start `image` once with `runtime` (apptainer or singularity; found on PATH when None) and list it."""
     runtime = runtime or require_runtime().path
     name = os.path.basename(runtime)
     try:
-        proc = subprocess.run(runtime_command(runtime, image), capture_output=True, timeout=timeout)
+        returncode, stdout, stderr_bytes = _run_bounded(runtime_command(runtime, image), timeout)
     except subprocess.TimeoutExpired:
         raise ImageFormatError(image, f"{name} exec did not finish in {timeout} s", "check that the image starts") from None
-    stderr = proc.stderr.decode("utf-8", "replace").strip()
-    if proc.returncode == _NO_FIND:
+    except _ListingTooLong:
+        raise ImageFormatError(image, f"the listing printed inside the container passed {MAX_LISTING_BYTES >> 20} MiB "
+                                      "(an image with millions of matching paths, or metadata files without end)",
+                               "list it without --via-runtime (reads the file directly)") from None
+    stderr = stderr_bytes.decode("utf-8", "replace").strip()
+    if returncode == _NO_FIND:
         raise ImageFormatError(image, "the image has no `find` command, which --via-runtime needs",
                                "list it without --via-runtime (reads the file directly)")
-    if proc.returncode != 0:
-        last = stderr.splitlines()[-1] if stderr else f"exit code {proc.returncode}"
-        raise ImageFormatError(image, f"{name} exec failed: {last}", f"check that `{name} exec IMAGE true` works")
-    return take_inventory(parse_listing(proc.stdout.decode("utf-8", "surrogateescape")))
+    if returncode != 0:
+        last = stderr.splitlines()[-1] if stderr else f"exit code {returncode}"
+        raise ImageFormatError(image, f"{name} exec failed: {printable(last)}", f"check that `{name} exec IMAGE true` works")
+    return take_inventory(parse_listing(stdout.decode("utf-8", "surrogateescape")))
