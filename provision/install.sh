@@ -36,13 +36,17 @@ GLIBC_DIR=$APPTAINER_LIBEXEC/glibc
 PATCHED_BINS=(/usr/bin/apptainer "$APPTAINER_LIBEXEC/bin/starter")
 APPTAINER_CONF=/etc/apptainer/apptainer.conf
 
-# Packages taken from bookworm. libcap2-bin gives capsh (decoding CapBnd),
+# Packages taken from bookworm. squashfuse and fuse3 (fusermount3) let apptainer mount SIF images and
+# squashfs overlays without root (user namespaces, no setuid starter: users on clusters run it so, and the
+# tests do too); without them an unprivileged run unpacks the whole image into a temporary sandbox at
+# every start and cannot mount an overlay at all ("failed to attach loop device"). fuse2fs: ext3 overlays.
+# libcap2-bin gives capsh (decoding CapBnd),
 # procps gives pgrep/ps used by cluster.sh; chromium (headless) opens the page
 # `envbuild catalogue` writes, in its tests and for the README's picture.
 # Apptainer's own Depends are added at install time from the downloaded
 # package's control file.
 BASE_PKGS=(
-    squashfs-tools debootstrap patchelf uidmap slurm-wlm munge python3-venv
+    squashfs-tools debootstrap patchelf uidmap slurm-wlm munge python3-venv squashfuse fuse3 fuse2fs
     ca-certificates iproute2 util-linux libcap2-bin procps chromium
 )
 

@@ -11,9 +11,18 @@ REPO=$(cd "$HERE/.." && pwd)
 VENV=$REPO/.venv
 STAMP=$VENV/.envbuild-pyproject.sha256
 
-python=${PYTHON:-python3}
+# The system's Python by default, not the first python3 on root's PATH: a venv points at its interpreter,
+# and one under root's 0700 home (pyenv, conda) cannot be run by anyone else, while the checkout's
+# bin/envbuild and bin/envrun must work for every user of the machine (the tests run them as an
+# unprivileged user, tests/e2e/test_unprivileged_user.py).
+python=${PYTHON:-$([[ -x /usr/bin/python3 ]] && echo /usr/bin/python3 || echo python3)}
 command -v "$python" >/dev/null || die "no $python on PATH (apt-get install python3 python3-venv)"
-want=$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1)
+python_home=$(dirname "$(command -v "$python")")
+want="$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1) $python_home"
+if [[ -f $VENV/pyvenv.cfg ]] && ! grep -qxF "home = $python_home" "$VENV/pyvenv.cfg"; then
+    log "$VENV was made with another Python ($(sed -n 's/^home = //p' "$VENV/pyvenv.cfg")): making it again with $python"
+    rm -rf "$VENV"
+fi
 # Byte-compile the checkout: with PYTHONDONTWRITEBYTECODE set (as on some hosts) Python would
 # recompile every module at every start, which costs envrun ~15 ms per launch. compileall writes
 # the .pyc files anyway, and Python still reads them.
