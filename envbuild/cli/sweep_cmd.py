@@ -113,7 +113,7 @@ def run(args: Any, argv: list[str]) -> int:
     runner.run(work, args.serial)
     rows = build_table(state.points, state.table_runs())
     sys.stdout.write(render_text(rows))
-    written = write_reports(directory, rows, identity)
+    written = write_reports(directory, rows, identity, warn=lambda text: say.write(f"envrun sweep: warning: {text}\n"))
     say.write("envrun sweep: wrote " + ", ".join(written) + "\n")
     return 1 if any(r.failed or r.runs == 0 for r in rows if r.point in points) else 0
 

@@ -11,9 +11,17 @@ from envbuild.sweep.table import Row
 
 
 def render_png(rows: list[Row], title: str = "") -> bytes:
+    """The plot as PNG bytes. Every text is drawn literally: the title is the user's command and the unit is
+    what the training printed, and `$SCRATCH/x` or `a_b^c` must not go through mathtext (or LaTeX, with a
+    matplotlibrc that turns usetex on), which fails on them or draws something else."""
     import matplotlib
 
     matplotlib.use("Agg")
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        return _render(rows, title)
+
+
+def _render(rows: list[Row], title: str) -> bytes:
     from matplotlib.figure import Figure
 
     done = [r for r in rows if r.time_s is not None and r.speedup is not None]

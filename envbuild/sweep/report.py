@@ -10,9 +10,12 @@ import html
 import io
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild.sweep.table import HEADER, Row, format_seconds, render_text, text_rows
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 CSV_COLUMNS = ("nodes", "per_node", "workers", "unit", "runs", "failed", "median_time_s", "throughput",
                "throughput_unit", "speedup", "efficiency", "spread_pct", "status")
@@ -48,12 +51,13 @@ def render_json(rows: list[Row], identity: dict[str, Any]) -> str:
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
 
-def render_html(rows: list[Row], identity: dict[str, Any], png: bytes | None) -> str:
+def render_html(rows: list[Row], identity: dict[str, Any], png: bytes | None,
+                no_plot: str = "fewer than one finished point") -> str:
     command = html.escape(" ".join(identity.get("command", [])))
     cells = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>\n" for r in text_rows(rows))
     picture = (f'<img alt="throughput and parallel efficiency against scale" src="data:image/png;base64,'
-               f'{base64.b64encode(png).decode()}">') if png else "<p>(no plot: fewer than one finished point)</p>"
+               f'{base64.b64encode(png).decode()}">') if png else f"<p>(no plot: {html.escape(no_plot)})</p>"
     failures = "".join(f"<li>{html.escape(r.point.describe())}, run {run.repeat + 1}: job {html.escape(run.job_id)} "
                        f"{html.escape(run.state)}, exit code {run.exit_code}; log <code>{html.escape(run.log)}</code></li>"
                        for r in rows for run in r.failed)
@@ -76,8 +80,10 @@ td,th{{border:1px solid #bbb;padding:.25em .6em;text-align:right}}img{{max-width
 """
 
 
-def write_reports(directory: str, rows: list[Row], identity: dict[str, Any]) -> list[str]:
-    """table.txt, table.csv, table.json, scaling.png (when a point finished) and report.html; the paths."""
+def write_reports(directory: str, rows: list[Row], identity: dict[str, Any],
+                  warn: Callable[[str], object] | None = None) -> list[str]:
+    """table.txt, table.csv, table.json, scaling.png (when a point finished) and report.html; the paths.
+    The plot is the one part that may fail (matplotlib): the report is written without it, and `warn` says why."""
     from envbuild.atomicfile import atomic_write
 
     written = []
@@ -85,13 +91,19 @@ def write_reports(directory: str, rows: list[Row], identity: dict[str, Any]) -> 
                        ("table.json", render_json(rows, identity))):
         atomic_write(os.path.join(directory, name), text)
         written.append(os.path.join(directory, name))
-    png = None
+    png, no_plot = None, "fewer than one finished point"
     if any(r.time_s is not None for r in rows):
-        from envbuild.sweep.plot import render_png
+        try:
+            from envbuild.sweep.plot import render_png
 
-        png = render_png(rows, title=" ".join(identity.get("command", []))[:80])
-        atomic_write(os.path.join(directory, "scaling.png"), png)
-        written.append(os.path.join(directory, "scaling.png"))
-    atomic_write(os.path.join(directory, "report.html"), render_html(rows, identity, png))
+            png = render_png(rows, title=" ".join(identity.get("command", []))[:80])
+        except Exception as exc:  # noqa: BLE001 - any matplotlib failure: the tables are worth more than the plot
+            no_plot = f"matplotlib could not draw it: {type(exc).__name__}: {exc}"
+            if warn is not None:
+                warn(f"no scaling plot ({no_plot}); the tables and report.html are written")
+        else:
+            atomic_write(os.path.join(directory, "scaling.png"), png)
+            written.append(os.path.join(directory, "scaling.png"))
+    atomic_write(os.path.join(directory, "report.html"), render_html(rows, identity, png, no_plot))
     written.append(os.path.join(directory, "report.html"))
     return written
