@@ -21,7 +21,8 @@ PACKAGE_ORDER = ("cli", "app", "sweep", "catalogue", "doctor", "batch", "build",
                  "recipes", "host", "store")
 # Modules any package may import: they import nothing of envbuild but each other.
 SHARED_LEAVES = ("envbuild", "envbuild.errors", "envbuild.yamlsource", "envbuild.treedigest", "envbuild.atomicfile",
-                 "envbuild.strictmodel", "envbuild.overlayformat", "envbuild.interrupts")
+                 "envbuild.strictmodel", "envbuild.overlayformat", "envbuild.interrupts",
+                 "envbuild.terminaltext", "envbuild.shelltext")
 
 
 def module_name(path: Path) -> str:

@@ -16,6 +16,7 @@ from envbuild.batch.stepcommand import step_command
 from envbuild.launch.allocation import read_allocation
 from envbuild.launch.plan import LaunchRequest, plan_launch
 from envbuild.launch.shims import CHECKPOINT_SIGNAL
+from envbuild.shelltext import refuse_control
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class BatchJob:
     resources: JobResources
     job_name: str
     step: tuple[str, ...]  # what follows `srun` in the envrun line
-    envrun_options: tuple[str, ...]  # envrun's own options (words; "$VAR" words are expanded by the shell)
+    envrun_options: tuple[str, ...]  # envrun's own options, literal words (the staging bind is the script's)
     srun_env: list[tuple[str, str, str]] = field(default_factory=list)  # (variable, source variable, why)
     explain: list[str] = field(default_factory=list)  # what envrun does in the step, and why
     warnings: list[str] = field(default_factory=list)
@@ -72,13 +73,12 @@ class BatchJob:
 
 
 def plan_batch(recipe: Recipe, request: BatchRequest, runtime: Runtime, host: HostNode | None = None) -> BatchJob:
+    refuse_control_in_request(request)
     resources = plan_resources(recipe, request.job, host)
     step = step_command(request.command, request.job.launcher)
     options = ["--system", recipe.name, "--image", request.image]
     for path, _mount in request.overlays:
         options += ["--overlay", path]
-    if request.stages:
-        options += ["--bind", "$ENVRUN_STAGE_DIR"]
     job = BatchJob(recipe=recipe, request=request, resources=resources, job_name=request.job_name or job_name(step),
                    step=step, envrun_options=tuple(options), warnings=list(resources.warnings))
     for target, source in recipe.launch.srun_env_from.items():
@@ -91,6 +91,19 @@ def plan_batch(recipe: Recipe, request: BatchRequest, runtime: Runtime, host: Ho
     job.explain = [reason for reason in launch.reasons if not reason.startswith("system ")]
     job.warnings += [w for w in launch.warnings if w not in job.warnings]
     return job
+
+
+def refuse_control_in_request(request: BatchRequest) -> None:
+    """Every value the user gave that lands in the script, on one line (a newline in any of them would
+    start a line of its own in the script, or in the #SBATCH lines sbatch reads): a located error if not."""
+    job = request.job
+    given = [(request.job_name or "", "--job-name"), (request.output, "--log"), (job.account or "", job.account_source),
+             (job.partition or "", job.partition_source), (job.time or "", "--time"), (request.image, "--image"),
+             *((path, "--overlay") for path, _mount in request.overlays),
+             *((source.path, "--stage") for source in request.stages),
+             *((word, f"word {index} of the training command") for index, word in enumerate(request.command, 1))]
+    for value, where in given:
+        refuse_control(value, where)
 
 
 def job_name(step: tuple[str, ...]) -> str:

@@ -11,7 +11,8 @@ from shlex import quote
 
 from envbuild import __version__
 from envbuild.batch.requeue import requeue_decision, requeue_setup, requeue_wait
-from envbuild.batch.staging import STAGE_SCRIPT, staged_variables
+from envbuild.batch.staging import STAGE_SCRIPT, stage_dir_value, staged_variables
+from envbuild.shelltext import comment, env_name, refuse_control, script_word
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,11 +23,11 @@ ORDER = ("--job-name", "--account", "--partition", "--nodes", "--gpus-per-node",
          "--cpus-per-task", "--mem", "--time", "--output", "--open-mode", "--signal", "--requeue")
 
 
-def shell_word(word: str) -> str:
-    """One word for the script: quoted, except `$VAR` words and `{staged}` / `{staged:N}` markers, which
-    become "$ENVRUN_STAGED" / "$ENVRUN_STAGED_N" expanded by the shell at run time."""
-    if word.startswith("$") and word[1:].replace("_", "").isalnum():
-        return f'"{word}"'
+def shell_word(word: str, where: str = "the training command") -> str:
+    """One word of the command for the script: quoted, with `{staged}` / `{staged:N}` markers turned into
+    "$ENVRUN_STAGED" / "$ENVRUN_STAGED_N", expanded by the shell at run time. Nothing else is expanded:
+    the program gets the word byte for byte."""
+    refuse_control(word, where)
     if "{staged" not in word:
         return quote(word)
     out, rest = [], word
@@ -45,21 +46,42 @@ def shell_word(word: str) -> str:
     return "".join(out)
 
 
+# sbatch's #SBATCH reader splits at blanks, takes quotes ' and " and a backslash escape anywhere, and stops
+# at an unquoted # (src/sbatch/opt.c, _get_argument; envbuild.batch.scriptparse reads them the same way).
+_DIRECTIVE_SPECIAL = frozenset(" \t\"'\\#")
+
+
+def directive_value(value: str) -> str:
+    """A value as sbatch reads it back from an #SBATCH line: bare when plain, else in double quotes with
+    backslash and double quote escaped (sbatch honours a backslash inside quotes too)."""
+    if value and not _DIRECTIVE_SPECIAL.intersection(value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def directive_line(option: str) -> str:
+    """`#SBATCH --name=value` with the value quoted for sbatch; the option name is envrun's own."""
+    name, equals, value = option.partition("=")
+    refuse_control(value, name)
+    return f"#SBATCH {name}{equals}{directive_value(value) if equals else ''}"
+
+
 def render_script(job: BatchJob) -> str:
     lines = header(job)
     lines += directives(job)
     lines.append("")
-    lines += [f"# warning: {line}" for line in job.warnings]
+    lines += [comment(f"warning: {line}") for line in job.warnings]
     for target, source, why in job.srun_env:
-        lines += [f"# srun does not inherit the job's --cpus-per-task by itself ({why})",
+        target, source = env_name(target, "launch.srun_env_from"), env_name(source, f"launch.srun_env_from.{target}")
+        lines += [comment(f"srun does not inherit the job's --cpus-per-task by itself ({why})"),
                   f'export {target}="${{{target}:-${source}}}"']
     if job.request.stages:
         lines += stage_lines(job)
     if job.request.requeue:
         lines += requeue_setup(job.request.requeue, job.request.envrun)
     lines += [*([""] if lines[-1] else []), "# The training step. envrun reads this job's allocation at run time and (envrun --explain):"]
-    lines += [f"#   {reason}" for reason in job.explain]
-    step = " ".join(shell_word(w) for w in (job.request.envrun, *job.envrun_options, "srun", *job.step))
+    lines += [comment(f"  {reason}") for reason in job.explain]
+    step = " ".join(step_words(job))
     cleanup = job.staging is not None and job.staging.cleanup
     if job.request.requeue:
         lines += requeue_wait(step)
@@ -73,6 +95,16 @@ def render_script(job: BatchJob) -> str:
     else:
         lines.append(step)
     return "\n".join(lines) + "\n"
+
+
+def step_words(job: BatchJob) -> list[str]:
+    """envrun, its options, srun and the training step, as script words (each option's value is literal;
+    the staging directory is the one word the shell expands)."""
+    words = [script_word(job.request.envrun, "envrun's path")]
+    words += [script_word(word, "envrun's options (--image, --overlay)") for word in job.envrun_options]
+    if job.request.stages:
+        words += ["--bind", '"$ENVRUN_STAGE_DIR"']
+    return [*words, "srun", *(shell_word(word) for word in job.step)]
 
 
 STEP_LINE = "envrun-step:"
@@ -91,9 +123,9 @@ def header(job: BatchJob) -> list[str]:
     gpus = f" x {res.gpus_per_node} GPUs" if res.gpus_per_node else ""
     return [
         "#!/bin/bash",
-        f"# {job.job_name}: {res.nodes} {job.recipe.name} node(s){gpus}, launcher {job.request.job.launcher}. "
-        f"Written by envrun sbatch (envbuild {__version__}).",
-        *([f"# again: {job.request.regenerate}"] if job.request.regenerate else []),
+        comment(f"{job.job_name}: {res.nodes} {job.recipe.name} node(s){gpus}, launcher {job.request.job.launcher}. "
+                f"Written by envrun sbatch (envbuild {__version__})."),
+        *([comment(f"again: {job.request.regenerate}")] if job.request.regenerate else []),
         "# check a hand edit: envrun sbatch --check THIS_FILE",
     ]
 
@@ -114,7 +146,7 @@ def directives(job: BatchJob) -> list[str]:
     found.sort(key=lambda item: _rank(item[0]))
     lines = []
     for option, why in found:
-        lines += [f"# {why}", f"#SBATCH {option}"]
+        lines += [comment(why), directive_line(option)]
     return lines
 
 
@@ -127,18 +159,18 @@ def stage_lines(job: BatchJob) -> list[str]:
     staging = job.staging
     assert staging is not None
     sources = job.request.stages
-    lines = ["", f"# --stage: once per node, to node-local storage ({job.recipe.cite('batch.staging.dir')})"]
+    lines = ["", comment(f"--stage: once per node, to node-local storage ({job.recipe.cite('batch.staging.dir')})")]
     if staging.in_memory:
-        lines.append(f"# {staging.dir.split('/')[1] if '/' in staging.dir else staging.dir} is RAM there: staged data "
-                     "counts against the job's memory")
-    lines.append(f'export ENVRUN_STAGE_DIR="{staging.dir}"')
+        lines.append(comment(f"{staging.dir.split('/')[1] if '/' in staging.dir else staging.dir} is RAM there: "
+                             "staged data counts against the job's memory"))
+    lines.append(f"export ENVRUN_STAGE_DIR={stage_dir_value(staging.dir, job.recipe.cite('batch.staging.dir'))}")
     for variable, value in staged_variables(sources):
-        lines.append(f'export {variable}="{value}"')
+        lines.append(f"export {variable}={value}")
     words = []
     for source in sources:
         size = f"{source.size_gb:.2f} GB" + (" (estimated)" if source.estimated else "")
-        lines.append(f"#   {source.path} ({source.kind}, {size}) -> $ENVRUN_STAGE_DIR/{source.name}")
-        words += [source.kind, quote(source.path), quote(source.name)]
+        lines.append(comment(f"  {source.path} ({source.kind}, {size}) -> $ENVRUN_STAGE_DIR/{source.name}"))
+        words += [quote(source.kind), script_word(source.path, "--stage"), script_word(source.name, f"--stage {source.path}")]
     lines += [
         "stage_script=" + quote(STAGE_SCRIPT.strip()),
         'srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 /bin/sh -c "$stage_script" '

@@ -12,12 +12,16 @@ or through `{staged}` / `{staged:2}` written in its arguments.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+from shlex import quote
 
 from envbuild.errors import UsageError
+from envbuild.shelltext import refuse_control, shown
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst", ".tzst")
 GB = 1e9
+_VARIABLE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 
 
 @dataclass(frozen=True)
@@ -99,16 +103,39 @@ def common_top(names: list[str]) -> str:
 
 
 def staged_variables(sources: tuple[StageSource, ...]) -> list[tuple[str, str]]:
-    """(variable, shell value) the training sees: ENVRUN_STAGED, ENVRUN_STAGED_2, ..."""
+    """(variable, shell value) the training sees: ENVRUN_STAGED, ENVRUN_STAGED_2, ...; the names (a file's,
+    an archive member's) are quoted: only $ENVRUN_STAGE_DIR is expanded."""
     names = [name for name in (s.name for s in sources)]
     if len(set(names)) != len(names):
-        raise UsageError(f"two --stage sources would land under the same name ({', '.join(names)})",
+        raise UsageError(f"two --stage sources would land under the same name ({', '.join(shown(n) for n in names)})",
                          "rename one of them (or pack them into one archive)")
     out = []
     for index, source in enumerate(sources, start=1):
         variable = "ENVRUN_STAGED" if index == 1 else f"ENVRUN_STAGED_{index}"
-        out.append((variable, f"$ENVRUN_STAGE_DIR/{source.name}" + (f"/{source.top}" if source.top else "")))
+        name = _one_name(source.name, f"--stage {source.path}: the staged name")
+        top = _one_name(source.top, f"--stage {source.path}: the archive's top directory") if source.top else ""
+        out.append((variable, '"$ENVRUN_STAGE_DIR"/' + quote(name + (f"/{top}" if top else ""))))
     return out
+
+
+def _one_name(name: str, where: str) -> str:
+    """A name directly under the staging directory: one path component, no control characters."""
+    refuse_control(name, where)
+    if name in ("", ".", "..") or "/" in name:
+        raise UsageError(f"{where}: {shown(name)} is not a file name", "rename the source (or the archive's "
+                         "top directory) to a plain name")
+    return name
+
+
+def stage_dir_value(directory: str, where: str) -> str:
+    """The recipe's staging directory as a double-quoted shell value: $VAR and ${VAR} are expanded (it names
+    the node's local disk, e.g. $LOCAL_SCRATCH), nothing else ($(...), backquotes, backslashes) may be in it."""
+    refuse_control(directory, where)
+    plain = _VARIABLE.sub("", directory)
+    if any(char in plain for char in '$`"\\'):
+        raise UsageError(f"batch.staging.dir {shown(directory)} ({where}): only $VAR and ${{VAR}} may be expanded in it",
+                         "write a path with variables only, e.g. $LOCAL_SCRATCH or /tmp/envrun-stage-${SLURM_JOB_ID}")
+    return f'"{directory}"'
 
 
 # One task per node runs this: $1 the staging directory, then (kind, source, name) triples.

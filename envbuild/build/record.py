@@ -7,13 +7,14 @@ import shlex
 from envbuild.build.layers import installer_identity
 from envbuild.build.paths import DEFAULT_CONTAINER_PATH
 from envbuild.build.request import BuildRequest, Layers
+from envbuild.shelltext import comment, env_name
 from envbuild.spec.model import VENV_PREFIX, Spec
 
 
 def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
     """The script the runtime sources at every container start: activates the venv, sets spec env."""
     lines = [
-        f"# Written by envbuild {version} for {spec.name} (spec sha256 {spec_sha256[:16]}).",
+        comment(f"Written by envbuild {version} for {spec.name} (spec sha256 {spec_sha256[:16]})."),
         "# Sourced by apptainer/singularity at container start. Values are literal (no $ expansion).",
         f"export VIRTUAL_ENV={shlex.quote(VENV_PREFIX)}",
         # The runtime starts these scripts with an empty PATH and fills in its default only if they
@@ -27,8 +28,8 @@ def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
 
 
 def env_lines(spec: Spec) -> list[str]:
-    """The spec's env: as export lines (values literal)."""
-    return [f"export {key}={shlex.quote(value)}" for key, value in spec.env.items()]
+    """The spec's env: as export lines (values literal, names checked once more: a name is a shell word here)."""
+    return [f"export {env_name(key, 'env')}={shlex.quote(value)}" for key, value in spec.env.items()]
 
 
 def image_labels(request: BuildRequest, installer: str, layers: Layers) -> dict[str, str]:

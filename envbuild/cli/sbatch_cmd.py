@@ -97,7 +97,7 @@ def run(args: Any, argv: list[str]) -> int:
     if not (args.script or args.submit):
         sys.stdout.write(text)
         return 0
-    path = args.script or os.path.join(".envrun", "jobs", f"{job.job_name}-{time.strftime('%Y%m%d-%H%M%S')}.sbatch")
+    path = args.script or os.path.join(".envrun", "jobs", f"{file_name(job.job_name)}-{time.strftime('%Y%m%d-%H%M%S')}.sbatch")
     _write_script(path, text)
     if not args.submit:
         print(f"envrun sbatch: wrote {path}; submit it with: sbatch {shlex.quote(path)}", file=sys.stderr)
@@ -161,6 +161,14 @@ def plan(args: Any, recipe: Any, command: tuple[str, ...], argv: list[str]) -> A
     job_plan = plan_batch(recipe, request, runtime, host)
     job_plan.warnings[:0] = warnings
     return job_plan
+
+
+def file_name(job_name: str) -> str:
+    """The job name as one file name under .envrun/jobs: `/`, blanks, quotes and the like become `_`
+    (a job name is anything sbatch takes; a file name must stay in its directory)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", job_name).lstrip(".") or "job"
 
 
 def _batch_defaults(system: str) -> dict[str, Any]:

@@ -4,11 +4,13 @@ container feels like a normal install. srun can launch them directly (`srun bin/
 
 from __future__ import annotations
 
-import shlex
+from shlex import quote
 from typing import TYPE_CHECKING
 
+from envbuild.errors import UsageError
 from envbuild.host.runtime import Runtime
 from envbuild.launch.plan import TASK_SHIM_NAME, LaunchRequest, plan_launch
+from envbuild.shelltext import comment, env_name, refuse_control, script_word, shown
 
 if TYPE_CHECKING:
     from envbuild.recipes.schema import Recipe
@@ -35,6 +37,11 @@ def render_wrapper(command: str, image: str, recipe: Recipe, runtime_name: str =
     """The wrapper script for `command`: the direct (no srun) launch plan with the caller's working
     directory and arguments filled in at run time. `overlays`: venv overlays mounted over `image`,
     bottom first, as (absolute path of NAME.sqsh, mount point)."""
+    refuse_control(command, "a command name in the image's venv")
+    refuse_control(image, "the image path")
+    for path, mount in overlays:
+        refuse_control(path, "an overlay path")
+        refuse_control(mount, f"the mount point of overlay {path}")
     plan = plan_launch(LaunchRequest(
         command=(_CMD,), image=image, recipe=recipe, runtime=Runtime("RUNTIME", runtime_name), cwd=_CWD,
         overlays=overlays,
@@ -53,27 +60,34 @@ def render_wrapper(command: str, image: str, recipe: Recipe, runtime_name: str =
         index += 1
     head = words[: words.index(image)]
     tail = words[words.index(image) + 1 :]
-    quoted_head = " ".join('"$runtime"' if w == "RUNTIME" else ('"$PWD"' if w == _CWD else shlex.quote(w)) for w in head)
+    quoted_head = " ".join('"$runtime"' if w == "RUNTIME" else ('"$PWD"' if w == _CWD else quote(w)) for w in head)
     lines = [
         "#!/bin/sh",
-        f"# Runs {command} inside {image} (system {recipe.name}) with envrun's binds and environment.",
+        comment(f"Runs {command} inside {image} (system {recipe.name}) with envrun's binds and environment."),
         f"# {GENERATED_MARK}; put this directory first on PATH to use the image like a normal install.",
         'runtime=$(command -v apptainer || command -v singularity) || { echo "apptainer/singularity not found" >&2; exit 127; }',
-        f"image={shlex.quote(image)}",
+        f"image={script_word(image, 'the image path')}",
     ]
     lines += threads_at_run_time(command)
     for name, value in plan.env:
-        if name != "OMP_NUM_THREADS":
-            lines.append(f": \"${{{name}:={value}}}\"; export {name}")
+        if name != "OMP_NUM_THREADS":  # the caller's value wins, as with envrun
+            name = env_name(name, "a variable of the launch plan")
+            lines.append(f'[ -n "${{{name}:-}}" ] || {name}={script_word(value, name)}; export {name}')
     present = [b for b in optional if b in recipe.binds]
     if present:
+        for bind in recipe.binds:
+            if any(blank in bind for blank in " \t"):  # $binds is split at blanks below
+                raise UsageError(f"recipe {recipe.name}: bind {shown(bind)} holds a blank", "bind a path without blanks")
         lines.append("binds=")
-        lines.append(f"for b in {' '.join(shlex.quote(b) for b in recipe.binds)}; do [ -e \"$b\" ] && binds=\"$binds --bind $b\"; done")
+        lines.append(f"for b in {' '.join(script_word(b, 'a recipe bind') for b in recipe.binds)}; do "
+                     '[ -e "${b%%:*}" ] && binds="$binds --bind $b"; done')
+        lines.append("set -f  # $binds is split into words below, never expanded as a pattern")
         quoted_head += " $binds"
     assert tail[-3] == TASK_SHIM_NAME and tail[-1] == _CMD
     # with overlays, torchrun runs under the overlay's python (see envbuild.launch.plan's torchrun_argv)
     tail[-1:] = ["python", "-m", "torch.distributed.run"] if overlays and command == "torchrun" else [command]
-    lines.append(f"exec {quoted_head} \"$image\" {' '.join(shlex.quote(w) for w in tail)} \"$@\"")
+    words = " ".join(quote(w) for w in tail)  # the shim's own shell text may span lines: quoted, it stays one word
+    lines.append(f'exec {quoted_head} "$image" {words} "$@"')
     return "\n".join(lines) + "\n"
 
 

@@ -105,7 +105,7 @@ def test_puhti_staging_asks_for_nvme_in_the_gpu_gres() -> None:
     text = render("puhti-1-gpu-stage")
     assert "#SBATCH --gres=gpu:v100:1,nvme:49" in text
     assert 'export ENVRUN_STAGE_DIR="$LOCAL_SCRATCH"' in text
-    assert 'export ENVRUN_STAGED="$ENVRUN_STAGE_DIR/imagenet-mini/imagenet-mini"' in text
+    assert 'export ENVRUN_STAGED="$ENVRUN_STAGE_DIR"/imagenet-mini/imagenet-mini' in text
     assert '--bind "$ENVRUN_STAGE_DIR" srun torchrun train.py --data "${ENVRUN_STAGED}"/train' in text
 
 
@@ -124,7 +124,7 @@ def test_juwels_exports_srun_cpus_per_task() -> None:
 @pytest.mark.parametrize(("word", "written"), [
     ("train.py", "train.py"),
     ("a b", "'a b'"),
-    ("$HOME", '"$HOME"'),
+    ("$HOME", "'$HOME'"),  # the training command's words are literal: the user's shell has expanded them
     ("$(rm -rf /)", "'$(rm -rf /)'"),
     ("{staged}", '"${ENVRUN_STAGED}"'),
     ("--data={staged:2}/x y", "--data=\"${ENVRUN_STAGED_2}\"'/x y'"),

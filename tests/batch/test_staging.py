@@ -35,8 +35,8 @@ def test_sources_of_each_kind(tmp_path: Path) -> None:
     assert (flat.kind, flat.name, flat.top) == ("zip", "flat", "")
     single = describe_source("weights.bin", str(tmp_path))
     assert (single.kind, single.name) == ("file", "weights.bin")
-    assert staged_variables((tar, flat)) == [("ENVRUN_STAGED", "$ENVRUN_STAGE_DIR/data/data"),
-                                             ("ENVRUN_STAGED_2", "$ENVRUN_STAGE_DIR/flat")]
+    assert staged_variables((tar, flat)) == [("ENVRUN_STAGED", '"$ENVRUN_STAGE_DIR"/data/data'),
+                                             ("ENVRUN_STAGED_2", '"$ENVRUN_STAGE_DIR"/flat')]
 
 
 def test_missing_or_broken_sources_are_refused(tmp_path: Path) -> None:

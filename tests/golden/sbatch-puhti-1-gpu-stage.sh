@@ -26,7 +26,7 @@
 
 # --stage: once per node, to node-local storage (recipes/puhti.yaml:37 batch.staging.dir)
 export ENVRUN_STAGE_DIR="$LOCAL_SCRATCH"
-export ENVRUN_STAGED="$ENVRUN_STAGE_DIR/imagenet-mini/imagenet-mini"
+export ENVRUN_STAGED="$ENVRUN_STAGE_DIR"/imagenet-mini/imagenet-mini
 #   /scratch/project_2001234/imagenet-mini.tar (tar, 40.00 GB) -> $ENVRUN_STAGE_DIR/imagenet-mini
 stage_script='set -e
 dir=$1; shift

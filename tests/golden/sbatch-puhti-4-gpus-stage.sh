@@ -26,8 +26,8 @@
 
 # --stage: once per node, to node-local storage (recipes/puhti.yaml:37 batch.staging.dir)
 export ENVRUN_STAGE_DIR="$LOCAL_SCRATCH"
-export ENVRUN_STAGED="$ENVRUN_STAGE_DIR/imagenet-mini/imagenet-mini"
-export ENVRUN_STAGED_2="$ENVRUN_STAGE_DIR/tokenized"
+export ENVRUN_STAGED="$ENVRUN_STAGE_DIR"/imagenet-mini/imagenet-mini
+export ENVRUN_STAGED_2="$ENVRUN_STAGE_DIR"/tokenized
 #   /scratch/project_2001234/imagenet-mini.tar (tar, 40.00 GB) -> $ENVRUN_STAGE_DIR/imagenet-mini
 #   /scratch/project_2001234/tokenized (dir, 2.50 GB) -> $ENVRUN_STAGE_DIR/tokenized
 stage_script='set -e
