@@ -19,16 +19,19 @@ from envbuild.batch import checkjob, checksteps
 from envbuild.batch.checkbase import Context, Finding
 from envbuild.batch.scriptparse import parse_script
 from envbuild.errors import UsageError
+from envbuild.terminaltext import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import TextIO
 
+    from envbuild.batch.scriptparse import BatchScript
     from envbuild.recipes.schema import Recipe
 
 # In the order their findings are listed when they share a line.
 RULES: tuple[Callable[[Context], list[Finding]], ...] = (
+    checkjob.interpreter_line,
     checkjob.late_directives,
     checkjob.numbers,
     checkjob.account,
@@ -86,9 +89,10 @@ def _plural(count: int, what: str) -> str:
 
 
 def read_script(path: str) -> str:
+    """The script's text; a UsageError for a file that cannot be a shell script (NUL bytes, not UTF-8)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_SCRIPT_BYTES + 1)
     except FileNotFoundError:
         raise UsageError(f"--check {path}: no such file", "give the path of the batch script, e.g. "
                          "`envrun sbatch --check job.sh`") from None
@@ -97,9 +101,44 @@ def read_script(path: str) -> str:
     except OSError as exc:
         raise UsageError(f"--check {path}: cannot read it ({exc.strerror})",
                          "check its permissions, or copy it somewhere readable") from None
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise UsageError(f"--check {path}: over {MAX_SCRIPT_BYTES // 1024 // 1024} MiB, not a batch script",
+                         NOT_A_SCRIPT_FIX)
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise UsageError(f"--check {path}: a binary file (a NUL byte at offset {nul}), not a shell script",
+                         NOT_A_SCRIPT_FIX)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--check {path}: not text (bytes that are not UTF-8 at offset {exc.start}), not a shell "
+                         "script", NOT_A_SCRIPT_FIX) from None
+
+
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # sbatch's own limit is 4 MB (max_script_size in slurm.conf's SchedulerParameters)
+NOT_A_SCRIPT_FIX = "give the batch script (the text file you submit with sbatch), e.g. `envrun sbatch --check job.sh`"
+
+
+def refuse_non_script(path: str, text: str, script: BatchScript) -> None:
+    """Text with neither a #! line nor an #SBATCH line that bash cannot parse is not a batch script: say so
+    rather than call it clean."""
+    if script.interpreter is not None or script.directive_lines or script.late_directives:
+        return
+    import subprocess
+
+    try:
+        parsed = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return  # no bash to ask: the rules still report the missing #! line
+    if parsed.returncode != 0:
+        first = (parsed.stderr.strip().splitlines() or ["a syntax error"])[0].replace("bash: ", "", 1)
+        raise UsageError(f"--check {path}: not a shell script (no #! line, no #SBATCH line, and bash -n says: "
+                         f"{printable(first)})", NOT_A_SCRIPT_FIX)
 
 
 def check_script_file(path: str, recipe: Recipe, out: TextIO, environ: Mapping[str, str] | None = None) -> int:
-    report = check_script(read_script(path), recipe, os.environ if environ is None else environ)
+    text = read_script(path)
+    refuse_non_script(path, text, parse_script(text))
+    report = check_script(text, recipe, os.environ if environ is None else environ)
     out.write(render_report(path, report))
     return 1 if report.findings else 0

@@ -10,6 +10,15 @@ from envbuild.batch.slurmtime import FORMS, format_duration, parse_duration
 from envbuild.errors import UsageError
 
 
+def interpreter_line(ctx: Context) -> list[Finding]:
+    """No `#!` first line: sbatch refuses the script ("This does not look like a batch script")."""
+    if ctx.script.interpreter is not None:
+        return []
+    return [Finding(1, "the first line is not #! and an interpreter",
+                    "sbatch runs a script only when its first line starts with #! followed by the path to an "
+                    "interpreter; it refuses any other file", SBATCH_DOC, "#!/bin/bash as the first line")]
+
+
 def cpus_per_node(ctx: Context) -> list[Finding]:
     """More Slurm CPUs per node than the node gives jobs (LUMI-G: 56 of 64 cores; JUWELS: 96 threads)."""
     limit = ctx.cpu_limit()

@@ -90,6 +90,7 @@ class BatchScript:
     sruns: list[SrunLine] = field(default_factory=list)
     commands: list[Command] = field(default_factory=list)
     exports: dict[str, int] = field(default_factory=dict)  # variable -> the first line that exports it
+    interpreter: str | None = None  # what the #! first line names; None without one (sbatch refuses the script)
 
     def last(self, *names: str) -> Directive | None:
         """The directive sbatch uses for an option (the last one given), by any of its names."""
@@ -103,6 +104,8 @@ class BatchScript:
 def parse_script(text: str) -> BatchScript:
     lines = text.splitlines()
     script = BatchScript()
+    if lines and lines[0].startswith("#!"):
+        script.interpreter = lines[0][2:].strip()
     index = 0
     while index < len(lines):
         raw = lines[index]
