@@ -42,7 +42,13 @@ started with `run --no-eval` instead of `exec`, as `singularity run` would; --ex
 
 Data directories and HF_HOME/TORCH_HOME can be set in ~/.config/envbuild/envrun.yaml
 (binds: [...], env: {...}, systems: {NAME: {binds, env}}); $ENVRUN_CONFIG names another file.
-A project's envrun.yaml takes the same keys (its env wins) plus image: and overlays:.
+A project's envrun.yaml takes the same keys (its env wins) plus image: and overlays:. Their env: is set
+in the container only (APPTAINERENV_*), never for srun or apptainer on the host.
+
+An envrun.yaml (or the one *.sif here) that another user owns or may write is ignored with a warning,
+and the search upwards stops at another file system and at a directory like /tmp that is not yours and
+others may write. A group project that shares one: add its directory to $ENVRUN_TRUST_DIR
+(colon-separated) or to trusted_dirs: [...] in your own envrun config.
 
 Under srun, envrun waits for srun and passes its messages through; when the step fails it adds one line naming
 the cause it can read from srun's exit status and messages: a rank's exit code or signal, a time limit (Slurm's

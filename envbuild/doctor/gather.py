@@ -18,6 +18,7 @@ from envbuild.doctor.imagefacts import ImageFacts, image_facts
 from envbuild.errors import EnvbuildError
 
 if TYPE_CHECKING:
+    from envbuild.launch.trust import Ignored
     from envbuild.recipes.schema import Recipe
 
 CONTAINER_MARK = "ENVRUN_DOCTOR_TORCH "
@@ -71,8 +72,9 @@ class Setting:
     image: str | None
     overlays: tuple[tuple[str, str], ...]
     config_binds: tuple[str, ...]
-    config_env: dict[str, str]
+    config_env: dict[str, str]  # the envrun config's and the project's env: envrun sets it in the container only
     notes: list[str]
+    ignored: list[Finding] = field(default_factory=list)  # files envrun found and does not obey (launch.trust)
 
 
 def resolve(request: DoctorRequest) -> Setting:
@@ -86,15 +88,22 @@ def resolve(request: DoctorRequest) -> Setting:
     image, overlays = None, ()
     project_binds: tuple[str, ...] = ()
     project_env: dict[str, str] = {}
+    ignored: list[Finding] = []
+
+    def untrusted(found: Ignored) -> None:
+        ignored.append(warn("project", f"ignoring {found.path}: {found.why}", "envrun ignores it too: a file it "
+                            "finds but another user owns or may write would choose what runs as you", found.fix()))
+
     try:
         environment = find_environment(image=request.image, overlays=request.overlays, environ=request.environ,
-                                       cwd=request.cwd)
+                                       cwd=request.cwd, warn=untrusted)
         image, overlays, warnings, notes = image_and_overlays(environment, False)
         notes = [*warnings, *notes]
         project_binds, project_env = project_settings(environment, recipe.name)
     except EnvbuildError as exc:
         notes.append(f"no image: {exc.message}")
-    return Setting(recipe, why, image, overlays, (*user_binds, *project_binds), {**user_env, **project_env}, notes)
+    return Setting(recipe, why, image, overlays, (*user_binds, *project_binds), {**user_env, **project_env}, notes,
+                   ignored)
 
 
 def wanted(setting: Setting, environ: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
@@ -253,6 +262,7 @@ def run_doctor(request: DoctorRequest) -> DoctorReport:
     nodes = allocation.nodes if allocation else 1
     job = f", job {allocation.job_id} ({nodes} node{'s' if nodes != 1 else ''})" if allocation else ", no job"
     report = DoctorReport(setting.recipe.name, f"system {setting.recipe.name} ({setting.system_reason}){job}")
+    report.findings += setting.ignored
     image, found = read_image(setting, requested=bool(request.image or request.overlays))
     report.findings += found
     findings: list[Finding] = []

@@ -6,14 +6,22 @@ globally or per system. File: $ENVRUN_CONFIG, else ~/.config/envbuild/envrun.yam
     systems:
       lumi-g: {env: {TORCH_HOME: /flash/project_465000000/torch}}
 
+The user's own config may also list `trusted_dirs:`, directories whose envrun.yaml envrun obeys even though
+another user owns or may write it (a group project that really shares one, envbuild.launch.trust).
+
 A project's envrun.yaml (envbuild.launch.project) has the same keys plus `image` and `overlays`.
 envrun reads both through `read_settings`: validated (YAML + pydantic) only when the file changed, else
-read back from a marshal cache keyed by the file's content, like the recipes (envbuild.recipes.load).
+read back from the user's own cache (envbuild.host.usercache) keyed by the file's content, like the
+recipes (envbuild.recipes.load), and checked there to have the shape validation gives.
+
+Both files' `env:` goes into the container only (envbuild.launch.plan passes it as APPTAINERENV_*), never
+into the environment of the host processes envrun starts (srun, apptainer): a project's file cannot make
+them load a library (LD_PRELOAD) or find other programs. The user's own config is the user's, but is
+treated the same, so that one rule says where `env:` goes; variables the host needs come from envrun.
 """
 
 from __future__ import annotations
 
-import marshal
 import os
 import sys
 import zlib
@@ -21,6 +29,8 @@ from types import SimpleNamespace
 
 from envbuild import __version__
 from envbuild.errors import SpecError, UsageError
+from envbuild.host.envnames import ENV_NAME_FIX, is_env_name
+from envbuild.host.usercache import MISS, is_text_list, read_cached, write_cached
 
 TYPE_CHECKING = False  # pathlib and typing stay off envrun's start-up path
 if TYPE_CHECKING:
@@ -34,7 +44,7 @@ if TYPE_CHECKING:
 # What an absent config means; a plain object so that envrun needs no pydantic for it.
 EMPTY = SimpleNamespace(binds=(), env={})
 # Bump when the cached data's layout changes, so older cache files are not read.
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 
 
 def config_path(environ: Mapping[str, str]) -> str:
@@ -79,9 +89,15 @@ def validate_file(path: Path, model: type[StrictModel], what: str, keys: str) ->
         return model.model_validate(document.data or {})
     except ValidationError as exc:
         first = exc.errors()[0]
-        loc = tuple(first["loc"])
+        loc, message, fix = tuple(first["loc"]), first["msg"].removeprefix("Value error, "), _FIX_FORMAT
+        if loc[-1:] == ("[key]",):  # a mapping's key was refused: the message names it (repr: a newline shows)
+            loc = loc[:-1]
+            fix = ENV_NAME_FIX if loc[-2:-1] == ("env",) else fix
+            field = ".".join(map(str, loc[:-1]))
+        else:
+            field = ".".join(map(str, loc))
         pos = document.position_of(loc)
-        raise UsageError(f"{path}:{pos.line}:{pos.column}: {'.'.join(map(str, loc))}: {first['msg']}", _FIX_FORMAT) from None
+        raise UsageError(f"{path}:{pos.line}:{pos.column}: {field}: {message}", fix) from None
 
 
 def read_settings(path: str, *, project: bool = False) -> dict[str, Any]:
@@ -94,12 +110,10 @@ def read_settings(path: str, *, project: bool = False) -> dict[str, Any]:
         raise UsageError(f"{path}: is a directory, not envrun's config file", _FIX_PATH) from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}", "check the file and its permissions") from None
-    cache = _cache_file("project" if project else "config", content)
-    try:
-        with open(cache, "rb") as handle:
-            return marshal.load(handle)  # noqa: S302 - our own cache file in the user's cache dir
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
+    cache = _cache_name("project" if project else "config", content)
+    cached = read_cached(cache, cache, lambda data: is_settings_data(data, project=project))
+    if cached is not MISS:
+        return cached
     from pathlib import Path
 
     from envbuild.launch.configschema import EnvrunConfig, ProjectConfig
@@ -109,7 +123,7 @@ def read_settings(path: str, *, project: bool = False) -> dict[str, Any]:
     else:
         data = validate_file(Path(path), EnvrunConfig, "envrun config", "binds, env and systems")
     plain = data.model_dump(mode="json")
-    _write_cache(cache, plain)
+    write_cached(cache, cache, plain)
     return plain
 
 
@@ -137,24 +151,39 @@ def batch_defaults_for(data: Mapping[str, Any], system: str) -> dict[str, Any]:
     return {key: value for key, value in merged.items() if value is not None}
 
 
-def _cache_file(kind: str, content: bytes) -> str:
-    from envbuild.host.runtime import cache_dir_path
-
+def _cache_name(kind: str, content: bytes) -> str:
     # crc32, size and version, as envbuild.recipes.load does: hashlib's import would cost envrun 5 ms
     stamp = f"{__version__}/{CACHE_FORMAT}/{sys.version_info[0]}.{sys.version_info[1]}".encode()
-    key = f"{zlib.crc32(content):08x}{len(content):x}-{zlib.crc32(stamp):08x}"
-    return os.path.join(cache_dir_path(), "envrun", f"{kind}-{key}.marshal")
+    return f"{kind}-{zlib.crc32(content):08x}{len(content):x}-{zlib.crc32(stamp):08x}.marshal"
 
 
-def _write_cache(cache: str, data: dict[str, Any]) -> None:
-    """Best effort: an unwritable cache only costs speed."""
-    from envbuild.atomicfile import atomic_write
+_SETTINGS_KEYS = frozenset(("binds", "env", "batch"))
+_BATCH_KEYS = frozenset(("account", "partition", "time", "launcher", "requeue_max"))
 
-    try:
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        atomic_write(cache, marshal.dumps(data))
-    except (OSError, ValueError):
-        pass
+
+def is_settings_data(data: Any, *, project: bool) -> bool:
+    """Whether cached data has exactly the shape `read_settings` gives (EnvrunConfig's or ProjectConfig's
+    model_dump): any other key or type, or a variable name that validation refuses, is a cache miss."""
+    top = {"image", "overlays"} if project else {"trusted_dirs"}
+    if type(data) is not dict or data.keys() != _SETTINGS_KEYS | {"systems"} | top:
+        return False
+    systems = data["systems"]
+    if type(systems) is not dict or not all(_is_system_settings(item) for item in systems.values()):
+        return False
+    if project:
+        return (data["image"] is None or type(data["image"]) is str) and is_text_list(data["overlays"]) and \
+            _is_system_settings({key: data[key] for key in _SETTINGS_KEYS})
+    return is_text_list(data["trusted_dirs"]) and _is_system_settings({key: data[key] for key in _SETTINGS_KEYS})
+
+
+def _is_system_settings(data: Any) -> bool:
+    if type(data) is not dict or data.keys() != _SETTINGS_KEYS:
+        return False
+    env, batch = data["env"], data["batch"]
+    return (is_text_list(data["binds"]) and type(env) is dict
+            and all(is_env_name(key) and type(value) is str for key, value in env.items())
+            and type(batch) is dict and batch.keys() == _BATCH_KEYS
+            and all(value is None or type(value) is (int if key == "requeue_max" else str) for key, value in batch.items()))
 
 
 _FIX_FORMAT = "see `envrun --help` for the config format"

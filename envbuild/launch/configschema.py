@@ -1,12 +1,24 @@
-"""Schema of envrun's config file (see envbuild.launch.config)."""
+"""Schema of envrun's config file and of a project's envrun.yaml (see envbuild.launch.config)."""
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
+from envbuild.host.envnames import ENV_NAME_PATTERN, ENV_NAME_RULE
 from envbuild.strictmodel import StrictModel
+
+
+def _env_name(name: str) -> str:
+    """A name that lands in `export NAME=...` and a process's environment: refused unless it is one."""
+    if not re.fullmatch(ENV_NAME_PATTERN, name):
+        raise ValueError(f"{name!r} is not a valid environment variable name ({ENV_NAME_RULE})")
+    return name
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
 
 
 class BatchDefaults(StrictModel):
@@ -21,11 +33,13 @@ class BatchDefaults(StrictModel):
 
 class SystemSettings(StrictModel):
     binds: tuple[str, ...] = ()
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[EnvName, str] = Field(default_factory=dict)
     batch: BatchDefaults = BatchDefaults()
 
 
-class EnvrunConfig(SystemSettings):
+class Settings(SystemSettings):
+    """What the user's config and a project's file share: settings for every system and per system."""
+
     systems: dict[str, SystemSettings] = Field(default_factory=dict)
 
     def for_system(self, name: str) -> SystemSettings:
@@ -35,7 +49,14 @@ class EnvrunConfig(SystemSettings):
                               batch=BatchDefaults(**batch))
 
 
-class ProjectConfig(EnvrunConfig):
+class EnvrunConfig(Settings):
+    """The user's own config. Only here: `trusted_dirs`, directories whose envrun.yaml envrun obeys although
+    another user owns or may write it (envbuild.launch.trust); a project's file cannot trust itself."""
+
+    trusted_dirs: tuple[str, ...] = ()
+
+
+class ProjectConfig(Settings):
     """A project's envrun.yaml (envbuild.launch.project): the environment to run in, plus the same settings.
     Relative paths are relative to the file's directory."""
 

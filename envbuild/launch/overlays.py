@@ -3,18 +3,19 @@ image it is about to run on. A venv made with another base's Python fails in con
 (a missing libpython, packages built for another ABI), so envrun refuses before launching, naming both.
 
 Only imported when an overlay is given. Even then envrun runs before every job step, so what it learns
-from a file is cached in envbuild's cache dir per (absolute path, size, mtime): the overlay's record (the
-squashfs reader's imports alone cost 25 ms) and the image's sha256 (seconds for a multi-GiB base). The
-image's SIF id is read from its 128-byte header directly, without the full SIF reader.
+from a file is cached in the user's own cache (envbuild.host.usercache) per (absolute path, size, mtime):
+the overlay's record (the squashfs reader's imports alone cost 25 ms) and the image's sha256 (seconds for a
+multi-GiB base), each checked for its shape when read back. The image's SIF id is read from its 128-byte
+header directly, without the full SIF reader.
 """
 
 from __future__ import annotations
 
-import marshal
 import os
 import zlib
 
 from envbuild.errors import UsageError
+from envbuild.host.usercache import MISS, read_cached, write_cached
 from envbuild.inventory.errors import ImageFormatError
 
 TYPE_CHECKING = False
@@ -43,7 +44,7 @@ def read_overlays(paths: Sequence[str]) -> list[Overlay]:
             raise UsageError(f"overlay {path} does not exist",
                              "build it with `envbuild build SPEC` (a spec with an overlay: section), or fix the path")
         try:
-            overlays.append(Overlay(path, _cached(path, "records", _read_record)))
+            overlays.append(Overlay(path, _cached(path, "records", _read_record, _is_record)))
         except ImageFormatError as exc:
             raise UsageError(f"overlay {exc.message}", exc.hint) from None
     return overlays
@@ -53,6 +54,12 @@ def _read_record(path: str) -> dict[str, Any]:
     from envbuild.inventory.overlay import read_overlay_record
 
     return read_overlay_record(path)
+
+
+def _is_record(record: Any) -> bool:
+    """What envrun reads of a cached record: the mount point it binds (absolute) and the base it was made for."""
+    mount, base = record.get("mount"), record.get("base")
+    return type(mount) is str and mount.startswith("/") and (base is None or type(base) is dict)
 
 
 class ImageIdentity:
@@ -132,7 +139,11 @@ def _sif_id(path: str) -> str | None:
 
 def file_digest(path: str) -> str:
     """"sha256:<hex>" of the file, computed once per (absolute path, size, mtime_ns)."""
-    return _cached(path, "digests", _sha256)
+    return _cached(path, "digests", _sha256, _is_digest)
+
+
+def _is_digest(value: Any) -> bool:
+    return type(value) is str and value.startswith("sha256:") and len(value) == 71
 
 
 def _sha256(path: str) -> str:
@@ -145,35 +156,23 @@ def _sha256(path: str) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
-def _cached(path: str, kind: str, compute: Any) -> Any:
-    """compute(path), kept in the cache dir per (absolute path, size, mtime_ns). The file name is a crc32
-    of that key (hashlib's import costs 5 ms); the key is stored with the value and compared on reading."""
-    from envbuild.host.runtime import cache_dir_path
-
+def _cached(path: str, kind: str, compute: Any, check: Any = None) -> Any:
+    """compute(path), kept in the user's cache per (absolute path, size, mtime_ns) when it is plain data.
+    The file name is a crc32 of that key (hashlib's import costs 5 ms); the key is stored with the value
+    and compared on reading, and `check` (value -> bool) must accept what is read back."""
     status = os.stat(path)
     key = f"{CACHE_FORMAT}\0{os.path.abspath(path)}\0{status.st_size}\0{status.st_mtime_ns}"
-    name = f"{zlib.crc32(key.encode()):08x}{len(key):x}.marshal"
-    cache = os.path.join(cache_dir_path(), "envrun", kind, name)
-    try:
-        with open(cache, "rb") as handle:
-            stored = marshal.load(handle)  # noqa: S302 - our own cache file in the user's cache dir
-        if isinstance(stored, dict) and stored.get("key") == key:
-            return stored["value"]
-    except (OSError, ValueError, EOFError, TypeError, KeyError):
-        pass
+    name = f"{kind}-{zlib.crc32(key.encode()):08x}{len(key):x}.marshal"
+    stored = read_cached(name, key, check)
+    if stored is not MISS:
+        return stored
     value = compute(path)
-    try:
-        from envbuild.atomicfile import atomic_write
-
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        atomic_write(cache, marshal.dumps({"key": key, "value": value}))
-    except (OSError, ValueError):
-        pass  # an unwritable cache only costs the work again
+    write_cached(name, key, value)
     return value
 
 
 # Bump when what is cached changes (the record's layout as read, the digest's form).
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 # For other per-file facts on envrun's path (envbuild.launch.runscript); `kind` names their cache directory.
 cached_per_file = _cached

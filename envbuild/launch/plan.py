@@ -12,11 +12,19 @@ Layers, outermost first:
 Every shim ends in `exec "$@"`: the user's arguments travel as separate argv words from end to end and
 are never joined into a string that a shell parses again. Values that only exist inside a Slurm task
 ($SLURM_PROCID, the step's node list) are read by the host shim with the host's Slurm tools.
+
+Whose variables go where: the host processes (srun, the host shim, apptainer) get only envrun's own plan
+(the recipe's variables, thread counts, Slurm's). The `env:` of the envrun config and of a project's
+envrun.yaml goes into the container only, as APPTAINERENV_NAME (SINGULARITYENV_): apptainer sets NAME
+inside and nothing on the host reads it, so a project's LD_PRELOAD or PATH cannot reach srun or
+apptainer. apptainer evaluates those values as shell text unless it runs with --no-eval, so they are
+escaped for that: the program sees each value exactly as written.
 """
 
 from __future__ import annotations
 
 from envbuild.errors import UsageError
+from envbuild.host.envnames import ENV_NAME_FIX, env_name_problem
 from envbuild.host.node import GPU_RUNTIME_FLAGS
 from envbuild.launch.args import has_option, launcher_kind, option_value, split_srun, torchrun_has, torchrun_own_options
 from envbuild.launch.nodelaunchers import NODE_LAUNCHERS, NodeLauncher, check_launcher_options
@@ -370,12 +378,34 @@ class _Planner:
         if "TOKENIZERS_PARALLELISM" not in environ:
             self.env.append(("TOKENIZERS_PARALLELISM", "false"))
             self.note("TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork")
-        for key, value in [*recipe.env.items(), *self.request.env]:
-            if key not in environ and not (key in recipe.env and "$" in value):
+        for key, value in recipe.env.items():
+            if key not in environ and "$" not in value:
                 self.env.append((key, value))
-                self.note(f"{key}: {recipe.cite('env.' + key)}" if key in recipe.env else f"{key}: envrun config")
+                self.note(f"{key}: {recipe.cite('env.' + key)}")
+        self.container_env()
         net = recipe.network.nccl_net
         if net and (self.request.strict_net or recipe.network.strict_net) and "NCCL_NET" not in environ:
             self.env.append(("NCCL_NET", net))
             self.note(f"NCCL_NET={net}: --strict-net ({recipe.cite('network.nccl_net')}): NCCL/RCCL fail at start "
                       "instead of falling back to TCP sockets")
+
+    def container_env(self) -> None:
+        """The envrun config's and the project's variables, for the container only (see the module's
+        docstring); a variable the caller's environment already sets keeps that value, as before."""
+        prefix, environ = self.request.runtime.env_prefix, self.environ
+        evaluated = not self.request.runscript and "--no-eval" not in self.recipe.runtime.flags
+        for key, value in self.request.env:
+            problem = env_name_problem(key)
+            if problem:
+                raise UsageError(f"env: {problem} (from the envrun config or envrun.yaml)", ENV_NAME_FIX)
+            if key in environ or prefix + key in environ:
+                continue
+            self.env.append((prefix + key, shell_evaluated_literally(value) if evaluated else value))
+            self.note(f"{key}: envrun config / envrun.yaml, set in the container only ({prefix}{key}): srun and "
+                      f"{self.request.runtime.name} on the host do not see it")
+
+
+def shell_evaluated_literally(value: str) -> str:
+    """`value` written so that apptainer's evaluation of APPTAINERENV_ values (shell expansion as in a here-
+    document: $, ` and \\ are special, quotes are not) gives back exactly `value`."""
+    return value.replace("\\", "\\\\").replace("$", "\\$").replace("`", "\\`")

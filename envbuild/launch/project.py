@@ -8,7 +8,10 @@ train.py` works verbatim in a project directory. The first of these that names a
 4. the one *.sif in the working directory.
 
 Whichever wins, the nearest envrun.yaml's `binds:` and `env:` apply on top of the user's config (the
-project's env wins). Light on purpose (envrun's start-up path): a few stat calls, and the project file is
+project's env wins; envbuild.launch.plan passes env into the container only). The envrun.yaml of 3. and
+the *.sif of 4. are found, not named, so they are obeyed only when they are the user's to obey
+(envbuild.launch.trust: owner, who may write them, where the walk up stops); one that is not is ignored
+with a warning. Light on purpose (envrun's start-up path): a few stat calls, and the project file is
 validated only when it changed (envbuild.launch.config.read_settings).
 """
 
@@ -20,8 +23,10 @@ from envbuild.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
+
+    from envbuild.launch.trust import Ignored, TrustedDirs, Walk
 
 PROJECT_FILE = "envrun.yaml"
 
@@ -40,27 +45,28 @@ class Environment:
         self.project = project
 
 
-def find_project_file(cwd: str) -> tuple[str | None, list[str]]:
-    """The nearest envrun.yaml in `cwd` or a parent, and every path checked on the way."""
-    checked: list[str] = []
-    directory = os.path.abspath(cwd)
-    while True:
-        candidate = os.path.join(directory, PROJECT_FILE)
-        checked.append(candidate)
-        if os.path.isfile(candidate):
-            return candidate, checked
-        parent = os.path.dirname(directory)
-        if parent == directory:
-            return None, checked
-        directory = parent
+def find_project_file(cwd: str, environ: Mapping[str, str] | None = None, trusted: TrustedDirs | None = None) -> Walk:
+    """The nearest envrun.yaml in `cwd` or a parent that envrun may obey, every path checked on the way,
+    and those ignored (envbuild.launch.trust)."""
+    from envbuild.launch.trust import walk_up
+
+    return walk_up(cwd, PROJECT_FILE, trusted or _trusted_dirs(os.environ if environ is None else environ))
 
 
-def find_environment(*, image: str | None, overlays: Sequence[str], environ: Mapping[str, str], cwd: str) -> Environment:
+def find_environment(*, image: str | None, overlays: Sequence[str], environ: Mapping[str, str], cwd: str,
+                     warn: Callable[[Ignored], None] | None = None) -> Environment:
     """The environment to run in (see the module's docstring for the order). UsageError when nothing names
-    one, listing every place looked at."""
+    one, listing every place looked at. Each file found and ignored (envbuild.launch.trust.Ignored) is
+    reported through `warn` (default: a line on stderr)."""
     from envbuild.launch.config import read_settings
+    from envbuild.launch.trust import Ignored, untrusted_because
 
-    project_file, checked = find_project_file(cwd)
+    warn = warn or _warn
+    trusted = _trusted_dirs(environ)
+    walk = find_project_file(cwd, environ, trusted)
+    for ignored in walk.ignored:
+        warn(ignored)
+    project_file = walk.found
     project = read_settings(project_file, project=True) if project_file else None
     found = Environment(None, (), "", project_file, project)
     if image or overlays:
@@ -78,17 +84,51 @@ def find_environment(*, image: str | None, overlays: Sequence[str], environ: Map
         return found
     sifs = sorted(name for name in _entries(cwd) if name.endswith(".sif") and os.path.isfile(os.path.join(cwd, name)))
     if len(sifs) == 1:
-        found.image, found.source = os.path.join(os.path.abspath(cwd), sifs[0]), f"the only .sif in {cwd}"
-        return found
-    if sifs:
+        path = os.path.join(os.path.abspath(cwd), sifs[0])
+        why = None if trusted.covers(os.path.abspath(cwd)) else untrusted_because(path)
+        if why is None:
+            found.image, found.source = path, f"the only .sif in {cwd}"
+            return found
+        walk.ignored.append(Ignored(path, why))
+        warn(walk.ignored[-1])
+    if len(sifs) > 1:
         raise UsageError(f"no image given, and {cwd} holds {len(sifs)} images: {', '.join(sifs)}",
                          f"pick one with --image (e.g. --image {sifs[0]}), or name it in {PROJECT_FILE} (image: {sifs[0]})")
-    looked = ["  --image / --overlay: not given", "  $ENVRUN_IMAGE, $ENVRUN_OVERLAYS: not set"]
-    looked += [f"  {path}: {'names no image' if path == project_file else 'absent'}" for path in checked]
-    looked.append(f"  {os.path.join(os.path.abspath(cwd), '*.sif')}: none")
-    raise UsageError("no image to run in; envrun looked at:\n" + "\n".join(looked),
+    raise UsageError("no image to run in; envrun looked at:\n" + "\n".join(_looked_at(walk, cwd)),
                      f"pass --image IMG.sif (and --overlay ENV.sqsh), set ENVRUN_IMAGE, put `image: IMG.sif` in {PROJECT_FILE} "
                      "here (`envbuild build` writes it when it builds in this directory), or run envrun where the image is")
+
+
+def _looked_at(walk: Walk, cwd: str) -> list[str]:
+    """Every place looked at for the "no image" message: what each held, and why envrun ignored a file."""
+    why = {ignored.path: ignored.why for ignored in walk.ignored}
+    looked = ["  --image / --overlay: not given", "  $ENVRUN_IMAGE, $ENVRUN_OVERLAYS: not set"]
+    for path in walk.checked:
+        state = "names no image" if path == walk.found else f"ignored: {why[path]}" if path in why else "absent"
+        looked.append(f"  {path}: {state}")
+    if walk.stopped:
+        looked.append(f"  (no parent looked at: {walk.stopped})")
+    sifs = [path for path in why if path.endswith(".sif")]
+    looked += [f"  {path}: ignored: {why[path]}" for path in sifs] or [f"  {os.path.join(os.path.abspath(cwd), '*.sif')}: none"]
+    return looked
+
+
+def _trusted_dirs(environ: Mapping[str, str]) -> TrustedDirs:
+    """$ENVRUN_TRUST_DIR, then `trusted_dirs` of the user's own config (read only when a check fails)."""
+    from envbuild.launch.trust import TrustedDirs
+
+    def from_config() -> list[str]:
+        from envbuild.launch.config import read_user_settings
+
+        return list(read_user_settings(environ).get("trusted_dirs") or ())
+
+    return TrustedDirs(environ, from_config)
+
+
+def _warn(ignored: Ignored) -> None:
+    import sys
+
+    sys.stderr.write(f"envrun: warning: {ignored.warning()}\n")
 
 
 def project_settings(environment: Environment, system: str) -> tuple[tuple[str, ...], dict[str, str]]:

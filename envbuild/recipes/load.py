@@ -3,20 +3,21 @@ data in recipes/*.yaml, each fact citing its public source in a comment there.
 
 Loading validates a recipe once (pydantic, envbuild.recipes.schema) and caches the result keyed by the
 file's content; later loads read the cache into a light view, so envrun starts without pydantic/YAML.
-The cache is envbuild's private file in `marshal` form: unlike json (whose decoder imports re) it costs
-no import, and the key includes the Python version, the only one whose marshal format it must read.
+The cache is the user's own (envbuild.host.usercache: private, plain data checked when read back, never
+in a shared store); the key includes the Python version, the only one whose marshal format it must read.
 """
 
 from __future__ import annotations
 
-import marshal
 import os
 import sys
 import zlib
 
 from envbuild import __version__
 from envbuild.errors import UsageError
-from envbuild.recipes.ops import SOURCE_KEY, RecipeView, from_cached
+from envbuild.host.envnames import ENV_NAME_FIX, env_name_problem, is_env_name
+from envbuild.host.usercache import MISS, is_text_list, read_cached, write_cached
+from envbuild.recipes.ops import MODEL_KEY, SOURCE_KEY, RecipeView, from_cached
 
 TYPE_CHECKING = False  # pathlib, typing and hashlib stay out of envrun's start-up
 if TYPE_CHECKING:
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
 
     from envbuild.recipes.schema import Recipe
 
-# Bump when the cached JSON's layout changes, so older cache files are not read.
-CACHE_FORMAT = 7
+# Bump when the cached data's layout changes, so older cache files are not read.
+CACHE_FORMAT = 8
 
 
 def recipes_dir() -> Path:
@@ -56,20 +57,12 @@ def available_recipes(directory: Path | str | None = None) -> list[str]:
         return []
 
 
-def _cache_file(name: str, content: bytes) -> str:
-    from envbuild.host.runtime import cache_dir_path
-
+def _cache_name(name: str, content: bytes) -> str:
+    """The cache file of recipe `name` with this content (envbuild.host.usercache keeps it)."""
     # crc32 rather than sha256: the key only has to notice an edited file, and hashlib's import costs
     # envrun 5 ms. The size and the version make accidental reuse of a stale entry practically impossible.
     stamp = f"{__version__}/{CACHE_FORMAT}/{sys.version_info[0]}.{sys.version_info[1]}".encode()
-    key = f"{zlib.crc32(content):08x}{len(content):x}-{zlib.crc32(stamp):08x}"
-    return os.path.join(cache_dir_path(), "recipes", f"{name}-{key}.marshal")
-
-
-def _recipes_cache_dir() -> str:
-    from envbuild.host.runtime import cache_dir_path
-
-    return os.path.join(cache_dir_path(), "recipes")
+    return f"recipe-{name}-{zlib.crc32(content):08x}{len(content):x}-{zlib.crc32(stamp):08x}.marshal"
 
 
 def detection_table(directory: Path | str | None = None) -> list[tuple[str, dict[str, Any]]]:
@@ -81,21 +74,22 @@ def detection_table(directory: Path | str | None = None) -> list[tuple[str, dict
     for name in names:
         try:
             with open(os.path.join(directory, f"{name}.yaml"), "rb") as handle:
-                keys.append(os.path.basename(_cache_file(name, handle.read())))
+                keys.append(_cache_name(name, handle.read()))
         except OSError:
             keys.append(name)
     joined = "|".join(keys).encode()
-    cache = os.path.join(_recipes_cache_dir(), f"detect-{zlib.crc32(joined):08x}-{len(joined):x}.marshal")
-    try:
-        with open(cache, "rb") as handle:
-            table = marshal.load(handle)  # noqa: S302 - our own cache file in the user's cache dir
-        if isinstance(table, list) and [row[0] for row in table] == names:
-            return table
-    except (OSError, ValueError, EOFError, TypeError, IndexError):
-        pass
+    cache = f"detect-{zlib.crc32(joined):08x}-{len(joined):x}.marshal"
+    table = read_cached(cache, "|".join(keys), lambda table: _is_detection_table(table, names))
+    if table is not MISS:
+        return table
     table = [(name, load_recipe_data(name, directory).get("detect") or {}) for name in names]
-    _write_cache(cache, table)
+    write_cached(cache, "|".join(keys), table)
     return table
+
+
+def _is_detection_table(table: Any, names: list[str]) -> bool:
+    return (type(table) is list and [row[0] for row in table] == names
+            and all(type(row) is tuple and len(row) == 2 and type(row[1]) is dict for row in table))
 
 
 def load_recipe(name: str, directory: Path | str | None = None) -> RecipeView:
@@ -117,19 +111,26 @@ def load_recipe_data(name: str, directory: Path | str | None = None) -> dict[str
             f"no system recipe named {name!r} in {directory}",
             f"use one of: {known} (or add recipes/{name}.yaml)",
         ) from None
-    cache = _cache_file(name, content)
-    try:
-        with open(cache, "rb") as handle:
-            data = marshal.load(handle)  # noqa: S302 - our own cache file in the user's cache dir
-        if isinstance(data, dict):
-            return data
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
+    cache = _cache_name(name, content)
+    data = read_cached(cache, cache, lambda data: is_recipe_data(data, name))
+    if data is not MISS:
+        return data
     from pathlib import Path
 
     data = _cacheable(Path(path), name)
-    _write_cache(cache, data)
+    write_cached(cache, cache, data)
     return data
+
+
+def is_recipe_data(data: Any, name: str) -> bool:
+    """Whether cached data has the shape of recipe `name` as _cacheable made it, in what reaches a launch's
+    command line and environment (binds, env) and what the views need; anything else is a cache miss."""
+    source = data.get(SOURCE_KEY) if type(data) is dict else None
+    env = data.get("env") if type(data) is dict else None
+    return (type(source) is dict and data.get(MODEL_KEY) == "Recipe" and data.get("name") == name
+            and type(source.get("file")) is str and type(source.get("lines")) is dict
+            and is_text_list(data.get("binds")) and is_text_list(data.get("multinode_binds"))
+            and type(env) is dict and all(is_env_name(key) and type(value) is str for key, value in env.items()))
 
 
 def _cacheable(path: Path, name: str) -> dict[str, Any]:
@@ -163,15 +164,9 @@ def validate_recipe_file(path: Path, name: str, document: Any = None) -> Recipe:
         raise UsageError(f"{path}:{pos.line}:{pos.column}: {field}: {first['msg']}", "fix the recipe file") from None
     if recipe.name != name:
         raise UsageError(f"{path}: name is {recipe.name!r} but the file is named {name}.yaml", "make them agree")
+    for key in recipe.env:
+        problem = env_name_problem(key)
+        if problem:
+            pos = document.position_of(("env", key))
+            raise UsageError(f"{path}:{pos.line}:{pos.column}: env: {problem}", ENV_NAME_FIX)
     return recipe
-
-
-def _write_cache(cache: str, data: Any) -> None:
-    """Best effort: an unwritable cache only costs speed."""
-    from envbuild.atomicfile import atomic_write
-
-    try:
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        atomic_write(cache, marshal.dumps(data))
-    except OSError:
-        pass

@@ -85,7 +85,8 @@ def test_config_binds_and_env_reach_the_launch(tmp_path: Path, image: Path, env:
     result = envrun(["--image", str(image), "--dry-run", "python", "train.py"], {**env, "ENVRUN_CONFIG": str(config)})
     assert result.returncode == 0, result.stderr
     script = result.stdout
-    assert f"export HF_HOME={data}/hf\n" in script
+    assert f"export APPTAINERENV_HF_HOME={data}/hf\n" in script, "the config's env: in the container only"
+    assert "export HF_HOME=" not in script
     assert f"--bind {data} " in script
     assert str(lumi_only) not in script and "TORCH_HOME" not in script, "another system's settings leaked in"
     without = envrun(["--image", str(image), "--dry-run", "python", "train.py"], env)
@@ -150,7 +151,7 @@ def test_envrun_srun_torchrun_works_verbatim_in_a_project(project: Path, env: di
     assert "' python -m torch.distributed.run --nproc-per-node=" in script
     assert f"# image and overlays from {project}/envrun.yaml\n" in script
     assert f"# overlay {project}/build/env.sqsh: built for this image (same SIF id " in script
-    assert "export HF_HOME=/from/project\n" in script
+    assert "export APPTAINERENV_HF_HOME=/from/project\n" in script
 
 
 def test_overlay_options_and_the_project_env_winning(project: Path, tmp_path: Path, env: dict[str, str]) -> None:
@@ -162,7 +163,8 @@ def test_overlay_options_and_the_project_env_winning(project: Path, tmp_path: Pa
                     {**env, "ENVRUN_CONFIG": str(config)}, cwd=project)
     assert result.returncode == 0, result.stderr
     assert f"--bind {build}/env.sqsh:/user-software:image-src=/,ro" in result.stdout
-    assert "export HF_HOME=/from/project\n" in result.stdout and "export TORCH_HOME=/t\n" in result.stdout
+    assert "export APPTAINERENV_HF_HOME=/from/project\n" in result.stdout
+    assert "export APPTAINERENV_TORCH_HOME=/t\n" in result.stdout
 
 
 def test_an_overlay_on_another_base_is_refused_or_forced(project: Path, image: Path, env: dict[str, str]) -> None:

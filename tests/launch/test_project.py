@@ -27,7 +27,7 @@ systems:
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # envrun's own cache: cache/envrun
     return tmp_path / "cache"
 
 
@@ -104,10 +104,11 @@ def test_nothing_found_lists_every_place_looked_at(tmp_path: Path) -> None:
         find(work)
     lines = caught.value.message.splitlines()
     assert lines[0] == "no image to run in; envrun looked at:"
-    _, checked = find_project_file(str(work))
+    walk = find_project_file(str(work))
+    checked = walk.checked
     assert checked[:3] == [f"{work}/envrun.yaml", f"{tmp_path}/a/envrun.yaml", f"{tmp_path}/envrun.yaml"]
-    assert checked[-1] == "/envrun.yaml"
-    assert [f"  {path}: absent" for path in checked] == lines[3:-1]
+    assert [f"  {path}: absent" for path in checked] == lines[3:3 + len(checked)]
+    assert lines[3 + len(checked):-1] == ([f"  (no parent looked at: {walk.stopped})"] if walk.stopped else [])
     assert lines[-1] == f"  {work}/*.sif: none"
 
 

@@ -82,11 +82,11 @@ def test_image_runscript_reads_a_sandbox_directory(tmp_path: Path) -> None:
 def test_image_runscript_reads_a_sif_once_and_then_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.inventory_layout import fixture_image
 
-    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # envrun's own cache: cache/envrun
     sif = fixture_image("gzip")  # a committed SIF with a runscript that runs a fixed program
     verdict = image_runscript(str(sif))
     assert verdict is not None and verdict[0] == "exec"
-    cached = list((tmp_path / "cache/envrun/runscripts-1").iterdir())
+    cached = list((tmp_path / "cache/envrun").glob("runscripts-1-*"))
     assert len(cached) == 1
     assert image_runscript(str(sif)) == verdict  # from the cache
     # a broken file is left to the runtime: envrun says nothing and starts it with exec

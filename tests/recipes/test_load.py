@@ -110,9 +110,9 @@ def test_detection_reads_one_cache_file_that_follows_edited_recipes(tmp_path: Pa
     for name in ("local", "lumi-g"):
         (recipes / f"{name}.yaml").write_text((recipes_dir() / f"{name}.yaml").read_text())
     monkeypatch.setenv("ENVBUILD_RECIPES", str(recipes))
-    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # envrun's own cache: cache/envrun
     assert dict(detection_table())["lumi-g"]["slurm_cluster_names"] == ["lumi"]
-    assert len(list((tmp_path / "cache" / "recipes").glob("detect-*.marshal"))) == 1
+    assert len(list((tmp_path / "cache" / "envrun").glob("detect-*.marshal"))) == 1
     assert detect_system({"SLURM_CLUSTER_NAME": "lumi"}, "uan01")[0] == "lumi-g"
     edited = (recipes / "lumi-g.yaml").read_text().replace("slurm_cluster_names: [lumi]", "slurm_cluster_names: [lumi2]")
     (recipes / "lumi-g.yaml").write_text(edited)

@@ -1,0 +1,198 @@
+"""envrun's own cache: what its start-up would otherwise recompute on every launch (validated recipes and
+config files, overlay records, image digests), one home for every such file.
+
+The cache is the user's alone. It lives in $XDG_CACHE_HOME/envrun (else ~/.cache/envrun), never in
+$ENVBUILD_CACHE_DIR: that is a build store a project's group may share, and whoever can write a cached
+recipe or config decides the binds and variables of the next launch that reads it. The directory is made
+0700 and every file written 0600. A file is read only when it and its directory belong to the user
+and nobody else may write them; otherwise, or when it does not load as the plain data its caller
+expects, it is a miss: the caller recomputes the value from the real file and writes the cache again
+(where the directory is the user's own, it is closed first). So a tampered, foreign or corrupt cache
+file costs time, never code or settings.
+
+The files are `marshal` data (no import, unlike json's `re`; Python's version is in every caller's key),
+and only plain data is accepted back: dict with str keys, list, tuple, str, int, float, bool, None.
+marshal can also make code objects, bytes or sets; a file holding one is a miss. Each file stores its
+key next to its value, and a value read back under another key (a renamed file) is a miss too.
+
+Light on purpose: os and marshal only (envrun's start-up path); the mode bits are tested without `stat`.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+_OTHERS_WRITE = 0o022  # group or others may write
+_PLAIN_SCALARS = frozenset((str, int, float, bool, type(None)))
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_LIMIT = 16 << 20  # no cached value is near this; a bigger file is not ours
+
+
+class _Miss:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISS"
+
+
+MISS = _Miss()  # what read_cached returns when nothing usable is stored (None is a value that can be cached)
+
+
+def user_cache_dir(environ: Mapping[str, str] | None = None) -> str:
+    """$XDG_CACHE_HOME/envrun (an absolute XDG_CACHE_HOME only, as the XDG spec says), else ~/.cache/envrun."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(base):
+        base = os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "envrun")
+
+
+def read_cached(name: str, key: str, check: Callable[[Any], bool] | None = None) -> Any:
+    """The value stored as `name` under `key`, when the file is the user's own and private and holds plain
+    data that `check` accepts; MISS otherwise."""
+    try:
+        directory = os.open(user_cache_dir(), _DIR_FLAGS)
+    except OSError:
+        return MISS
+    try:
+        data = _read_private(name, directory)
+    finally:
+        os.close(directory)
+    if data is None:
+        return MISS
+    try:
+        stored = marshal.loads(data)  # noqa: S302 - the user's own private file, and checked below
+    except (ValueError, EOFError, TypeError):
+        return MISS
+    if type(stored) is not tuple or len(stored) != 2 or stored[0] != key or not is_plain(stored[1]):
+        return MISS
+    value = stored[1]
+    try:
+        return value if check is None or check(value) else MISS
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError):
+        return MISS
+
+
+def write_cached(name: str, key: str, value: Any) -> None:
+    """Store `value` (plain data) as `name` under `key`: written 0600 beside the others and renamed into
+    place, in a 0700 directory. Best effort: an unwritable cache only costs speed. A directory that is not
+    the user's is never written into; the user's own one that others may write is closed first."""
+    try:
+        data = marshal.dumps((key, value))
+    except ValueError:
+        return
+    path = user_cache_dir()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        pass
+    except OSError:
+        return
+    try:
+        directory = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return
+    partial = f".{name}.partial-{os.getpid()}"
+    try:
+        status = os.fstat(directory)
+        if status.st_uid != os.geteuid():
+            return
+        if status.st_mode & 0o777 != DIR_MODE:
+            os.fchmod(directory, DIR_MODE)
+        _write_new(partial, data, directory)
+        os.replace(partial, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except OSError:
+        try:
+            os.unlink(partial, dir_fd=directory)
+        except OSError:
+            pass
+    finally:
+        os.close(directory)
+
+
+def is_plain(value: Any) -> bool:
+    """Whether `value` is plain data only (dict with str keys, list, tuple, str, int, float, bool, None),
+    however deeply nested: nothing marshal can also make (code, bytes, sets) hides in it."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is dict:
+            for item_key, item_value in item.items():
+                if type(item_key) is not str:
+                    return False
+                pending.append(item_value)
+        elif kind is list or kind is tuple:
+            pending.extend(item)
+        elif kind not in _PLAIN_SCALARS:
+            return False
+    return True
+
+
+def is_text_list(value: Any) -> bool:
+    """A list (or tuple) of str: binds, overlays."""
+    return (type(value) is list or type(value) is tuple) and all(type(item) is str for item in value)
+
+
+def _private(status: os.stat_result, *, directory: bool) -> bool:
+    """The user's own directory or regular file, which nobody else may write."""
+    kind = status.st_mode & 0o170000
+    if kind != (0o040000 if directory else 0o100000):
+        return False
+    return status.st_uid == os.geteuid() and not status.st_mode & _OTHERS_WRITE
+
+
+def _read_private(name: str, directory: int) -> bytes | None:
+    """The bytes of `name` in `directory`, when both are the user's own and nobody else may write them."""
+    try:
+        if not _private(os.fstat(directory), directory=True):
+            return None
+        handle = os.open(name, _READ_FLAGS, dir_fd=directory)
+    except OSError:
+        return None
+    try:
+        status = os.fstat(handle)
+        if not _private(status, directory=False) or status.st_size > _LIMIT:
+            return None
+        return _read_all(handle, status.st_size)
+    except OSError:
+        return None
+    finally:
+        os.close(handle)
+
+
+def _read_all(handle: int, size: int) -> bytes:
+    chunks, left = [], size + 1  # one byte more: a file that grew is read to its end
+    while True:
+        chunk = os.read(handle, max(left, 1 << 16))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        left -= len(chunk)
+
+
+def _write_new(name: str, data: bytes, directory: int) -> None:
+    """Create `name` in `directory` for this write alone (O_EXCL, no symlink followed), 0600."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        handle = os.open(name, flags, FILE_MODE, dir_fd=directory)
+    except FileExistsError:  # left by a process of this pid before: ours to replace
+        os.unlink(name, dir_fd=directory)
+        handle = os.open(name, flags, FILE_MODE, dir_fd=directory)
+    try:
+        os.fchmod(handle, FILE_MODE)  # exactly 0600, whatever the umask took away
+        view = memoryview(data)
+        while view:
+            view = view[os.write(handle, view):]
+    finally:
+        os.close(handle)
