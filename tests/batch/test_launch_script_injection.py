@@ -133,7 +133,7 @@ def test_the_image_env_script_sets_each_value_literally(text: str, tmp_path: Pat
 
 @pytest.mark.parametrize("name", ["FOO\n", "A;B", "A B", "1X", "A-B"])
 def test_the_image_env_script_refuses_a_name_that_is_not_a_variable(name: str) -> None:
-    with pytest.raises(UsageError, match="env: .* is not a variable name"):
+    with pytest.raises(UsageError, match=r"env: .* is not a variable name"):
         env_script(SimpleNamespace(name="x", env={name: "v"}), "1", "0" * 64)  # type: ignore[arg-type]
 
 
