@@ -14,6 +14,21 @@ def _quote_all(argv: tuple[str, ...]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
+def _check_inside(root: str | None, *paths: str | None) -> None:
+    """An action on an image tree names the tree's root and paths under it: the executor resolves the part
+    after the root inside the tree (envbuild.build.intree), as if the root were `/`."""
+    if root is None:
+        return
+    for path in paths:
+        if path is not None and not path.startswith(root.rstrip("/") + "/"):
+            raise ValueError(f"{path} is not under the tree {root} it is to be resolved in")
+
+
+def inside_of(root: str, path: str) -> str:
+    """`path` (under `root`) as a path inside the tree: `/` and what follows the root."""
+    return path[len(root.rstrip("/")):]
+
+
 @dataclass(frozen=True)
 class Run:
     """Run a host command. `env` adds to (never replaces) the executor's environment."""
@@ -30,9 +45,16 @@ class Run:
 
 @dataclass(frozen=True)
 class WriteFile:
+    """Write a file atomically with exactly `mode`. `root`: `path` lies in that image tree and is resolved
+    inside it (a link in the base never leads the write out of the tree)."""
+
     path: str
     content: str
     mode: int = 0o644
+    root: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_inside(self.root, self.path)
 
     def describe(self) -> str:
         lines = self.content.count("\n") + (0 if self.content.endswith("\n") else 1)
@@ -46,6 +68,12 @@ class MergeJson:
     path: str
     values: tuple[tuple[str, str], ...]
     base: str | None = None  # read from here while `path` does not exist (a user layer over the env layer's file)
+    root: str | None = None  # the tree `path` is resolved in (see WriteFile); a file there is read inside it too
+    base_root: str | None = None  # the tree `base` is resolved in
+
+    def __post_init__(self) -> None:
+        _check_inside(self.root, self.path)
+        _check_inside(self.base_root, self.base)
 
     def describe(self) -> str:
         keys = ", ".join(k for k, _ in self.values)
@@ -89,6 +117,12 @@ class CopyFile:
     mode: int | None = None
     ahead: bool = False
     unless_exists: bool = False
+    # The image tree `dest` lies in: the copy is made inside it (envbuild.build.intree.copy_into_tree), the
+    # source's permission bits kept (or `mode`), never widened.
+    dest_root: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_inside(self.dest_root, self.dest)
 
     def describe(self) -> str:
         mode = f" (mode {self.mode:04o})" if self.mode is not None else ""
@@ -105,6 +139,10 @@ class MakeDirs:
 
     paths: tuple[str, ...]
     mode: int | None = None
+    root: str | None = None  # the image tree the paths lie in (see WriteFile)
+
+    def __post_init__(self) -> None:
+        _check_inside(self.root, *self.paths)
 
     def describe(self) -> str:
         mode = f"-m {self.mode:04o} " if self.mode is not None else ""
@@ -116,6 +154,10 @@ class Touch:
     """Create empty files (mount points for single-file binds)."""
 
     paths: tuple[str, ...]
+    root: str | None = None  # the image tree the paths lie in (see WriteFile)
+
+    def __post_init__(self) -> None:
+        _check_inside(self.root, *self.paths)
 
     def describe(self) -> str:
         return "touch " + _quote_all(self.paths)
@@ -124,6 +166,10 @@ class Touch:
 @dataclass(frozen=True)
 class Remove:
     paths: tuple[str, ...]
+    root: str | None = None  # the image tree the paths lie in: each entry itself is removed, resolved inside it
+
+    def __post_init__(self) -> None:
+        _check_inside(self.root, *self.paths)
 
     def describe(self) -> str:
         return "rm -rf " + _quote_all(self.paths)
@@ -135,6 +181,10 @@ class Rename:
 
     src: str
     dest: str
+    src_root: str | None = None  # the image tree `src` lies in (a file a build step left there), resolved inside it
+
+    def __post_init__(self) -> None:
+        _check_inside(self.src_root, self.src)
 
     def describe(self) -> str:
         return f"mv -T {shlex.quote(self.src)} {shlex.quote(self.dest)}"
@@ -152,6 +202,10 @@ class WriteRunWrappers:
     runtime_name: str
     overlays: tuple[tuple[str, str], ...] = ()  # (NAME.sqsh, mount point), mounted over `image`
     extra_commands: tuple[str, ...] = ()  # wrapped too although not in venv_bin (an overlay's base's torchrun)
+    venv_root: str | None = None  # the tree `venv_bin` lies in: its entries are resolved inside it
+
+    def __post_init__(self) -> None:
+        _check_inside(self.venv_root, self.venv_bin)
 
     def describe(self) -> str:
         over = "".join(f" with overlay {path} at {mount}" for path, mount in self.overlays)

@@ -174,7 +174,7 @@ def plan_conda_build(request: BuildRequest, tool: CotainrTool, *, arch: str = "x
     entry = store.image(layers.image_entry)
     steps += image_steps(request, entry, layers, sandbox, work, tests=spec.tests)
     if has_env:
-        steps.append(wrappers_step(request, f"{sandbox}{CONDA_ENV_PREFIX}/bin"))
+        steps.append(wrappers_step(request, f"{sandbox}{CONDA_ENV_PREFIX}/bin", root=sandbox))
     if not request.options.keep_work:
         steps.append(Step("clean", "remove the build sandbox", (Remove((work,)),)))
     part = conda.pip_part()
@@ -215,14 +215,14 @@ def _configure(request: BuildRequest, tool: CotainrTool, layers: Layers, sandbox
     script = "\n".join([f"# Written by envbuild {request.facts.envbuild_version} for {spec.name}: the spec's env "
                         "(cotainr's 92-cotainr-env.sh activates the conda env).", *env_lines(spec)]) + "\n"
     actions: list[Action] = [
-        MakeDirs((f"{sandbox}/.singularity.d/env", f"{sandbox}{RECORD_DIR}"), IMAGE_DIR_MODE),
-        WriteFile(f"{sandbox}{ENV_SCRIPT}", script, 0o755),
-        MergeJson(f"{sandbox}{LABELS_FILE}", tuple(labels.items())),
-        WriteFile(f"{sandbox}{RECORD_DIR}/spec.yaml", request.source.text),
-        WriteFile(f"{sandbox}{RECORD_DIR}/build.json", json.dumps(record, indent=2, sort_keys=True) + "\n"),
+        MakeDirs((f"{sandbox}/.singularity.d/env", f"{sandbox}{RECORD_DIR}"), IMAGE_DIR_MODE, root=sandbox),
+        WriteFile(f"{sandbox}{ENV_SCRIPT}", script, 0o755, root=sandbox),
+        MergeJson(f"{sandbox}{LABELS_FILE}", tuple(labels.items()), root=sandbox),
+        WriteFile(f"{sandbox}{RECORD_DIR}/spec.yaml", request.source.text, root=sandbox),
+        WriteFile(f"{sandbox}{RECORD_DIR}/build.json", json.dumps(record, indent=2, sort_keys=True) + "\n", root=sandbox),
     ]
     if has_env:
-        actions.append(WriteFile(f"{sandbox}{RECORD_DIR}/conda-env.yml", conda.env_file(spec.name)))
+        actions.append(WriteFile(f"{sandbox}{RECORD_DIR}/conda-env.yml", conda.env_file(spec.name), root=sandbox))
     actions += file_steps(request, sandbox)
     return Step("configure", "write labels, env script, spec, env file and build record", tuple(actions))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild.atomicfile import atomic_write
-from envbuild.build import containment, treeops
+from envbuild.build import containment, intree, treeops
 from envbuild.build.actions import (
     ClampTimes,
     CopyFile,
@@ -31,15 +31,22 @@ from envbuild.build.actions import (
     Touch,
     WriteFile,
     WriteRunWrappers,
+    inside_of,
 )
 from envbuild.build.wrapperfiles import write_run_wrappers
 
 
 def write_file(executor: Any, step: Step, action: WriteFile) -> None:
+    if action.root is not None:
+        intree.write_in_tree(action.root, inside_of(action.root, action.path), action.content, action.mode)
+        return
     atomic_write(action.path, action.content, mode=action.mode)
 
 
 def merge_json(executor: Any, step: Step, action: MergeJson) -> None:
+    if action.root is not None:
+        _merge_json_in_tree(action, action.root)
+        return
     path = Path(action.path)
     if not path.exists() and action.base and os.path.exists(action.base):
         path = Path(action.base)
@@ -52,6 +59,31 @@ def merge_json(executor: Any, step: Step, action: MergeJson) -> None:
     data.update(dict(action.values))
     mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
     atomic_write(action.path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=mode)
+
+
+def _merge_json_in_tree(action: MergeJson, root: str) -> None:
+    """MergeJson of a file in an image tree: read (and the base's, while there is none) resolved inside the
+    trees, so that a labels.json linked to a host file is never read into the image; written new in place."""
+    inside = inside_of(root, action.path)
+    found = intree.read_in_tree(root, inside)
+    if found is None and action.base is not None:
+        found = (intree.read_in_tree(action.base_root, inside_of(action.base_root, action.base)) if action.base_root
+                 else _read_host_file(action.base))
+    data: dict[str, Any] = {}
+    if found is not None:
+        with contextlib.suppress(ValueError):  # unreadable (not JSON, not UTF-8): ours replaces it
+            loaded = json.loads(found[0].decode("utf-8") or "{}")
+            data = loaded if isinstance(loaded, dict) else {}
+    data.update(dict(action.values))
+    intree.write_in_tree(root, inside, json.dumps(data, indent=2, sort_keys=True) + "\n",
+                         found[1] if found is not None else 0o644)
+
+
+def _read_host_file(path: str) -> tuple[bytes, int] | None:
+    try:
+        return Path(path).read_bytes(), os.stat(path).st_mode & 0o7777
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def copy_tree(executor: Any, step: Step, action: CopyTree) -> None:
@@ -78,6 +110,9 @@ def copy_tree(executor: Any, step: Step, action: CopyTree) -> None:
 
 
 def copy_file(executor: Any, step: Step, action: CopyFile) -> None:
+    if action.dest_root is not None:
+        intree.copy_into_tree(action.src, action.dest_root, inside_of(action.dest_root, action.dest), action.mode)
+        return
     if action.unless_exists and os.path.exists(action.dest):
         executor._log.write(f"  {action.dest} was made ahead\n")
         return
@@ -130,15 +165,25 @@ def check_room(executor: Any, step: Step, src: str, dest: str) -> None:
 
 def make_dirs(executor: Any, step: Step, action: MakeDirs) -> None:
     for path in action.paths:
-        containment.make_dirs(path, action.mode)
+        if action.root is not None:
+            intree.make_dirs_in_tree(action.root, inside_of(action.root, path), action.mode)
+        else:
+            containment.make_dirs(path, action.mode)
 
 
 def touch(executor: Any, step: Step, action: Touch) -> None:
     for path in action.paths:
-        Path(path).touch()
+        if action.root is not None:
+            intree.touch_in_tree(action.root, inside_of(action.root, path))
+        else:
+            Path(path).touch()
 
 
 def remove(executor: Any, step: Step, action: Remove) -> None:
+    if action.root is not None:
+        for path in action.paths:
+            intree.remove_in_tree(action.root, inside_of(action.root, path))
+        return
     for path in action.paths:
         if os.path.islink(path) or os.path.isfile(path):
             os.unlink(path)
@@ -159,6 +204,9 @@ def remove_tree(path: str) -> None:
 
 
 def rename(executor: Any, step: Step, action: Rename) -> None:
+    if action.src_root is not None:
+        intree.rename_out_of_tree(action.src_root, inside_of(action.src_root, action.src), action.dest)
+        return
     os.replace(action.src, action.dest)
 
 

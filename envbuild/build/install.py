@@ -188,7 +188,8 @@ def install_actions(request: BuildRequest, sandbox: str, installer: str, require
     if request.lock.requirements is not None:
         # Exactly the lock: every pinned file checked against its hash, no resolution, no extras.
         lock_inside = f"{HOST_MOUNT}/lock/requirements.txt"
-        actions += [MakeDirs((f"{sandbox}{HOST_MOUNT}/lock",)), WriteFile(f"{sandbox}{lock_inside}", request.lock.requirements)]
+        actions += [MakeDirs((f"{sandbox}{HOST_MOUNT}/lock",), root=sandbox),
+                    WriteFile(f"{sandbox}{lock_inside}", request.lock.requirements, root=sandbox)]
         targets = ["--require-hashes", "--no-deps", "-r", lock_inside]
     else:
         targets = list(requirements)
@@ -212,15 +213,16 @@ def install_actions(request: BuildRequest, sandbox: str, installer: str, require
                 "--cache-dir", f"{HOST_MOUNT}/cache", *sources.pip_args(), *targets]
     mount_dirs = tuple(f"{sandbox}{b.inside}" for b in binds if not b.is_file)
     mount_files = tuple(f"{sandbox}{b.inside}" for b in binds if b.is_file)
-    actions.append(MakeDirs((host_cache, *mount_dirs)))
+    actions.append(MakeDirs((host_cache,)))
+    actions.append(MakeDirs(mount_dirs, root=sandbox))
     if mount_files:
-        actions.append(Touch(mount_files))
+        actions.append(Touch(mount_files, root=sandbox))
     if then:
         argv = ["/bin/sh", "-ec", f"{shlex.join(argv)}\n{shlex.join(then)}"]
     actions.append(sandbox_exec(request, sandbox, argv, writable=True, binds=binds, env=env))
     if installer == "uv":
         # uv's lock file for the venv, world-writable by design (for shared caches); no part of the environment.
-        actions.append(Remove((f"{sandbox}{VENV_PREFIX}/.lock",)))
+        actions.append(Remove((f"{sandbox}{VENV_PREFIX}/.lock",), root=sandbox))
     return actions
 
 

@@ -258,11 +258,12 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
                                    check=check))
     record = overlay_record(request, probe, split, key)
     record_file = f"{venv}/{RECORD_FILE}"
+    # The venv was written by the base's Python: inside it, every path is resolved as in the overlay's tree.
     record_actions: list[Action] = [
-        MakeDirs((f"{venv}/{RECORD_DIR}",), IMAGE_DIR_MODE),
-        WriteFile(record_file, json.dumps(record, indent=2, sort_keys=True) + "\n"),
-        WriteFile(f"{venv}/{SPEC_FILE}", request.source.text),
-        *((WriteFile(f"{venv}/{LOCK_FILE}", request.lock.text),) if request.lock.text else ()),
+        MakeDirs((f"{venv}/{RECORD_DIR}",), IMAGE_DIR_MODE, root=venv),
+        WriteFile(record_file, json.dumps(record, indent=2, sort_keys=True) + "\n", root=venv),
+        WriteFile(f"{venv}/{SPEC_FILE}", request.source.text, root=venv),
+        *((WriteFile(f"{venv}/{LOCK_FILE}", request.lock.text, root=venv),) if request.lock.text else ()),
         run([python, "-c", RECORD_ADDED_SCRIPT, f"{mount}/{RECORD_FILE}"], [writable_venv]),
     ]
     steps.append(Step("record", "record how the overlay was made and what it added", tuple(record_actions)))
@@ -273,7 +274,7 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
                 [read_only]) for cmd in spec.tests)))
     steps.append(_squash_step(request, entry, key, venv, overlay.processors))
     steps.append(output_step(request, entry.overlay, f"copy the overlay to {options.output}"))
-    steps.append(overlay_wrappers_step(request, probe, f"{venv}/bin"))
+    steps.append(overlay_wrappers_step(request, probe, f"{venv}/bin", root=venv))
     if not options.keep_work:
         steps.append(Step("clean", "remove the build's venv directory", (Remove((work,)),)))
     return OverlayPlan(
@@ -283,8 +284,9 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
     )
 
 
-def overlay_wrappers_step(request: BuildRequest, probe: BaseProbe, venv_bin: str) -> Step:
-    """bin/python, bin/torchrun, ... next to the overlay: exec into the base with the overlay mounted."""
+def overlay_wrappers_step(request: BuildRequest, probe: BaseProbe, venv_bin: str, *, root: str | None = None) -> Step:
+    """bin/python, bin/torchrun, ... next to the overlay: exec into the base with the overlay mounted. `root`:
+    the venv directory `venv_bin` lies in; None where `venv_bin` is the overlay file."""
     from pathlib import PurePosixPath
 
     assert request.spec.overlay is not None and request.base.path
@@ -294,7 +296,7 @@ def overlay_wrappers_step(request: BuildRequest, probe: BaseProbe, venv_bin: str
     extra = ("torchrun",) if "torch" in probe.installed() else ()
     return Step("wrappers", f"write run wrappers to {out_dir}/bin", (WriteRunWrappers(
         venv_bin, f"{out_dir}/bin", request.base.path, request.spec.system, request.facts.runtime.name,
-        overlays=((output, request.spec.overlay.mount),), extra_commands=extra),))
+        overlays=((output, request.spec.overlay.mount),), extra_commands=extra, venv_root=root),))
 
 
 def _check_mount(mount: str, probe: BaseProbe, spec_path: str) -> None:
@@ -328,11 +330,12 @@ def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: 
     mount_points = [f"{host}/pylib/pip", f"{host}/cache", *(f"{host}{b.inside[len(HOST_MOUNT):]}" for b in sources.binds
                                                              if not b.is_file)]
     bound_files = [f"{host}{b.inside[len(HOST_MOUNT):]}" for b in sources.binds if b.is_file]
+    # `host` is bound into the base's containers: what is written there is resolved inside it.
     actions: list[Action] = [
-        MakeDirs((cache, *mount_points)),
-        WriteFile(f"{host}/constraints.txt", "".join(c + "\n" for c in constraints)),
-        *(WriteFile(path, "") for path in bound_files),  # mount points of bound files
-        *(WriteFile(path, text) for path, text in (files or {}).items()),
+        MakeDirs((cache,)), MakeDirs(tuple(mount_points), root=host),
+        WriteFile(f"{host}/constraints.txt", "".join(c + "\n" for c in constraints), root=host),
+        *(WriteFile(path, "", root=host) for path in bound_files),  # mount points of bound files
+        *(WriteFile(path, text, root=host) for path, text in (files or {}).items()),
         run(argv, binds, env=[("PYTHONPATH", f"{HOST_MOUNT}/pylib"), *sources.credential_env("pip")]),
         *((check,) if check else ()),
     ]
@@ -383,5 +386,5 @@ def plan_overlay_resolve(request: BuildRequest, probe: BaseProbe, pins: tuple[st
                             run, writable_venv, host, host_bind, f"{mount}/bin/python",
                             pip_options=("install", "--dry-run", "--quiet", "--report", f"{HOST_MOUNT}/report.json"),
                             title="resolve with pip in the base: what the overlay would add")
-    collect = Step("report", "keep pip's report", (Rename(f"{host}/report.json", report), Remove((work,))))
+    collect = Step("report", "keep pip's report", (Rename(f"{host}/report.json", report, src_root=host), Remove((work,))))
     return work, (venv_step, resolve, collect)

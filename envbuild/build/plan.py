@@ -78,11 +78,11 @@ def plan_build(request: BuildRequest) -> BuildPlan:
         Step("record", "record every Python environment's packages",
              (*start_tests(request, sandbox, spec.tests),
               sandbox_exec(request, sandbox, [f"{VENV_PREFIX}/bin/python", "-c", RECORD_ENVIRONMENTS_SCRIPT], writable=True),
-              Remove((f"{sandbox}{HOST_MOUNT}",))))
+              Remove((f"{sandbox}{HOST_MOUNT}",), root=sandbox)))
     )
     store_image = store.image(layers.image_entry).image
     steps += image_steps(request, store.image(layers.image_entry), layers, sandbox, work, tests=spec.tests)
-    steps.append(wrappers_step(request, f"{sandbox}{VENV_PREFIX}/bin"))
+    steps.append(wrappers_step(request, f"{sandbox}{VENV_PREFIX}/bin", root=sandbox))
     if not request.options.keep_work:
         steps.append(Step("clean", "remove the build sandbox", (Remove((work,)),)))
     return BuildPlan(
@@ -166,11 +166,12 @@ def output_step(request: BuildRequest, store_image: str, title: str, *, made_ahe
                 cleanup=(Remove((partial,)),))
 
 
-def wrappers_step(request: BuildRequest, venv_bin: str) -> Step:
+def wrappers_step(request: BuildRequest, venv_bin: str, *, root: str | None = None) -> Step:
+    """`root`: the tree `venv_bin` lies in (read inside it); None where `venv_bin` is an image file."""
     out_dir = str(PurePosixPath(request.options.output).parent)
     return Step("wrappers", f"write run wrappers to {out_dir}/bin",
                 (WriteRunWrappers(venv_bin, f"{out_dir}/bin", request.options.output, request.spec.system,
-                                  request.facts.runtime.name),))
+                                  request.facts.runtime.name, venv_root=root),))
 
 
 # --- base -----------------------------------------------------------------------------------------
@@ -196,14 +197,14 @@ def plan_base(request: BuildRequest) -> BasePlan:
             # dpkg in the chroot reads this before it unpacks anything: no fsync per file (dpkg(1),
             # --force-unsafe-io). Unpacking took 26 of debootstrap's 58 s here, and an fsync costs this disk
             # 1.3 ms per small file; a base that does not complete is thrown away anyway.
-            MakeDirs((unsafe_io.rsplit("/", 1)[0],)), WriteFile(unsafe_io, "force-unsafe-io\n"),
+            MakeDirs((unsafe_io.rsplit("/", 1)[0],), root=tree), WriteFile(unsafe_io, "force-unsafe-io\n", root=tree),
             Run(tuple(argv)),
-            Remove((unsafe_io,)),  # not left in the image: apt there syncs as usual
+            Remove((unsafe_io,), root=tree),  # not left in the image: apt there syncs as usual
             # The downloaded .debs are not part of the environment.
             Run(("find", f"{tree}/var/cache/apt/archives", "-name", "*.deb", "-delete")),
             # debootstrap writes no /etc/hosts; without one the runtime cannot bind the host's, and
             # `localhost` (torchrun --standalone's rendezvous) does not resolve inside the container.
-            WriteFile(f"{tree}/etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+            WriteFile(f"{tree}/etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n", root=tree),
             # Through the runtime once, so the tree gets the runtime's /.singularity.d skeleton (its
             # env scripts set the default PATH); the runtime adds it only where none exists.
             Run((*sandbox_build_argv(request), partial, tree)),
@@ -268,10 +269,11 @@ def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer
     actions.append(GuardTree(start, snapshot, store.env(layers.env_parent).complete if layers.env_parent else
                              store.base(layers.base_entry).complete))
     if not installs:
-        actions += [MakeDirs((f"{partial}{HOST_MOUNT}",)), sandbox_exec(request, partial, list(freeze_argv), writable=True)]
+        actions += [MakeDirs((f"{partial}{HOST_MOUNT}",), root=partial),
+                    sandbox_exec(request, partial, list(freeze_argv), writable=True)]
     actions += [
-        Rename(freeze, entry.freeze),
-        Remove((f"{partial}{HOST_MOUNT}",)),
+        Rename(freeze, entry.freeze, src_root=partial),
+        Remove((f"{partial}{HOST_MOUNT}",), root=partial),
         Rename(partial, rootfs),
         WriteFile(entry.meta, _meta_json(request, "env", layers.env_key, layers.env_parent or layers.base_entry,
                                                    compat=layers.env_compat, installer=installer)),
@@ -324,37 +326,31 @@ def configure_step(request: BuildRequest, sandbox: str, installer: str, layers: 
     spec = request.spec
     record = build_record(request, installer, layers)
     actions: list[Action] = [
-        MakeDirs((f"{sandbox}/.singularity.d/env", f"{sandbox}{RECORD_DIR}"), IMAGE_DIR_MODE),
-        WriteFile(f"{sandbox}{ENV_SCRIPT}", env_script(spec, request.facts.envbuild_version, request.source.sha256), 0o755),
+        MakeDirs((f"{sandbox}/.singularity.d/env", f"{sandbox}{RECORD_DIR}"), IMAGE_DIR_MODE, root=sandbox),
+        WriteFile(f"{sandbox}{ENV_SCRIPT}", env_script(spec, request.facts.envbuild_version, request.source.sha256), 0o755,
+                  root=sandbox),
         MergeJson(f"{sandbox}{LABELS_FILE}", tuple(image_labels(request, installer, layers).items()),
-                  base=f"{lower}{LABELS_FILE}" if lower else None),
-        WriteFile(f"{sandbox}{RECORD_DIR}/spec.yaml", request.source.text),
-        WriteFile(f"{sandbox}{RECORD_DIR}/build.json", json.dumps(record, indent=2, sort_keys=True) + "\n"),
+                  base=f"{lower}{LABELS_FILE}" if lower else None, root=sandbox, base_root=lower),
+        WriteFile(f"{sandbox}{RECORD_DIR}/spec.yaml", request.source.text, root=sandbox),
+        WriteFile(f"{sandbox}{RECORD_DIR}/build.json", json.dumps(record, indent=2, sort_keys=True) + "\n", root=sandbox),
     ]
     if request.lock.text:
-        actions.append(WriteFile(f"{sandbox}{RECORD_DIR}/spec.lock", request.lock.text))
+        actions.append(WriteFile(f"{sandbox}{RECORD_DIR}/spec.lock", request.lock.text, root=sandbox))
     actions += file_steps(request, sandbox)
     return Step("configure", "write environment script, labels and build record", tuple(actions))
 
 
 def file_steps(request: BuildRequest, sandbox: str) -> list[Action]:
-    """The spec's files[] copied into the sandbox."""
+    """The spec's files[] copied into the sandbox, inside it whatever links its base has: `src` as the spec
+    loader checked it (envbuild.spec.model.FileCopy.host_source), `dest` normalised there, the permission bits
+    as written (`mode`) or the source's, never widened."""
     actions: list[Action] = []
     for item in request.spec.files:
-        src = item.src if item.src.startswith("/") else f"{request.source.directory}/{item.src}"
         dest = f"{sandbox}{item.dest}"
-        actions.append(MakeDirs((str(PurePosixPath(dest).parent),), IMAGE_DIR_MODE))
-        actions.append(CopyFile(src, dest, int(item.mode, 8) if item.mode else None))
-        if not item.mode:
-            actions.append(Run(("/bin/sh", "-c", READABLE_COPY_SCRIPT, "envbuild-modes", src, dest)))
+        actions.append(MakeDirs((str(PurePosixPath(dest).parent),), IMAGE_DIR_MODE, root=sandbox))
+        actions.append(CopyFile(item.host_source(request.source.directory), dest, int(item.mode, 8) if item.mode else None,
+                                dest_root=sandbox))
     return actions
-
-
-# files[] without a mode keep the source's, made readable by every user of the image and writable by its owner
-# only (a source written under umask 0007 is 0660: unreadable in the image but for root). For a directory, only
-# what was copied from it (find lists the source; symbolic links are never followed, nor changed).
-READABLE_COPY_SCRIPT = ('if [ -d "$1" ]; then cd "$1" && find . ! -type l -print0 | (cd "$2" && xargs -0 -r chmod a+rX,go-w --); '
-                        'else chmod a+rX,go-w -- "$2"; fi')
 
 
 # --- running inside the sandbox -------------------------------------------------------------------

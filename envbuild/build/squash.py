@@ -127,7 +127,7 @@ def squash_actions(sandbox: str, output_partial: str, *, compression: str = "gzi
     objects = f"{work_dir}/{OBJECTS_DIR}"
     actions: list[Action] = []
     if definition is not None:
-        actions.append(WriteFile(f"{sandbox}/.singularity.d/Singularity", definition))
+        actions.append(WriteFile(f"{sandbox}/.singularity.d/Singularity", definition, root=sandbox))
     actions += [
         Remove((objects,)),
         MakeDirs((objects,)),
@@ -183,6 +183,8 @@ def write_objects(runtime: str, sandbox: str, out: str, upper: str | None = None
     """Gather what the SIF holds besides the file system: definition, inspect metadata, arch. With `upper`
     (files lying over the sandbox's), from /.singularity.d of both, merged in a scratch tree under `out`:
     the runtime's inspect reads only that directory (0.03 s for the reference image's)."""
+    from envbuild.build.intree import host_path, open_in_tree, read_in_tree
+
     target = Path(out)
     target.mkdir(parents=True, exist_ok=True)
     described = sandbox
@@ -190,10 +192,16 @@ def write_objects(runtime: str, sandbox: str, out: str, upper: str | None = None
         described = str(target / "inspect-root")
         shutil.rmtree(described, ignore_errors=True)
         for root in (sandbox, upper):
-            if os.path.isdir(f"{root}/.singularity.d"):
-                shutil.copytree(f"{root}/.singularity.d", f"{described}/.singularity.d", symlinks=True, dirs_exist_ok=True)
-    deffile = Path(described, ".singularity.d", "Singularity")
-    (target / "deffile").write_bytes(deffile.read_bytes() if deffile.is_file() else b"")
+            try:  # the tree's own /.singularity.d, found inside it whatever links lead there
+                found = open_in_tree(root, "/.singularity.d", os.O_PATH | os.O_DIRECTORY)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            try:
+                shutil.copytree(host_path(found), f"{described}/.singularity.d", symlinks=True, dirs_exist_ok=True)
+            finally:
+                os.close(found)
+    deffile = read_in_tree(described, "/.singularity.d/Singularity")  # never a host file through a link
+    (target / "deffile").write_bytes(deffile[0] if deffile else b"")
     (target / METADATA_NAME).write_bytes(inspect_metadata(runtime, described))
     (target / "arch").write_text(rootfs_arch(sandbox) + "\n", encoding="utf-8")
     if upper is not None:

@@ -93,7 +93,7 @@ def plan_upper_build(request: BuildRequest) -> BuildPlan:
     steps.append(squash_step(request, entry, layers, env_rootfs, work, tests=spec.tests,
                              output_partial=output_partial(request), upper=upper))
     steps.append(output_step(request, entry.image, f"put the image at {request.options.output}", made_ahead=True))
-    steps.append(wrappers_step(request, f"{env_rootfs}{VENV_PREFIX}/bin"))
+    steps.append(wrappers_step(request, f"{env_rootfs}{VENV_PREFIX}/bin", root=env_rootfs))
     if not request.options.keep_work:
         steps.append(Step("clean", "remove the build's work directory", (Remove((work,)),)))
     return BuildPlan(

@@ -10,9 +10,20 @@ if TYPE_CHECKING:
     from envbuild.build.actions import WriteRunWrappers
 
 
-def venv_commands(venv_bin: str) -> list[str]:
+def venv_commands(venv_bin: str, root: str | None = None) -> list[str]:
     """Executables in the venv's bin/: from a sandbox directory, or read from a finished image (a
-    cached image reused for a new output has no sandbox)."""
+    cached image reused for a new output has no sandbox). `root`: the tree `venv_bin` lies in, whose links
+    are resolved inside it (a base's bin/ linked to a host directory lists nothing of the host)."""
+    if root is not None:
+        import stat
+
+        from envbuild.build.intree import list_in_tree
+
+        inside = venv_bin[len(root.rstrip("/")):]
+        # As an image's listing: links (python -> the base's interpreter, which this tree may not hold) and
+        # executable files.
+        return [name for name, info in list_in_tree(root, inside)
+                if stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_mode & 0o111)]
     if os.path.isdir(venv_bin):
         return [e.name for e in os.scandir(venv_bin) if os.access(e.path, os.X_OK) and not e.is_dir()]
     from envbuild.inventory.overlay import is_overlay_file
@@ -54,7 +65,7 @@ def write_run_wrappers(action: WriteRunWrappers) -> tuple[list[str], list[str]]:
     from envbuild.launch.wrappers import render_wrapper, wrapped_commands
     from envbuild.recipes.load import load_recipe
 
-    entries = [*venv_commands(action.venv_bin), *action.extra_commands]
+    entries = [*venv_commands(action.venv_bin, action.venv_root), *action.extra_commands]
     recipe = load_recipe(action.system)
     dest = Path(action.dest)
     dest.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-from dataclasses import dataclass
+import os
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from envbuild.errors import SpecError, SpecProblem
 from envbuild.recipes.load import available_recipes, recipes_dir
-from envbuild.spec.model import Spec
+from envbuild.spec.model import FileCopy, Spec
 from envbuild.yamlsource import FieldPath, LocatedDocument, load_yaml_file, parse_yaml_text
 
 
@@ -120,6 +122,8 @@ def _validate(document: LocatedDocument, text: str, path: Path, *, check_host: b
         problems += _host_problems(document, loaded)
     if problems:
         raise SpecError(sorted(problems, key=lambda p: (p.line, p.column)))
+    if check_host:
+        loaded = replace(loaded, warnings=(*loaded.warnings, *_mode_warnings(document, loaded)))
     return loaded
 
 
@@ -142,6 +146,8 @@ def _family_problems(document: LocatedDocument, spec: Spec) -> list[SpecProblem]
     return problems
 
 
+SRC_FIX = ("paths in files[].src are relative to the spec file's directory and stay inside it: copy the file next "
+           "to the spec, or set `allow_outside_spec_dir: true` on this entry to copy it from where it is")
 # Hints for the pydantic error types users meet most; the message itself says what is wrong.
 _FIELD_HINTS: dict[str, str] = {
     "name": "use letters, digits, '.', '_' and '-', starting with a letter or digit (e.g. my-env)",
@@ -149,6 +155,8 @@ _FIELD_HINTS: dict[str, str] = {
     "python.pytorch.version": "quote the version so YAML keeps it text, e.g. version: '2.13.0'",
     "python.installer": "use auto, uv or pip",
     "version": "this envbuild reads spec format version 1; write `version: 1` or leave it out",
+    "files[].src": SRC_FIX,
+    "files[].dest": "write the absolute path the file gets inside the image, without '..', e.g. /opt/data/file.txt",
 }
 
 
@@ -186,7 +194,7 @@ def _problem_from_error(document: LocatedDocument, error: dict[str, Any]) -> Spe
     elif kind == "literal_error":
         hint = _FIELD_HINTS.get(field)
     else:
-        hint = _FIELD_HINTS.get(field)
+        hint = _FIELD_HINTS.get(field) or _FIELD_HINTS.get(re.sub(r"\[\d+\]", "[]", field))
     return SpecProblem(document.file, pos.line, pos.column, field, message, hint)
 
 
@@ -234,6 +242,41 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def file_source_problem(item: FileCopy, spec_dir: str) -> tuple[str, str] | None:
+    """(what is wrong, the fix) with a files[] entry's source on this host, or None. The source is found as the
+    build finds it (FileCopy.host_source) and, unless the entry allows it, must not lead out of the spec file's
+    directory through a symbolic link either."""
+    source = item.host_source(spec_dir)
+    if not os.path.lexists(source):
+        return f"{item.src!r} does not exist (resolved to {source})", SRC_FIX
+    if not os.path.exists(source):
+        return f"{item.src!r} is a symbolic link to nothing ({source} -> {os.readlink(source)})", SRC_FIX
+    if item.allow_outside_spec_dir:
+        return None
+    real, home = os.path.realpath(source), os.path.realpath(spec_dir)
+    if real != home and not real.startswith(home.rstrip("/") + "/"):
+        return f"{item.src!r} leads out of the spec file's directory {home} (to {real})", SRC_FIX
+    return None
+
+
+def _mode_warnings(document: LocatedDocument, loaded: LoadedSpec) -> list[SpecProblem]:
+    """files[] without a mode keep their source's bits (never widened): say where that leaves a file the other
+    users of the image cannot read, which a umask of 0007 or 0077 makes easy to miss."""
+    warnings = []
+    for index, item in enumerate(loaded.spec.files):
+        source = item.host_source(str(loaded.directory.absolute()))
+        if item.mode is not None or not os.path.isfile(source):
+            continue
+        bits = os.stat(source).st_mode & 0o7777
+        if not bits & 0o004:
+            pos = document.position_of(("files", index, "src"))
+            warnings.append(SpecProblem(
+                document.file, pos.line, pos.column, f"files[{index}].src",
+                f"{item.src!r} is mode {bits:04o}: copied as it is, other users of the image cannot read it",
+                f"if they should, write `mode: '{bits | 0o444:04o}'` on this entry (or chmod o+r the file)"))
+    return warnings
+
+
 def _host_problems(document: LocatedDocument, loaded: LoadedSpec) -> list[SpecProblem]:
     spec = loaded.spec
     problems: list[SpecProblem] = []
@@ -248,10 +291,9 @@ def _host_problems(document: LocatedDocument, loaded: LoadedSpec) -> list[SpecPr
         add(("system",), f"no system recipe named {spec.system!r} (looked in {recipes_dir()})",
             (f"did you mean {close[0]!r}? " if close else "") + f"known systems: {', '.join(known)}")
     for index, item in enumerate(spec.files):
-        source = loaded.resolve_host_path(item.src)
-        if not source.exists():
-            add(("files", index, "src"), f"{item.src!r} does not exist (resolved to {source})",
-                "paths in files[].src are relative to the spec file's directory")
+        problem = file_source_problem(item, str(loaded.directory.absolute()))
+        if problem:
+            add(("files", index, "src"), *problem)
     if spec.base.kind == "localimage":
         image = loaded.resolve_host_path(spec.base.ref)
         if not image.exists():

@@ -6,12 +6,14 @@ The model only checks what can be checked from the text itself. Checks that need
 
 from __future__ import annotations
 
+import os
+import posixpath
 import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from envbuild.overlayformat import DEFAULT_MOUNT
 from envbuild.spec.conda import CondaEnv
@@ -220,18 +222,32 @@ class PythonEnv(StrictModel):
 
 
 class FileCopy(StrictModel):
-    src: str = Field(description="path on the build host, relative to the spec file")
-    dest: str = Field(description="absolute path inside the image")
-    mode: str | None = Field(default=None, description="octal permission bits, e.g. '0755'")
+    # Before `src`, whose check reads it.
+    allow_outside_spec_dir: bool = Field(
+        default=False,
+        description="let `src` be an absolute path, start with ~ or lead (by .. or a symbolic link) out of the "
+                    "spec file's directory; without it a spec cannot copy a host file such as ~/.ssh into an image")
+    src: str = Field(description="path on the build host, relative to the spec file's directory and inside it")
+    dest: str = Field(description="absolute path inside the image (normalised; '..' may not climb above /)")
+    mode: str | None = Field(default=None, description="octal permission bits, e.g. '0755'; without it the source's "
+                                                       "bits are kept as they are (never widened)")
+
+    @field_validator("src")
+    @classmethod
+    def _src_in_spec_dir(cls, value: str, info: ValidationInfo) -> str:
+        if not info.data.get("allow_outside_spec_dir") and src_leaves_spec_dir(value):
+            raise ValueError(f"{value!r} is outside the spec file's directory")
+        return value
 
     @field_validator("dest")
     @classmethod
     def _absolute_dest(cls, value: str) -> str:
         if not value.startswith("/"):
             raise ValueError(f"{value!r} must be an absolute path inside the image (start with /)")
-        if value.rstrip("/") in ("", "/proc", "/sys", "/dev"):
+        normal = _normal_dest(value)
+        if normal.rstrip("/") in ("", "/proc", "/sys", "/dev"):
             raise ValueError(f"{value!r} is managed by the container runtime; choose another destination")
-        return value
+        return normal
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -242,6 +258,34 @@ class FileCopy(StrictModel):
         if not re.match(r"^0?[0-7]{3,4}$", text):
             raise ValueError(f"{value!r} is not an octal mode; quote it, e.g. '0755'")
         return text
+
+    def host_source(self, spec_dir: str) -> str:
+        """Where `src` is on the build host, for the spec loader's checks and the build alike: `~` expanded,
+        relative to the spec file's directory. Links are not resolved here (the loader checks where they lead
+        against allow_outside_spec_dir, and the copy follows them the same way)."""
+        return os.path.join(spec_dir, os.path.expanduser(self.src))
+
+
+def src_leaves_spec_dir(src: str) -> bool:
+    """Whether `src`, as written, names something outside the spec file's directory (the loader also follows
+    its links)."""
+    return src.startswith(("/", "~")) or posixpath.normpath(src).split("/")[0] == ".."
+
+
+def _normal_dest(value: str) -> str:
+    """`value` without `.`, doubled slashes and `..` taken back (a trailing slash, a directory, stays); a `..`
+    that would climb above `/` is refused (it was meant to leave the image)."""
+    parts: list[str] = []
+    for part in value.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                raise ValueError(f"{value!r} climbs above the image's root with '..'")
+            parts.pop()
+        else:
+            parts.append(part)
+    return "/" + "/".join(parts) + ("/" if parts and value.endswith("/") else "")
 
 
 def _env_value(value: Any) -> str:

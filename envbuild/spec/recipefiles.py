@@ -25,7 +25,7 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuild.errors import UsageError
-from envbuild.spec.model import NAME_PATTERN, VENV_PREFIX
+from envbuild.spec.model import NAME_PATTERN, VENV_PREFIX, src_leaves_spec_dir
 
 RecipeFormat = Literal["def", "dockerfile"]
 
@@ -79,7 +79,7 @@ class SpecBuilder:
         self.post: list[str] = []
         self.env: dict[str, str] = {}
         self.labels: dict[str, str] = {}
-        self.files: list[dict[str, str]] = []
+        self.files: list[dict[str, object]] = []
         self.tests: list[str] = []
         self.notes: list[str] = []
 
@@ -258,8 +258,11 @@ def add_file(builder: SpecBuilder, number: int, src: str, dest: str, src_prefix:
     if src.startswith(("http://", "https://")) or any(ch in src for ch in "*?["):
         builder.note(number, f"file {src} -> {dest} (files[].src is one local path: no URLs or wildcards)")
         return
-    entry = {"src": src if src.startswith("/") or not src_prefix else posixpath.normpath(posixpath.join(src_prefix, src)),
-             "dest": dest}
+    entry: dict[str, object] = {
+        "src": src if src.startswith("/") or not src_prefix else posixpath.normpath(posixpath.join(src_prefix, src)),
+        "dest": dest}
+    if src_leaves_spec_dir(str(entry["src"])):
+        entry["allow_outside_spec_dir"] = True  # the recipe's files lie where it says, not beside the new spec
     if mode:
         entry["mode"] = mode
     builder.files.append(entry)

@@ -70,29 +70,26 @@ def test_an_existing_store_root_keeps_its_mode(tmp_path: Path) -> None:
     assert stat.S_IMODE(root.stat().st_mode) == 0o2775
 
 
-def test_copied_files_without_a_mode_become_readable_by_everyone_and_links_are_left_alone(tmp_path: Path) -> None:
-    import subprocess
-
-    from envbuild.build.plan import READABLE_COPY_SCRIPT
+def test_copied_files_without_a_mode_keep_the_sources_bits_and_links_are_left_alone(tmp_path: Path) -> None:
+    """files[] without a mode: never widened (a 0640 file used to become 0644 through chmod a+rX)."""
+    from envbuild.build.actions import CopyFile
+    from envbuild.build.fsactions import copy_file
 
     outside = tmp_path / "host-secret"
     outside.write_text("x")
     outside.chmod(0o600)
-    src, dest = tmp_path / "src", tmp_path / "sandbox" / "opt" / "conf"
+    src, sandbox = tmp_path / "src", tmp_path / "sandbox"
     (src / "sub").mkdir(parents=True)
     (src / "sub").chmod(0o770)
     (src / "a.txt").write_text("a")
-    (src / "a.txt").chmod(0o660)
+    (src / "a.txt").chmod(0o640)
     (src / "run.sh").write_text("#!/bin/sh\n")
-    (src / "run.sh").chmod(0o770)
+    (src / "run.sh").chmod(0o750)
     (src / "link").symlink_to(outside)
-    dest.parent.mkdir(parents=True)
-    subprocess.run(["cp", "-a", "-T", str(src), str(dest)], check=True)  # as CopyFile copies a directory
-    subprocess.run(["/bin/sh", "-c", READABLE_COPY_SCRIPT, "envbuild-modes", str(src), str(dest)], check=True)
-    assert (mode(dest / "a.txt"), mode(dest / "run.sh"), mode(dest / "sub")) == (0o644, 0o755, 0o755)
+    (sandbox / "opt").mkdir(parents=True)
+    copy_file(None, None, CopyFile(str(src), f"{sandbox}/opt/conf", dest_root=str(sandbox)))  # type: ignore[arg-type]
+    dest = sandbox / "opt" / "conf"
+    assert (mode(dest / "a.txt"), mode(dest / "run.sh"), mode(dest / "sub")) == (0o640, 0o750, 0o770)
     assert mode(outside) == 0o600 and (dest / "link").is_symlink()
-    single = tmp_path / "sandbox" / "one.txt"
-    single.write_text("1")
-    single.chmod(0o660)
-    subprocess.run(["/bin/sh", "-c", READABLE_COPY_SCRIPT, "envbuild-modes", str(src / "a.txt"), str(single)], check=True)
-    assert mode(single) == 0o644
+    copy_file(None, None, CopyFile(str(src / "a.txt"), f"{sandbox}/one.txt", 0o600, dest_root=str(sandbox)))  # type: ignore[arg-type]
+    assert mode(sandbox / "one.txt") == 0o600

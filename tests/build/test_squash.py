@@ -85,7 +85,7 @@ def test_squash_actions_golden() -> None:
 def test_squash_actions_without_epoch_and_with_a_definition() -> None:
     actions = squash_actions("/w/sandbox", "/o/img.sif.partial", processors=2, runtime_path="singularity", work_dir="/w",
                              definition="bootstrap: scratch\n")
-    assert actions[0] == WriteFile("/w/sandbox/.singularity.d/Singularity", "bootstrap: scratch\n")
+    assert actions[0] == WriteFile("/w/sandbox/.singularity.d/Singularity", "bootstrap: scratch\n", root="/w/sandbox")
     assemble_argv = actions[-1].argv
     assert assemble_argv[0] == sys.executable and "--epoch" not in assemble_argv
     assert "-mkfs-time" not in actions[-2].argv

@@ -120,7 +120,8 @@ def test_many_problems_reported_at_once_with_lines_and_fixes() -> None:
         "    fix: did you mean 'packages'? allowed here: interpreter, installer, pytorch, transformers, lightning, packages, lock_target",
         "spec.yaml:10:3: env.1BAD: '1BAD' is not a valid environment variable name (letters, digits and _, not starting with a digit)",
         "spec.yaml:11:3: env.FLAG: a YAML true/false/yes/no is ambiguous here; quote it ('true', '1', 'yes')",
-        "spec.yaml:14:5: files[0].dest: 'relative/path' must be an absolute path inside the image (start with /)",
+        "spec.yaml:14:5: files[0].dest: 'relative/path' must be an absolute path inside the image (start with /)\n"
+        "    fix: write the absolute path the file gets inside the image, without '..', e.g. /opt/data/file.txt",
     ]
 
 
