@@ -32,7 +32,7 @@ base: debootstrap:bookworm
 python:
   packages: [six]
 files:
-  - {src: vocab.txt, dest: /opt/data/nested/vocab.txt}
+  - {src: vocab.txt, dest: /opt/data/nested/vocab.txt, mode: "0644"}  # without it the umask's 0660 would stay (never widened)
 """
 OVERLAY_SPEC = """\
 name: extras
