@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -223,3 +227,86 @@ def test_verify_skips_unfinished_entries(tmp_path: Path) -> None:
     (entry / "complete").unlink()
     assert list(verify_entries(root)) == []
     assert verify(root) == (0, f"the store {root} holds no complete entry\n")
+
+
+# --- two real users --------------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _account(variable: str, default: str) -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam(os.environ.get(variable, default))
+    except KeyError:
+        return None
+
+
+def as_account(account: pwd.struct_passwd, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups",
+                           str(REPO / ".venv/bin/python"), "-c", code, *args],
+                          capture_output=True, text=True, cwd="/", timeout=120, env={"PATH": os.environ["PATH"],
+                                                                                     "PYTHONPATH": str(REPO)})
+
+
+TAKE = """
+import sys
+from pathlib import Path
+from envbuild.app.storetrust import take_stored_file
+store, entry, partial = sys.argv[1:]
+ok = take_stored_file(Path(store), "image", entry, "image.sif", partial, say=print)
+print("taken" if ok else "refused", "copy left" if Path(partial).exists() else "no copy")
+"""
+
+PLANT = """
+import os, shutil, sys
+entry = sys.argv[1]
+os.rename(entry, entry + ".old")  # the kind directory lets anyone rename (no sticky bit)
+os.mkdir(entry)
+for name in ("content.json", "complete", "meta.json"):
+    shutil.copy(os.path.join(entry + ".old", name), entry)  # the victim's record, kept to look right
+with open(os.path.join(entry, "image.sif"), "wb") as handle:
+    handle.write(b"EVIL" * 750)
+"""
+
+
+def test_an_entry_a_stranger_planted_in_the_users_store_is_not_taken(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Two accounts (provision/users.sh): the user's store has a world-writable images/ directory; the
+    stranger swaps the user's image entry for one of their own with the user's record. Reusing it as the
+    user hashes the copy and refuses it; `envbuild cache verify` as the user finds it."""
+    user, stranger = _account("ENVBUILD_TEST_USER", "envbuild-ci"), _account("ENVBUILD_TEST_STRANGER", "envbuild-stranger")
+    if os.geteuid() != 0 or user is None or stranger is None:
+        pytest.skip("needs root and the test accounts of provision/users.sh")
+    top = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="envbuild-two-users-"))
+    try:
+        top.chmod(0o755)  # both can reach it, as a project directory
+        store = top / "store"
+        entry = make_image(store)
+        os.chmod(store / "images", 0o777)
+        for path in (store, *store.rglob("*")):
+            os.lchown(path, user.pw_uid, user.pw_gid)
+        out = top / "out"
+        out.mkdir()
+        os.chown(out, user.pw_uid, user.pw_gid)
+        partial = str(out / "tiny.sif.partial-1")
+
+        before = as_account(user, TAKE, str(store), str(entry), partial)
+        assert before.stdout.splitlines()[-1] == "taken copy left", before.stdout + before.stderr
+        assert "writable by every user" not in before.stdout  # no warning: it matched
+        os.unlink(partial)
+
+        planted = as_account(stranger, PLANT, str(entry))
+        assert planted.returncode == 0, planted.stderr
+        assert (entry / "image.sif").stat().st_uid == stranger.pw_uid
+
+        after = as_account(user, TAKE, str(store), str(entry), partial)
+        assert after.stdout.splitlines()[-1] == "refused no copy", after.stdout + after.stderr
+        assert f"warning: image entry {entry.name} in the store {store} does not match its content record" in after.stdout
+        assert f"{store / 'images'} is writable by every user" in after.stdout
+
+        verify_run = subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
+                                     str(REPO / "bin/envbuild"), "cache", "verify", "--cache-dir", str(store)],
+                                    capture_output=True, text=True, cwd="/", timeout=120)
+        assert verify_run.returncode == 1, verify_run.stdout + verify_run.stderr
+        assert f"MISMATCH    image/{entry.name}  image.sif has sha256:" in verify_run.stdout
+    finally:
+        shutil.rmtree(top)
