@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import os
 
+from envbuild.terminaltext import printable
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -81,7 +83,14 @@ def _read_sif_verdict(image: str) -> tuple[str, str] | None:
 
 
 def classify_runscript(text: str | None, read: Callable[[str], str | None]) -> tuple[str, str] | None:
-    """The verdict for a runscript's text; `read(path)` gives another file of the image (the OCI entrypoint)."""
+    """The verdict for a runscript's text; `read(path)` gives another file of the image (the OCI entrypoint).
+    Its words come from the image (paths, an entrypoint), so control characters in them are escaped: the
+    verdict is printed by --explain and written into the comments of scripts."""
+    verdict = _verdict(text, read)
+    return None if verdict is None else (verdict[0], printable(verdict[1]))
+
+
+def _verdict(text: str | None, read: Callable[[str], str | None]) -> tuple[str, str] | None:
     if not text or _PLACEHOLDER in text:
         return None
     entrypoint = _oci_entrypoint(text)

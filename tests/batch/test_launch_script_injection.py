@@ -167,3 +167,14 @@ def test_envrun_dry_run_from_the_command_line(text: str, tmp_path: Path, monkeyp
     assert marker_files(tmp_path) == []
     (call,) = read_records(tmp_path / "calls")
     assert call[0] == "apptainer" and call[-3:] == ["python", "train.py", text] and str(image) in call
+
+
+def test_a_runscript_verdict_shows_the_image_words_escaped() -> None:
+    """The verdict names paths from the image; --explain prints it and the scripts' comments carry it."""
+    from envbuild.launch.runscript import classify_runscript
+
+    runscript = "#!/bin/sh\n. /opt/env\x1b[2J/bin/activate\nexec \"$@\"\n"
+    entrypoint = "OCI_ENTRYPOINT='\"/entry\x1b]0;title\x07\"'\n"
+    for text in (runscript, entrypoint):
+        verdict = classify_runscript(text, lambda _path: None)
+        assert verdict is not None and "\x1b" not in verdict[1] and "\\x1b" in verdict[1], verdict
