@@ -7,15 +7,17 @@ a clear error when an image holds far more than any real one the inventory has t
 A directory reached a second time is skipped and noted, not an error: it was listed under its first
 name, so the inventory is complete, and the note names both paths.
 
-Real images, for scale: the 389 MiB reference image's walk lists 153 directories and about 2,800
-entries; a 10 GiB conda image with several environments a few thousand directories."""
+Real images, for scale: the reference image's walk lists 99 directories and 1,231 entries (the walk skips
+documentation, headers, the standard library, site-packages' insides). The budgets are 500 times that and
+more, and are reached in under a second on a squashfs (100,000 empty directories take 0.9 s; a listing
+reads 1.2 million entries a second), a few seconds on a sandbox directory."""
 
 from __future__ import annotations
 
 from envbuild.terminaltext import printable
 
-MAX_DIRECTORIES = 100_000
-MAX_ENTRIES = 2_000_000
+MAX_DIRECTORIES = 50_000
+MAX_ENTRIES = 1_000_000
 # Problems noted for directories seen twice; beyond these one line counts the rest.
 _NOTED_ALIASES = 5
 
