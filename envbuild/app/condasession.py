@@ -142,6 +142,9 @@ class CondaBuildSession(Session):
                                  heartbeat_s=self.options.heartbeat_s, started=started)
         with entry_lock(store_root, "image", plan.layers.image_entry, on_wait=lambda m: self._say(m)):
             executor.execute(plan)
+            from envbuild.app.storetrust import record_stored_file
+
+            record_stored_file(str(Path(plan.store_image).parent), "image.sif")  # envbuild.store.integrity
         touch_used(Path(plan.store_image).parent)
         note_project_file(self.loaded, output, image=str(output), overlays=(), say=self._say)
         return output
