@@ -9,9 +9,11 @@ architecture on every launch.
 from __future__ import annotations
 
 import os
+import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 # Go's / Docker's / other tools' names -> uname -m's. Names not listed are kept as they are.
@@ -50,17 +52,33 @@ def elf_arch(head: bytes) -> str:
     return _ELF_MACHINES.get(machine, f"elf-machine-{machine}")
 
 
-def rootfs_arch(root: str) -> str:
-    """The architecture of the programs in an unpacked root file system (a sandbox); '' when none is found."""
+def programs_arch(read: Callable[[str], bytes | None]) -> str:
+    """The architecture of a root file system's programs, from `read(path)` (the first 20 bytes of the file at
+    that path in it, None when there is none); '' when none is found."""
     for candidate in _ROOTFS_PROGRAMS:
-        try:
-            with open(os.path.join(root, candidate), "rb") as handle:
-                found = elf_arch(handle.read(20))
-        except OSError:
-            continue
+        found = elf_arch(read("/" + candidate) or b"")
         if found:
             return found
     return ""
+
+
+def rootfs_arch(root: str) -> str:
+    """The architecture of the programs in an unpacked root file system (a sandbox); '' when none is found.
+    Only regular files are read: a FIFO named bin/sh must not hang the caller (O_NONBLOCK, then fstat)."""
+
+    def read(path: str) -> bytes | None:
+        try:
+            fd = os.open(os.path.join(root, path.lstrip("/")), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            return os.read(fd, 20) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    return programs_arch(read)
 
 
 def go_arch(name: str) -> str:

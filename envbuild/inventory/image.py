@@ -138,11 +138,12 @@ def sif_image_id(path: str) -> str | None:
 def image_arch(path: str) -> str:
     """The image's architecture, normalised (x86_64, aarch64): a SIF's header, a sandbox's programs; "" for an
     overlay (a squashfs records none; it runs on its base's) and for what cannot be read."""
-    from envbuild.host.arch import normalise_arch, rootfs_arch
+    from envbuild.host.arch import normalise_arch, programs_arch
     from envbuild.inventory.sifarch import read_sif_arch
 
     if os.path.isdir(path):
-        return rootfs_arch(path)
+        tree = DirectoryTree(path)  # its links resolved inside it: /bin/sh -> /usr/bin/dash is the sandbox's dash
+        return programs_arch(lambda program: tree.read(program, 20))
     if is_overlay_file(path):
         return ""
     return normalise_arch(read_sif_arch(path) or "")

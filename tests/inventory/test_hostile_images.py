@@ -389,3 +389,15 @@ def test_the_commands_print_escapes_on_a_sandbox(tmp_path: Path) -> None:
     listed, _, _ = run_measured([ENVBUILD, "packages", "--json", "--no-cache", str(a)])
     assert {(p["name"], p["version"]) for p in json.loads(listed.stdout)["packages"]} == {(EVIL_NAME, EVIL_VERSION)}
     assert any("no\x1b[2Jmeta" in p["path"] for p in json.loads(listed.stdout)["images"][0]["problems"])
+
+
+def test_fifos_where_a_sandbox_has_files_never_hang_a_command(tmp_path: Path) -> None:
+    root = tmp_path / "sandbox"
+    for fifo in ("bin/sh", "usr/bin/env", ".singularity.d/labels.json", ".singularity.d/runscript", "opt/venv/pyvenv.cfg"):
+        (root / fifo).parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(root / fifo)
+    os.symlink("/nonexistent", root / "bin/busybox")
+    for command in ("packages", "inspect"):
+        result, seconds, _ = run_measured([ENVBUILD, command, "--no-cache", str(root)], timeout=10)
+        assert result.returncode == 0 and seconds < 1, (command, seconds, result.stderr)
+    assert "architecture: unknown" in result.stdout and "runscript: (none)" in result.stdout
