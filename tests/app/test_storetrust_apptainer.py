@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+# the fixture `store` (a fresh store seeded from the shared test cache) and how envbuild is run against it
+from tests.integration.test_build_store import envbuild, store  # noqa: F401
 
 pytestmark = [pytest.mark.apptainer]
-
-ENVBUILD = str(REPO / "bin/envbuild")
 SPEC = """\
 name: tiny
 system: local
@@ -27,28 +26,10 @@ tests:
 """
 
 
-@pytest.fixture
-def store(tmp_path: Path, build_cache: Path) -> Path:
-    """A fresh store holding the shared cache's complete bases (hard links: only new files are written into
-    it, never through them) and its uv cache."""
-    root = tmp_path / "store"
-    (root / "bases").mkdir(parents=True)
-    for entry in sorted((build_cache / "bases").glob("debootstrap-bookworm-*")) if (build_cache / "bases").is_dir() else []:
-        if (entry / "complete").exists():
-            subprocess.run(["cp", "-al", str(entry), str(root / "bases" / entry.name)], check=True)
-    (build_cache / "uv").mkdir(exist_ok=True)
-    (root / "uv").symlink_to(build_cache / "uv")
-    return root
-
-
-def envbuild(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli([ENVBUILD, *args], env_extra={"ENVBUILD_CACHE_DIR": str(store)})
-
-
-def test_a_tampered_image_in_a_group_writable_store_is_built_again(tmp_path: Path, store: Path) -> None:
+def test_a_tampered_image_in_a_group_writable_store_is_built_again(tmp_path: Path, store: Path) -> None:  # noqa: F811
     spec, output = tmp_path / "tiny.yaml", tmp_path / "out" / "tiny.sif"
     spec.write_text(SPEC)
-    first = envbuild(store, "build", str(spec), "-o", str(output), "--compression", "zstd")
+    first = envbuild(["build", str(spec), "-o", str(output), "--compression", "zstd"], store)
     assert first.returncode == 0, first.stderr[-4000:]
     (entry,) = (store / "images").iterdir()
     record = json.loads((entry / "content.json").read_text())
@@ -60,16 +41,16 @@ def test_a_tampered_image_in_a_group_writable_store_is_built_again(tmp_path: Pat
     data = bytearray((entry / "image.sif").read_bytes())
     data[-1] ^= 0xFF  # same size: only the hash tells
     (entry / "image.sif").write_bytes(bytes(data))
-    verify = envbuild(store, "cache", "verify")
+    verify = envbuild(["cache", "verify"], store)
     assert verify.returncode == 1 and f"MISMATCH    image/{entry.name}" in verify.stdout, verify.stdout
 
     output.unlink()
-    again = envbuild(store, "build", str(spec), "-o", str(output), "--compression", "zstd")
+    again = envbuild(["build", str(spec), "-o", str(output), "--compression", "zstd"], store)
     assert again.returncode == 0, again.stderr[-4000:]
     assert f"warning: image entry {entry.name} in the store {store} does not match its content record" in again.stderr
     assert "taken from the store" not in again.stderr and "[build" in again.stderr
     assert output.read_bytes() == (entry / "image.sif").read_bytes() != bytes(data)
     run = subprocess.run(["apptainer", "exec", str(output), "python", "-c", "import six"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    verify = envbuild(store, "cache", "verify")
+    verify = envbuild(["cache", "verify"], store)
     assert verify.returncode == 0, verify.stdout + verify.stderr
