@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from envbuild.errors import SpecError, SpecProblem
+from envbuild.host.envnames import ENV_NAME_FIX
 from envbuild.recipes.load import available_recipes, recipes_dir
 from envbuild.spec.model import FileCopy, Spec
 from envbuild.yamlsource import FieldPath, LocatedDocument, load_yaml_file, parse_yaml_text
@@ -195,6 +196,8 @@ def _problem_from_error(document: LocatedDocument, error: dict[str, Any]) -> Spe
         hint = _FIELD_HINTS.get(field)
     else:
         hint = _FIELD_HINTS.get(field) or _FIELD_HINTS.get(re.sub(r"\[\d+\]", "[]", field))
+    if error["loc"][-1:] == ("[key]",) and loc[:1] == ("env",):  # a variable's name was refused
+        hint = ENV_NAME_FIX
     return SpecProblem(document.file, pos.line, pos.column, field, message, hint)
 
 
@@ -206,6 +209,8 @@ def _is_union_tag(part: Any) -> bool:
 def _dotted(loc: FieldPath) -> str:
     text = ""
     for part in loc:
+        if isinstance(part, str) and not part.isprintable():  # a key with a newline: keep the message one line
+            part = repr(part)
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
 

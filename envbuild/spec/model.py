@@ -15,6 +15,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
+from envbuild.host.envnames import ENV_NAME_PATTERN, ENV_NAME_RULE
 from envbuild.overlayformat import DEFAULT_MOUNT
 from envbuild.spec.conda import CondaEnv
 from envbuild.spec.locktarget import LockTargetFacts
@@ -31,7 +32,6 @@ SPEC_FORMAT_VERSION = 1
 VENV_PREFIX = "/opt/envbuild/venv"
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # cpu | cuda<major><minor> (PyTorch's index names: cu118, cu121, cu124, cu126, cu128...) | rocm<major>.<minor>[.<patch>]
 VARIANT_PATTERN = r"^(cpu|cuda\d{3,4}|rocm\d+\.\d+(\.\d+)?)$"
 
@@ -297,10 +297,10 @@ def _env_value(value: Any) -> str:
 
 
 def _env_name(value: Any) -> str:
-    if not isinstance(value, str) or not re.match(ENV_NAME_PATTERN, value):
-        raise ValueError(
-            f"{value!r} is not a valid environment variable name (letters, digits and _, not starting with a digit)"
-        )
+    # fullmatch: re.match with `$` took "FOO\n", and every start of the image then ran `export FOO`
+    # and `=x: not found` (the env script is `export NAME=value` lines)
+    if not isinstance(value, str) or not re.fullmatch(ENV_NAME_PATTERN, value):
+        raise ValueError(f"{value!r} is not a valid environment variable name ({ENV_NAME_RULE})")
     return value
 
 

@@ -118,7 +118,8 @@ def test_many_problems_reported_at_once_with_lines_and_fixes() -> None:
         "or rocm<major>.<minor> (e.g. rocm6.4)",
         "spec.yaml:7:3: python.pakages: unknown field 'pakages'\n"
         "    fix: did you mean 'packages'? allowed here: interpreter, installer, pytorch, transformers, lightning, packages, lock_target",
-        "spec.yaml:10:3: env.1BAD: '1BAD' is not a valid environment variable name (letters, digits and _, not starting with a digit)",
+        "spec.yaml:10:3: env.1BAD: '1BAD' is not a valid environment variable name (letters, digits and _, not starting with a digit)\n"
+        "    fix: write the name with letters, digits and _, not starting with a digit (e.g. HF_HOME)",
         "spec.yaml:11:3: env.FLAG: a YAML true/false/yes/no is ambiguous here; quote it ('true', '1', 'yes')",
         "spec.yaml:14:5: files[0].dest: 'relative/path' must be an absolute path inside the image (start with /)\n"
         "    fix: write the absolute path the file gets inside the image, without '..', e.g. /opt/data/file.txt",
