@@ -174,9 +174,12 @@ def verify_command(as_json: bool, cache_dir: Path | None) -> None:
                    + ", ".join(f"{n} {status}" for status, n in counts.items() if n or status in ("ok", "mismatch")))
     if counts["mismatch"]:
         if not as_json:
-            click.echo(f"error: {counts['mismatch']} entr{'ies' if counts['mismatch'] != 1 else 'y'} of {root} do not match "
-                       "their content record\n  fix: remove them (`envbuild cache rm KIND/NAME`) and find out who changed "
-                       "them: whoever can write the store can change what its users build and run", err=True)
+            many = counts["mismatch"] != 1
+            click.echo(f"error: {counts['mismatch']} entr{'ies' if many else 'y'} of {root} do{'' if many else 'es'} not "
+                       f"match {'their' if many else 'its'} content record\n  fix: remove {'them' if many else 'it'} "
+                       f"(`envbuild cache rm --cache-dir {root} KIND/NAME`) and find out who changed "
+                       f"{'them' if many else 'it'}: whoever can write the store can change what its users build and run",
+                       err=True)
         sys.exit(1)
 
 

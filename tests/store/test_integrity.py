@@ -196,6 +196,8 @@ def test_verify_finds_a_tampered_base_digest_file(shared_store: Path) -> None:
     code, output = verify(shared_store)
     assert code == 1
     assert f"the digest file says sha256:{'0' * 64}, the content has sha256:" in output
+    assert f"error: 1 entry of {shared_store} does not match its content record" in output
+    assert f"fix: remove it (`envbuild cache rm --cache-dir {shared_store} KIND/NAME`)" in output
 
 
 def test_entries_without_a_record_are_listed_not_failed(tmp_path: Path) -> None:
