@@ -284,6 +284,22 @@ class CheckTorchFamily:
 
 
 @dataclass(frozen=True)
+class CheckLinksInside:
+    """Stop, naming the link, when one of `paths` of the tree `root` is, or lies under, a symbolic link that the
+    host resolves to somewhere outside the tree: for trees a tool other than envbuild writes into by host paths
+    (apptainer build writes the runtime's files under /.singularity.d and at /environment, /.exec, ... and
+    follows such a link, onto the host). `what` names the tree in the message."""
+
+    root: str
+    paths: tuple[str, ...]
+    what: str
+
+    def describe(self) -> str:
+        return (f"check that {shlex.quote(self.root)} has no link out of it at "
+                f"{' '.join(self.paths[:3])}{' ...' if len(self.paths) > 3 else ''} ({len(self.paths)} paths)")
+
+
+@dataclass(frozen=True)
 class StartBeside:
     """Start `runs` (commands that only read, side by side, up to one per CPU, at most 4) in the
     background while the step's next actions run (envbuild.build.beside). A JoinBeside later in the step
@@ -308,7 +324,7 @@ class JoinBeside:
         return f"wait  # for {self.name}: stop here if it failed"
 
 
-Action = (CheckReachable | CheckTorchFamily | GuardTree | ClampTimes | WriteRunWrappers | Run | WriteFile
+Action = (CheckReachable | CheckTorchFamily | CheckLinksInside | GuardTree | ClampTimes | WriteRunWrappers | Run | WriteFile
           | MergeJson | CopyTree | CopyFile | MakeDirs | Touch | Remove | Rename | RecordDigest | StartBeside | JoinBeside)
 
 

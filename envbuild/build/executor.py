@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from envbuild.build import fsactions
 from envbuild.build.actions import (
     Action,
+    CheckLinksInside,
     CheckReachable,
     CheckTorchFamily,
     ClampTimes,
@@ -329,7 +330,7 @@ _ACTION_HANDLERS: dict[type, Callable[[BuildExecutor, Step, Any], None]] = {
     Run: BuildExecutor._run, WriteFile: fsactions.write_file, MergeJson: fsactions.merge_json,
     CopyTree: fsactions.copy_tree, CopyFile: fsactions.copy_file, MakeDirs: fsactions.make_dirs,
     Touch: fsactions.touch, Remove: fsactions.remove, Rename: fsactions.rename,
-    GuardTree: fsactions.guard_tree,
+    GuardTree: fsactions.guard_tree, CheckLinksInside: fsactions.check_links_inside,
     ClampTimes: fsactions.clamp_times, RecordDigest: fsactions.record_digest,
     WriteRunWrappers: fsactions.write_wrappers, StartBeside: start_beside, JoinBeside: join_beside,
 }

@@ -17,6 +17,7 @@ from typing import Any
 from envbuild.atomicfile import atomic_write
 from envbuild.build import containment, intree, treeops
 from envbuild.build.actions import (
+    CheckLinksInside,
     ClampTimes,
     CopyFile,
     CopyTree,
@@ -84,6 +85,19 @@ def _read_host_file(path: str) -> tuple[bytes, int] | None:
         return Path(path).read_bytes(), os.stat(path).st_mode & 0o7777
     except (FileNotFoundError, NotADirectoryError):
         return None
+
+
+def check_links_inside(executor: Any, step: Step, action: CheckLinksInside) -> None:
+    from envbuild.errors import EnvbuildError
+
+    for inside in action.paths:
+        found = intree.link_leading_out(action.root, inside)
+        if found is not None:
+            link, target = found
+            raise EnvbuildError(
+                f"step {step.name!r}: {action.what} has {link} as a symbolic link to {target}, outside the tree: "
+                f"the container runtime writes its files at {inside} through it, onto this machine",
+                f"make {link} a directory or file of the tree itself (not a link out of it), or use another base")
 
 
 def copy_tree(executor: Any, step: Step, action: CopyTree) -> None:

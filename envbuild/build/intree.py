@@ -171,6 +171,21 @@ def parent_in_tree(root: str, inside: str, *, walk: bool | None = None) -> Itera
         os.close(fd)
 
 
+def link_leading_out(root: str, inside: str) -> tuple[str, str] | None:
+    """(the link, its target) of the first symbolic link on the way to `inside` that the host (not this module)
+    resolves to somewhere outside `root`; None when the host stays inside the tree all the way. For tools that
+    take a host path into the tree."""
+    top = os.path.realpath(root)
+    path = root.rstrip("/")
+    for part in _components(inside):
+        path = f"{path}/{part}"
+        if os.path.islink(path):
+            lands = os.path.realpath(path)
+            if lands != top and not lands.startswith(top.rstrip("/") + "/"):
+                return path[len(root.rstrip("/")):], os.readlink(path)
+    return None
+
+
 def host_path(fd: int) -> str:
     """Where an opened descriptor lies on the host (for tools that take a path: no link left on the way)."""
     return os.readlink(f"/proc/self/fd/{fd}")

@@ -18,3 +18,13 @@ DEFAULT_CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 
 
 LABELS_FILE = "/.singularity.d/labels.json"
+
+
+# What `apptainer build --sandbox` (and singularity's) writes into a tree by host paths, following any link on the
+# way: a base whose tree has a link out of it at one of these would have the runtime write on the host.
+RUNTIME_WRITES = (
+    "/.singularity.d/labels.json", "/.singularity.d/Singularity", "/.singularity.d/runscript",
+    "/.singularity.d/startscript", "/.singularity.d/test", "/.singularity.d/runscript.help",
+    "/.singularity.d/env/90-environment.sh", "/.singularity.d/actions/run", "/.singularity.d/libs/.keep",
+    "/environment", "/singularity", "/.exec", "/.run", "/.shell", "/.test",
+)

@@ -13,6 +13,7 @@ from pathlib import PurePosixPath
 
 from envbuild.build.actions import (
     Action,
+    CheckLinksInside,
     CheckTorchFamily,
     ClampTimes,
     CopyFile,
@@ -32,7 +33,7 @@ from envbuild.build.actions import (
 )
 from envbuild.build.install import PackageSources, install_actions, venv_actions
 from envbuild.build.layers import base_cache_key, choose_installer, plan_layers
-from envbuild.build.paths import ENV_SCRIPT, HOST_MOUNT, LABELS_FILE, RECORD_DIR
+from envbuild.build.paths import ENV_SCRIPT, HOST_MOUNT, LABELS_FILE, RECORD_DIR, RUNTIME_WRITES
 from envbuild.build.record import build_record, env_script, image_labels
 from envbuild.build.recordscripts import FREEZE_TO_FILE_SCRIPT, RECORD_ENVIRONMENTS_SCRIPT
 from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
@@ -215,6 +216,8 @@ def plan_base(request: BuildRequest) -> BasePlan:
     else:
         source = request.base.path if base.kind == "localimage" else base.ref
         fetch = (Run((*sandbox_build_argv(request), partial, str(source))),)
+        if base.kind == "localimage" and source and not _is_sif(source):
+            fetch = (CheckLinksInside(source, RUNTIME_WRITES, f"the base directory {source}"), *fetch)
         cleanup = (Remove((partial, entry.dir)),)
         title = f"unpack base {base.describe()} (cached after the first build)"
     # A local .sif is identified by its own bytes (what `sha256sum` shows); every other base by the
@@ -222,7 +225,9 @@ def plan_base(request: BuildRequest) -> BasePlan:
     digest_of = request.base.path if (base.kind == "localimage" and request.base.path and _is_sif(request.base.path)) else rootfs
     ensure = Step(
         "base", title,
-        (Remove((partial, rootfs, digest_file)), MakeDirs((entry.dir,)), *fetch, Rename(partial, rootfs),
+        (Remove((partial, rootfs, digest_file)), MakeDirs((entry.dir,)), *fetch,
+         # every later apptainer run on the tree (exec --writable, inspect) goes by host paths too
+         CheckLinksInside(partial, RUNTIME_WRITES, f"the unpacked base {base.describe()}"), Rename(partial, rootfs),
          RecordDigest(digest_of, digest_file),
          WriteFile(entry.meta, _meta_json(request, "base", name, None)),
          WriteFile(marker, base.describe() + "\n")),

@@ -163,6 +163,20 @@ def test_listing_a_directory_finds_it_inside_the_tree_and_leaves_links_as_links(
     assert intree.list_in_tree(str(root), "/opt/bin", walk=walk) == []
 
 
+def test_a_link_the_host_would_follow_out_of_the_tree_is_named(tree: tuple[Path, Path]) -> None:
+    """For tools that take host paths into a tree (apptainer build): which link would lead them out."""
+    root, host = tree
+    (root / ".singularity.d").mkdir()
+    assert intree.link_leading_out(str(root), "/.singularity.d/labels.json") is None
+    (root / ".singularity.d" / "labels.json").symlink_to(host / "secret.json")
+    assert intree.link_leading_out(str(root), "/.singularity.d/labels.json") == ("/.singularity.d/labels.json",
+                                                                                  str(host / "secret.json"))
+    (root / "env").symlink_to("etc")  # inside: fine
+    assert intree.link_leading_out(str(root), "/env/real.json") is None
+    (root / "up").symlink_to("../host")
+    assert intree.link_leading_out(str(root), "/up/x") == ("/up", "../host")
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -106,3 +106,22 @@ def test_an_action_refuses_a_path_outside_the_root_it_names() -> None:
     with pytest.raises(ValueError, match="not under the tree"):
         WriteFile("/elsewhere/x", "", root="/work/sandbox")
     assert os.path.basename(WriteFile("/work/sandbox/x", "", root="/work/sandbox").path) == "x"
+
+
+def test_a_local_base_directory_is_checked_for_links_out_before_apptainer_unpacks_it_and_every_base_after() -> None:
+    """apptainer build --sandbox writes the runtime's files by host paths, through a link out of the tree."""
+    from envbuild.build.actions import CheckLinksInside, Run
+    from envbuild.build.plan import plan_base
+    from envbuild.spec.model import BaseImage
+
+    request = fixed_request("envs/local-cpu-pytorch.yaml")
+    local = with_overrides(request, spec=request.spec.model_copy(update={"base": BaseImage(kind="localimage", ref="/bases/tree")}),
+                           base_path="/bases/tree")
+    actions = plan_base(local).steps[0].actions
+    kinds = [type(a).__name__ for a in actions]
+    first_check = kinds.index("CheckLinksInside")
+    assert isinstance(actions[first_check], CheckLinksInside) and actions[first_check].root == "/bases/tree"
+    assert first_check < next(i for i, a in enumerate(actions) if isinstance(a, Run))
+    for plan in (plan_base(local), plan_base(request)):
+        checks = [a for a in plan.steps[0].actions if isinstance(a, CheckLinksInside)]
+        assert checks[-1].root.endswith("rootfs.partial") and "/.singularity.d/labels.json" in checks[-1].paths
