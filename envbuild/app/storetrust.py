@@ -8,6 +8,7 @@ meanwhile) and a base's digest is recomputed from the base, not read from its fi
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 from collections.abc import Callable
@@ -54,6 +55,13 @@ def take_stored_file(store_root: Path, kind: str, entry_dir: str, name: str, par
         try:
             shutil.copyfile(stored, partial)
             problem = file_problem(name, partial, record.files.get(name), full=True, actual=digest_of_file(partial))
+        except OSError as exc:
+            _remove(partial)
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            from envbuild.build.diskspace import disk_full_error
+
+            raise disk_full_error("output", partial, os.path.getsize(stored), f"the stored {kind}") from None
         except BaseException:
             _remove(partial)
             raise

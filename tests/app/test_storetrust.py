@@ -192,3 +192,23 @@ def test_an_overlays_base_digest_is_recomputed_from_the_sif_in_a_shared_store(tm
     assert trusted_file_digest(store, str(entry), str(base_sif), file_digest(str(base_sif))) == file_digest(str(base_sif))
     with pytest.raises(EnvbuildError, match=f"records {forged} for {base_sif}, which has sha256:"):
         trusted_file_digest(store, str(entry), str(base_sif), forged)
+
+
+def test_a_full_disk_while_copying_from_a_shared_store_is_said_and_leaves_nothing(
+        tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import shutil
+
+    from envbuild.build.diskspace import DiskFull
+
+    loaded, output, _stored = stored_build(tmp_path, store)
+    share_with_group(store)
+
+    def full(source: str, dest: str) -> None:
+        Path(dest).write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfile", full)
+    with pytest.raises(DiskFull, match=r"step 'output' ran out of space in .*tiny\.sif\.partial-"):
+        build(loaded, output, store)
+    assert [p.name for p in output.parent.iterdir()] == ["tiny.sif.build.log"]
