@@ -280,10 +280,12 @@ def merge_upper(lower: str, upper: str, merged: str) -> None:
     shared link) and its directories' attributes kept where lower has none."""
     shutil.rmtree(merged, ignore_errors=True)
     subprocess.run(["cp", "-al", lower, merged], check=True)
-    for rel, info in walk(upper).items():
+    for rel, info in walk(upper).items():  # parents first: every directory on the way is a real one by then
         target = _host(merged, rel)
         if stat.S_ISDIR(info.st_mode):
-            if not os.path.isdir(target):
+            # A link in lower (the base's /.envbuild -> a host directory) is replaced, as the overlay's upper
+            # directory hides it, never followed: what is written below it would land on the host.
+            if os.path.islink(target) or not os.path.isdir(target):
                 if os.path.lexists(target):
                     os.unlink(target)
                 os.mkdir(target)

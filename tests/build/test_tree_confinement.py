@@ -125,3 +125,22 @@ def test_a_local_base_directory_is_checked_for_links_out_before_apptainer_unpack
     for plan in (plan_base(local), plan_base(request)):
         checks = [a for a in plan.steps[0].actions if isinstance(a, CheckLinksInside)]
         assert checks[-1].root.endswith("rootfs.partial") and "/.singularity.d/labels.json" in checks[-1].paths
+
+
+def test_merging_a_user_layer_replaces_a_lower_link_out_instead_of_writing_through_it(tmp_path: Path) -> None:
+    """The --layered fallback merges the user layer over the env layer: /.envbuild linked to a host directory in
+    the lower tree becomes the upper's directory (as the overlay shows it), the host directory untouched."""
+    from envbuild.build.layeredsquash import merge_upper
+
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "build.json").write_text("the host's\n")
+    lower, upper = tmp_path / "lower", tmp_path / "upper"
+    (lower / "usr").mkdir(parents=True)
+    (lower / ".envbuild").symlink_to(host)
+    (upper / ".envbuild").mkdir(parents=True)
+    (upper / ".envbuild" / "build.json").write_text("ours\n")
+    merge_upper(str(lower), str(upper), str(tmp_path / "merged"))
+    assert (host / "build.json").read_text() == "the host's\n"
+    merged = tmp_path / "merged" / ".envbuild"
+    assert not merged.is_symlink() and (merged / "build.json").read_text() == "ours\n"
