@@ -212,3 +212,27 @@ def test_a_full_disk_while_copying_from_a_shared_store_is_said_and_leaves_nothin
     with pytest.raises(DiskFull, match=r"step 'output' ran out of space in .*tiny\.sif\.partial-"):
         build(loaded, output, store)
     assert [p.name for p in output.parent.iterdir()] == ["tiny.sif.build.log"]
+
+
+@pytest.mark.parametrize("tampered", [False, True])
+def test_layered_builds_layer_only_over_an_image_that_matches_its_record(tmp_path: Path, store: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch, tampered: bool) -> None:
+    """--layered: the stored image the new one is layered over ends up in the output; from a shared store it is
+    hashed first and, not matching, passed over (the whole tree is squashed)."""
+    from envbuild.build.render import render_build_plan
+
+    loaded, output, parent = stored_build(tmp_path, store)
+    share_with_group(store)
+    if tampered:
+        same_size_tamper(parent)
+    monkeypatch.setattr("envbuild.app.squashparent.find_squash_parent", lambda *_, **__: parent.parent.name)
+    options = BuildOptions(output=output, cache_dir=store, layered=True)
+    digest = Path(next(store.glob("bases/*/digest"))).read_text().strip()
+    request = make_request(loaded, options, replace(FIXED_FACTS, cache_dir=store), lock=None).with_base_digest(digest)
+    said: list[str] = []
+    plan = BuildSession(loaded, options, out=io.StringIO())._plan(request, plan_layers(request), use=lambda *_: None,
+                                                                   say=said.append)
+    layered_over = f"as a layer over image {parent.parent.name}" in render_build_plan(plan)
+    assert layered_over is not tampered
+    assert any("does not match its content record" in line and "squashing the whole tree" in line
+               for line in said) is tampered
