@@ -1,7 +1,8 @@
 """One `envbuild build` of an image spec: takes the build's request (envbuild.app.buildrequest: host facts,
 file and base digests, the lock), finds what the store holds (a parent env layer, with --layered an image
-to layer over), holds the store locks, and hands the plans to the executor; an up-to-date output ends it
-before any planner is loaded. Nothing here decides what a build does; envbuild.build.plan does."""
+to layer over), holds the store locks, checks what it takes from the store against the entries' records
+(envbuild.app.storetrust), and hands the plans to the executor; an up-to-date output ends it before any
+planner is loaded. Nothing here decides what a build does; envbuild.build.plan does."""
 
 from __future__ import annotations
 
