@@ -69,7 +69,9 @@ def timed(argv: list[str], cache: Path) -> tuple[float, float]:
     time much less."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    result = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "ENVBUILD_CACHE_DIR": str(cache)})
+    # XDG_CACHE_HOME: the inventory cache is the user's own (~/.cache/envrun), not in ENVBUILD_CACHE_DIR
+    env = {**os.environ, "ENVBUILD_CACHE_DIR": str(cache), "XDG_CACHE_HOME": str(cache)}
+    result = subprocess.run(argv, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:

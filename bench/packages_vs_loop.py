@@ -120,7 +120,8 @@ def main() -> None:
                 raise SystemExit(f"no reference image at {args.reference}: run examples/run_main.sh, or pass --images")
             images = make_variants(args.reference, args.count, work)
         paths = [str(p) for p in images]
-        env = dict(os.environ, ENVBUILD_CACHE_DIR=str(work / "envbuild-cache"), PYTHONPATH=str(REPO))
+        env = dict(os.environ, ENVBUILD_CACHE_DIR=str(work / "envbuild-cache"), XDG_CACHE_HOME=str(work / "envbuild-cache"),
+                   PYTHONPATH=str(REPO))  # XDG: the inventory cache is the user's own (~/.cache/envrun)
         shutil.rmtree(work / "envbuild-cache", ignore_errors=True)
         loop = ('for f in "$@"; do apptainer exec "$f" /bin/bash -c \'eval "$WITH_CONDA"; pip list 2>/dev/null\' '
                 f'| grep -i {args.grep} | sed "s|^|$f |"; done')

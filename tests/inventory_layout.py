@@ -165,6 +165,17 @@ def build_sif(root: Path, image: Path, compression: str = "gzip") -> Path:
 
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "inventory"
+
+
+def cache_env(tmp_path: Path) -> dict[str, str]:
+    """Variables that keep a command's caches in `tmp_path`: the store, and the user's own cache
+    ($XDG_CACHE_HOME/envrun), where the inventory cache is."""
+    return {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+
+
+def inventory_cache_entries(env: dict[str, str]) -> list[Path]:
+    """The inventory cache's files under the XDG_CACHE_HOME of `env` (envbuild.inventory.cache)."""
+    return sorted((Path(env["XDG_CACHE_HOME"]) / "envrun").glob("inventory-*"))
 FIXTURE_COMPRESSIONS = ("gzip", "zstd")
 
 

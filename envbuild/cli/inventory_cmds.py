@@ -13,7 +13,7 @@ import click
 
 from envbuild.cli.common import reports_errors
 from envbuild.errors import UsageError
-from envbuild.host.runtime import default_cache_dir, require_runtime
+from envbuild.host.runtime import require_runtime
 from envbuild.inventory.cache import InventoryCache
 from envbuild.inventory.errors import ImageFormatError
 from envbuild.inventory.image import image_arch, read_inventory, sif_image_id
@@ -28,11 +28,11 @@ if TYPE_CHECKING:
 # diff, inspect, catalogue and --via-runtime import their modules when used: `packages` is meant to answer in a
 # fraction of the time a container takes to start, so its start-up stays small.
 
-_NO_CACHE_HELP = "read the images again instead of using the index cache (~/.cache/envbuild/inventory)"
+_NO_CACHE_HELP = "read the images again instead of using the index cache (your own: ~/.cache/envrun/inventory-*)"
 
 
 def _cache(no_cache: bool) -> InventoryCache:
-    return InventoryCache(None if no_cache else default_cache_dir() / "inventory")
+    return InventoryCache(enabled=not no_cache)
 
 
 def _inventory(path: str, cache: InventoryCache) -> Inventory:

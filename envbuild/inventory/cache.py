@@ -1,24 +1,26 @@
-"""Remembered inventories, one small JSON file per image, keyed by what changes when the file does:
+"""Remembered inventories, one small file per image, keyed by what changes when the file does:
 (real path, size, mtime in ns, inode). A rebuilt or copied-over image gets a new key, so an entry is
-never stale; entries of deleted images are just never read again (`rm -r` the directory to tidy)."""
+never stale; entries of deleted images are just never read again (`rm` them to tidy).
+
+They live in the user's own private cache (envbuild.host.usercache: ~/.cache/envrun, 0600 files in a 0700
+directory, read only when they are the user's and nobody else may write them), never in
+$ENVBUILD_CACHE_DIR: a store a group shares would let any member decide what `envbuild packages` tells
+the others an image holds. A tampered or foreign entry is a miss: the image is read again."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import os
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
-from envbuild.atomicfile import atomic_write
+from envbuild.host.usercache import MISS, read_cached, write_cached
 from envbuild.inventory.overlayvenv import OverlayVenv
 from envbuild.inventory.pyenvs import Environment, Inventory, Package, Problem
 
 # Bump when the walk or the stored shape changes, so older entries are ignored. ("overlay" is optional:
 # entries written before it describe SIF files, which have none, so they stay valid.)
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2  # 2: in the user's private cache, marshal
 
 
 def inventory_to_dict(inventory: Inventory) -> dict[str, Any]:
@@ -44,13 +46,14 @@ def _overlay_from_dict(data: dict[str, Any] | None) -> OverlayVenv | None:
 
 
 class InventoryCache:
-    """`directory` None disables the cache (--no-cache)."""
+    """`enabled` False disables the cache (--no-cache)."""
 
-    def __init__(self, directory: Path | None) -> None:
-        self.directory = directory
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
 
-    def _entry(self, path: str) -> Path | None:
-        if self.directory is None:
+    def _entry(self, path: str) -> tuple[str, str] | None:
+        """(file name in the user cache, key) for the image at `path`; None when it cannot be cached."""
+        if not self.enabled:
             return None
         try:
             real = os.path.realpath(path)
@@ -60,23 +63,21 @@ class InventoryCache:
         if not os.path.isfile(real):  # sandbox directories change without their own mtime changing
             return None
         key = f"{INDEX_FORMAT}\0{real}\0{stat.st_size}\0{stat.st_mtime_ns}\0{stat.st_ino}"
-        return self.directory / (hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32] + ".json")
+        return "inventory-" + hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32], key
 
     def load(self, path: str) -> Inventory | None:
         entry = self._entry(path)
         if entry is None:
             return None
+        data = read_cached(*entry, check=lambda value: isinstance(value, dict))
+        if data is MISS:
+            return None
         try:
-            return inventory_from_dict(json.loads(entry.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # missing or unreadable entry: read the image again
+            return inventory_from_dict(data)
+        except (ValueError, KeyError, TypeError):
+            return None  # not what this version stores: read the image again
 
     def store(self, path: str, inventory: Inventory) -> None:
         entry = self._entry(path)
-        if entry is None:
-            return
-        # A cache that cannot be written (read-only home, full disk) only costs speed, never the listing.
-        with contextlib.suppress(OSError):
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            # 0600: the cache files have always been private to their user (as mkstemp made them).
-            atomic_write(entry, json.dumps(inventory_to_dict(inventory)), mode=0o600)
+        if entry is not None:  # best effort: a cache that cannot be written only costs speed
+            write_cached(*entry, inventory_to_dict(inventory))

@@ -11,14 +11,14 @@ import pytest
 
 from envbuild.catalogue.site import expand_images
 from tests.conftest import REPO, run_cli
-from tests.inventory_layout import fixture_image
+from tests.inventory_layout import cache_env, fixture_image, inventory_cache_entries
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 
 
 @pytest.fixture
 def cli_env(tmp_path: Path) -> dict[str, str]:
-    return {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache")}
+    return cache_env(tmp_path)
 
 
 def test_directories_stand_for_their_images_and_sandboxes_for_themselves(tmp_path: Path) -> None:
@@ -60,7 +60,7 @@ def test_command_writes_page_and_json_and_marks_bad_files(tmp_path: Path, cli_en
     assert page.count('<tr class="error">') == 2 and "<title>Shelf</title>" in page
     assert '<tr data-name="torch">' in page  # the same version in both: no mark
     # The inventory reader's cache: one entry per readable image, reused by `packages` and the next run.
-    assert len(list((Path(cli_env["ENVBUILD_CACHE_DIR"]) / "inventory").glob("*.json"))) == 2
+    assert len(inventory_cache_entries(cli_env)) == 2
 
 
 def test_nothing_to_read_is_a_usage_error_and_a_file_as_output_too(tmp_path: Path, cli_env) -> None:

@@ -121,8 +121,10 @@ def test_a_damaged_overlay_gives_a_clear_error_never_a_traceback(tmp_path: Path,
             assert str(damaged) in exc.message and exc.hint
 
 
-def test_the_cache_keeps_an_overlays_venv_facts(tmp_path: Path, overlays: dict[str, Path]) -> None:
-    cache = InventoryCache(tmp_path / "cache")
+def test_the_cache_keeps_an_overlays_venv_facts(tmp_path: Path, overlays: dict[str, Path],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cache = InventoryCache()
     inventory = read_inventory(str(overlays["env"]))
     cache.store(str(overlays["env"]), inventory)
     loaded = cache.load(str(overlays["env"]))

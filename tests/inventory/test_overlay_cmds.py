@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import marshal
 from pathlib import Path
 
 import pytest
 
 from envbuild.inventory.image import sif_image_id
 from tests.conftest import REPO, run_cli
-from tests.inventory_layout import fixture_image
+from tests.inventory_layout import cache_env, fixture_image, inventory_cache_entries
 from tests.overlay_fixtures import fixture_base_identity, make_overlay, overlay_record
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
@@ -30,7 +31,7 @@ def overlays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture
 def cli_env(tmp_path: Path) -> dict[str, str]:
-    return {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache")}
+    return cache_env(tmp_path)
 
 
 def test_packages_of_an_overlay_alone_and_through_the_cache(overlays: dict[str, str], cli_env: dict[str, str]) -> None:
@@ -39,8 +40,8 @@ def test_packages_of_an_overlay_alone_and_through_the_cache(overlays: dict[str, 
     # ARCH "-": a squashfs records no architecture (an overlay runs on its base's)
     assert [line.split()[1:] for line in shown.stdout.splitlines()[1:]] == [
         ["-", "/user-software", "requests", "2.32.4", "pip"], ["-", "/user-software", "rich", "13.7.1", "pip"]]
-    entries = list((Path(cli_env["ENVBUILD_CACHE_DIR"]) / "inventory").glob("*.json"))
-    assert len(entries) == 1 and json.loads(entries[0].read_text())["overlay"]["mount"] == "/user-software"
+    entries = inventory_cache_entries(cli_env)
+    assert len(entries) == 1 and marshal.loads(entries[0].read_bytes())[1]["overlay"]["mount"] == "/user-software"
     # the combination below reads the overlay's venv facts from that cache entry
     again = run_cli([ENVBUILD, "packages", BASE, "--overlay", overlays["env"], "--grep", "^six$"], env_extra=cli_env)
     assert "pip (base /usr)" in again.stdout

@@ -5,6 +5,7 @@ files, the environment walk, metadata parsing, the runtime listing parser, cache
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import random
 import re
@@ -29,7 +30,7 @@ from envbuild.inventory.squashfs import Squashfs
 from envbuild.inventory.trees import DirectoryTree, SquashfsTree
 from envbuild.inventory.via_runtime import LISTING_SCRIPT, parse_listing, runtime_command
 from tests.conftest import REPO, run_cli
-from tests.inventory_layout import FIXTURE_COMPRESSIONS, fixture_image, lay_out
+from tests.inventory_layout import FIXTURE_COMPRESSIONS, cache_env, fixture_image, inventory_cache_entries, lay_out
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 
@@ -46,7 +47,7 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[tuple[st
 
 @pytest.fixture
 def cli_env(tmp_path: Path) -> dict[str, str]:
-    return {"ENVBUILD_CACHE_DIR": str(tmp_path / "cache")}
+    return cache_env(tmp_path)
 
 
 # -- reading the committed images ------------------------------------------------------------
@@ -238,18 +239,19 @@ def test_runtime_listing_is_parsed_into_the_same_walk(layout) -> None:
     assert command[-1] == LISTING_SCRIPT and "WITH_CONDA" in LISTING_SCRIPT
 
 
-def test_cache_round_trip_and_keys(tmp_path: Path) -> None:
+def test_cache_round_trip_and_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     image = tmp_path / "img.sif"
     shutil.copy(fixture_image("gzip"), image)
-    cache = InventoryCache(tmp_path / "cache")
+    cache = InventoryCache()
     assert cache.load(str(image)) is None
     inventory = read_inventory(str(image))
     cache.store(str(image), inventory)
     assert cache.load(str(image)) == inventory
     os.utime(image, ns=(1, 1))  # a rewritten image has another mtime: the old entry no longer applies
     assert cache.load(str(image)) is None
-    assert InventoryCache(None).load(str(image)) is None
-    for entry in (tmp_path / "cache").iterdir():
+    assert InventoryCache(enabled=False).load(str(image)) is None
+    for entry in inventory_cache_entries({"XDG_CACHE_HOME": str(tmp_path / "xdg")}):
         entry.write_text("{broken")
     os.utime(image, ns=(2, 2))
     cache.store(str(image), inventory)
@@ -366,12 +368,12 @@ def test_packages_command_uses_the_cache_unless_told_not_to(tmp_path: Path, cli_
     shutil.copy(fixture_image("gzip"), image)
     first = run_cli([ENVBUILD, "packages", str(image), "--grep", "^six$"], env_extra=cli_env)
     assert first.returncode == 0
-    entries = list((Path(cli_env["ENVBUILD_CACHE_DIR"]) / "inventory").glob("*.json"))
+    entries = inventory_cache_entries(cli_env)
     assert len(entries) == 1
     # Plant a package in the cache entry: the next listing must come from the cache, --no-cache must not.
-    data = json.loads(entries[0].read_text())
+    key, data = marshal.loads(entries[0].read_bytes())
     data["packages"].append({"environment": "/usr", "name": "six-from-cache", "version": "0", "source": "pip"})
-    entries[0].write_text(json.dumps(data))
+    entries[0].write_bytes(marshal.dumps((key, data)))
     cached = run_cli([ENVBUILD, "packages", str(image), "--grep", "^six"], env_extra=cli_env)
     assert "six-from-cache" in cached.stdout
     fresh = run_cli([ENVBUILD, "packages", str(image), "--grep", "^six", "--no-cache"], env_extra=cli_env)
