@@ -215,7 +215,7 @@ def write_in_tree(root: str, inside: str, data: bytes | str, mode: int, *, walk:
         _write_new(parent, name, mode, lambda handle: handle.write(payload))
 
 
-def _write_new(parent: int, name: str, mode: int, fill) -> None:  # type: ignore[no-untyped-def]
+def _write_new(parent: int, name: str, mode: int, fill, times: tuple[int, int] | None = None) -> None:  # type: ignore[no-untyped-def]
     partial = _PARTIAL.format(name=name, pid=os.getpid())
     with contextlib.suppress(FileNotFoundError):
         os.unlink(partial, dir_fd=parent)  # left by a killed build of this same process id
@@ -225,6 +225,8 @@ def _write_new(parent: int, name: str, mode: int, fill) -> None:  # type: ignore
             fill(handle)
             handle.flush()
             os.fchmod(handle.fileno(), mode)  # exactly `mode`: not less the umask, never more than asked
+            if times is not None:
+                os.utime(handle.fileno(), ns=times)  # after the last write, which would set the time again
         os.rename(partial, name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -309,10 +311,31 @@ def _copy_file(src: str, root: str, inside: str, mode: int | None, walk: bool | 
         info = os.fstat(source.fileno())
         with parent_in_tree(root, inside, walk=walk) as (parent, name):
             def fill(handle) -> None:  # type: ignore[no-untyped-def]
-                shutil.copyfileobj(source, handle, 1 << 20)
-                os.utime(handle.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
+                _copy_content(source.fileno(), handle.fileno(), info.st_size)
 
-            _write_new(parent, name, stat.S_IMODE(info.st_mode) if mode is None else mode, fill)
+            _write_new(parent, name, stat.S_IMODE(info.st_mode) if mode is None else mode, fill,
+                       (info.st_atime_ns, info.st_mtime_ns))
+
+
+def _copy_content(source: int, target: int, size: int) -> None:
+    """In the kernel (copy_file_range: no copy through this process, a reflink where the file system makes one),
+    else by reading and writing."""
+    done = 0
+    try:
+        while done < size:
+            count = os.copy_file_range(source, target, size - done)
+            if count == 0:
+                break
+            done += count
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    os.lseek(source, done, os.SEEK_SET)
+    os.lseek(target, done, os.SEEK_SET)
+    while chunk := os.read(source, 1 << 20):  # what is left (a file that grew, or no copy_file_range here)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(target, view):]
 
 
 def _copy_directory(src: str, root: str, inside: str, walk: bool | None) -> None:

@@ -148,6 +148,11 @@ def test_a_directory_copy_keeps_modes_and_links_and_stays_inside(tree: tuple[Pat
     assert os.readlink(copied / "link") == "/etc/passwd"
     intree.copy_into_tree(str(src / "a.txt"), str(root), "/single.txt", 0o600, walk=walk)
     assert stat.S_IMODE((root / "single.txt").stat().st_mode) == 0o600
+    assert (root / "single.txt").stat().st_mtime_ns == (src / "a.txt").stat().st_mtime_ns == (copied / "a.txt").stat().st_mtime_ns
+    big = src / "big.bin"  # more than one chunk of the fallback, through copy_file_range
+    big.write_bytes(os.urandom(3 << 20))
+    intree.copy_into_tree(str(big), str(root), "/big.bin", None, walk=walk)
+    assert (root / "big.bin").read_bytes() == big.read_bytes()
 
 
 def test_listing_a_directory_finds_it_inside_the_tree_and_leaves_links_as_links(tree: tuple[Path, Path], walk: bool) -> None:
