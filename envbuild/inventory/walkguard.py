@@ -65,9 +65,9 @@ class WalkGuard:
     def alias_notes(self) -> list[tuple[str, str]]:
         """(path, message) notes for the directories skipped as seen before: the first few, then a count."""
         notes = [(path, f"is the directory {first} again (a directory loop, which no real file system makes); "
-                        f"listed once, under {first}") for path, first in self.aliases[:_NOTED_ALIASES]]
+                        f"listed once, under {first}") for path, first in sorted(self.aliases)[:_NOTED_ALIASES]]
         rest = len(self.aliases) - _NOTED_ALIASES
         if rest > 0:
-            notes.append((self.aliases[_NOTED_ALIASES][0],
+            notes.append((sorted(self.aliases)[_NOTED_ALIASES][0],
                           f"and {rest} more paths that lead to directories already listed were skipped"))
         return notes

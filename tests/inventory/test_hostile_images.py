@@ -401,3 +401,44 @@ def test_fifos_where_a_sandbox_has_files_never_hang_a_command(tmp_path: Path) ->
         result, seconds, _ = run_measured([ENVBUILD, command, "--no-cache", str(root)], timeout=10)
         assert result.returncode == 0 and seconds < 1, (command, seconds, result.stderr)
     assert "architecture: unknown" in result.stdout and "runscript: (none)" in result.stdout
+
+
+# -- --via-runtime: what the container prints ---------------------------------------------------
+
+
+def _fake_runtime(tmp_path: Path, body: str) -> str:
+    """A stand-in for apptainer that ignores its arguments and runs `body` (sh)."""
+    runtime = tmp_path / "apptainer"
+    runtime.write_text(f"#!/bin/sh\n{body}\n")
+    runtime.chmod(0o755)
+    return str(runtime)
+
+
+def test_a_container_that_prints_without_end_is_cut_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuild.inventory import via_runtime
+
+    monkeypatch.setattr(via_runtime, "MAX_LISTING_BYTES", 1 << 20)
+    endless = _fake_runtime(tmp_path, "while :; do echo 'D /opt/a/very/long/path/that/repeats'; done")
+    start = time.perf_counter()
+    with pytest.raises(ImageFormatError, match="the listing printed inside the container passed 1 MiB"):
+        via_runtime.read_inventory_via_runtime(str(tmp_path / "img.sif"), endless)
+    assert time.perf_counter() - start < 5
+
+
+def test_a_container_that_never_finishes_is_stopped_at_the_timeout(tmp_path: Path) -> None:
+    from envbuild.inventory.via_runtime import read_inventory_via_runtime
+
+    silent = _fake_runtime(tmp_path, "echo 'D /opt'; exec sleep 60")
+    start = time.perf_counter()
+    with pytest.raises(ImageFormatError, match="exec did not finish in 1 s"):
+        read_inventory_via_runtime(str(tmp_path / "img.sif"), silent, timeout=1)
+    assert time.perf_counter() - start < 5
+
+
+def test_a_deep_listing_from_the_container_is_read_without_recursion(tmp_path: Path) -> None:
+    from envbuild.inventory.via_runtime import parse_listing
+
+    deep = "/" + "/".join(["d"] * 5000)
+    tree = parse_listing(f"D {deep}\nF {deep}/pyvenv.cfg\nD /opt/venv/lib\nD /opt\n")
+    assert tree.children("/") == {"d": "dir", "opt": "dir"} and tree.children(deep) == {"pyvenv.cfg": "file"}
+    assert take_inventory(tree).environments == []  # deeper than the walk looks
