@@ -92,10 +92,8 @@ def find_environments(tree: Tree, problems: list[Problem] | None = None) -> list
     stack = ["/"]
     while stack:
         path = stack.pop()
-        if guard.repeated(path, tree.directory_key(path)):
-            continue
         kids = tree.children(path)
-        if kids is None:
+        if kids is None or guard.repeated(path, tree.directory_key(path)):
             continue
         guard.count(path, len(kids))
         if kids.get("pyvenv.cfg") == "file":

@@ -168,7 +168,8 @@ class DirectoryTree:
             os.close(fd)
 
     def directory_key(self, path: str) -> Hashable | None:
-        # Known once children() has listed it; a bind mount can show a directory inside itself.
+        # Device and inode, noted when children() listed it (the walk asks right after); a bind mount can
+        # show a directory inside itself.
         key = self._keys.get(path)
         if key is None and self.children(path) is not None:
             key = self._keys.get(path)
