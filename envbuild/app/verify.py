@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from envbuild.build.layers import VENV_SEED as _VENV_SEED  # seeded by `python -m venv`; a lock never lists them
 from envbuild.errors import EnvbuildError
+from envbuild.terminaltext import printable
 
 if TYPE_CHECKING:
     from envbuild.lock.model import Lock
@@ -331,7 +332,7 @@ def render_verification(result: Verification) -> str:
     else:
         count = len(result.differences)
         lines.append(f"result: the {result.kind} does NOT match ({count} difference{'s' if count != 1 else ''})")
-    return "\n".join(lines) + "\n"
+    return "\n".join(printable(line) for line in lines) + "\n"  # names, versions, labels come from the image
 
 
 def verification_to_dict(result: Verification) -> dict[str, Any]:

@@ -442,3 +442,13 @@ def test_a_deep_listing_from_the_container_is_read_without_recursion(tmp_path: P
     tree = parse_listing(f"D {deep}\nF {deep}/pyvenv.cfg\nD /opt/venv/lib\nD /opt\n")
     assert tree.children("/") == {"d": "dir", "opt": "dir"} and tree.children(deep) == {"pyvenv.cfg": "file"}
     assert take_inventory(tree).environments == []  # deeper than the walk looks
+
+
+def test_verify_shows_what_the_image_names_escaped() -> None:
+    from envbuild.app.verify import Difference, Verification, render_verification
+
+    result = Verification("img.sif", None, passed=[f"package {EVIL_NAME}"],
+                          differences=[Difference("package", f"{EVIL_NAME} {EVIL_VERSION}, the lock says 1.0")])
+    text = render_verification(result)
+    assert "\x1b" not in text and "\r" not in text
+    assert f"  DIFF  {printable(EVIL_NAME)} {printable(EVIL_VERSION)}, the lock says 1.0" in text
