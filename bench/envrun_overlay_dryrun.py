@@ -4,7 +4,7 @@ container starts: what is measured is envrun's work before it would exec).
 Variants, alternated run by run: --image IMG; the image found in the project's envrun.yaml; --overlay on
 the base it was built for (the SIF id matches: only the header is read); --overlay whose record has no
 SIF id (the image's sha256, from the digest cache after the first run). Needs mksquashfs. Optionally
-the same --image run of another checkout (--baseline DIR, e.g. an export of the commit before).
+every variant run by another checkout too (--baseline DIR, e.g. an export of the commit before).
 
     .venv/bin/python bench/envrun_overlay_dryrun.py [--runs 41] [--baseline DIR]
 """
@@ -36,7 +36,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=41)
-    parser.add_argument("--baseline", help="another checkout whose bin/envrun --image IMG --dry-run is timed too")
+    parser.add_argument("--baseline", help="another checkout whose bin/envrun runs every variant too")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="envrun-overlay-bench-"))
     base = work / "base.sif"
@@ -56,8 +56,9 @@ def main() -> None:
         "--overlay (same SIF id)": ([envrun, "--image", str(base), "--overlay", str(work / "env.sqsh"), *tail], work),
         "--overlay (sha256, cached)": ([envrun, "--image", str(base), "--overlay", str(work / "noid.sqsh"), *tail], work),
     }
-    if args.baseline:
-        variants["baseline --image IMG"] = ([str(Path(args.baseline) / "bin/envrun"), "--image", str(base), *tail], work)
+    if args.baseline:  # the same variants, side by side, run by the other checkout's envrun
+        other = str(Path(args.baseline) / "bin/envrun")
+        variants.update({f"baseline {name}": ([other, *argv[1:]], cwd) for name, (argv, cwd) in list(variants.items())})
     times: dict[str, list[float]] = {name: [] for name in variants}
     for argv, cwd in variants.values():  # fill the recipe, config and digest caches
         timed(argv, env, cwd)
