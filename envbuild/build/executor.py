@@ -235,9 +235,16 @@ class BuildExecutor:
         try:
             handler(self, step, action)
         except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                self._raise_disk_full(step, exc.filename)
+            tree = next((getattr(action, name) for name in ("root", "dest_root", "src_root", "base_root", "venv_root")
+                         if getattr(action, name, None)), None)
+            if tree is None:
                 raise
-            self._raise_disk_full(step, exc.filename)
+            # Resolved inside an image tree (envbuild.build.intree): what the base put there is in the way.
+            raise StepFailed(f"step {step.name!r}: {redact(action.describe())} failed inside the tree {tree}: {exc}",
+                             "the base image has a link loop, or a file where a directory must be, on that path; "
+                             "fix the base (or choose another), then build again") from exc
 
     def _check_reachable(self, step: Step, action: CheckReachable) -> None:
         from envbuild.build.reachable import unreachable

@@ -4,7 +4,8 @@ sandbox, a user layer or an overlay's venv stays inside that tree, whatever symb
 A base image is data from elsewhere: its `/.envbuild` may be a link to `/home/someone`, its `/opt` a link to
 `../../..`. Joining strings (`f"{sandbox}{path}"`) and letting the kernel follow such links made a build write
 its record on the host and read a host file into the image's labels. Here an absolute link target starts again
-at the tree's root, `..` stops at it, and a link loop or a dangling link is an error, as inside the container.
+at the tree's root and `..` stops at it, as inside the container: a link loop is an error (ELOOP), a dangling
+link leads to a missing file (for mkdir -p: to its target, made inside the tree).
 
 The kernel does it in one call where it can: openat2(2) with RESOLVE_IN_ROOT (Linux 5.6). Elsewhere (older
 kernels, a seccomp filter that refuses the call) a walk does the same one component at a time, opening each
@@ -37,7 +38,7 @@ class _OpenHow(ctypes.Structure):
 
 
 class OutsideTree(OSError):
-    """A path that cannot be resolved inside its tree (a loop, a non-directory on the way, no name to write)."""
+    """A path inside a tree that cannot be used as asked (a file where a directory must be, no name to write)."""
 
 
 _openat2_state: dict[str, object] = {}

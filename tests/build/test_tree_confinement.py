@@ -144,3 +144,18 @@ def test_merging_a_user_layer_replaces_a_lower_link_out_instead_of_writing_throu
     assert (host / "build.json").read_text() == "the host's\n"
     merged = tmp_path / "merged" / ".envbuild"
     assert not merged.is_symlink() and (merged / "build.json").read_text() == "ours\n"
+
+
+def test_a_link_loop_in_the_base_is_a_step_failure_naming_the_tree(tmp_path: Path) -> None:
+    from envbuild.build.actions import MakeDirs, Step, WriteFile
+    from envbuild.build.executor import StepFailed
+
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    (sandbox / ".envbuild").symlink_to("/.envbuild")  # a loop, inside the tree
+    step = Step("configure", "write the record", (MakeDirs((f"{sandbox}/.envbuild",), root=str(sandbox)),
+                                                   WriteFile(f"{sandbox}/.envbuild/build.json", "{}", root=str(sandbox))))
+    executor = BuildExecutor(tmp_path / "build.log", store_root=tmp_path / "store", quiet=True)
+    with pytest.raises(StepFailed, match="failed inside the tree") as raised:
+        executor.execute_steps((step,), None, "build")
+    assert "link loop" in (raised.value.hint or "")
