@@ -90,10 +90,9 @@ def tool_version(argv: list[str]) -> str:
 
 
 def _version_line(program: str) -> str:
-    from envbuild.host.runtime import cache_dir_path
     from envbuild.host.runtimeversion import cached_version_line
 
-    return cached_version_line(program, cache_dir_path())
+    return cached_version_line(program)
 
 
 def build_host_info() -> tuple[tuple[str, str], ...]:

@@ -88,7 +88,7 @@ def require_runtime(*, probe: bool = True, environ: dict[str, str] | None = None
     from envbuild.host.runtimeversion import cached_version_line, check_supported
 
     if not runtime.version:
-        runtime.version = cached_version_line(runtime.path, cache_dir_path(environ))
+        runtime.version = cached_version_line(runtime.path)
         if runtime.version:
             runtime.name = _runtime_name(runtime.version)
     check_supported(runtime.path, runtime.version)

@@ -15,9 +15,9 @@ Minimum versions, from what envbuild runs:
 - Without setuid, SIF files are mounted with squashfuse since Apptainer 1.1.0 (CHANGELOG.md v1.1.0), which
   Apptainer 1.2.0 includes.
 
-envrun's launch path does not start `apptainer --version` each time: the answer is kept in the cache directory,
-keyed by the runtime file's path, inode, size and modification time, so an upgrade is noticed (one probe,
-~20 ms, per new runtime file). Light: os and zlib only until a probe is needed.
+envrun's launch path does not start `apptainer --version` each time: the answer is kept in the user's own
+cache (envbuild.host.usercache), keyed by the runtime file's path, inode, size and modification time, so an
+upgrade is noticed (one probe, ~20 ms, per new runtime file). Light: os and zlib only until a probe is needed.
 """
 
 from __future__ import annotations
@@ -76,31 +76,23 @@ def check_supported(path: str, line: str) -> None:
     )
 
 
-def cached_version_line(path: str, cache_dir: str) -> str:
-    """The first line of `path --version`, from the cache in `cache_dir`/runtime when the file is unchanged."""
+def cached_version_line(path: str) -> str:
+    """The first line of `path --version`, from envrun's per-user cache (envbuild.host.usercache) while the
+    file is unchanged: a shared store is never read for it, and what is read back must be text."""
+    from envbuild.host.usercache import MISS, read_cached, write_cached
+
     try:
         info = os.stat(path)
     except OSError:
         return ""
-    key = f"{os.path.realpath(path)}|{info.st_ino}|{info.st_size}|{info.st_mtime_ns}".encode()
-    cache = os.path.join(cache_dir, "runtime", f"version-{zlib.crc32(key):08x}-{len(key):x}")
-    try:
-        with open(cache, encoding="utf-8") as handle:
-            stored_key, _, line = handle.read().partition("\n")
-        if stored_key == key.decode():
-            return line.strip()
-    except (OSError, UnicodeDecodeError):
-        pass
+    key = f"{os.path.realpath(path)}|{info.st_ino}|{info.st_size}|{info.st_mtime_ns}"
+    name = f"version-{zlib.crc32(key.encode()):08x}-{len(key):x}"
+    line = read_cached(name, key, lambda value: type(value) is str and "\n" not in value)
+    if line is not MISS:
+        return line
     line = probe_version_line(path)
     if line:
-        try:
-            os.makedirs(os.path.dirname(cache), exist_ok=True)
-            temporary = f"{cache}.{os.getpid()}.tmp"
-            with open(temporary, "w", encoding="utf-8") as handle:
-                handle.write(f"{key.decode()}\n{line}\n")
-            os.replace(temporary, cache)
-        except OSError:
-            pass  # a read-only cache directory: probe again next time
+        write_cached(name, key, line)  # an unwritable cache: probe again next time
     return line
 
 

@@ -108,7 +108,7 @@ def test_a_value_its_reader_refuses_is_a_miss(cache: Path) -> None:
 
 
 def _only_cache_file(cache: Path, prefix: str) -> Path:
-    found = sorted(cache.glob(f"{prefix}-*.marshal"))
+    found = sorted(cache.glob(f"{prefix}-*"))
     assert len(found) == 1, found
     return found[0]
 
@@ -167,4 +167,26 @@ def test_a_tampered_recipe_cache_is_validated_again(cache: Path, tmp_path: Path,
     real = load_module._cacheable
     monkeypatch.setattr(load_module, "_cacheable", lambda path, name: validated.append(name) or real(path, name))
     assert load_recipe_data("local", recipes) == honest and validated == ["local"]
+
+
+
+def test_the_runtimes_version_line_is_cached_per_user_and_checked(cache: Path, tmp_path: Path) -> None:
+    """envrun's cached `apptainer --version` (the supported-version check and the runtime's name, which decides
+    APPTAINERENV_ or SINGULARITYENV_): in the user's cache, and a tampered line means a new probe."""
+    from envbuild.host.runtimeversion import cached_version_line
+
+    calls = tmp_path / "calls"
+    runtime = tmp_path / "apptainer"
+    runtime.write_text(f'#!/bin/sh\necho probed >> "{calls}"\necho "apptainer version 1.4.5"\n')
+    runtime.chmod(0o755)
+    assert cached_version_line(str(runtime)) == "apptainer version 1.4.5"
+    assert cached_version_line(str(runtime)) == "apptainer version 1.4.5"
+    assert calls.read_text().count("probed") == 1
+    cached = _only_cache_file(cache, "version")
+    key, _ = marshal.loads(cached.read_bytes())
+    for bad in ("singularity-ce version 9\nx", 4, ["apptainer version 1.4.5"]):
+        cached.write_bytes(marshal.dumps((key, bad)))
+        assert cached_version_line(str(runtime)) == "apptainer version 1.4.5"
+    assert calls.read_text().count("probed") == 4
+    assert not (tmp_path / "shared-store").exists()
 
