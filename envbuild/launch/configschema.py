@@ -21,6 +21,16 @@ def _env_name(name: str) -> str:
 EnvName = Annotated[str, AfterValidator(_env_name)]
 
 
+def _absolute_dir(path: str) -> str:
+    if not path.startswith(("/", "~")):
+        raise ValueError(f"{path!r} is not an absolute directory (a trusted directory is named in full, e.g. "
+                         "/project/proj_123)")
+    return path
+
+
+AbsoluteDir = Annotated[str, AfterValidator(_absolute_dir)]
+
+
 class BatchDefaults(StrictModel):
     """Defaults for `envrun sbatch`; its options win."""
 
@@ -53,7 +63,7 @@ class EnvrunConfig(Settings):
     """The user's own config. Only here: `trusted_dirs`, directories whose envrun.yaml envrun obeys although
     another user owns or may write it (envbuild.launch.trust); a project's file cannot trust itself."""
 
-    trusted_dirs: tuple[str, ...] = ()
+    trusted_dirs: tuple[AbsoluteDir, ...] = ()
 
 
 class ProjectConfig(Settings):

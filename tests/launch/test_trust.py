@@ -254,3 +254,14 @@ def test_as_an_unprivileged_user_a_planted_file_above_is_ignored_and_trust_bring
     assert cache.stat().st_uid == user.pw_uid and cache.stat().st_mode & 0o777 == 0o700
     files = list(cache.iterdir())
     assert files and all(f.stat().st_uid == user.pw_uid and f.stat().st_mode & 0o777 == 0o600 for f in files)
+
+
+def test_a_relative_trusted_dir_in_the_config_is_a_located_error(own_home: Path, project: Path) -> None:
+    config = own_home / ".config" / "envbuild" / "envrun.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text("trusted_dirs:\n  - proj\n")
+    plant(project / "envrun.yaml", "image: a.sif\n")
+    with pytest.raises(UsageError) as caught:
+        find(project)
+    assert caught.value.message == (f"{config}:2:5: trusted_dirs.0: 'proj' is not an absolute directory (a trusted "
+                                    "directory is named in full, e.g. /project/proj_123)")
