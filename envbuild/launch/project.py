@@ -50,7 +50,7 @@ def find_project_file(cwd: str, environ: Mapping[str, str] | None = None, truste
     and those ignored (envbuild.launch.trust)."""
     from envbuild.launch.trust import walk_up
 
-    return walk_up(cwd, PROJECT_FILE, trusted or _trusted_dirs(os.environ if environ is None else environ))
+    return walk_up(cwd, PROJECT_FILE, trusted or trusted_dirs(os.environ if environ is None else environ))
 
 
 def find_environment(*, image: str | None, overlays: Sequence[str], environ: Mapping[str, str], cwd: str,
@@ -62,7 +62,7 @@ def find_environment(*, image: str | None, overlays: Sequence[str], environ: Map
     from envbuild.launch.trust import Ignored, untrusted_because
 
     warn = warn or _warn
-    trusted = _trusted_dirs(environ)
+    trusted = trusted_dirs(environ)
     walk = find_project_file(cwd, environ, trusted)
     for ignored in walk.ignored:
         warn(ignored)
@@ -113,7 +113,7 @@ def _looked_at(walk: Walk, cwd: str) -> list[str]:
     return looked
 
 
-def _trusted_dirs(environ: Mapping[str, str]) -> TrustedDirs:
+def trusted_dirs(environ: Mapping[str, str]) -> TrustedDirs:
     """$ENVRUN_TRUST_DIR, then `trusted_dirs` of the user's own config (read only when a check fails)."""
     from envbuild.launch.trust import TrustedDirs
 

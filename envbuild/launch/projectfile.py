@@ -7,7 +7,9 @@ other keys and their order stay as they are. Each line envbuild writes records t
     image: build/env.sif  # set by envbuild build envs/env.yaml: build/env.sif
 
 A key is updated only when it is absent or still holds what envbuild last wrote there; a value changed
-by hand is kept, and the returned messages say so.
+by hand is kept, and the returned messages say so. A file envrun would not obey (another user's, or one
+others may write: envbuild.launch.trust) is left alone: rewriting it would make it the user's own, and
+envrun would then obey what someone else wrote in it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild.atomicfile import atomic_write
 from envbuild.errors import SpecError
 from envbuild.launch.project import PROJECT_FILE
+
+if TYPE_CHECKING:
+    from envbuild.launch.trust import Ignored
 
 HEADER = (
     "# envrun's environment for this directory and those below it: `envrun COMMAND` runs COMMAND in it.\n"
@@ -46,6 +51,9 @@ def update_project_file(directory: Path, *, image: str, overlays: tuple[str, ...
         lines = [_line(key, value, spec_text) for key, value in wanted.items()]
         atomic_write(path, HEADER + "".join(line + "\n" for line in lines))
         return [f"wrote {name} ({', '.join(f'{k}: {render(v)}' for k, v in wanted.items())}): `envrun COMMAND` here runs in it"]
+    untrusted = _untrusted(path)
+    if untrusted:
+        return [f"{name}: not updated: {untrusted.why} (envrun ignores it too); {untrusted.fix()}"]
     text = path.read_text(encoding="utf-8")
     try:
         document = parse_yaml_text(text, name)
@@ -86,6 +94,17 @@ def update_project_file(directory: Path, *, image: str, overlays: tuple[str, ...
     if new_text != text:
         atomic_write(path, new_text, mode=os.stat(path).st_mode & 0o7777)
     return messages
+
+
+def _untrusted(path: Path) -> Ignored | None:
+    """Why envrun would not obey the existing file, as envbuild.launch.project judges a found one."""
+    from envbuild.launch.project import trusted_dirs
+    from envbuild.launch.trust import Ignored, untrusted_because
+
+    if trusted_dirs(os.environ).covers(str(path.parent.absolute())):
+        return None
+    why = untrusted_because(str(path.absolute()))
+    return Ignored(str(path), why) if why else None
 
 
 def render(value: Any) -> str:

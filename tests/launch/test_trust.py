@@ -265,3 +265,18 @@ def test_a_relative_trusted_dir_in_the_config_is_a_located_error(own_home: Path,
         find(project)
     assert caught.value.message == (f"{config}:2:5: trusted_dirs.0: 'proj' is not an absolute directory (a trusted "
                                     "directory is named in full, e.g. /project/proj_123)")
+
+
+def test_envbuild_build_leaves_a_strangers_project_file_alone(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rewriting it would make it the user's own, and envrun would then obey what the stranger wrote in it."""
+    from envbuild.launch.projectfile import update_project_file
+
+    planted = plant(project / "envrun.yaml", PLANTED)
+    monkeypatch.chdir(project)
+    messages = update_project_file(project, image=str(project / "env.sif"), overlays=(), spec="env.yaml")
+    assert messages == [f"{planted}: not updated: owned by {owner_of(planted.stat().st_uid)}, not by you or root "
+                        f"(envrun ignores it too); {fix_for(project)[len('fix: '):]}"]
+    assert planted.read_text() == PLANTED and planted.stat().st_uid == stranger().pw_uid
+    monkeypatch.setenv("ENVRUN_TRUST_DIR", str(project))  # trusted on purpose: edited as any project file
+    assert update_project_file(project, image=str(project / "env.sif"), overlays=(), spec="env.yaml") == [
+        f"{planted}: kept image: /evil.sif set by hand (envbuild built env.sif)"]
