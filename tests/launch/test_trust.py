@@ -6,7 +6,9 @@ trusted_dirs bring a shared project's file back."""
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -88,13 +90,12 @@ def test_own_file_that_others_may_write_is_ignored(project: Path) -> None:
     account = stranger()  # a group with another member than the owner
     os.chown(path, os.geteuid(), account.pw_gid)
     path.chmod(0o664)
-    assert [i.why for i in find(project)[1]] == [f"group {account.pw_name} (gid {account.pw_gid}) may write it"]
+    group = grp.getgrgid(account.pw_gid).gr_name
+    assert [i.why for i in find(project)[1]] == [f"group {group} (gid {account.pw_gid}) may write it"]
 
 
 def test_group_write_by_the_users_own_private_group_is_fine(project: Path) -> None:
     """umask 002 with user private groups (Debian's default) makes every file group-writable."""
-    import grp
-    import pwd
 
     me = pwd.getpwuid(os.geteuid())
     group = grp.getgrgid(me.pw_gid)
