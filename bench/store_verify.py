@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from envbuild.store.integrity import write_content_record  # noqa: E402
+from envbuild.store.integrity import is_private_group, others_can_write, write_content_record  # noqa: E402
 
 
 def make_store(source: Path, target: Path, *, shared: bool) -> None:
@@ -45,9 +45,22 @@ def make_store(source: Path, target: Path, *, shared: bool) -> None:
                 write_content_record(copy, files=("image.sif",))
             else:
                 write_content_record(copy, trees={"rootfs": (copy / "digest").read_text().strip()})
-    mode = 0o2775 if shared else 0o755
+    gid = _project_gid() if shared else os.getegid()
     for directory in (target, *target.glob("*"), *target.glob("*/*")):
-        os.chmod(directory, mode)
+        os.chown(directory, -1, gid)
+        os.chmod(directory, 0o2775 if shared else 0o755)
+
+
+def _project_gid() -> int:
+    """A group besides the user's own private one (which counts as the user's: envbuild.store.integrity)."""
+    import grp
+
+    if os.geteuid() == 0:
+        return grp.getgrnam("users").gr_gid
+    for gid in os.getgroups():
+        if not is_private_group(gid):
+            return gid
+    raise SystemExit("the group-writable store needs a group besides your own: join one, or run as root")
 
 
 def timed(argv: list[str], store: Path, expect: str) -> float:
@@ -71,6 +84,9 @@ def main() -> None:
     stores = {"private": args.work / "private", "group-writable": args.work / "shared"}
     for name, store in stores.items():
         make_store(args.source, store, shared=name != "private")
+        entry = next((store / "images").iterdir())
+        if (others_can_write(store, entry, ("image.sif",)) is None) != (name == "private"):
+            raise SystemExit(f"the {name} store {store} is not seen as {name} by envbuild.store.integrity")
     outputs = {name: args.work / f"out-{name}" / "ref.sif" for name in stores}
     for output in outputs.values():
         output.parent.mkdir(parents=True, exist_ok=True)

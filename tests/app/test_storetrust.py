@@ -24,6 +24,7 @@ from envbuild.store.layout import StorePaths
 from envbuild.treedigest import tree_digest
 from tests.app.test_buildsession import BuildStarted, write_sif, write_spec
 from tests.plan_fixtures import FIXED_FACTS
+from tests.store.test_integrity import share
 
 STRANGER = 65534
 
@@ -66,10 +67,11 @@ def stored_build(tmp_path: Path, store: Path) -> tuple[LoadedSpec, Path, Path]:
 
 
 def share_with_group(store: Path) -> None:
-    """The store as a group shares it: setgid, group-writable directories (not the trees inside entries)."""
+    """The store as a project's group shares it: setgid, group-writable directories (not the trees inside
+    entries)."""
     for directory in (store, *store.glob("*"), *store.glob("*/*")):
         if directory.is_dir():
-            os.chmod(directory, 0o2775)
+            share(directory)
 
 
 def build(loaded: LoadedSpec, output: Path, store: Path) -> str:

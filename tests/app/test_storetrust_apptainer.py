@@ -4,7 +4,6 @@ group-writable store is not copied out but built again, and the store then verif
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 # the fixture `store` (a fresh store seeded from the shared test cache) and how envbuild is run against it
 from tests.integration.test_build_store import envbuild, store  # noqa: F401
+from tests.store.test_integrity import share
 
 pytestmark = [pytest.mark.apptainer]
 SPEC = """\
@@ -37,7 +37,7 @@ def test_a_tampered_image_in_a_group_writable_store_is_built_again(tmp_path: Pat
 
     for directory in (store, *store.glob("*"), *store.glob("*/*")):
         if directory.is_dir() and not directory.is_symlink():
-            os.chmod(directory, 0o2775)  # as a group shares it
+            share(directory)  # as a project's group shares it
     data = bytearray((entry / "image.sif").read_bytes())
     data[-1] ^= 0xFF  # same size: only the hash tells
     (entry / "image.sif").write_bytes(bytes(data))

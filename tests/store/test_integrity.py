@@ -4,6 +4,7 @@ a stranger (uid 65534) as in a store shared by a group."""
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import pwd
@@ -20,6 +21,7 @@ from envbuild.store.integrity import (
     FileDigest,
     digest_of_file,
     file_problem,
+    is_private_group,
     others_can_write,
     read_content_record,
     verify_entries,
@@ -53,6 +55,23 @@ def make_base(root: Path, name: str = "debootstrap-bookworm-0123456789abcdef", *
         write_content_record(entry, trees={"rootfs": digest})
     (entry / "complete").write_text("debootstrap:bookworm\n")
     return entry
+
+
+def project_gid() -> int:
+    """A group other than the user's own private one, as a project's: root may give any (Debian's `users`);
+    another user one they are in."""
+    if os.geteuid() == 0:
+        return grp.getgrnam("users").gr_gid
+    for gid in os.getgroups():
+        if not is_private_group(gid):
+            return gid
+    pytest.skip("needs a group besides the user's own")
+
+
+def share(path: Path, mode: int = 0o2775) -> None:
+    """`path` as a project's group shares it: its group, group-writable (setgid for directories)."""
+    os.chown(path, -1, project_gid())
+    os.chmod(path, mode if path.is_dir() else path.stat().st_mode | 0o020)
 
 
 def chown_tree(top: Path, uid: int) -> None:
@@ -107,14 +126,23 @@ def test_a_group_writable_part_makes_the_store_shared(tmp_path: Path, where: str
         path.chmod(0o755)
     path = {"root": root, "kind": root / "images", "entry": entry, "file": entry / "image.sif",
             "record": entry / "content.json"}[where]
-    path.chmod(path.stat().st_mode | 0o020)
-    assert others_can_write(root, entry, ("image.sif",)) == f"{path} is writable by its group ({_group(path)})"
+    share(path)
+    assert others_can_write(root, entry, ("image.sif",)) == \
+        f"{path} is writable by its group ({grp.getgrgid(project_gid()).gr_name})"
 
 
-def _group(path: Path) -> str:
-    import grp
-
-    return grp.getgrgid(path.stat().st_gid).gr_name
+def test_the_users_own_group_writing_is_the_user_writing(tmp_path: Path) -> None:
+    """With a group per user and umask 002 (Debian, Red Hat), the user's own store is group-writable by a group
+    only they are in: that is still a store only they can write."""
+    root = tmp_path / "store"
+    entry = make_image(root)
+    for path in (root, root / "images", entry):
+        os.chown(path, -1, os.getegid())
+        path.chmod(0o775)
+    private = is_private_group(os.getegid())
+    assert (others_can_write(root, entry, ("image.sif",)) is None) is private
+    if os.geteuid() == 0:
+        assert private  # root's group is root's own
 
 
 def test_an_entry_owned_by_a_stranger_makes_the_store_shared(tmp_path: Path) -> None:
@@ -154,7 +182,7 @@ def shared_store(tmp_path: Path) -> Path:
     (root / "envs" / "tiny-env").mkdir(parents=True)
     (root / "envs" / "tiny-env" / "complete").write_text("tiny\n")
     for directory in (root, *root.glob("*"), *root.glob("*/*")):
-        os.chmod(directory, 0o2775)
+        share(directory)
     if os.geteuid() == 0:
         for entry in (*root.glob("images/*"), *root.glob("bases/*")):
             chown_tree(entry, STRANGER)
