@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 TRUST_VARIABLE = "ENVRUN_TRUST_DIR"
 _OTHERS_WRITE, _GROUP_WRITE = 0o002, 0o020
-_REGULAR, _DIRECTORY, _SYMLINK = 0o100000, 0o040000, 0o120000
+_REGULAR, _SYMLINK = 0o100000, 0o120000
 _FILE_TYPE = 0o170000
 
 
@@ -127,12 +127,12 @@ def untrusted_because(path: str, status: os.stat_result | None = None, directory
     """Why envrun must not obey the file `path` (see the module's docstring), or None when it may. A
     symbolic link is judged as where it leads: the file there and its directory."""
     try:
-        if status is None or status.st_mode & _FILE_TYPE == _SYMLINK:
+        if status is None:
+            status = os.lstat(path)
+        if status.st_mode & _FILE_TYPE == _SYMLINK:
             real = os.path.realpath(path)
-            status, directory = os.stat(real), os.stat(os.path.dirname(real))
-            if real != path:
-                why = untrusted_because(real, status, directory)
-                return f"{why} (it is where the link {path} leads)" if why else None
+            why = untrusted_because(real, os.stat(real), os.stat(os.path.dirname(real)))
+            return f"{why} (it is where the link {path} leads)" if why else None
         if directory is None:
             directory = os.stat(os.path.dirname(path) or ".")
     except OSError as exc:

@@ -281,3 +281,16 @@ def test_envbuild_build_leaves_a_strangers_project_file_alone(project: Path, mon
     monkeypatch.setenv("ENVRUN_TRUST_DIR", str(project))  # trusted on purpose: edited as any project file
     assert update_project_file(project, image=str(project / "env.sif"), overlays=(), spec="env.yaml") == [
         f"{planted}: kept image: /evil.sif set by hand (envbuild built env.sif)"]
+
+
+def test_a_link_above_the_file_is_no_link_to_judge(tmp_path: Path) -> None:
+    """/scratch -> /lustre/scratch: the file is judged where it is, with no word about a link."""
+    from envbuild.launch.trust import untrusted_because
+
+    real = tmp_path / "lustre"
+    real.mkdir()
+    (tmp_path / "scratch").symlink_to(real)
+    (real / "envrun.yaml").write_text("image: a.sif\n")
+    assert untrusted_because(str(tmp_path / "scratch" / "envrun.yaml")) is None
+    (real / "envrun.yaml").chmod(0o666)
+    assert untrusted_because(str(tmp_path / "scratch" / "envrun.yaml")) == "everyone may write it"
