@@ -27,7 +27,7 @@ from envbuild.inventory.pkgmeta import (
     parse_core_metadata,
 )
 from envbuild.inventory.trees import Tree
-from envbuild.inventory.walkguard import WalkGuard
+from envbuild.inventory.walkguard import ReadBudget, WalkGuard
 
 SITE_DIR_NAMES = ("site-packages", "dist-packages")
 SKIP_AT_ROOT = frozenset({"proc", "sys", "dev", "run", "tmp", "boot", "lost+found", ".singularity.d", ".envbuild"})
@@ -38,6 +38,9 @@ SKIP_IN_PREFIX = frozenset({"share", "include", "etc", "ssl", "compiler_compat",
 # Inside a conda installation: the package cache holds unpacked packages that are not installed.
 SKIP_IN_CONDA = frozenset({"pkgs", "conda-bld", "conda-meta"})
 MAX_DEPTH = 12
+# A conda record lists every file of its package: pytorch's is a few MiB. Read whole only when its file name
+# does not say name and version, which conda's own never lack.
+CONDA_RECORD_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ def conda_packages(tree: Tree, env: Environment, problems: list[Problem]) -> lis
             continue
         parsed = parse_conda_meta_filename(name)
         if parsed is None:  # not named by conda: the record itself says
-            parsed = parse_conda_meta_json(tree.read(f"{meta_dir}/{name}", 64 * 1024 * 1024) or b"")
+            parsed = parse_conda_meta_json(tree.read(f"{meta_dir}/{name}", CONDA_RECORD_BYTES) or b"")
         if parsed is None:
             problems.append(Problem(f"{meta_dir}/{name}", "not a conda package record"))
             continue
@@ -190,7 +193,8 @@ def conda_packages(tree: Tree, env: Environment, problems: list[Problem]) -> lis
 
 
 def take_inventory(tree: Tree) -> Inventory:
-    """Every environment in the tree and every package in each."""
+    """Every environment in the tree and every package in each, within walkguard's budgets."""
+    tree = ReadBudget(tree)
     inventory = Inventory()
     inventory.environments = find_environments(tree, inventory.problems)
     for env in inventory.environments:

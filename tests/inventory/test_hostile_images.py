@@ -227,6 +227,34 @@ def test_deep_and_wide_trees_are_walked_within_budget(tmp_path: Path) -> None:
     assert inventory.environments == [] and cost["seconds"] < 1 and cost["peak_mib"] < 50, cost
 
 
+@needs_mksquashfs
+@pytest.mark.parametrize("shape", ["conda records", "pip headers"])
+def test_many_links_to_one_huge_record_stop_at_the_read_budget(tmp_path: Path, shape: str) -> None:
+    """A squashfs of a few KiB whose records decompress to GiB: one big file of spaces (no blank line ends its
+    header, no name in it), hard-linked where the reader reads each: conda records not named
+    name-version-build (read whole, up to 32 MiB) or dist-info METADATA (read 512 KiB when 8 KiB hold no end)."""
+    root = tmp_path / "root"
+    prefix = root / "opt/conda"
+    site = prefix / "lib/python3.11/site-packages"
+    site.mkdir(parents=True)
+    (prefix / "conda-meta").mkdir()
+    big = tmp_path / "big"
+    with big.open("wb") as handle:
+        handle.write(b" " * (40 << 20 if shape == "conda records" else 600 << 10))
+    for index in range(50 if shape == "conda records" else 2000):
+        if shape == "conda records":
+            os.link(big, prefix / f"conda-meta/record{index}.json")
+        else:
+            (site / f"p{index}-1.dist-info").mkdir()
+            os.link(big, site / f"p{index}-1.dist-info/METADATA")
+    image = squash(root, tmp_path / "bomb.sqsh")
+    assert image.stat().st_size < 1 << 20
+    start = time.perf_counter()
+    with pytest.raises(ImageFormatError, match="reading the image's package records passed 128 MiB"):
+        read_inventory(str(image))
+    assert time.perf_counter() - start < 2
+
+
 def test_a_walk_past_its_budget_is_an_error_naming_the_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "root"
     for index in range(50):
