@@ -14,6 +14,8 @@ from envbuild.inventory.envscripts import exported_variables
 from envbuild.inventory.image import OpenImage, guarded, image_arch, inventory_of, open_image
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.sif import read_object
+from envbuild.inventory.trees import Tree
+from envbuild.inventory.walkguard import MAX_FACTS_READ_BYTES, ReadBudget
 from envbuild.overlayformat import LOCK_FILE, SPEC_FILE
 
 TEXT_LIMIT = 1024 * 1024  # scripts and specs are small; a bigger file is shown cut
@@ -48,8 +50,8 @@ class ImageFacts:
     architecture: str = ""
 
 
-def _text(image: OpenImage, path: str) -> str | None:
-    data = image.tree.read(path, TEXT_LIMIT)
+def _text(tree: Tree, path: str) -> str | None:
+    data = tree.read(path, TEXT_LIMIT)
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
@@ -76,6 +78,7 @@ def _sif_labels(image: OpenImage) -> dict[str, str]:
 
 
 def _read_facts(image: OpenImage, inventory: Inventory | None) -> ImageFacts:
+    tree = ReadBudget(image.tree, MAX_FACTS_READ_BYTES)
     facts = ImageFacts(path=image.path, inventory=inventory if inventory is not None else inventory_of(image),
                        architecture=image_arch(image.path))
     files = FILES
@@ -100,28 +103,28 @@ def _read_facts(image: OpenImage, inventory: Inventory | None) -> ImageFacts:
                 if obj == image.partition:
                     entry.update(_partition_details(image))
             facts.objects.append(entry)
-    labels_text = _text(image, FILES["labels"])
+    labels_text = _text(tree, FILES["labels"])
     labels: Any = None
     if labels_text:
         with contextlib.suppress(ValueError):
             labels = json.loads(labels_text)
     facts.labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else _sif_labels(image)
-    for name, kind in sorted((image.tree.children(ENV_DIR) or {}).items()):
+    for name, kind in sorted((tree.children(ENV_DIR) or {}).items()):
         if name.endswith(".sh") and kind in ("file", "symlink"):
-            facts.env_scripts[name] = _text(image, f"{ENV_DIR}/{name}") or ""
+            facts.env_scripts[name] = _text(tree, f"{ENV_DIR}/{name}") or ""
     facts.environment = exported_variables(list(facts.env_scripts.items()))
-    facts.runscript = _text(image, FILES["runscript"])
-    facts.deffile = _text(image, FILES["deffile"])
-    record_text = None if image.overlay is not None else _text(image, FILES["build_record"])
+    facts.runscript = _text(tree, FILES["runscript"])
+    facts.deffile = _text(tree, FILES["deffile"])
+    record_text = None if image.overlay is not None else _text(tree, FILES["build_record"])
     record: Any = None
     if record_text:
         with contextlib.suppress(ValueError):
             record = json.loads(record_text)
-    freeze = _text(image, FILES["pip_freeze"])
+    freeze = _text(tree, FILES["pip_freeze"])
     facts.envbuild = {
-        "spec": _text(image, files["spec"]),
+        "spec": _text(tree, files["spec"]),
         "build_record": record,
-        "lock": _text(image, files["lock"]),
+        "lock": _text(tree, files["lock"]),
         "pip_freeze_lines": None if freeze is None else len([line for line in freeze.splitlines() if line.strip()]),
     }
     return facts

@@ -28,6 +28,9 @@ MAX_ENTRIES = 1_000_000
 # reads about 16 MiB; an 80 KiB squashfs of 200 hard links to one 64 MiB conda record made the reader
 # decompress 13 GiB (74 s) before this bound.
 MAX_READ_BYTES = 128 << 20
+# What `inspect` reads besides: labels, start scripts, runscript, spec, lock (each cut at 1 MiB), a few KiB
+# in a real image; a crafted one can hold thousands of start scripts.
+MAX_FACTS_READ_BYTES = 32 << 20
 # Problems noted for directories seen twice; beyond these one line counts the rest.
 _NOTED_ALIASES = 5
 
@@ -102,6 +105,6 @@ class ReadBudget:
         if data is not None:
             self.bytes += len(data)
             if self.bytes > self.max_bytes:
-                raise WalkLimitError(f"reading the image's package records passed {self.max_bytes >> 20} MiB "
-                                     f"(at {printable(path)}): far more than the records of any real image")
+                raise WalkLimitError(f"reading the image's records passed {self.max_bytes >> 20} MiB "
+                                     f"(at {printable(path)}): far more than any real image holds")
         return data

@@ -250,8 +250,23 @@ def test_many_links_to_one_huge_record_stop_at_the_read_budget(tmp_path: Path, s
     image = squash(root, tmp_path / "bomb.sqsh")
     assert image.stat().st_size < 1 << 20
     start = time.perf_counter()
-    with pytest.raises(ImageFormatError, match="reading the image's package records passed 128 MiB"):
+    with pytest.raises(ImageFormatError, match="reading the image's records passed 128 MiB"):
         read_inventory(str(image))
+    assert time.perf_counter() - start < 2
+
+
+@needs_mksquashfs
+def test_thousands_of_start_scripts_stop_at_the_read_budget_of_inspect(tmp_path: Path) -> None:
+    env = tmp_path / "root/.singularity.d/env"
+    env.mkdir(parents=True)
+    big = tmp_path / "big"
+    big.write_bytes(b"#" * (1 << 20))
+    for index in range(1000):  # 1 GiB of start scripts to read and print, in a few KiB
+        os.link(big, env / f"{index:04d}-x.sh")
+    image = squash(tmp_path / "root", tmp_path / "scripts.sqsh")
+    start = time.perf_counter()
+    with pytest.raises(ImageFormatError, match="reading the image's records passed 32 MiB"):
+        read_image_facts(str(image))
     assert time.perf_counter() - start < 2
 
 
