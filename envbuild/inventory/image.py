@@ -97,7 +97,7 @@ def guarded(path: str, action: Callable[[], T]) -> T:
     try:
         return action()
     except WalkLimitError as exc:
-        raise ImageFormatError(path, str(exc), exc.hint) from None
+        raise ImageFormatError(path, exc.message, exc.hint) from None
     except DECODE_ERRORS as exc:
         raise ImageFormatError(path, f"the squashfs file system is damaged ({type(exc).__name__}: {exc})",
                                "the file is corrupt or truncated: copy or download it again") from None

@@ -9,6 +9,7 @@ import posixpath
 from envbuild.inventory.pkgmeta import canonical_name
 from envbuild.inventory.pyenvs import read_name_version
 from envbuild.inventory.trees import Tree
+from envbuild.inventory.walkguard import ReadBudget
 from envbuild.overlayformat import BASE_PTH
 from envbuild.spec.torchfamily import LABELLED_FAMILY, TorchBuild, build_from_files
 
@@ -56,5 +57,7 @@ def family_in_site_dirs(tree: Tree, site_dirs: list[str]) -> list[TorchBuild]:
 
 
 def env_family(tree: Tree, prefix: str) -> list[TorchBuild]:
-    """The torch family that the environment at `prefix` imports (see env_site_dirs)."""
+    """The torch family that the environment at `prefix` imports (see env_site_dirs), within walkguard's read
+    budget (a crafted image can hold thousands of torch-N.dist-info)."""
+    tree = ReadBudget(tree)
     return family_in_site_dirs(tree, env_site_dirs(tree, prefix))

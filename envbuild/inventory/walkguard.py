@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
+from envbuild.errors import EnvbuildError
 from envbuild.terminaltext import printable
 
 if TYPE_CHECKING:
@@ -35,11 +36,17 @@ MAX_FACTS_READ_BYTES = 32 << 20
 _NOTED_ALIASES = 5
 
 
-class WalkLimitError(Exception):
-    """The walk went past a budget; image.guarded turns it into an ImageFormatError naming the image."""
+_WALK_HINT = ("the image holds far more directories than an image's environments live in; if it is genuine, "
+              "list it with --via-runtime (which asks `find` inside the container), or report it")
+_READ_HINT = "the image is damaged or made to be read without end; if it is genuine, report it"
 
-    hint = ("the image holds far more directories than an image's environments live in; if it is genuine, "
-            "list it with --via-runtime (which asks `find` inside the container), or report it")
+
+class WalkLimitError(EnvbuildError):
+    """A walk or its reads went past a budget; image.guarded turns it into an ImageFormatError naming the
+    image (an EnvbuildError already, so a caller that does not name the image still shows a clear error)."""
+
+    def __init__(self, message: str, hint: str = _WALK_HINT) -> None:
+        super().__init__(message, hint)
 
 
 class WalkGuard:
@@ -106,5 +113,5 @@ class ReadBudget:
             self.bytes += len(data)
             if self.bytes > self.max_bytes:
                 raise WalkLimitError(f"reading the image's records passed {self.max_bytes >> 20} MiB "
-                                     f"(at {printable(path)}): far more than any real image holds")
+                                     f"(at {printable(path)}): far more than any real image holds", _READ_HINT)
         return data
