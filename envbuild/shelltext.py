@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from shlex import quote
 
+from envbuild.envnames import ENV_NAME_FIX, is_env_name
 from envbuild.errors import UsageError
 from envbuild.terminaltext import printable
 
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # C0 controls but tab, DEL, C1 controls, and lone surrogates (argv bytes that were not UTF-8)
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
 _NAMES = {"\n": "a newline", "\r": "a carriage return", "\x00": "a NUL byte"}
@@ -44,10 +44,9 @@ def script_word(value: str, where: str) -> str:
 
 def env_name(name: str, where: str) -> str:
     """`name` unchanged when it is a variable name the shell can export, else a UsageError."""
-    if ENV_NAME.fullmatch(name):
+    if is_env_name(name):
         return name
-    raise UsageError(f"{where}: {shown(name)} is not a variable name",
-                     "use letters, digits and _ only, not starting with a digit (e.g. HF_HOME)")
+    raise UsageError(f"{where}: {shown(name)} is not a variable name", ENV_NAME_FIX)
 
 
 def shown(value: str, limit: int = 120) -> str:

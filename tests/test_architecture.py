@@ -22,7 +22,7 @@ PACKAGE_ORDER = ("cli", "app", "sweep", "catalogue", "doctor", "batch", "build",
 # Modules any package may import: they import nothing of envbuild but each other.
 SHARED_LEAVES = ("envbuild", "envbuild.errors", "envbuild.yamlsource", "envbuild.treedigest", "envbuild.atomicfile",
                  "envbuild.strictmodel", "envbuild.overlayformat", "envbuild.interrupts",
-                 "envbuild.terminaltext", "envbuild.shelltext")
+                 "envbuild.terminaltext", "envbuild.shelltext", "envbuild.envnames")
 
 
 def module_name(path: Path) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from envbuild.build.actions import Run
 from envbuild.build.request import BuildRequest
+from envbuild.envnames import shell_evaluated_literally
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,10 @@ def sandbox_exec(request: BuildRequest, sandbox: str, command: list[str], *, wri
     if overlay:
         argv += ["--overlay", f"{overlay}:ro"]
     argv += [sandbox, *command]
-    host_env = [(runtime.env_prefix + key, value) for key, value in (env or [])]
-    host_env += [(runtime.env_prefix + key, value) for key, value in request.facts.proxy_env]
+    # The runtime evaluates APPTAINERENV_ values as shell text: escaped, so that a password with a `$` in a
+    # credential variable, or a proxy URL, arrives as written (builds do not pass --no-eval).
+    host_env = [(runtime.env_prefix + key, shell_evaluated_literally(value)) for key, value in (env or [])]
+    host_env += [(runtime.env_prefix + key, shell_evaluated_literally(value)) for key, value in request.facts.proxy_env]
     if request.options.source_date_epoch is not None:
         # Python then writes hash-based .pyc files (no source times inside): reproducible byte code.
         host_env.append((runtime.env_prefix + "SOURCE_DATE_EPOCH", str(request.options.source_date_epoch)))

@@ -28,8 +28,8 @@ import zlib
 from types import SimpleNamespace
 
 from envbuild import __version__
+from envbuild.envnames import ENV_NAME_FIX, is_env_name
 from envbuild.errors import SpecError, UsageError
-from envbuild.host.envnames import ENV_NAME_FIX, is_env_name
 from envbuild.host.usercache import MISS, is_text_list, read_cached, write_cached
 
 TYPE_CHECKING = False  # pathlib and typing stay off envrun's start-up path

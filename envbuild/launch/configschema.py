@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from envbuild.host.envnames import ENV_NAME_PATTERN, ENV_NAME_RULE
+from envbuild.envnames import ENV_NAME_PATTERN, ENV_NAME_RULE
 from envbuild.strictmodel import StrictModel
 
 

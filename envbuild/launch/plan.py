@@ -23,8 +23,8 @@ escaped for that: the program sees each value exactly as written.
 
 from __future__ import annotations
 
+from envbuild.envnames import ENV_NAME_FIX, env_name_problem, shell_evaluated_literally
 from envbuild.errors import UsageError
-from envbuild.host.envnames import ENV_NAME_FIX, env_name_problem
 from envbuild.host.node import GPU_RUNTIME_FLAGS
 from envbuild.launch.args import has_option, launcher_kind, option_value, split_srun, torchrun_has, torchrun_own_options
 from envbuild.launch.nodelaunchers import NODE_LAUNCHERS, NodeLauncher, check_launcher_options
@@ -403,9 +403,3 @@ class _Planner:
             self.env.append((prefix + key, shell_evaluated_literally(value) if evaluated else value))
             self.note(f"{key}: envrun config / envrun.yaml, set in the container only ({prefix}{key}): srun and "
                       f"{self.request.runtime.name} on the host do not see it")
-
-
-def shell_evaluated_literally(value: str) -> str:
-    """`value` written so that apptainer's evaluation of APPTAINERENV_ values (shell expansion as in a here-
-    document: $, ` and \\ are special, quotes are not) gives back exactly `value`."""
-    return value.replace("\\", "\\\\").replace("$", "\\$").replace("`", "\\`")

@@ -14,8 +14,8 @@ import sys
 import zlib
 
 from envbuild import __version__
+from envbuild.envnames import ENV_NAME_FIX, env_name_problem, is_env_name
 from envbuild.errors import UsageError
-from envbuild.host.envnames import ENV_NAME_FIX, env_name_problem, is_env_name
 from envbuild.host.usercache import MISS, is_text_list, read_cached, write_cached
 from envbuild.recipes.ops import MODEL_KEY, SOURCE_KEY, RecipeView, from_cached
 

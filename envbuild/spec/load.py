@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from envbuild.envnames import ENV_NAME_FIX
 from envbuild.errors import SpecError, SpecProblem
-from envbuild.host.envnames import ENV_NAME_FIX
 from envbuild.recipes.load import available_recipes, recipes_dir
 from envbuild.spec.model import FileCopy, Spec
 from envbuild.yamlsource import FieldPath, LocatedDocument, load_yaml_file, parse_yaml_text

@@ -15,7 +15,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
-from envbuild.host.envnames import ENV_NAME_PATTERN, ENV_NAME_RULE
+from envbuild.envnames import ENV_NAME_PATTERN, ENV_NAME_RULE
 from envbuild.overlayformat import DEFAULT_MOUNT
 from envbuild.spec.conda import CondaEnv
 from envbuild.spec.locktarget import LockTargetFacts

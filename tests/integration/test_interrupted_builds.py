@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.apptainer, pytest.mark.slow]
 
 # (step, signal, how the point is reached, whole group or the envbuild process only)
 POINTS = [
-    ("base", signal.SIGTERM, ("pause", "base:3", "bases/*/rootfs.partial"), False),
+    ("base", signal.SIGTERM, ("pause", "base:4", "bases/*/rootfs.partial"), False),
     ("env", signal.SIGINT, ("pause", "env:4", "envs/*/rootfs.partial"), True),
     ("post", signal.SIGHUP, ("log", "sleep 30"), False),
     # The spec's tests start in the record step and run beside the squash (envbuild.build.beside): stopped there.

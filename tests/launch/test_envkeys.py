@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.envnames import is_env_name, shell_evaluated_literally
 from envbuild.errors import SpecError, UsageError
-from envbuild.host.envnames import is_env_name
 from envbuild.host.facts import Runtime
 from envbuild.launch.config import read_settings
-from envbuild.launch.plan import LaunchRequest, plan_launch, shell_evaluated_literally
+from envbuild.launch.plan import LaunchRequest, plan_launch
 from envbuild.recipes.load import load_recipe, recipes_dir, validate_recipe_file
 from tests.cli.test_envrun_main import envrun, refused
 from tests.launch.test_plan import HOST

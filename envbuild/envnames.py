@@ -3,8 +3,10 @@ envrun's config, a project's envrun.yaml, a recipe): letters, digits and `_`, no
 
 A name becomes a word of a shell script (`export NAME=...` in `envrun --dry-run`, an image's environment
 script) and a process's environment, so anything else (a `;`, a newline, a `=`) is refused where it is
-read, with the file and line, never carried on to where it would be a command. Light: no `re` (envrun's
-start-up path checks names read back from its cache).
+read, with the file and line, never carried on to where it would be a command. And how a value is written
+when it goes into a container as APPTAINERENV_NAME / SINGULARITYENV_NAME (envrun's launch, envbuild's build
+steps): the runtime evaluates those values as shell text, so they are escaped to arrive as written.
+Light: no `re` (envrun's start-up path checks names read back from its cache).
 """
 
 from __future__ import annotations
@@ -26,3 +28,9 @@ def env_name_problem(name: object) -> str | None:
     if is_env_name(name):
         return None
     return f"{name!r} is not a valid environment variable name ({ENV_NAME_RULE})"
+
+
+def shell_evaluated_literally(value: str) -> str:
+    """`value` written so that apptainer's evaluation of APPTAINERENV_ values (shell expansion as in a here-
+    document: $, ` and \\ are special, quotes are not) gives back exactly `value`."""
+    return value.replace("\\", "\\\\").replace("$", "\\$").replace("`", "\\`")
