@@ -22,6 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from envbuild.host.node import HostNode
     from envbuild.host.runtime import Runtime
+    from envbuild.launch.visibility import HostPaths
     from envbuild.recipes.schema import Recipe, Staging
 
 DEFAULT_OUTPUT = "%x-%j.out"
@@ -53,6 +54,11 @@ class BatchRequest:
     cwd: str = "."
     regenerate: str = ""  # the command line that writes this script again
     time_step: bool = False  # print the step's wall time as an `envrun-step:` line (envrun sweep reads it)
+    binds: tuple[str, ...] = ()  # --bind: written into the script's envrun line
+    # The envrun config's and the project's binds: envrun in the job adds them itself; here they only tell which
+    # of the command's paths the container will see (host_paths: this host's file system; None: not checked)
+    config_binds: tuple[str, ...] = ()
+    host_paths: HostPaths | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -79,6 +85,8 @@ def plan_batch(recipe: Recipe, request: BatchRequest, runtime: Runtime, host: Ho
     options = ["--system", recipe.name, "--image", request.image]
     for path, _mount in request.overlays:
         options += ["--overlay", path]
+    for bind in request.binds:
+        options += ["--bind", bind]
     job = BatchJob(recipe=recipe, request=request, resources=resources, job_name=request.job_name or job_name(step),
                    step=step, envrun_options=tuple(options), warnings=list(resources.warnings))
     for target, source in recipe.launch.srun_env_from.items():
@@ -86,7 +94,7 @@ def plan_batch(recipe: Recipe, request: BatchRequest, runtime: Runtime, host: Ho
     launch = plan_launch(LaunchRequest(
         command=("srun", *step), image=request.image, recipe=recipe, runtime=runtime, cwd=request.cwd,
         environ=job_environment(recipe, resources), allocation=read_allocation(job_environment(recipe, resources)),
-        overlays=request.overlays,
+        overlays=request.overlays, binds=(*request.config_binds, *request.binds), host_paths=request.host_paths,
     ))
     job.explain = [reason for reason in launch.reasons if not reason.startswith("system ")]
     job.warnings += [w for w in launch.warnings if w not in job.warnings]
@@ -100,7 +108,7 @@ def refuse_control_in_request(request: BatchRequest) -> None:
     given = [(request.job_name or "", "--job-name"), (request.output, "--log"), (job.account or "", job.account_source),
              (job.partition or "", job.partition_source), (job.time or "", "--time"), (request.image, "--image"),
              *((path, "--overlay") for path, _mount in request.overlays),
-             *((source.path, "--stage") for source in request.stages),
+             *((source.path, "--stage") for source in request.stages), *((bind, "--bind") for bind in request.binds),
              *((word, f"word {index} of the training command") for index, word in enumerate(request.command, 1))]
     for value, where in given:
         refuse_control(value, where)

@@ -225,6 +225,7 @@ def launch(args: Any) -> None:
     from envbuild.launch.plan import LaunchRequest, plan_launch
     from envbuild.launch.project import find_environment, image_and_overlays, project_settings
     from envbuild.launch.runscript import image_runscript
+    from envbuild.launch.visibility import HostPaths
     from envbuild.recipes.detect import resolve_recipe
 
     environment = find_environment(image=args.image, overlays=args.overlays, environ=os.environ, cwd=os.getcwd())
@@ -261,7 +262,7 @@ def launch(args: Any) -> None:
         missing_recipe_binds=missing, system_reason=why, allocation=allocation,
         host=read_host_node(os.environ), overlays=overlays, warnings=tuple(warnings), notes=tuple(notes),
         strict_net=args.strict_net, step_timeout=step_timeout or "", step_timeout_from=step_timeout_from,
-        runscript=runscript[1] if runscript and runscript[0] == "run" else "",
+        runscript=runscript[1] if runscript and runscript[0] == "run" else "", host_paths=HostPaths(),
     ))
     if args.dry_run:
         sys.stdout.write(plan.script())

@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--overlay", dest="overlays", action="append", default=[], metavar="SQSH",
                         help="a venv overlay over IMG (repeatable)")
     parser.add_argument("--force-overlay", action="store_true", help="an overlay built for another base")
+    parser.add_argument("--bind", "-B", dest="binds", action="append", default=[], metavar="SRC[:DEST[:OPTS]]",
+                        help="extra bind mount for the job's envrun (repeatable)")
     parser.add_argument("--stage", dest="stages", action="append", default=[], metavar="SRC",
                         help="a directory or archive copied/extracted once per node to node-local storage (repeatable)")
     parser.add_argument("--requeue", action="store_true",
@@ -121,11 +123,17 @@ def plan(args: Any, recipe: Any, command: tuple[str, ...], argv: list[str]) -> A
     from envbuild.host.node import read_host_node
     from envbuild.host.runtime import Runtime, find_runtime
     from envbuild.launch.project import find_environment, image_and_overlays
+    from envbuild.launch.visibility import HostPaths
 
     cwd = os.getcwd()
     defaults = _batch_defaults(recipe.name)
     environment = find_environment(image=args.image, overlays=args.overlays, environ=os.environ, cwd=cwd)
     image, overlays, warnings, _notes = image_and_overlays(environment, args.force_overlay)
+    binds = tuple(getattr(args, "binds", ()))
+    for bind in binds:  # as envrun refuses it in the job, but before the queue
+        if not os.path.exists(bind.split(":", 1)[0]):
+            raise UsageError(f"bind source {bind.split(':', 1)[0]} does not exist (--bind {bind})",
+                             "create the directory, or fix the path given to --bind")
     launcher = args.launcher or infer_launcher(command) or defaults.get("launcher") or "torchrun"
     stages = tuple(describe_source(source, cwd) for source in args.stages)
     account, account_source = args.account, "--account"
@@ -154,7 +162,8 @@ def plan(args: Any, recipe: Any, command: tuple[str, ...], argv: list[str]) -> A
         output=args.log or DEFAULT_OUTPUT, stages=stages, requeue=requeue, envrun=_envrun_command(), cwd=cwd,
         regenerate=getattr(args, "regenerate", None) or
         shlex.join(["envrun", "sbatch", *(a for a in argv if a not in ("--submit", "--wait", "--print"))]),
-        time_step=getattr(args, "time_step", False),
+        time_step=getattr(args, "time_step", False), binds=binds, config_binds=_config_binds(recipe.name, environment),
+        host_paths=HostPaths(),
     )
     runtime = find_runtime(probe=False) or Runtime("apptainer", "apptainer")
     host = read_host_node(os.environ) if recipe.node is None else None
@@ -175,6 +184,14 @@ def _batch_defaults(system: str) -> dict[str, Any]:
     from envbuild.launch.config import batch_defaults_for, read_user_settings
 
     return batch_defaults_for(read_user_settings(os.environ), system)
+
+
+def _config_binds(system: str, environment: Any) -> tuple[str, ...]:
+    """The binds envrun in the job adds from the envrun config and the project's envrun.yaml."""
+    from envbuild.launch.config import read_user_settings, settings_for
+    from envbuild.launch.project import project_settings
+
+    return (*settings_for(read_user_settings(os.environ), system)[0], *project_settings(environment, system)[0])
 
 
 def _envrun_command() -> str:

@@ -213,19 +213,23 @@ def launch_findings(setting: Setting, request: DoctorRequest, environ: dict[str,
     from envbuild.host.runtime import require_runtime
     from envbuild.launch.allocation import read_allocation
     from envbuild.launch.plan import LaunchRequest, plan_launch
+    from envbuild.launch.visibility import HostPaths
 
     try:
         plan = plan_launch(LaunchRequest(
             command=request.command, image=setting.image or "IMAGE", recipe=setting.recipe,
             runtime=require_runtime(probe=False), cwd=request.cwd, binds=setting.config_binds,
             env=tuple(setting.config_env.items()), environ=environ, allocation=read_allocation(environ),
-            host=read_host_node(environ), overlays=setting.overlays, strict_net=request.strict_net))
+            host=read_host_node(environ), overlays=setting.overlays, strict_net=request.strict_net,
+            host_paths=HostPaths()))
     except EnvbuildError as exc:
         return [fail("launch", f"envrun refuses `{' '.join(request.command)}`: {exc.message}", "", exc.hint or "")]
+    bound = [info("launch", f"envrun binds {spec} for the program", "it is outside the container's binds; without "
+                  "it every rank fails with \"can't open file\"") for spec in plan.program_binds]
     if plan.warnings:
-        return [warn("launch", text, "envrun prints this warning before every such launch",
-                     "change the command or the job as the warning says") for text in plan.warnings]
-    return [ok("launch", f"`{' '.join(request.command)}` plans cleanly")]
+        return [*bound, *(warn("launch", text, "envrun prints this warning before every such launch",
+                               "change the command or the job as the warning says") for text in plan.warnings)]
+    return [*bound, ok("launch", f"`{' '.join(request.command)}` plans cleanly")]
 
 
 def probe_step(setting: Setting, request: DoctorRequest, nodes: int) -> list[Finding]:

@@ -40,6 +40,7 @@ from envbuild.launch.shims import (
 )
 from envbuild.launch.sizing import LAUNCHER_NAMES, LaunchSize, size_launch
 from envbuild.launch.steptime import srun_time_limit
+from envbuild.launch.visibility import check_visibility
 
 # typing, dataclasses and shlex stay off envrun's start-up path (measured: ~30 ms); LaunchRequest and
 # LaunchPlan live in envbuild.launch.request and are imported from here by the callers.
@@ -73,6 +74,8 @@ class _Planner:
         self.env: list[tuple[str, str]] = []
         self.unset: list[str] = []
         self.time_limit = ""  # the step's time limit in words, for envrun's message when it is reached
+        self.warnings: list[str] = []
+        self.program_binds: list[str] = []  # binds added for the program file (envbuild.launch.visibility)
 
     def note(self, text: str) -> None:
         self.reasons.append(text)
@@ -122,7 +125,8 @@ class _Planner:
             self.note("envrun waits for srun and names the cause in one line when the step fails (a rank's exit code "
                       "or signal, a time limit, a failed node), read from srun's exit status and messages")
         return LaunchPlan(argv=tuple(argv), env=tuple(self.env), unset=tuple(self.unset), reasons=tuple(self.reasons),
-                          warnings=(*self.request.warnings, *size.warnings), step=step, time_limit=self.time_limit)
+                          warnings=(*self.request.warnings, *size.warnings, *self.warnings), step=step,
+                          time_limit=self.time_limit, program_binds=tuple(self.program_binds))
 
     # -- srun ----------------------------------------------------------------------------------------
 
@@ -355,7 +359,15 @@ class _Planner:
         multinode = self.srun_opts is not None and not self.single_node()
         recipe_binds = [*recipe.binds, *(recipe.multinode_binds if multinode else ())]
         present = [b for b in recipe_binds if b not in request.missing_recipe_binds]
-        for bind in dict.fromkeys([request.cwd, *present, *request.binds]):
+        binds = list(dict.fromkeys([request.cwd, *present, *request.binds]))
+        if request.host_paths is not None:
+            seen = check_visibility(self.program, request.cwd, binds, recipe.runtime.flags, self.environ,
+                                    request.host_paths)
+            binds += seen.binds
+            self.program_binds += seen.binds
+            self.reasons += seen.notes
+            self.warnings += seen.warnings
+        for bind in binds:
             argv += ["--bind", bind]
         if present:
             self.note(f"binds {', '.join(present)}: {recipe.cite('binds')}")

@@ -12,15 +12,16 @@ if TYPE_CHECKING:
     from envbuild.host.node import HostNode
     from envbuild.host.runtime import Runtime
     from envbuild.launch.allocation import Allocation
+    from envbuild.launch.visibility import HostPaths
     from envbuild.recipes.schema import Recipe
 
 
 class LaunchRequest:
     """What to launch and everything the planner needs to know, as plain data."""
 
-    __slots__ = ("allocation", "binds", "command", "cwd", "env", "environ", "host", "image", "missing_recipe_binds",
-                 "notes", "overlays", "recipe", "runscript", "runtime", "step_timeout", "step_timeout_from", "strict_net",
-                 "system_reason", "warnings")
+    __slots__ = ("allocation", "binds", "command", "cwd", "env", "environ", "host", "host_paths", "image",
+                 "missing_recipe_binds", "notes", "overlays", "recipe", "runscript", "runtime", "step_timeout",
+                 "step_timeout_from", "strict_net", "system_reason", "warnings")
 
     def __init__(
         self, *, command: tuple[str, ...], image: str, recipe: Recipe, runtime: Runtime, cwd: str,
@@ -29,6 +30,7 @@ class LaunchRequest:
         allocation: Allocation | None = None, overlays: tuple[tuple[str, str], ...] = (),
         warnings: tuple[str, ...] = (), notes: tuple[str, ...] = (), strict_net: bool = False,
         step_timeout: str = "", step_timeout_from: str = "--step-timeout", runscript: str = "",
+        host_paths: HostPaths | None = None,
     ) -> None:
         self.command = command  # everything after envrun's own options, e.g. ("srun", "torchrun", "train.py")
         self.image = image
@@ -52,15 +54,19 @@ class LaunchRequest:
         # What the image's runscript does when envrun should honour it (envbuild.launch.runscript: start the
         # image with `run --no-eval` instead of `exec`); "" for `exec`
         self.runscript = runscript
+        # This host's file system, asked whether the command's paths are under the binds (envbuild.launch.
+        # visibility); None: not checked (a plan for golden tests)
+        self.host_paths = host_paths
 
 
 class LaunchPlan:
     """The host command and the environment changes envrun makes before exec'ing it."""
 
-    __slots__ = ("argv", "env", "reasons", "step", "time_limit", "unset", "warnings")
+    __slots__ = ("argv", "env", "program_binds", "reasons", "step", "time_limit", "unset", "warnings")
 
     def __init__(self, argv: tuple[str, ...], env: tuple[tuple[str, str], ...], unset: tuple[str, ...],
-                 reasons: tuple[str, ...], warnings: tuple[str, ...] = (), step: str = "", time_limit: str = "") -> None:
+                 reasons: tuple[str, ...], warnings: tuple[str, ...] = (), step: str = "", time_limit: str = "",
+                 program_binds: tuple[str, ...] = ()) -> None:
         self.argv = argv
         self.env = env  # set in envrun's environment before exec (apptainer passes it on)
         self.unset = unset
@@ -70,6 +76,7 @@ class LaunchPlan:
         # rank), so that envrun can name the cause when the step fails; "" without srun (envrun execs).
         self.step = step
         self.time_limit = time_limit  # the step's time limit in words ("--step-timeout 30m"), "" when none
+        self.program_binds = program_binds  # `DIR:DIR:ro` binds envrun added so that the container sees the program
 
     def script(self) -> str:
         """A runnable, shell-quoted script doing exactly what envrun would do (envbuild.shelltext: names
