@@ -178,6 +178,10 @@ def check_room(executor: Any, step: Step, src: str, dest: str) -> None:
 
 
 def make_dirs(executor: Any, step: Step, action: MakeDirs) -> None:
+    if action.root is not None and not os.path.lexists(action.root):
+        # `mkdir -p` makes the tree's root too, when it is not there yet (a debootstrap tree on a cold store):
+        # the root is a path of envbuild's (store, work dir), not of the image, so it is made by its host path.
+        os.makedirs(action.root, exist_ok=True)
     for path in action.paths:
         if action.root is not None:
             intree.make_dirs_in_tree(action.root, inside_of(action.root, path), action.mode)

@@ -159,3 +159,15 @@ def test_a_link_loop_in_the_base_is_a_step_failure_naming_the_tree(tmp_path: Pat
     with pytest.raises(StepFailed, match="failed inside the tree") as raised:
         executor.execute_steps((step,), None, "build")
     assert "link loop" in (raised.value.hint or "")
+
+
+def test_mkdir_makes_a_missing_tree_root_as_mkdir_p_does(tmp_path: Path) -> None:
+    """The debootstrap step on a cold store: its tree is removed, then `mkdir -p TREE/etc/dpkg/dpkg.cfg.d` made
+    inside it. The root is envbuild's own path, so it is made; what lies below it is made inside the tree."""
+    from envbuild.build import fsactions
+    from envbuild.build.actions import MakeDirs
+
+    root = tmp_path / "store" / "bases" / "entry" / "debootstrap.partial"
+    fsactions.make_dirs(None, None, MakeDirs((f"{root}/etc/dpkg/dpkg.cfg.d",), 0o755, root=str(root)))
+    assert (root / "etc/dpkg/dpkg.cfg.d").is_dir()
+    assert (root / "etc").stat().st_mode & 0o777 == 0o755
