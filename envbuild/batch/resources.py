@@ -197,8 +197,10 @@ class _Chooser:
             if request.test:
                 raise UsageError(f"{recipe.name} has no test partition", "leave out --test")
             return None
-        # whole nodes go to a whole-node partition first, part of a node to a shared one
-        ordered = sorted(candidates, key=lambda name: partitions[name].full_node != whole)
+        # whole nodes go to a whole-node partition first, part of a node to a shared one; a job without GPUs
+        # to a CPU partition first
+        ordered = sorted(candidates, key=lambda name: (partitions[name].full_node != whole,
+                                                       partitions[name].cpu_only != (gpus == 0)))
         misfits = []
         for name in ordered:
             problem = self.misfit(name, gpus, whole, seconds)
@@ -217,6 +219,8 @@ class _Chooser:
     def misfit(self, name: str, gpus: int, whole: bool, seconds: int | None) -> str | None:
         spec = self.recipe.partitions[name]
         cite = self.recipe.cite(f"partitions.{name}")
+        if spec.cpu_only and gpus:
+            return f"its nodes have no GPUs ({cite})"
         if spec.max_nodes is not None and self.request.nodes > spec.max_nodes:
             return f"at most {spec.max_nodes} node(s) ({cite})"
         if spec.max_gpus_per_node is not None and gpus > spec.max_gpus_per_node:

@@ -1,4 +1,8 @@
-"""Which system recipe applies: --system, $ENVBUILD_SYSTEM, or detection from Slurm and the hostname."""
+"""Which system recipe applies: --system, $ENVBUILD_SYSTEM, or detection from the site's own evidence, in this
+order: Slurm's cluster name ($SLURM_CLUSTER_NAME in a job, else ClusterName in slurm.conf), a variable the site
+sets on its nodes (JSC's $SYSTEMNAME), then hostname patterns. Detection names a site only on evidence; with
+none it says what it looked at. A launch then runs with the `local` recipe (this machine's own facts), while
+`envrun sbatch --check` runs without site rules rather than check a job against the wrong site."""
 
 from __future__ import annotations
 
@@ -8,41 +12,117 @@ from envbuild.recipes.load import detection_table, load_recipe
 
 TYPE_CHECKING = False  # typing itself is not imported: envrun's start-up
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.ops import RecipeView
 
 DEFAULT_SYSTEM = "local"
+SLURM_CONF = "/etc/slurm/slurm.conf"  # Slurm's default; $SLURM_CONF names another
+_SLURM_CONF_MAX = 1 << 20  # a slurm.conf is a few KiB: more is not read
 
 
-def detect_system(environ: Mapping[str, str], hostname: str | None = None) -> tuple[str, str]:
-    """(recipe name, why). Slurm's cluster name wins over hostname patterns."""
+def detect_site(environ: Mapping[str, str], hostname: str | None = None,
+                slurm_conf: str | None = None) -> tuple[str | None, str]:
+    """(recipe name, why), or (None, what was looked at) when nothing names a known site.
+
+    slurm_conf: the file to read ClusterName from outside a job; None: $SLURM_CONF or Slurm's default;
+    "": none (tests)."""
     if environ.get("ENVBUILD_SYSTEM"):
         return environ["ENVBUILD_SYSTEM"], "$ENVBUILD_SYSTEM"
-    detects = detection_table()  # each recipe's `detect`, from one cache file
-    cluster = environ.get("SLURM_CLUSTER_NAME")
+    detects: Sequence[tuple[str, dict[str, Any]]] = detection_table()  # each recipe's `detect`, one cache file
+    cluster, cluster_source = _cluster_name(environ, slurm_conf)
     if cluster:
         for name, detect in detects:
             if cluster in (detect.get("slurm_cluster_names") or ()):
-                return name, f"SLURM_CLUSTER_NAME={cluster}"
+                return name, f"{cluster_source}={cluster}"
+        # A recipe that names its site's cluster does not apply here: its jobs would carry that name.
+        detects = [(name, detect) for name, detect in detects if not detect.get("slurm_cluster_names")]
+    for name, detect in detects:
+        for variable, values in (detect.get("environment") or {}).items():
+            if environ.get(variable) and environ[variable] in values:
+                return name, f"{variable}={environ[variable]}"
     hostname = hostname if hostname is not None else os.uname().nodename
     for name, detect in detects:
-        # Only patterns whose fixed start fits the hostname need the regex engine (importing re costs
-        # envrun ~8 ms, and most launches happen where no pattern can match).
-        candidates = [p for p in detect.get("hostname_patterns") or () if hostname.startswith(_literal_prefix(p))]
-        if candidates:
-            import re
-
-            if any(re.match(pattern, hostname) for pattern in candidates):
-                return name, f"hostname {hostname}"
-    return DEFAULT_SYSTEM, "no site detected; default"
+        why = _hostname_evidence(detect, hostname)
+        if why:
+            return name, why
+    looked = [f"{cluster_source}={cluster}" if cluster else "no SLURM_CLUSTER_NAME or slurm.conf ClusterName",
+              f"hostname {hostname}"]
+    return None, ", ".join(looked)
 
 
-def resolve_recipe(system: str | None, environ: Mapping[str, str]) -> tuple[Recipe, str]:
+def detect_system(environ: Mapping[str, str], hostname: str | None = None,
+                  slurm_conf: str | None = None) -> tuple[str, str]:
+    """(recipe name, why) for a launch or a build: the detected site, else `local`, which reads the facts of the
+    machine it runs on and so fits any cluster or workstation."""
+    name, why = detect_site(environ, hostname, slurm_conf)
+    if name is None:
+        return DEFAULT_SYSTEM, f"no known site ({why}): the {DEFAULT_SYSTEM} recipe, this machine's own facts"
+    return name, why
+
+
+def resolve_recipe(system: str | None, environ: Mapping[str, str]) -> tuple[RecipeView, str]:
     if system:
         return load_recipe(system), "--system"
     name, why = detect_system(environ)
     return load_recipe(name), why
+
+
+def resolve_site_recipe(system: str | None, environ: Mapping[str, str]) -> tuple[RecipeView | None, str]:
+    """The recipe of the site named (--system) or detected, or (None, what detection looked at) on a site without
+    a recipe: for checks, whose site rules must not be another site's (never `local` for an unknown site)."""
+    if system:
+        return load_recipe(system), "--system"
+    name, why = detect_site(environ)
+    return (load_recipe(name) if name else None), why
+
+
+def _cluster_name(environ: Mapping[str, str], slurm_conf: str | None) -> tuple[str, str]:
+    """(Slurm's cluster name, where it was read): the job's $SLURM_CLUSTER_NAME, else ClusterName in slurm.conf
+    (login nodes; srun and sbatch set the variable only inside a job)."""
+    if environ.get("SLURM_CLUSTER_NAME"):
+        return environ["SLURM_CLUSTER_NAME"], "SLURM_CLUSTER_NAME"
+    path = (environ.get("SLURM_CONF") or SLURM_CONF) if slurm_conf is None else slurm_conf
+    if not path:
+        return "", ""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(_SLURM_CONF_MAX).decode("utf-8", "replace")
+    except OSError:
+        return "", ""
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().lower() == "clustername":  # slurm.conf keys are case-insensitive
+            value = value.split("#", 1)[0].strip()
+            if value:
+                # slurm.conf(5): upper-case letters in the name are mapped to lower case
+                return value.lower(), f"ClusterName in {path}"
+    return "", ""
+
+
+def _hostname_evidence(detect: dict[str, Any], hostname: str) -> str:
+    """Why `hostname` names this recipe's site ('' when it does not): a pattern matches, and where the recipe
+    says its patterns are shared with other sites, one of its site paths exists."""
+    # Only patterns whose fixed start fits the hostname need the regex engine (importing re costs
+    # envrun ~8 ms, and most launches happen where no pattern can match).
+    candidates = [p for p in detect.get("hostname_patterns") or () if hostname.startswith(_literal_prefix(p))]
+    if not candidates:
+        return ""
+    import re
+
+    if not any(re.match(pattern, hostname) for pattern in candidates):
+        return ""
+    required = detect.get("hostname_requires_path") or ()
+    if not required:
+        return f"hostname {hostname}"
+    present = next((path for path in required if site_path_exists(path)), None)
+    return f"hostname {hostname} beside {present}" if present else ""
+
+
+def site_path_exists(path: str) -> bool:
+    """Whether a site's own directory (LUMI's /appl/lumi) is here; tests stand in for it."""
+    return os.path.isdir(path)
 
 
 def _literal_prefix(pattern: str) -> str:

@@ -3,6 +3,7 @@ envbuild.recipes.load; what a recipe computes is in envbuild.recipes.ops (shared
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -12,8 +13,27 @@ from envbuild.strictmodel import StrictModel
 
 
 class Detect(StrictModel):
+    """How envrun tells it runs on this site (envbuild.recipes.detect): Slurm's cluster name, then variables the
+    site sets on every node, then hostnames. A recipe that lists cluster names is not chosen in a Slurm job whose
+    SLURM_CLUSTER_NAME is another one."""
+
     slurm_cluster_names: tuple[str, ...] = ()
+    # variable -> the values that name this site, e.g. JSC's SYSTEMNAME: [jurecadc]
+    environment: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     hostname_patterns: tuple[str, ...] = ()
+    # the patterns count only where one of these paths exists: HPE Cray names its nodes nid* and uan* on every
+    # such system (LUMI, Perlmutter), so `nid\d+` says LUMI only beside /appl/lumi
+    hostname_requires_path: tuple[str, ...] = ()
+
+    @field_validator("hostname_patterns")
+    @classmethod
+    def _patterns_compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"hostname pattern {pattern!r} is not a regular expression: {exc}") from None
+        return patterns
 
 
 class Node(StrictModel, NodeMethods):
@@ -52,6 +72,7 @@ class Node(StrictModel, NodeMethods):
 
 class Partition(StrictModel):
     full_node: bool = False
+    cpu_only: bool = Field(default=False, description="its nodes have no GPUs (JURECA dc-cpu): never chosen for a GPU job")
     test: bool = Field(default=False, description="a short development/test partition, chosen only when asked for")
     max_nodes: int | None = Field(default=None, ge=1)
     max_gpus_per_node: int | None = Field(default=None, ge=1)

@@ -16,7 +16,7 @@ NAMES = available_recipes()
 
 
 def test_all_systems_present() -> None:
-    assert set(NAMES) >= {"lumi-g", "lumi-c", "puhti", "mahti", "juwels-booster", "roihu", "jupiter", "local"}
+    assert set(NAMES) >= {"lumi-g", "lumi-c", "puhti", "mahti", "juwels-booster", "jureca-dc", "roihu", "jupiter", "local"}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -79,7 +79,7 @@ def test_explain_cites_recipe_file_and_line() -> None:
         ({"ENVBUILD_SYSTEM": "mahti"}, "nid001", "mahti"),
         ({"SLURM_CLUSTER_NAME": "lumi"}, "whatever", "lumi-g"),
         ({"SLURM_CLUSTER_NAME": "envbuild-local"}, "nid001", "local"),
-        ({}, "nid001234", "lumi-g"),
+        ({}, "nid001234", "local"),  # nid* is every HPE Cray's name: LUMI only beside /appl/lumi (test_detect_sites)
         ({}, "r01g02", "puhti"),
         ({}, "jwb0097", "juwels-booster"),
         ({"SLURM_CLUSTER_NAME": "roihu"}, "g1234", "roihu"),
@@ -91,7 +91,7 @@ def test_explain_cites_recipe_file_and_line() -> None:
 def test_system_detection(environ: dict[str, str], hostname: str, expected: str) -> None:
     from envbuild.recipes.detect import detect_system
 
-    assert detect_system(environ, hostname)[0] == expected
+    assert detect_system(environ, hostname, slurm_conf="")[0] == expected
 
 
 def test_literal_prefix_of_hostname_patterns() -> None:
