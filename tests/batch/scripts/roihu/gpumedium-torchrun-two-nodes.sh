@@ -1,0 +1,17 @@
+#!/bin/bash
+#SBATCH --account=project_2001234
+#SBATCH --partition=gpumedium
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=288
+#SBATCH --time=12:00:00
+#SBATCH --gres=gpu:gh200:4
+
+module purge
+module load python-pytorch/2.10
+
+RDZV_HOST=$(hostname)
+export RDZV_HOST
+srun torchrun --nnodes=$SLURM_JOB_NUM_NODES --nproc-per-node=4 \
+    --rdzv_id=$SLURM_JOB_ID --rdzv_backend=c10d --rdzv_endpoint=$RDZV_HOST:29400 \
+    train.py --config configs/vit-large.yaml
