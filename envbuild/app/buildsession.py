@@ -201,9 +201,19 @@ class BuildSession(Session):
             if image_key_of(output) == layers.image_key:
                 self._finish_up_to_date(request, layers, started)
                 return output
-            plan = self._plan(request, layers, use=self._use, say=self._say)
             image_entry = store.image(layers.image_entry)
-            if os.path.exists(image_entry.complete) and self._may_reuse_image(store_root, request, plan):
+            # Before planning: a build that takes the stored image uses no env layer, so it checks none.
+            reuse = os.path.exists(image_entry.complete) and self._may_reuse_image(store_root, request, image_entry.image)
+            try:
+                plan = self._plan(request, layers, use=self._use, say=self._say, check_env=not reuse)
+            except BaseException:
+                if reuse:  # the checked copy made ahead for the output
+                    from envbuild.build.plan import output_partial
+
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(output_partial(request))
+                raise
+            if reuse:
                 self._reuse_stored_image(executor, request, plan, started)
             else:
                 from envbuild.app.storetrust import record_stored_file, withdraw_entry
@@ -219,20 +229,21 @@ class BuildSession(Session):
         return output
 
     def _plan(self, request: BuildRequest, layers: Layers, *, use: Callable[[Path, str, str], None],
-              say: Callable[[str], None], verify: bool = True) -> BuildPlan:
+              say: Callable[[str], None], verify: bool = True, check_env: bool = True) -> BuildPlan:
         """The plan over what the store holds: the env layer to install the difference on and, with
         --layered, the image to layer over, each held by `use` (a no-op for --dry-run) and said by `say`;
-        `verify`: the image layered over is checked against its record first (not for --dry-run)."""
+        `verify`: what the plan takes from the store is checked against its record first (not for --dry-run):
+        the image layered over, and with `check_env` the build's env layer or the parent chosen for it."""
         from envbuild.build.plan import plan_build
         from envbuild.store.layout import StorePaths
 
         store_root = Path(request.facts.cache_dir)
-        if not os.path.exists(StorePaths(str(store_root)).env(layers.env_entry).complete):
-            parent = find_env_parent(store_root, layers, request)
-            if parent:
-                use(store_root, "env", parent)
-                if not os.path.exists(StorePaths(str(store_root)).env(parent).complete):
-                    parent = None  # removed between choosing and locking it: build without it
+        check_env = check_env and verify
+        env_entry = StorePaths(str(store_root)).env(layers.env_entry)
+        if check_env and os.path.exists(env_entry.complete):
+            _check_env_layer(store_root, env_entry.dir, say=say)
+        if not os.path.exists(env_entry.complete):
+            parent = _choose_env_parent(store_root, layers, request, use=use, say=say, check=check_env)
             if parent:
                 say(f"reusing env layer {parent}: installing only the difference")
                 made_ahead = self._prefetch.take() if self._prefetch and self._prefetch.parent == parent else None
@@ -254,13 +265,13 @@ class BuildSession(Session):
                 return plan_upper_build(request)
         return plan_build(request)
 
-    def _may_reuse_image(self, store_root: Path, request: BuildRequest, plan: BuildPlan) -> bool:
+    def _may_reuse_image(self, store_root: Path, request: BuildRequest, store_image: str) -> bool:
         """The stored image checked against its record (envbuild.app.storetrust); from a store others can
         write, the checked copy is left where the output step renames it from."""
         from envbuild.app.storetrust import take_stored_file
         from envbuild.build.plan import output_partial
 
-        return take_stored_file(store_root, "image", os.path.dirname(plan.store_image), os.path.basename(plan.store_image),
+        return take_stored_file(store_root, "image", os.path.dirname(store_image), os.path.basename(store_image),
                                 output_partial(request), say=self._say)
 
     def _reuse_stored_image(self, executor: BuildExecutor, request: BuildRequest, plan: BuildPlan, started: float) -> None:
@@ -283,6 +294,41 @@ class BuildSession(Session):
         note = compression_note(self.options.compression)
         if note:
             self._say(f"note: --compression {self.options.compression}: {note}")
+
+
+def _check_env_layer(store_root: Path, entry_dir: str, *, say: Callable[[str], None]) -> None:
+    """The build's own env layer, complete in the store, checked before the sandbox is made from it
+    (envbuild.app.storetrust.take_env_layer); one that does not match is withdrawn, under its lock, so the
+    env step makes it again instead of finding it "cached"."""
+    from envbuild.app.storetrust import take_env_layer, withdraw_entry
+    from envbuild.store.layout import EntryPaths
+    from envbuild.store.locks import entry_lock
+
+    entry = EntryPaths(entry_dir)
+    with entry_lock(store_root, "env", os.path.basename(entry_dir), on_wait=say):
+        if os.path.exists(entry.complete) and not take_env_layer(store_root, entry_dir, say=say,
+                                                                 instead="building it again"):
+            withdraw_entry(store_root, "env", entry_dir)
+
+
+def _choose_env_parent(store_root: Path, layers: Layers, request: BuildRequest, *,
+                       use: Callable[[Path, str, str], None], say: Callable[[str], None], check: bool) -> str | None:
+    """The env layer to install the difference on (envbuild.app.envparent), held by `use`; with `check`, one
+    that does not match its record is passed over for the next best (each is digested once at most)."""
+    from envbuild.app.storetrust import take_env_layer
+    from envbuild.store.layout import StorePaths
+
+    passed_over: set[str] = set()
+    while parent := find_env_parent(store_root, layers, request, passed_over=passed_over):
+        use(store_root, "env", parent)
+        entry = StorePaths(str(store_root)).env(parent)
+        if not os.path.exists(entry.complete):
+            return None  # removed between choosing and locking it: build without it
+        if not check or take_env_layer(store_root, entry.dir, say=say,
+                                       instead="installing on another env layer or from the base"):
+            return parent
+        passed_over.add(parent)
+    return None
 
 
 def note_project_file(loaded: LoadedSpec, output: Path, *, image: str, overlays: tuple[str, ...],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -27,22 +28,35 @@ _PROBE = ("import os, platform; lib = os.confstr('CS_GNU_LIBC_VERSION') or ''; "
           "print(platform.python_version(), platform.machine(), lib.split()[-1] if lib.startswith('glibc') else '-')")
 
 
+# What the cached answer may hold: a Python version as platform.python_version() prints it, and a platform
+# as envbuild.lock.uv.uv_python_platform makes one (e.g. x86_64-manylinux_2_36).
+_VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+[a-z0-9+]*")
+_PLATFORM = re.compile(r"[a-z0-9_]+-[a-z0-9_]+")
+
+
+def target_cache_file(store_root: Path, base_entry: str) -> str | None:
+    """Where the base's answer is kept: its store entry, unless others can write it. The answer decides what
+    the lock resolves for, and asking again costs one container start (0.1-0.2 s), so a store others can
+    write keeps none of it: it is a cache, and such a store's copy is not read (README, "Trust model")."""
+    from envbuild.store.integrity import others_can_write
+
+    name = "python-target.json"
+    return None if others_can_write(store_root, base_entry, (name,)) else f"{base_entry}/{name}"
+
+
 def probe_target(request: BuildRequest, rootfs: str, *, cache_file: str | None = None) -> LockTarget:
     """The Python the build will install into: the venv's of an envbuild base, else the spec's interpreter.
     `cache_file` (in the base's store entry) keeps the answer for that Python and base digest: asking
-    starts a container (0.1-0.2 s on the path of every build whose lock is stale)."""
-    from envbuild.lock.model import LockTarget
+    starts a container (0.1-0.2 s on the path of every build whose lock is stale). It is read only as
+    plain data of the shape written here; anything else is asked again."""
     from envbuild.spec.model import VENV_PREFIX
 
     python = f"{VENV_PREFIX}/bin/python" if os.path.exists(f"{rootfs}{VENV_PREFIX}/bin/python") else request.spec.python.interpreter
     key = {"python": python, "base_digest": request.base.digest or ""}
     if cache_file and key["base_digest"]:
-        try:
-            cached = json.loads(Path(cache_file).read_text(encoding="utf-8"))
-            if {name: cached.get(name) for name in key} == key:
-                return LockTarget(python=str(cached["version"]), platform=str(cached["platform"]))
-        except (OSError, ValueError, KeyError, AttributeError):
-            pass  # none yet, or unreadable: ask the base again
+        cached = _cached_target(cache_file, key)
+        if cached is not None:
+            return cached
     target = _ask_base(request, rootfs, python)
     if cache_file and key["base_digest"]:
         with contextlib.suppress(OSError):
@@ -51,6 +65,25 @@ def probe_target(request: BuildRequest, rootfs: str, *, cache_file: str | None =
                                      encoding="utf-8")
             os.replace(partial, cache_file)
     return target
+
+
+def _cached_target(cache_file: str, key: dict[str, str]) -> LockTarget | None:
+    """The kept answer for `key`; None when there is none, it is for another Python or base, or it is not
+    what probe_target writes (a version and a platform in their own forms)."""
+    from envbuild.lock.model import LockTarget
+
+    try:
+        with open(cache_file, encoding="utf-8") as handle:
+            cached = json.loads(handle.read(4096))
+    except (OSError, ValueError):
+        return None  # none yet, or unreadable: ask the base again
+    if not isinstance(cached, dict) or {name: cached.get(name) for name in key} != key:
+        return None
+    version, platform = cached.get("version"), cached.get("platform")
+    if not (isinstance(version, str) and _VERSION.fullmatch(version)
+            and isinstance(platform, str) and _PLATFORM.fullmatch(platform)):
+        return None
+    return LockTarget(python=version, platform=platform)
 
 
 def _ask_base(request: BuildRequest, rootfs: str, python: str) -> LockTarget:
@@ -116,10 +149,16 @@ def resolve_lock(loaded: LoadedSpec, previous: Lock | None, *, upgrade: bool, up
     log_path = log_path or Path(facts.cache_dir) / "logs" / f"lock-{spec.name}.log"
     if not quiet:
         print(f"locking {spec.name}: getting the base {spec.base.describe()}", file=out, flush=True)
-    BuildExecutor(log_path, store_root=Path(facts.cache_dir), verbose=verbose, quiet=quiet, out=out).execute_base(base)
+    store_root = Path(facts.cache_dir)
+    made_now = not os.path.exists(f"{base.entry}/complete")
+    BuildExecutor(log_path, store_root=store_root, verbose=verbose, quiet=quiet, out=out).execute_base(base)
     touch_used(Path(base.entry))
-    request = request.with_base_digest(read_digest(base))
-    target = probe_target(request, base.rootfs, cache_file=f"{base.entry}/python-target.json")
+    from envbuild.app.storetrust import base_digest_source, trusted_base_digest
+
+    # The lock records the base's digest: recomputed, not read, where others can write the store (as a build does).
+    request = request.with_base_digest(trusted_base_digest(store_root, base.entry, base.rootfs, base_digest_source(base),
+                                                           read_digest(base), made_now=made_now))
+    target = probe_target(request, base.rootfs, cache_file=target_cache_file(store_root, base.entry))
     if not quiet:
         print(f"resolving for Python {target.python} on {target.platform}", file=out, flush=True)
     packages = _resolve(request, target, previous, upgrade=upgrade, upgrade_packages=upgrade_packages)

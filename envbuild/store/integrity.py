@@ -1,6 +1,7 @@
 """Whether a store entry is still what it was made as: the content record an entry carries (size and
-sha256 of each file a build copies out of it, the tree digest of a base's root file system), who besides
-the user can write the entry, and the comparisons made on reuse and by `envbuild cache verify`.
+sha256 of each file a build copies out of it, the tree digest of a base's root file system; an env layer's
+tree digest, in its `digest` file), who besides the user can write the entry, and the comparisons made on
+reuse and by `envbuild cache verify`.
 
 The record lives in the entry (`content.json`), so it only tells a change made without rewriting it: a
 corrupted or truncated file, an image overwritten in place, an entry copied in from elsewhere. Whoever
@@ -169,6 +170,30 @@ def file_problem(name: str, path: str | os.PathLike[str], recorded: FileDigest |
     return None
 
 
+def recorded_env_digest(entry_dir: str | os.PathLike[str]) -> str | None:
+    """The tree digest an env layer's env step recorded (`<entry>/digest`); None when there is none (an older
+    envbuild made the layer) or the file holds anything but one digest."""
+    try:
+        with open(Path(entry_dir) / "digest", encoding="utf-8") as handle:
+            text = handle.read(200).strip()
+    except (OSError, ValueError):
+        return None
+    return text if _is_digest(text) and all(c in "0123456789abcdef" for c in text[7:]) else None
+
+
+def env_layer_problem(entry_dir: str | os.PathLike[str]) -> tuple[str | None, str | None]:
+    """(what is wrong with the env layer, its tree digest as found now): its root file system digested again
+    and compared with the recorded digest; no record is a problem (nothing says what the tree should be)."""
+    from envbuild.treedigest import tree_digest
+
+    entry = Path(entry_dir)
+    recorded = recorded_env_digest(entry)
+    if recorded is None:
+        return "it has no recorded tree digest (made by an older envbuild), so it cannot be verified", None
+    found = tree_digest(str(entry / "rootfs"))
+    return tree_problem("rootfs", found, recorded), found
+
+
 def tree_problem(name: str, found: str, recorded: str | None) -> str | None:
     if recorded is None:
         return f"no digest recorded for {name}"
@@ -185,7 +210,7 @@ OK, MISMATCH, UNRECORDED, UNCHECKED = "ok", "mismatch", "unrecorded", "unchecked
 @dataclass(frozen=True)
 class EntryCheck:
     """The outcome for one entry: ok, mismatch (a file or tree differs from its record), unrecorded (nothing
-    to compare with: made by an older envbuild) or unchecked (env layers, which carry no digest)."""
+    to compare with: made by an older envbuild) or unchecked (a base .sif's digest, the file not at hand)."""
 
     kind: str
     name: str
@@ -211,7 +236,7 @@ def verify_entries(root: str | os.PathLike[str]) -> Iterator[EntryCheck]:
 def verify_entry(kind: str, entry_dir: Path) -> EntryCheck:
     entry = Path(entry_dir)
     if kind == "env":
-        return EntryCheck(kind, entry.name, str(entry), UNCHECKED, ("env layers carry no content digest",))
+        return _verify_env(entry)
     if kind == "base":
         return _verify_base(entry)
     if kind == "overlay" and entry.name.startswith("base-"):
@@ -240,6 +265,14 @@ def _verify_base(entry: Path) -> EntryCheck:
                             None if from_sif or not digest_file else
                             _differs("the digest file", digest_file, found)) if p]
     return EntryCheck("base", entry.name, str(entry), MISMATCH if problems else OK, tuple(problems) or (f"rootfs: {found}",))
+
+
+def _verify_env(entry: Path) -> EntryCheck:
+    """The env layer's root file system against the tree digest its env step recorded."""
+    if recorded_env_digest(entry) is None:
+        return EntryCheck("env", entry.name, str(entry), UNRECORDED, ("no recorded tree digest for rootfs",))
+    problem, found = env_layer_problem(entry)
+    return EntryCheck("env", entry.name, str(entry), MISMATCH if problem else OK, (problem or f"rootfs: {found}",))
 
 
 def _verify_overlay_base(entry: Path) -> EntryCheck:

@@ -3,7 +3,7 @@
 Layout under the store root (`envbuild.host.runtime.default_cache_dir()`; the build code relies on it):
 
     bases/<name>/   rootfs/, complete, [digest], [meta.json], [last-used], [content.json]
-    envs/<name>/    rootfs/, complete, meta.json, [last-used]
+    envs/<name>/    rootfs/, complete, meta.json, freeze.txt, [digest], [last-used]
     images/<name>/  image.sif, complete, meta.json, [last-used], [content.json], [tree-manifest.json.gz] (full
                     images: what a --layered build compares with, envbuild.build.treemanifest)
     overlays/<name>/  overlay.sqsh, complete, meta.json, [last-used], [content.json]   (venv overlays)
@@ -15,7 +15,8 @@ Layout under the store root (`envbuild.host.runtime.default_cache_dir()`; the bu
 
 An entry is complete only once its `complete` marker exists; a directory without it is what a killed
 build left behind. `content.json` records what the entry was made with (the size and sha256 of
-image.sif or overlay.sqsh, a base's root file system's tree digest): envbuild.store.integrity.
+image.sif or overlay.sqsh, a base's root file system's tree digest), and an env layer's `digest` the tree
+digest of its root file system: envbuild.store.integrity.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ class EntryPaths:
 
     @property
     def digest(self) -> str:
-        """bases: the content digest of the root file system."""
+        """bases: the content digest (a key input: the tree's, or the local .sif's it came from); envs: the
+        tree digest of the root file system, written by the env step before `complete` (its record)."""
         return f"{self.dir}/digest"
 
     @property

@@ -9,7 +9,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from envbuild.app.locksession import probe_target
+import pytest
+
+from envbuild.app.locksession import probe_target, target_cache_file
 from envbuild.host.runtime import Runtime
 from tests.plan_fixtures import FIXED_FACTS, fixed_request
 
@@ -56,3 +58,32 @@ def test_another_base_digest_or_a_broken_file_asks_again(tmp_path: Path) -> None
     # Without a cache file (or a digest) nothing is kept.
     probe_target(other, str(rootfs))
     assert _calls(calls) == 4
+
+
+@pytest.mark.parametrize("kept", [
+    {"version": ["3.11.2"], "platform": "x86_64-manylinux_2_36"},
+    {"version": "3.11.2; rm -rf /", "platform": "x86_64-manylinux_2_36"},
+    {"version": "3.11.2", "platform": {"x": 1}},
+    {"version": "3.11.2", "platform": "x86_64 --index-url http://evil"},
+])
+def test_a_kept_answer_of_another_shape_is_asked_again(tmp_path: Path, kept: dict[str, object]) -> None:
+    """The answer is read as plain data of the shape written: a version and a platform in their own forms."""
+    request, calls = _request_with_runtime(tmp_path, "3.11.2 x86_64 2.36")
+    rootfs, cache = tmp_path / "rootfs", tmp_path / "python-target.json"
+    rootfs.mkdir()
+    cache.write_text(json.dumps({"python": request.spec.python.interpreter, "base_digest": request.base.digest, **kept}))
+    target = probe_target(request, str(rootfs), cache_file=str(cache))
+    assert (target.python, target.platform) == ("3.11.2", "x86_64-manylinux_2_36") and _calls(calls) == 1
+
+
+def test_a_store_others_can_write_keeps_no_answer(tmp_path: Path) -> None:
+    """python-target.json decides what a lock resolves for; where others can write the store it is not read
+    (nor written): asking again is one container start."""
+    from tests.store.test_integrity import share
+
+    store = tmp_path / "store"
+    entry = store / "bases" / "debootstrap-bookworm-0123456789abcdef"
+    entry.mkdir(parents=True)
+    assert target_cache_file(store, str(entry)) == f"{entry}/python-target.json"
+    share(store)
+    assert target_cache_file(store, str(entry)) is None

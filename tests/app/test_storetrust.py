@@ -17,6 +17,7 @@ from envbuild.app.buildrequest import BuildOptions, make_request
 from envbuild.app.buildsession import BuildSession
 from envbuild.build.layers import plan_layers
 from envbuild.build.plan import plan_base
+from envbuild.build.request import Layers
 from envbuild.errors import EnvbuildError
 from envbuild.spec.load import LoadedSpec
 from envbuild.store.integrity import write_content_record
@@ -43,12 +44,12 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def stored_build(tmp_path: Path, store: Path) -> tuple[LoadedSpec, Path, Path]:
-    """A complete base (a small rootfs and its tree digest) and the image entry the spec's build makes from
-    it (a real SIF with its content record), as a build leaves them. Returns (spec, output, stored image)."""
-    loaded = write_spec(tmp_path, ["six"])
+def stored_base(tmp_path: Path, store: Path, packages: list[str]) -> tuple[LoadedSpec, Path, Layers]:
+    """A complete base (a small rootfs, its tree digest and record), as a build leaves it, for a spec that
+    installs `packages`. Returns (spec, output, the build's layers)."""
+    loaded = write_spec(tmp_path, packages)
     output = tmp_path / "out" / "tiny.sif"
-    output.parent.mkdir()
+    output.parent.mkdir(exist_ok=True)
     request = make_request(loaded, BuildOptions(output=output), replace(FIXED_FACTS, cache_dir=store), lock=None)
     base = plan_base(request)
     (Path(base.rootfs) / "etc").mkdir(parents=True)
@@ -57,7 +58,13 @@ def stored_build(tmp_path: Path, store: Path) -> tuple[LoadedSpec, Path, Path]:
     Path(base.digest_file).write_text(digest + "\n")
     write_content_record(base.entry, trees={"rootfs": digest})
     Path(base.entry, "complete").write_text("debootstrap:bookworm\n")
-    layers = plan_layers(request.with_base_digest(digest))
+    return loaded, output, plan_layers(request.with_base_digest(digest))
+
+
+def stored_build(tmp_path: Path, store: Path) -> tuple[LoadedSpec, Path, Path]:
+    """The base (stored_base) and the image entry the spec's build makes from it (a real SIF with its content
+    record), as a build leaves them. Returns (spec, output, stored image)."""
+    loaded, output, layers = stored_base(tmp_path, store, ["six"])
     entry = StorePaths(str(store)).image(layers.image_entry)
     os.makedirs(entry.dir)
     write_sif(tmp_path / "tree", Path(entry.image), {"layers": {"image": layers.image_key}})

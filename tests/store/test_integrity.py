@@ -1,5 +1,5 @@
 """Store entries' content records (envbuild.store.integrity): what is recorded, who else can write an entry,
-and `envbuild cache verify` finding a tampered image and a tampered base in a store, with entries owned by
+and `envbuild cache verify` finding a tampered image, base and env layer in a store, with entries owned by
 a stranger (uid 65534) as in a store shared by a group."""
 
 from __future__ import annotations
@@ -54,6 +54,21 @@ def make_base(root: Path, name: str = "debootstrap-bookworm-0123456789abcdef", *
     if record:
         write_content_record(entry, trees={"rootfs": digest})
     (entry / "complete").write_text("debootstrap:bookworm\n")
+    return entry
+
+
+def make_env(root: Path, name: str = "tiny-env-0123456789abcdef", *, record: bool = True) -> Path:
+    """A complete env layer as the env step leaves it: its tree, meta, freeze and (`record`) tree digest."""
+    entry = root / "envs" / name
+    site = entry / "rootfs" / "opt" / "envbuild" / "venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "six.py").write_text("# six\n")
+    (entry / "meta.json").write_text(json.dumps({"kind": "env", "compat": "c" * 64, "parent": None,
+                                                 "requirements": ["six"]}) + "\n")
+    (entry / "freeze.txt").write_text("six==1.16.0\n")
+    if record:
+        (entry / "digest").write_text(tree_digest(str(entry / "rootfs")) + "\n")
+    (entry / "complete").write_text("tiny\n")
     return entry
 
 
@@ -179,17 +194,18 @@ def shared_store(tmp_path: Path) -> Path:
     root = tmp_path / "store"
     make_image(root)
     make_base(root)
-    (root / "envs" / "tiny-env").mkdir(parents=True)
-    (root / "envs" / "tiny-env" / "complete").write_text("tiny\n")
+    make_env(root)
     for directory in (root, *root.glob("*"), *root.glob("*/*")):
         share(directory)
     if os.geteuid() == 0:
-        for entry in (*root.glob("images/*"), *root.glob("bases/*")):
+        for entry in (*root.glob("images/*"), *root.glob("bases/*"), *root.glob("envs/*")):
             chown_tree(entry, STRANGER)
     base = next(root.glob("bases/*"))
     digest = tree_digest(str(base / "rootfs"))  # as its maker recorded it: owners are part of a tree's digest
     (base / "digest").write_text(digest + "\n")
     write_content_record(base, trees={"rootfs": digest})
+    env = next(root.glob("envs/*"))
+    (env / "digest").write_text(tree_digest(str(env / "rootfs")) + "\n")
     return root
 
 
@@ -198,9 +214,37 @@ def test_an_untampered_store_verifies_clean(shared_store: Path) -> None:
     assert code == 0, output
     lines = output.splitlines()
     assert lines[0].startswith("ok          base/debootstrap-bookworm-0123456789abcdef  rootfs: sha256:")
-    assert lines[1] == "unchecked   env/tiny-env  env layers carry no content digest"
+    assert lines[1].startswith("ok          env/tiny-env-0123456789abcdef  rootfs: sha256:")
     assert lines[2].startswith("ok          image/tiny-0123456789abcdef  image.sif: sha256:")
-    assert lines[3] == f"3 entries under {shared_store}: 2 ok, 0 mismatch, 1 unchecked"
+    assert lines[3] == f"3 entries under {shared_store}: 3 ok, 0 mismatch"
+
+
+@pytest.mark.parametrize("tamper", ["edited", "added", "mode"])
+def test_verify_finds_a_tampered_env_layer(shared_store: Path, tamper: str) -> None:
+    """An env layer's files are hard-linked into every image built on it: a file edited in place (same size),
+    one planted in the tree, or a mode changed is a mismatch."""
+    site = next(shared_store.glob("envs/*/rootfs/opt/envbuild/venv/lib/python3.11/site-packages"))
+    if tamper == "edited":
+        (site / "six.py").write_text("# evl\n")
+    elif tamper == "added":
+        (site / "sitecustomize.py").write_text("import os; os.system('id')\n")
+    else:
+        (site / "six.py").chmod(0o777)
+    code, output = verify(shared_store)
+    assert code == 1
+    assert "MISMATCH    env/tiny-env-0123456789abcdef  rootfs has sha256:" in output and ", its record says sha256:" in output
+    assert f"error: 1 entry of {shared_store} does not match its content record" in output
+
+
+def test_an_env_layer_without_a_recorded_digest_is_unrecorded(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    make_env(root, record=False)
+    make_env(root, "other-env-0123456789abcdef")
+    (root / "envs" / "other-env-0123456789abcdef" / "digest").write_text("sha256:not-a-digest\n")
+    code, output = verify(root)
+    assert code == 0
+    assert "unrecorded  env/tiny-env-0123456789abcdef  no recorded tree digest for rootfs" in output
+    assert "unrecorded  env/other-env-0123456789abcdef  no recorded tree digest for rootfs" in output
 
 
 def test_verify_finds_a_tampered_image_and_a_tampered_base(shared_store: Path) -> None:
@@ -246,7 +290,7 @@ def test_verify_json(shared_store: Path) -> None:
     assert code == 1
     data = json.loads(output)
     assert data["store"] == str(shared_store)
-    assert data["summary"] == {"ok": 1, "mismatch": 1, "unrecorded": 0, "unchecked": 1}
+    assert data["summary"] == {"ok": 2, "mismatch": 1, "unrecorded": 0, "unchecked": 0}
     image = next(e for e in data["entries"] if e["kind"] == "image")
     assert image["status"] == "mismatch" and image["details"] == ["image.sif is 5 bytes, its record says 3000"]
 
