@@ -215,3 +215,23 @@ def test_an_overlays_torchvision_is_checked_against_the_bases_torch(tmp_path: Pa
 
     family = [f for f in torch_findings(recipe, "amd", facts) if "torchvision" in f.what]
     assert len(family) == 1 and family[0].level == "fail"
+
+
+def test_a_program_outside_the_binds_is_bound_and_other_paths_are_warned_about(tmp_path: Path, monkeypatch) -> None:
+    """envrun doctor plans the launch with the same check as envrun (envbuild.launch.visibility)."""
+    from envbuild.launch import visibility
+
+    monkeypatch.setattr(visibility, "RUNTIME_TMP_MOUNTS", ())  # this test's files in /tmp count as outside
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "train.py").write_text("print('hi')\n")
+    (tmp_path / "data").mkdir()
+    environ = {"HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    report = run_doctor(DoctorRequest(
+        image=str(make_image(tmp_path, "laif")), system="lumi-g",
+        command=("srun", "python", str(tmp_path / "outside" / "train.py"), f"--data={tmp_path / 'data'}"),
+        host_records=[str(HOSTS / "lumi-g-node.json")], environ=environ, cwd=str(tmp_path / "proj")))
+    launch = by_area(report, "launch")
+    assert [f.level for f in launch] == ["info", "warn"], report.render()
+    assert launch[0].what == f"envrun binds {tmp_path}/outside:{tmp_path}/outside:ro for the program"
+    assert launch[1].what.startswith(f"{tmp_path}/data is not under any bind") and f"--bind {tmp_path}/data" in launch[1].what
