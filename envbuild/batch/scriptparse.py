@@ -2,9 +2,10 @@
 what each srun runs, the variables it exports. Pure (text in, data out); the rules are in envbuild.batch.check.
 
 sbatch reads #SBATCH lines until the first line that is neither blank nor a comment (sbatch(1)); a line may
-hold several options, and an unquoted `#` starts a comment. srun lines are found anywhere in the body, with
-backslash continuations joined (the line number is where the command starts), also after other words
-(`envrun --image x.sif srun ...`, `time srun ...`, `VAR=1 srun ...`).
+hold several options, and an unquoted `#` starts a comment. The body is read as bash reads it
+(envbuild.batch.shellwords: quotes, continuations, here-documents); srun is found as a command word, also after
+other words (`envrun --image x.sif srun ...`, `time srun ...`, `VAR=1 srun ...`). Option spellings are made
+one: `-N 2`, `-N2`, `--nodes 2`, `--nodes=2` and `--tasks-per-node` (= `--ntasks-per-node`) read alike.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import shlex
 from dataclasses import dataclass, field
 
 from envbuild.batch.scriptprogram import Program, classify_program
+from envbuild.batch.shellwords import SimpleCommand, Word, read_commands
 from envbuild.errors import UsageError
-from envbuild.launch.args import SRUN_LONG_WITH_VALUE, split_srun
+from envbuild.launch.args import SRUN_LONG_WITH_VALUE, SRUN_SHORT_WITH_VALUE, split_srun
 
 # sbatch's one-letter options and the long names they stand for
 SHORT_NAMES = {
@@ -38,13 +40,29 @@ LONG_FLAGS = {
     "oversubscribe", "parsable", "quiet", "reboot", "requeue", "spread-job", "test-only", "use-min-nodes", "verbose",
     "wait", "help", "usage", "version",
 }
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-_HEREDOC = re.compile(r"(?<!<)<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+# sbatch and srun accept these spellings for the same option (sbatch(1), srun(1); src/common/slurm_opt.c)
+ALIASES = {"tasks-per-node": "ntasks-per-node", "cpu_bind": "cpu-bind", "mem_bind": "mem-bind",
+           "gpu_bind": "gpu-bind", "gres_flags": "gres-flags"}
+# srun's one-letter options (srun(1)); the flags among them take no value
+SRUN_SHORT_NAMES = {
+    "A": "account", "b": "begin", "c": "cpus-per-task", "C": "constraint", "d": "dependency", "D": "chdir",
+    "e": "error", "G": "gpus", "i": "input", "J": "job-name", "L": "licenses", "m": "distribution", "n": "ntasks",
+    "N": "nodes", "o": "output", "p": "partition", "q": "qos", "r": "relative", "S": "core-spec", "t": "time",
+    "T": "threads", "w": "nodelist", "W": "wait", "x": "exclude", "E": "preserve-env", "H": "hold",
+    "I": "immediate", "k": "no-kill", "K": "kill-on-bad-exit", "l": "label", "O": "overcommit", "Q": "quiet",
+    "s": "oversubscribe", "u": "unbuffered", "v": "verbose", "X": "disable-status", "Z": "no-allocate",
+}
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-OPERATORS = {";", "&&", "||", "|", "|&", "&", ";;", "(", ")"}
-# words that may come before srun on its line without being a program of their own
+_WHOLE_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))$")
+# Commands that may matter to a rule name one of these (srun, a launcher, Python, a program that cannot be
+# known, a variable); any other line is skipped unread (envbuild.batch.shellwords, `wanted`).
+_WANTED = re.compile(r"srun|torch|accelerate|deepspeed|python|mpirun|mpiexec|eval|export|declare|typeset|readonly|"
+                     r"local|=|_wrapper")
+# words that may come before srun without being a program of their own
 SRUN_PREFIXES = {"time", "exec", "nohup", "env", "command", "builtin", "if", "then", "else", "elif", "do", "while",
                  "until", "!", "{", "nice"}
+_DECLARATIONS = ("export", "declare", "typeset", "readonly", "local")
 
 
 @dataclass(frozen=True)
@@ -61,9 +79,10 @@ class Directive:
 class SrunLine:
     line: int  # where the command starts
     prefix: tuple[str, ...]  # words before srun: envrun and its options, time, VAR=value
-    options: tuple[str, ...]  # srun's own options, shell variables expanded where the script sets them
+    options: tuple[str, ...]  # srun's own options as --name=value or --flag, variables the script sets expanded
     program: Program
     text: str
+    written: tuple[str, ...] = ()  # srun's options as written
 
     @property
     def under_envrun(self) -> bool:
@@ -86,11 +105,15 @@ class BatchScript:
     directives: list[Directive] = field(default_factory=list)
     directive_lines: list[int] = field(default_factory=list)  # the #SBATCH lines sbatch reads
     late_directives: list[tuple[int, str]] = field(default_factory=list)  # #SBATCH lines after the first command
+    late_options: list[Directive] = field(default_factory=list)  # their options, which sbatch does not read
     first_command_line: int | None = None
+    first_command: str = ""  # its text
     sruns: list[SrunLine] = field(default_factory=list)
     commands: list[Command] = field(default_factory=list)
     exports: dict[str, int] = field(default_factory=dict)  # variable -> the first line that exports it
     interpreter: str | None = None  # what the #! first line names; None without one (sbatch refuses the script)
+    lines: list[str] = field(default_factory=list)  # the text's lines, for fixes that rewrite one
+    open_quote_line: int | None = None  # a command whose quote or $( never closes (bash -n fails there)
 
     def last(self, *names: str) -> Directive | None:
         """The directive sbatch uses for an option (the last one given), by any of its names."""
@@ -100,10 +123,20 @@ class BatchScript:
     def exported_before(self, variable: str, line: int) -> bool:
         return variable in self.exports and self.exports[variable] < line
 
+    @property
+    def commands_above_directives(self) -> bool:
+        """A command above the #SBATCH block (`set -euo pipefail` first): sbatch reads none of the block, which
+        starts right after it, with nothing but comments and blank lines between."""
+        if not self.late_directives or self.first_command_line is None:
+            return False
+        first_late = self.late_directives[0][0]
+        return not any(self.first_command_line < command.line < first_late for command in self.commands) and \
+            not any(self.first_command_line < srun.line < first_late for srun in self.sruns)
+
 
 def parse_script(text: str) -> BatchScript:
-    lines = text.splitlines()
-    script = BatchScript()
+    lines = text.split("\n")  # as bash counts lines (a \r stays part of its line)
+    script = BatchScript(lines=lines)
     if lines and lines[0].startswith("#!"):
         script.interpreter = lines[0][2:].strip()
     index = 0
@@ -118,7 +151,8 @@ def parse_script(text: str) -> BatchScript:
         index += 1
     if index < len(lines):
         script.first_command_line = index + 1
-    _read_body(lines, index, script)
+        script.first_command = lines[index].strip()
+        _read_body(text[sum(len(line) + 1 for line in lines[:index]):], index + 1, script)
     return script
 
 
@@ -137,12 +171,13 @@ def directive_words(text: str) -> list[str]:
 
 
 def long_name(name: str) -> str:
-    """getopt's rule: an exact name, else the one known name it is a unique prefix of (--ntasks-per-n)."""
-    known = LONG_WITH_VALUE | LONG_FLAGS
-    if name in known:
-        return name
-    matches = [k for k in known if k.startswith(name)]
-    return matches[0] if len(matches) == 1 else name
+    """getopt's rule: an exact name, else the one known name it is a unique prefix of (--ntasks-per-n); the
+    other spellings of an option (--tasks-per-node) as its usual name."""
+    known = LONG_WITH_VALUE | LONG_FLAGS | set(ALIASES)
+    if name not in known:
+        matches = [k for k in known if k.startswith(name)]
+        name = matches[0] if len(matches) == 1 else name
+    return ALIASES.get(name, name)
 
 
 def parse_directive_line(text: str, line: int) -> list[Directive]:
@@ -178,82 +213,18 @@ def parse_directive_line(text: str, line: int) -> list[Directive]:
 # --- the body -----------------------------------------------------------------------------------------
 
 
-def _read_body(lines: list[str], index: int, script: BatchScript) -> None:
+def _read_body(body: str, first_line: int, script: BatchScript) -> None:
+    commands, comments = read_commands(body, first_line, wanted=_WANTED)
+    for comment in comments:
+        if comment.line_start and comment.text.startswith("#SBATCH"):
+            script.late_directives.append((comment.line, comment.text.strip()))
+            script.late_options += parse_directive_line(comment.text[len("#SBATCH"):], comment.line)
     variables: dict[str, str] = {}
-    heredoc: str | None = None
-    while index < len(lines):
-        start = index
-        raw = lines[index]
-        index += 1
-        if heredoc is not None:
-            if raw.strip() == heredoc:
-                heredoc = None
-            continue
-        if raw.startswith("#SBATCH"):
-            script.late_directives.append((start + 1, raw.strip()))
-            continue
-        if not raw.strip() or raw.strip().startswith("#"):
-            continue
-        text = raw
-        while text.endswith("\\") and index < len(lines):
-            text = text[:-1] + " " + lines[index]
-            index += 1
-        segments = None
-        while segments is None:
-            try:
-                segments = shell_segments(text)
-            except ValueError:  # a quote that closes on a later line
-                if index >= len(lines):
-                    segments = []
-                    break
-                text += "\n" + lines[index]
-                index += 1
-        marker = _HEREDOC.search(hide_substitutions(text))
-        if marker:
-            heredoc = marker.group(2)
-        for words in segments:
-            _read_command(words, start + 1, text, variables, script)
-
-
-def hide_substitutions(text: str) -> str:
-    """`$(...)`, `$((...))` and backquoted commands become one opaque word: their insides are another
-    command (scontrol, hostname), and their `|` or `;` must not split this one."""
-    out: list[str] = []
-    index = 0
-    while index < len(text):
-        if text.startswith("$(", index):
-            depth, index = 1, index + 2
-            while index < len(text) and depth:
-                depth += {"(": 1, ")": -1}.get(text[index], 0)
-                index += 1
-            out.append("$__substitution__")
-        elif text[index] == "`":
-            end = text.find("`", index + 1)
-            index = len(text) if end < 0 else end + 1
-            out.append("$__substitution__")
-        else:
-            out.append(text[index])
-            index += 1
-    return "".join(out)
-
-
-def shell_segments(text: str) -> list[list[str]]:
-    """The simple commands of a line: its words split at ; && || | & and parentheses, redirections left out."""
-    lexer = shlex.shlex(hide_substitutions(text), posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    segments: list[list[str]] = [[]]
-    skip_next = False
-    for word in lexer:
-        if skip_next:
-            skip_next = False
-            continue
-        if word in OPERATORS:
-            segments.append([])
-        elif word and set(word) <= set("<>&|") and word not in OPERATORS:
-            skip_next = not word.startswith("<<")  # a redirection and its target
-        else:
-            segments[-1].append(word)
-    return [words for words in segments if words]
+    for command in commands:
+        if not command.closed:
+            script.open_quote_line = script.open_quote_line or command.line
+            continue  # bash refuses the script there (the shell_syntax rule); its words are not what bash runs
+        _read_command(command, variables, script)
 
 
 def expand(word: str, variables: dict[str, str]) -> str:
@@ -261,34 +232,82 @@ def expand(word: str, variables: dict[str, str]) -> str:
     return _VARIABLE.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), word)
 
 
-def _read_command(words: list[str], line: int, text: str, variables: dict[str, str], script: BatchScript) -> None:
-    if words[0] in ("export", "declare", "typeset"):
-        for word in words[1:]:
+def expand_words(words: tuple[Word, ...], variables: dict[str, str]) -> tuple[str, ...]:
+    """Words as bash runs them where the script says: an unquoted `$CMD` the script set is split into its
+    words; any other variable stays as written (what it holds is not known here)."""
+    out: list[str] = []
+    for word in words:
+        whole = _WHOLE_VARIABLE.match(word.text)
+        name = whole and (whole.group(1) or whole.group(2))
+        if name and not word.quoted and name in variables:
+            out += variables[name].split()
+        else:
+            out.append(expand(word.text, variables) if word.expands else word.text)
+    return tuple(out)
+
+
+def srun_options(written: tuple[str, ...]) -> tuple[str, ...]:
+    """srun's options as --name=value or --flag: `-n 2`, `-n2`, `--ntasks 2`, `--ntasks=2` all `--ntasks=2`."""
+    out: list[str] = []
+    index = 0
+    while index < len(written):
+        word = written[index]
+        index += 1
+        if word.startswith("--"):
+            raw, eq, value = word[2:].partition("=")
+            name = ALIASES.get(raw, raw)
+            if not eq and name in SRUN_LONG_WITH_VALUE and index < len(written):
+                value, eq = written[index], "="
+                index += 1
+            out.append(f"--{name}={value}" if eq else f"--{name}")
+        elif word.startswith("-") and len(word) > 1:
+            name = SRUN_SHORT_NAMES.get(word[1], word[1])
+            if word[1] in SRUN_SHORT_WITH_VALUE:
+                value = word[2:].lstrip("=")
+                if not value and index < len(written):
+                    value = written[index]
+                    index += 1
+                out.append(f"--{name}={value}")
+            else:
+                out.append(f"--{name}")
+                out += [f"--{SRUN_SHORT_NAMES.get(letter, letter)}" for letter in word[2:]]  # -lK
+        else:
+            out.append(word)
+    return tuple(out)
+
+
+def _read_command(command: SimpleCommand, variables: dict[str, str], script: BatchScript) -> None:
+    texts = command.texts
+    line = command.line
+    if texts[0] in _DECLARATIONS:
+        for word in texts[1:]:
             if word.startswith("-"):
                 continue
             name, eq, value = word.partition("=")
             if eq:
                 variables[name] = expand(value, variables)
-            script.exports.setdefault(name, line)
+            if texts[0] == "export" or name not in script.exports:
+                script.exports.setdefault(name, line)
         return
-    if all(_ASSIGNMENT.match(word) for word in words):
-        for word in words:
+    if all(_ASSIGNMENT.match(word) for word in texts):
+        for word in texts:
             name, _, value = word.partition("=")
-            variables[name] = expand(value, variables)
+            variables[name.rstrip("+")] = (variables.get(name[:-1], "") if name.endswith("+") else "") + \
+                expand(value, variables)
         return
-    srun_at = next((i for i, word in enumerate(words) if word.rsplit("/", 1)[-1] == "srun"), None)
-    if srun_at is not None and _is_srun_prefix(words[:srun_at]):
-        srun_words = ("srun", *words[srun_at + 1:])
+    srun_at = next((i for i, word in enumerate(texts) if word.rsplit("/", 1)[-1] == "srun"), None)
+    if srun_at is not None and _is_srun_prefix(list(texts[:srun_at])):
+        srun_words = ("srun", *expand_words(command.words[srun_at + 1:], variables))
         try:
             options, program = split_srun(srun_words)
         except UsageError:
             options, program = srun_words[1:], ()
         script.sruns.append(SrunLine(
-            line=line, prefix=tuple(words[:srun_at]), options=tuple(expand(w, variables) for w in options),
-            program=classify_program(program), text=text.strip(),
+            line=line, prefix=texts[:srun_at], options=srun_options(options), program=classify_program(program),
+            text=shlex.join(texts), written=options,
         ))
         return
-    script.commands.append(Command(line, classify_program(tuple(words))))
+    script.commands.append(Command(line, classify_program(expand_words(command.words, variables))))
 
 
 def _is_srun_prefix(words: list[str]) -> bool:

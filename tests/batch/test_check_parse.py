@@ -91,7 +91,7 @@ def test_srun_lines_with_continuations_and_prefixes() -> None:
     assert [(s.line, s.program.kind) for s in sruns] == [
         (4, "torchrun"), (5, "python"), (7, "other"), (9, "other"), (11, "torchrun")]
     assert sruns[0].under_envrun and sruns[0].prefix == ("envrun", "--image", "x.sif")
-    assert sruns[1].options == ("-n", "2")
+    assert sruns[1].options == ("--ntasks=2",) and sruns[1].written == ("-n", "2")
     assert sruns[2].sets_inline("SRUN_CPUS_PER_TASK")
 
 
@@ -112,7 +112,7 @@ def test_heredocs_and_quotes_spanning_lines() -> None:
 def test_variables_the_script_sets_are_expanded_in_srun_options() -> None:
     text = "#!/bin/bash\nBIND=\"mask_cpu:0xfe\"\nBIND=\"${BIND},0xfe00\"\nexport N=2\nsrun --cpu-bind=$BIND -n $N x\n"
     script = parse_script(text)
-    assert script.sruns[0].options == ("--cpu-bind=mask_cpu:0xfe,0xfe00", "-n", "2")
+    assert script.sruns[0].options == ("--cpu-bind=mask_cpu:0xfe,0xfe00", "--ntasks=2")
     assert script.exports == {"N": 4}
 
 
