@@ -6,6 +6,8 @@ and adds none."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 from collections import Counter
 from functools import cache
@@ -76,6 +78,18 @@ def test_table_and_corpus_match() -> None:
             assert set(expected) <= {"rule", "line", "level"} and expected.get("level", "info") == "info", name
             lines = (CORPUS / name).read_text().count("\n") + 1
             assert 1 <= expected["line"] <= lines, (name, expected)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_corpus_scripts_are_what_the_table_says() -> None:
+    """The fixtures themselves, independent of the check: bash -n fails exactly where the table expects
+    shell_syntax, and the first line is #! exactly where it expects no interpreter_line finding."""
+    for name in NAMES:
+        rules = {item["rule"] for item in TABLE[name]["findings"]}
+        text = (CORPUS / name).read_text()
+        parsed = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True, timeout=30, check=False)
+        assert (parsed.returncode != 0) == ("shell_syntax" in rules), (name, parsed.stderr)
+        assert text.startswith("#!") == ("interpreter_line" not in rules), name
 
 
 def test_corpus_covers_every_site() -> None:
