@@ -31,11 +31,11 @@ def detect_site(environ: Mapping[str, str], hostname: str | None = None,
     if environ.get("ENVBUILD_SYSTEM"):
         return environ["ENVBUILD_SYSTEM"], "$ENVBUILD_SYSTEM"
     detects: Sequence[tuple[str, dict[str, Any]]] = detection_table()  # each recipe's `detect`, one cache file
-    cluster, cluster_source = _cluster_name(environ, slurm_conf)
+    cluster, cluster_evidence = _cluster_name(environ, slurm_conf)
     if cluster:
         for name, detect in detects:
             if cluster in (detect.get("slurm_cluster_names") or ()):
-                return name, f"{cluster_source}={cluster}"
+                return name, cluster_evidence
         # A recipe that names its site's cluster does not apply here: its jobs would carry that name.
         detects = [(name, detect) for name, detect in detects if not detect.get("slurm_cluster_names")]
     for name, detect in detects:
@@ -47,7 +47,7 @@ def detect_site(environ: Mapping[str, str], hostname: str | None = None,
         why = _hostname_evidence(detect, hostname)
         if why:
             return name, why
-    looked = [f"{cluster_source}={cluster}" if cluster else "no SLURM_CLUSTER_NAME or slurm.conf ClusterName",
+    looked = [cluster_evidence or "no SLURM_CLUSTER_NAME or slurm.conf ClusterName",
               f"hostname {hostname}"]
     return None, ", ".join(looked)
 
@@ -79,10 +79,10 @@ def resolve_site_recipe(system: str | None, environ: Mapping[str, str]) -> tuple
 
 
 def _cluster_name(environ: Mapping[str, str], slurm_conf: str | None) -> tuple[str, str]:
-    """(Slurm's cluster name, where it was read): the job's $SLURM_CLUSTER_NAME, else ClusterName in slurm.conf
-    (login nodes; srun and sbatch set the variable only inside a job)."""
+    """(Slurm's cluster name, where it was read), ("", "") if nowhere: the job's $SLURM_CLUSTER_NAME, else
+    ClusterName in slurm.conf (login nodes; srun and sbatch set the variable only inside a job)."""
     if environ.get("SLURM_CLUSTER_NAME"):
-        return environ["SLURM_CLUSTER_NAME"], "SLURM_CLUSTER_NAME"
+        return environ["SLURM_CLUSTER_NAME"], f"SLURM_CLUSTER_NAME={environ['SLURM_CLUSTER_NAME']}"
     path = (environ.get("SLURM_CONF") or SLURM_CONF) if slurm_conf is None else slurm_conf
     if not path:
         return "", ""
@@ -97,7 +97,7 @@ def _cluster_name(environ: Mapping[str, str], slurm_conf: str | None) -> tuple[s
             value = value.split("#", 1)[0].strip()
             if value:
                 # slurm.conf(5): upper-case letters in the name are mapped to lower case
-                return value.lower(), f"ClusterName in {path}"
+                return value.lower(), f"ClusterName={value.lower()} in {path}"
     return "", ""
 
 

@@ -90,8 +90,8 @@ def test_slurm_conf_cluster_name_outside_a_job(tmp_path: Path) -> None:
     """A login node has no $SLURM_CLUSTER_NAME; its slurm.conf names the cluster (case folded, as Slurm does)."""
     conf = tmp_path / "slurm.conf"
     conf.write_text("# a comment\nSlurmctldHost=ctl\n  clustername = LUMI   # the name\nPartitionName=debug\n")
-    assert detect_site({}, "uan01", slurm_conf=str(conf)) == ("lumi-g", f"ClusterName in {conf}=lumi")
-    assert detect_site({"SLURM_CONF": str(conf)}, "uan01") == ("lumi-g", f"ClusterName in {conf}=lumi")
+    assert detect_site({}, "uan01", slurm_conf=str(conf)) == ("lumi-g", f"ClusterName=lumi in {conf}")
+    assert detect_site({"SLURM_CONF": str(conf)}, "uan01") == ("lumi-g", f"ClusterName=lumi in {conf}")
     # the job's own variable wins over the file
     assert detect_site({"SLURM_CLUSTER_NAME": "mahti", "SLURM_CONF": str(conf)}, "x")[0] == "mahti"
 
@@ -100,7 +100,7 @@ def test_slurm_conf_of_an_unknown_cluster(tmp_path: Path) -> None:
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=perlmutter\n")
     assert detect_site({}, "nid001234", slurm_conf=str(conf)) == (
-        None, f"ClusterName in {conf}=perlmutter, hostname nid001234")
+        None, f"ClusterName=perlmutter in {conf}, hostname nid001234")
 
 
 def test_unreadable_or_nameless_slurm_conf_is_no_evidence(tmp_path: Path) -> None:
@@ -114,7 +114,7 @@ def test_this_machines_cluster_is_local_by_its_slurm_conf() -> None:
     conf = Path("/etc/slurm/slurm.conf")
     if "ClusterName=envbuild-local" not in (conf.read_text() if conf.exists() else ""):
         pytest.skip("the local test cluster is not provisioned here")
-    assert detect_site({}, "any-hostname") == ("local", f"ClusterName in {conf}=envbuild-local")
+    assert detect_site({}, "any-hostname") == ("local", f"ClusterName=envbuild-local in {conf}")
 
 
 def test_launch_falls_back_to_local_and_says_why() -> None:
