@@ -31,6 +31,7 @@ def detect_site(environ: Mapping[str, str], hostname: str | None = None,
     if environ.get("ENVBUILD_SYSTEM"):
         return environ["ENVBUILD_SYSTEM"], "$ENVBUILD_SYSTEM"
     detects: Sequence[tuple[str, dict[str, Any]]] = detection_table()  # each recipe's `detect`, one cache file
+    markers = sorted({variable for _name, detect in detects for variable in detect.get("environment") or {}})
     cluster, cluster_evidence = _cluster_name(environ, slurm_conf)
     if cluster:
         for name, detect in detects:
@@ -48,6 +49,7 @@ def detect_site(environ: Mapping[str, str], hostname: str | None = None,
         if why:
             return name, why
     looked = [cluster_evidence or "no SLURM_CLUSTER_NAME or slurm.conf ClusterName",
+              *(f"{variable}={environ[variable]}" for variable in markers if environ.get(variable)),
               f"hostname {hostname}"]
     return None, ", ".join(looked)
 

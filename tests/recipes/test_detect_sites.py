@@ -42,7 +42,8 @@ def test_jsc_systemname_names_the_jsc_system(systemname: str, expected: str) -> 
 
 
 def test_a_jsc_systemname_without_a_recipe_names_nothing() -> None:
-    assert site({"SYSTEMNAME": "jusuf"}) is None
+    assert detect_site({"SYSTEMNAME": "jusuf"}, "jsfl01", slurm_conf="") == (
+        None, "no SLURM_CLUSTER_NAME or slurm.conf ClusterName, SYSTEMNAME=jusuf, hostname jsfl01")
 
 
 @pytest.mark.parametrize(("hostname", "expected"), [
