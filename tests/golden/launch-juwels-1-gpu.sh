@@ -5,13 +5,13 @@
 # --cpu-bind=cores: each task pinned to its own --cpus-per-task cores
 # OMP_NUM_THREADS=24: the 24 CPUs of each task
 # --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
-# SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK: recipes/juwels-booster.yaml:34 launch.srun_env_from.SRUN_CPUS_PER_TASK
+# SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK: recipes/juwels-booster.yaml:40 launch.srun_env_from.SRUN_CPUS_PER_TASK
 # RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_STEP_TASKS_PER_NODE; MASTER_ADDR = first node of the step + 'i' (host's scontrol), MASTER_PORT from the job id
 # $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-# NCCL_SOCKET_IFNAME: recipes/juwels-booster.yaml:28 env.NCCL_SOCKET_IFNAME
-# GLOO_SOCKET_IFNAME: recipes/juwels-booster.yaml:29 env.GLOO_SOCKET_IFNAME
-# --nv: recipes/juwels-booster.yaml:26 runtime.flags
+# NCCL_SOCKET_IFNAME: recipes/juwels-booster.yaml:34 env.NCCL_SOCKET_IFNAME
+# GLOO_SOCKET_IFNAME: recipes/juwels-booster.yaml:35 env.GLOO_SOCKET_IFNAME
+# --nv: recipes/juwels-booster.yaml:32 runtime.flags
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export SRUN_CPUS_PER_TASK=24
 export OMP_NUM_THREADS=24

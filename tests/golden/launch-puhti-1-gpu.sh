@@ -8,8 +8,8 @@
 # RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_STEP_TASKS_PER_NODE; MASTER_ADDR = first node of the step (host's scontrol), MASTER_PORT from the job id
 # $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-# --nv: recipes/puhti.yaml:27 runtime.flags
-# binds /scratch, /projappl: recipes/puhti.yaml:28 binds
+# --nv: recipes/puhti.yaml:35 runtime.flags
+# binds /scratch, /projappl: recipes/puhti.yaml:36 binds
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export OMP_NUM_THREADS=10
 export TOKENIZERS_PARALLELISM=false

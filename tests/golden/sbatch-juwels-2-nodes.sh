@@ -6,22 +6,22 @@
 #SBATCH --job-name=train
 # the project the job is billed to (--account)
 #SBATCH --account=training2426
-# the smallest partition for 2 node(s) x 4 GPUs: whole nodes (recipes/juwels-booster.yaml:23 partitions.booster)
+# the smallest partition for 2 node(s) x 4 GPUs: whole nodes (recipes/juwels-booster.yaml:25 partitions.booster)
 #SBATCH --partition=booster
 # --nodes 2
 #SBATCH --nodes=2
-# 4 GPUs per node in juwels-booster's request form (recipes/juwels-booster.yaml:32 launch.gpu_request)
+# 4 GPUs per node in juwels-booster's request form (recipes/juwels-booster.yaml:38 launch.gpu_request)
 #SBATCH --gres=gpu:4
 # srun starts one training process per GPU
 #SBATCH --ntasks-per-node=4
-# the CPUs that go with one GPU: 96 / 4 GPUs; every CPU of the node (a juwels-booster node: 4 GPUs, 96 Slurm CPUs (recipes/juwels-booster.yaml:13 node))
+# the CPUs that go with one GPU: 96 / 4 GPUs; every CPU of the node (a juwels-booster node: 4 GPUs, 96 Slurm CPUs (recipes/juwels-booster.yaml:15 node))
 #SBATCH --cpus-per-task=24
 # envrun's default (1 hour); give --time, or batch: {time: ...} in the envrun config
 #SBATCH --time=01:00:00
 # %x: the job name, %j: the job id; relative to the submit directory
 #SBATCH --output=%x-%j.out
 
-# srun does not inherit the job's --cpus-per-task by itself (recipes/juwels-booster.yaml:34 launch.srun_env_from.SRUN_CPUS_PER_TASK)
+# srun does not inherit the job's --cpus-per-task by itself (recipes/juwels-booster.yaml:40 launch.srun_env_from.SRUN_CPUS_PER_TASK)
 export SRUN_CPUS_PER_TASK="${SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}"
 
 # The training step. envrun reads this job's allocation at run time and (envrun --explain):
@@ -33,9 +33,9 @@ export SRUN_CPUS_PER_TASK="${SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}"
 #   RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_STEP_TASKS_PER_NODE; MASTER_ADDR = first node of the step + 'i' (host's scontrol), MASTER_PORT from the job id
 #   $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-#   NCCL_SOCKET_IFNAME: recipes/juwels-booster.yaml:28 env.NCCL_SOCKET_IFNAME
-#   GLOO_SOCKET_IFNAME: recipes/juwels-booster.yaml:29 env.GLOO_SOCKET_IFNAME
-#   CUDA_VISIBLE_DEVICES: recipes/juwels-booster.yaml:30 env.CUDA_VISIBLE_DEVICES
-#   --nv: recipes/juwels-booster.yaml:26 runtime.flags
+#   NCCL_SOCKET_IFNAME: recipes/juwels-booster.yaml:34 env.NCCL_SOCKET_IFNAME
+#   GLOO_SOCKET_IFNAME: recipes/juwels-booster.yaml:35 env.GLOO_SOCKET_IFNAME
+#   CUDA_VISIBLE_DEVICES: recipes/juwels-booster.yaml:36 env.CUDA_VISIBLE_DEVICES
+#   --nv: recipes/juwels-booster.yaml:32 runtime.flags
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system juwels-booster --image /p/project/training2426/env.sif srun python train.py --epochs 10

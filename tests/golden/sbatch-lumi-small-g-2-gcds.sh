@@ -6,17 +6,17 @@
 #SBATCH --job-name=train
 # the project the job is billed to (--account)
 #SBATCH --account=project_465000000
-# the smallest partition for 1 node(s) x 2 GPUs: shared nodes (recipes/lumi-g.yaml:51 partitions.small-g)
+# the smallest partition for 1 node(s) x 2 GPUs: shared nodes (recipes/lumi-g.yaml:56 partitions.small-g)
 #SBATCH --partition=small-g
 # one node (--nodes)
 #SBATCH --nodes=1
-# 2 GPUs per node in lumi-g's request form (recipes/lumi-g.yaml:69 launch.gpu_request)
+# 2 GPUs per node in lumi-g's request form (recipes/lumi-g.yaml:80 launch.gpu_request)
 #SBATCH --gpus-per-node=2
 # torchrun starts the training processes itself: one launcher per node
 #SBATCH --ntasks-per-node=1
-# 7 CPUs per GPU x 2 (a lumi-g node: 8 GPUs, 56 Slurm CPUs (recipes/lumi-g.yaml:30 node)), for torchrun's processes
+# 7 CPUs per GPU x 2 (a lumi-g node: 8 GPUs, 56 Slurm CPUs (recipes/lumi-g.yaml:35 node)), for torchrun's processes
 #SBATCH --cpus-per-task=14
-# 60G per GPU x 2 (recipes/lumi-g.yaml:39 node.memory_per_gpu_gb)
+# 60G per GPU x 2 (recipes/lumi-g.yaml:44 node.memory_per_gpu_gb)
 #SBATCH --mem=120G
 # envrun's default (1 hour); give --time, or batch: {time: ...} in the envrun config
 #SBATCH --time=01:00:00
@@ -31,13 +31,13 @@
 #   --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
 #   SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that check Slurm first would take the world size from it instead of torchrun's
 #   $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
-#   MIOPEN_USER_DB_PATH=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:66 env.MIOPEN_USER_DB_PATH, expanded in each task
-#   MIOPEN_CUSTOM_CACHE_DIR=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:67 env.MIOPEN_CUSTOM_CACHE_DIR, expanded in each task
+#   MIOPEN_USER_DB_PATH=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:77 env.MIOPEN_USER_DB_PATH, expanded in each task
+#   MIOPEN_CUSTOM_CACHE_DIR=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:78 env.MIOPEN_CUSTOM_CACHE_DIR, expanded in each task
 #   --standalone: one node, so torchrun hosts its own rendezvous on a free port
 #   per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-#   NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:59 env.NCCL_SOCKET_IFNAME
-#   FI_MR_CACHE_MONITOR: recipes/lumi-g.yaml:64 env.FI_MR_CACHE_MONITOR
-#   binds /pfs, /scratch, /projappl, /project, /flash, /appl: recipes/lumi-g.yaml:56 binds
+#   NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:70 env.NCCL_SOCKET_IFNAME
+#   FI_MR_CACHE_MONITOR: recipes/lumi-g.yaml:75 env.FI_MR_CACHE_MONITOR
+#   binds /pfs, /scratch, /projappl, /project, /flash, /appl: recipes/lumi-g.yaml:67 binds
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system lumi-g --image /appl/local/laifs/containers/lumi-multitorch-latest.sif srun torchrun train.py --epochs 10

@@ -6,15 +6,15 @@
 #SBATCH --job-name=train
 # the project the job is billed to (--account)
 #SBATCH --account=project_2001234
-# the smallest partition for 1 node(s) x 2 GPUs: shared nodes (recipes/mahti.yaml:24 partitions.gpusmall)
+# the smallest partition for 1 node(s) x 2 GPUs: shared nodes (recipes/mahti.yaml:26 partitions.gpusmall)
 #SBATCH --partition=gpusmall
 # one node (--nodes)
 #SBATCH --nodes=1
-# 2 GPUs per node in mahti's request form (recipes/mahti.yaml:31 launch.gpu_request)
+# 2 GPUs per node in mahti's request form (recipes/mahti.yaml:39 launch.gpu_request)
 #SBATCH --gres=gpu:a100:2
 # torchrun starts the training processes itself: one launcher per node
 #SBATCH --ntasks-per-node=1
-# 32 CPUs per GPU x 2 (a mahti node: 4 GPUs, 128 Slurm CPUs (recipes/mahti.yaml:13 node)), for torchrun's processes
+# 32 CPUs per GPU x 2 (a mahti node: 4 GPUs, 128 Slurm CPUs (recipes/mahti.yaml:15 node)), for torchrun's processes
 #SBATCH --cpus-per-task=64
 # envrun's default (1 hour); give --time, or batch: {time: ...} in the envrun config
 #SBATCH --time=01:00:00
@@ -32,7 +32,7 @@
 #   --standalone: one node, so torchrun hosts its own rendezvous on a free port
 #   per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-#   --nv: recipes/mahti.yaml:27 runtime.flags
-#   binds /scratch, /projappl: recipes/mahti.yaml:28 binds
+#   --nv: recipes/mahti.yaml:35 runtime.flags
+#   binds /scratch, /projappl: recipes/mahti.yaml:36 binds
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system mahti --image /projappl/project_2001234/env.sif srun torchrun train.py --epochs 10

@@ -6,15 +6,15 @@
 #SBATCH --job-name=train
 # the project the job is billed to (--account)
 #SBATCH --account=project_2001234
-# the smallest partition for 2 node(s) x 4 GPUs: whole nodes (recipes/mahti.yaml:25 partitions.gpumedium)
+# the smallest partition for 2 node(s) x 4 GPUs: whole nodes (recipes/mahti.yaml:27 partitions.gpumedium)
 #SBATCH --partition=gpumedium
 # --nodes 2
 #SBATCH --nodes=2
-# 4 GPUs per node in mahti's request form (recipes/mahti.yaml:31 launch.gpu_request)
+# 4 GPUs per node in mahti's request form (recipes/mahti.yaml:39 launch.gpu_request)
 #SBATCH --gres=gpu:a100:4
 # deepspeed starts the training processes itself: one launcher per node
 #SBATCH --ntasks-per-node=1
-# every CPU of the node (a mahti node: 4 GPUs, 128 Slurm CPUs (recipes/mahti.yaml:13 node)), for deepspeed's processes
+# every CPU of the node (a mahti node: 4 GPUs, 128 Slurm CPUs (recipes/mahti.yaml:15 node)), for deepspeed's processes
 #SBATCH --cpus-per-task=128
 # envrun's default (1 hour); give --time, or batch: {time: ...} in the envrun config
 #SBATCH --time=01:00:00
@@ -34,7 +34,7 @@
 #   --master_addr=<first node of the step> (host's scontrol)
 #   --master_port=<20000 + job id based port>: the same on every node of the step
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-#   --nv: recipes/mahti.yaml:27 runtime.flags
-#   binds /scratch, /projappl: recipes/mahti.yaml:28 binds
+#   --nv: recipes/mahti.yaml:35 runtime.flags
+#   binds /scratch, /projappl: recipes/mahti.yaml:36 binds
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system mahti --image /projappl/project_2001234/env.sif srun deepspeed train.py --deepspeed_config ds_config.json

@@ -6,15 +6,15 @@
 #SBATCH --job-name=train
 # the project the job is billed to (--account)
 #SBATCH --account=project_2001234
-# the smallest partition for 2 node(s) x 4 GPUs: whole nodes (recipes/mahti.yaml:25 partitions.gpumedium)
+# the smallest partition for 2 node(s) x 4 GPUs: whole nodes (recipes/mahti.yaml:27 partitions.gpumedium)
 #SBATCH --partition=gpumedium
 # --nodes 2
 #SBATCH --nodes=2
-# 4 GPUs per node in mahti's request form (recipes/mahti.yaml:31 launch.gpu_request)
+# 4 GPUs per node in mahti's request form (recipes/mahti.yaml:39 launch.gpu_request)
 #SBATCH --gres=gpu:a100:4
 # torchrun starts the training processes itself: one launcher per node
 #SBATCH --ntasks-per-node=1
-# every CPU of the node (a mahti node: 4 GPUs, 128 Slurm CPUs (recipes/mahti.yaml:13 node)), for torchrun's processes
+# every CPU of the node (a mahti node: 4 GPUs, 128 Slurm CPUs (recipes/mahti.yaml:15 node)), for torchrun's processes
 #SBATCH --cpus-per-task=128
 # the time limit (--time 12:00:00)
 #SBATCH --time=12:00:00
@@ -32,7 +32,7 @@
 #   $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 #   per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-#   --nv: recipes/mahti.yaml:27 runtime.flags
-#   binds /scratch, /projappl: recipes/mahti.yaml:28 binds
+#   --nv: recipes/mahti.yaml:35 runtime.flags
+#   binds /scratch, /projappl: recipes/mahti.yaml:36 binds
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system mahti --image /projappl/project_2001234/env.sif srun torchrun train.py --epochs 10

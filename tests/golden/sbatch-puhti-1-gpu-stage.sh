@@ -10,7 +10,7 @@
 #SBATCH --partition=gpu
 # one node (--nodes)
 #SBATCH --nodes=1
-# 1 GPUs per node in puhti's request form (recipes/puhti.yaml:31 launch.gpu_request); 49 GB of node-local disk for --stage (recipes/puhti.yaml:38 batch.staging.gres)
+# 1 GPUs per node in puhti's request form (recipes/puhti.yaml:39 launch.gpu_request); 49 GB of node-local disk for --stage (recipes/puhti.yaml:46 batch.staging.gres)
 #SBATCH --gres=gpu:v100:1,nvme:49
 # torchrun starts the training processes itself: one launcher per node
 #SBATCH --ntasks-per-node=1
@@ -24,7 +24,7 @@
 #SBATCH --output=%x-%j.out
 
 
-# --stage: once per node, to node-local storage (recipes/puhti.yaml:37 batch.staging.dir)
+# --stage: once per node, to node-local storage (recipes/puhti.yaml:45 batch.staging.dir)
 export ENVRUN_STAGE_DIR="$LOCAL_SCRATCH"
 export ENVRUN_STAGED="$ENVRUN_STAGE_DIR"/imagenet-mini/imagenet-mini
 #   /scratch/project_2001234/imagenet-mini.tar (tar, 40.00 GB) -> $ENVRUN_STAGE_DIR/imagenet-mini
@@ -63,7 +63,7 @@ srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 /b
 #   --standalone: one node, so torchrun hosts its own rendezvous on a free port
 #   per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-#   --nv: recipes/puhti.yaml:27 runtime.flags
-#   binds /scratch, /projappl: recipes/puhti.yaml:28 binds
+#   --nv: recipes/puhti.yaml:35 runtime.flags
+#   binds /scratch, /projappl: recipes/puhti.yaml:36 binds
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system puhti --image /projappl/project_2001234/env.sif --bind "$ENVRUN_STAGE_DIR" srun torchrun train.py --data "${ENVRUN_STAGED}"/train

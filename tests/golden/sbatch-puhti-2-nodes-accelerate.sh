@@ -10,7 +10,7 @@
 #SBATCH --partition=gpu
 # --nodes 2
 #SBATCH --nodes=2
-# 4 GPUs per node in puhti's request form (recipes/puhti.yaml:31 launch.gpu_request)
+# 4 GPUs per node in puhti's request form (recipes/puhti.yaml:39 launch.gpu_request)
 #SBATCH --gres=gpu:v100:4
 # accelerate starts the training processes itself: one launcher per node
 #SBATCH --ntasks-per-node=1
@@ -39,7 +39,7 @@
 #   --multi_gpu: accelerate's launcher that starts several processes per node (torch.distributed.run, static rendezvous on machine rank 0)
 #   per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-#   --nv: recipes/puhti.yaml:27 runtime.flags
-#   binds /scratch, /projappl: recipes/puhti.yaml:28 binds
+#   --nv: recipes/puhti.yaml:35 runtime.flags
+#   binds /scratch, /projappl: recipes/puhti.yaml:36 binds
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 envrun --system puhti --image /projappl/project_2001234/env.sif srun accelerate launch train_accelerate.py --mixed-precision fp16
