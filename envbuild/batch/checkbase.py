@@ -3,7 +3,7 @@ environment, and the helpers that word a fix in the system's own terms. Pure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import ceil
 
 from envbuild.batch.resources import JobRequest, plan_resources
@@ -17,11 +17,14 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from envbuild.batch.scriptparse import BatchScript, Directive, SrunLine
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.schema import Node, Recipe
 
 SBATCH_DOC = "sbatch(1), https://slurm.schedmd.com/sbatch.html"
 SRUN_DOC = "srun(1), https://slurm.schedmd.com/srun.html"
 TORCHRUN_DOC = "torchrun, https://docs.pytorch.org/docs/stable/elastic/run.html"
+
+
+LEVELS = ("error", "warning", "info")
 
 
 @dataclass(frozen=True)
@@ -31,16 +34,27 @@ class Finding:
     why: str  # the reason
     source: str  # where the reason comes from: a recipe citation or a public document
     fix: str  # the corrected option or line
+    edit: tuple[int, str] | None = None  # a fix that is one line's new text: (line number, the whole new line)
+    rule: str = ""  # the rule's id (its function's name); set by envbuild.batch.check
+    level: str = "warning"  # error: sbatch refuses the job or bash the script; warning; info: nothing to fix
 
 
 @dataclass
 class Context:
+    """The script under check. `recipe` is None where the site has no recipe: only the rules that need no
+    site facts run (envbuild.batch.check), and the helpers here that read the recipe are not called."""
+
     script: BatchScript
     recipe: Recipe
     environ: Mapping[str, str]
     notes: list[str] = field(default_factory=list)
+    syntax_error: tuple[int, str] | None = None  # bash -n's first complaint, when it has one
 
     def __post_init__(self) -> None:
+        if self.script.commands_above_directives:
+            # sbatch reads none of the block below the first command; the rules read it as the user meant it,
+            # and the commands_above_directives finding says why sbatch does not
+            self.script = replace(self.script, directives=[*self.script.directives, *self.script.late_options])
         self.job = JobShape(self.script)
 
     def steps(self) -> list[tuple[SrunLine, StepShape]]:
@@ -48,7 +62,38 @@ class Context:
 
     @property
     def name(self) -> str:
-        return self.recipe.name
+        return self.recipe.name if self.recipe is not None else "this site"
+
+    @property
+    def node(self) -> Node | None:
+        return self.recipe.node if self.recipe is not None else None
+
+    def cpu_partition(self) -> str | None:
+        """The job's partition when it is one of the site's CPU partitions (Mahti's medium): the GPU node facts
+        of the recipe do not describe its nodes."""
+        if self.recipe is None:
+            return None
+        partitions = self.recipe.partitions
+        return next((name for name in self.partitions() if name in partitions and partitions[name].cpu_only), None)
+
+    def replace_in_line(self, line: int, old: str, new: str) -> tuple[int, str] | None:
+        """An edit that writes `new` for `old` in line `line`, where `old` occurs there exactly once."""
+        lines = self.script.lines
+        if not 1 <= line <= len(lines) or lines[line - 1].count(old) != 1:
+            return None
+        return line, lines[line - 1].replace(old, new)
+
+    def add_to_directive_line(self, line: int, option: str) -> tuple[int, str] | None:
+        """An edit that adds `option` to the #SBATCH line `line`, before its comment (sbatch reads several
+        options on one line)."""
+        lines = self.script.lines
+        if not 1 <= line <= len(lines) or not lines[line - 1].startswith("#SBATCH"):
+            return None
+        text = lines[line - 1]
+        head, hash_, comment = text[len("#SBATCH"):].partition(" #")
+        if "'" in head or '"' in head:
+            return None
+        return line, f"#SBATCH{head.rstrip()} {option}" + (f"  #{comment}" if hash_ else "")
 
     def partitions(self) -> list[str]:
         """The partitions the job names (sbatch takes a comma-separated list)."""

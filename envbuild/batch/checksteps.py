@@ -5,7 +5,10 @@ srun does not inherit, fixed core masks on shared nodes. One function per rule, 
 
 from __future__ import annotations
 
+import re
+
 from envbuild.batch.checkbase import SBATCH_DOC, SRUN_DOC, TORCHRUN_DOC, Context, Finding
+from envbuild.batch.scriptparse import srun_options
 from envbuild.batch.scriptshape import count
 from envbuild.launch.allocation import count_gpus
 from envbuild.launch.args import has_option, option_value
@@ -25,26 +28,44 @@ def _unless_given(unless: str | None, options: tuple[str, ...]) -> bool:
 
 def forbidden_options(ctx: Context) -> list[Finding]:
     """Options the site forbids (LUMI-G: --gpus-per-task, --ntasks-per-gpu, --cpus-per-gpu break RCCL), in
-    #SBATCH or srun lines, unless their `unless` option is given too."""
+    #SBATCH or srun lines, unless their `unless` option is given too. Only where more than one task runs on a
+    node: per-task GPU cgroups hide a node's other GPUs from each task, and a single task has no others."""
     found: list[Finding] = []
+    if ctx.cpu_partition():
+        return found
     job_words = tuple(f"--{d.name}" if d.value is None else f"--{d.name}={d.value}" for d in ctx.script.directives)
     for index, rule in enumerate(ctx.recipe.launch.forbidden_srun_options):
         source = ctx.recipe.cite(f"launch.forbidden_srun_options.{index}")
         job_safe = _unless_given(rule.unless, job_words)
+        job_tasks = _job_tasks_per_node(ctx)
         for directive in ctx.script.directives:
             option = f"--{directive.name}"
-            if option in rule.options and not job_safe:
+            if option in rule.options and not job_safe and (job_tasks is None or job_tasks > 1):
                 fix = _forbidden_fix(ctx, option, directive.value, ctx.job.tasks_per_node() or 1, rule.unless)
                 found.append(Finding(directive.line, _forbidden_what(ctx, directive.written, rule.unless), rule.why,
                                      source, fix))
         for srun, step in ctx.steps():
             for option in rule.options:
-                if has_option(srun.options, option) and not (job_safe or _unless_given(rule.unless, srun.options)):
+                tasks = step.tasks_per_node()
+                if has_option(srun.options, option) and not (job_safe or _unless_given(rule.unless, srun.options)) \
+                        and (tasks is None or tasks > 1):
                     value = option_value(srun.options, option)
                     written = f"srun {option}" + (f"={value}" if value is not None else "")
                     fix = _forbidden_fix(ctx, option, value, step.tasks_per_node() or 1, rule.unless)
                     found.append(Finding(srun.line, _forbidden_what(ctx, written, rule.unless), rule.why, source, fix))
     return found
+
+
+def _job_tasks_per_node(ctx: Context) -> int | None:
+    """The job's tasks per node (--ntasks-per-gpu x GPUs counted); 1 when nothing says more; None: unknown."""
+    per_gpu = ctx.job.get("ntasks-per-gpu")
+    if per_gpu is not None:
+        number = count(per_gpu.value)
+        return number * max(1, ctx.job.gpus_per_node()) if number is not None else None
+    tasks = ctx.job.tasks_per_node()
+    if tasks is None and ctx.job.tasks_directive() is not None:
+        return None
+    return tasks or 1
 
 
 def _forbidden_what(ctx: Context, written: str, unless: str | None) -> str:
@@ -70,8 +91,8 @@ def _forbidden_fix(ctx: Context, option: str, value: str | None, tasks: int, unl
 def per_task_launch(ctx: Context) -> list[Finding]:
     """`srun python ...` (one training process per task) whose tasks per node differ from its GPUs per node."""
     found: list[Finding] = []
-    node = ctx.recipe.node
-    if node is not None and not node.gpus:
+    node = ctx.node
+    if (node is not None and not node.gpus) or ctx.cpu_partition():
         return found  # GPUs on a system without any: the GPU rule says so
     for srun, step in ctx.steps():
         if srun.program.kind != "python":
@@ -84,10 +105,10 @@ def per_task_launch(ctx: Context) -> list[Finding]:
             continue
         effect = f"{gpus - tasks} GPU(s) idle" if tasks < gpus else "several processes on one GPU"
         where = "on the srun line" if _sets_tasks(srun) else "in #SBATCH"
-        per_gpu = ctx.cpus_per_gpu()
+        per_gpu = ctx.cpus_per_gpu() if ctx.recipe is not None else None
         fix = f"--ntasks-per-node={gpus}" + (f" --cpus-per-task={per_gpu}" if per_gpu else "") + \
             f" {where} (one task per GPU), or start torchrun: srun --ntasks-per-node=1 torchrun --nproc-per-node={gpus} ..."
-        per_task_env = ctx.recipe.launch.per_task_gpu_env
+        per_task_env = ctx.recipe.launch.per_task_gpu_env if ctx.recipe is not None else {}
         if per_task_env:
             name = next(iter(per_task_env))
             why = (f"each srun task is one training process and drives one GPU ({name}=${per_task_env[name]} on "
@@ -120,17 +141,43 @@ def launcher_tasks(ctx: Context) -> list[Finding]:
         kind = srun.program.kind
         cpus = ctx.job.cpus()
         total = cpus.value if cpus else 0
-        node = ctx.recipe.node
+        node = ctx.node
         if node is not None and total:  # never suggest more than a node gives jobs
             total = min(total, node.usable * node.slurm_cpus_per_core)
         per_node = f" --cpus-per-task={total}" if total > 1 else ""
         where = "on the srun line" if _sets_tasks(srun) else "in #SBATCH (or on the srun line)"
+        edit = _srun_edit(ctx, srun, "--ntasks-per-node=1" + per_node, drop=("--ntasks",))
         found.append(Finding(
             srun.line, f"srun starts {kind} {tasks} times per node",
             f"{kind} starts its own training processes on each node (--nproc-per-node); {tasks} copies per node "
             f"start {tasks}x as many, with the same local ranks on the same GPUs", TORCHRUN_DOC,
-            f"--ntasks-per-node=1{per_node} {where}: one {kind} per node"))
+            f"--ntasks-per-node=1{per_node} {where}: one {kind} per node", edit))
     return found
+
+
+def _srun_edit(ctx: Context, srun: SrunLine, options: str, drop: tuple[str, ...] = ()) -> tuple[int, str] | None:
+    """The srun line with `options` right after `srun`, and its own options of those names (and `drop`)
+    taken out; None where the line goes on (a backslash) or an option to take out is written as two words."""
+    lines = ctx.script.lines
+    line = lines[srun.line - 1] if srun.line <= len(lines) else ""
+    if line.rstrip().endswith("\\"):
+        return None
+    names = {word.split("=", 1)[0] for word in options.split()} | set(drop)
+    new = line
+    for word, canonical in zip(srun.written, srun_options(srun.written), strict=False):
+        if canonical.split("=", 1)[0] not in names:
+            continue
+        if "=" not in canonical or not canonical.endswith(word.split("=", 1)[-1][-1:] or "=") or \
+                word in ("-n", "-c", "-N") or new.count(f" {word}") != 1:
+            return None
+        new = new.replace(f" {word}", "", 1)
+    found = _SRUN_WORD.search(new)
+    if found is None:
+        return None
+    return srun.line, f"{new[:found.end()]}{options} {new[found.end():]}"
+
+
+_SRUN_WORD = re.compile(r"(?:^|[\s;&|(])srun\s")
 
 
 def launcher_without_srun(ctx: Context) -> list[Finding]:
@@ -138,10 +185,23 @@ def launcher_without_srun(ctx: Context) -> list[Finding]:
     nodes = ctx.job.nodes
     if nodes <= 1:
         return []
-    return [Finding(command.line, f"{command.program.kind} without srun runs on the first of the job's {nodes} nodes "
-                    "only", "the batch script runs on the first node of the allocation; only srun starts tasks on the "
-                    "others", SBATCH_DOC, f"srun --ntasks-per-node=1 {command.program.kind} ... (one per node)")
-            for command in ctx.script.commands if command.program.per_node]
+    found: list[Finding] = []
+    for command in ctx.script.commands:
+        if not command.program.per_node:
+            continue
+        options = "--ntasks-per-node=1"
+        if ctx.recipe is not None and "SRUN_CPUS_PER_TASK" in ctx.recipe.launch.srun_env_from and \
+                ctx.job.get("cpus-per-task") is not None:
+            options += " --cpus-per-task=${SLURM_CPUS_PER_TASK}"  # this site's srun does not take it from the job
+        line = ctx.script.lines[command.line - 1] if command.line <= len(ctx.script.lines) else ""
+        indent = line[:len(line) - len(line.lstrip())]
+        edit = (command.line, f"{indent}srun {options} {line.lstrip()}") if not line.rstrip().endswith("\\") and \
+            line.strip() and not line.lstrip().startswith(("if ", "then ", "do ", "(", "{")) else None
+        found.append(Finding(command.line, f"{command.program.kind} without srun runs on the first of the job's {nodes} "
+                             "nodes only", "the batch script runs on the first node of the allocation; only srun starts "
+                             "tasks on the others", SBATCH_DOC, f"srun {options} {command.program.kind} ... (one per "
+                             "node)", edit))
+    return found
 
 
 def srun_inherits(ctx: Context) -> list[Finding]:
@@ -151,8 +211,8 @@ def srun_inherits(ctx: Context) -> list[Finding]:
     for target, source_variable in ctx.recipe.launch.srun_env_from.items():
         option = "--" + target.removeprefix("SRUN_").lower().replace("_", "-")
         given = ctx.job.get(option[2:])
-        if given is None:
-            continue
+        if given is None or count(given.value) in (None, 1):
+            continue  # 1 is srun's default anyway; a value that is not a number is the numbers rule's
         names = (option, "-c") if option == "--cpus-per-task" else (option,)
         missing = [srun for srun in ctx.script.sruns
                    if not srun.under_envrun and not has_option(srun.options, *names)
@@ -160,11 +220,12 @@ def srun_inherits(ctx: Context) -> list[Finding]:
         if not missing:
             continue
         more = f" (and {len(missing) - 1} more srun line(s))" if len(missing) > 1 else ""
+        edit = _srun_edit(ctx, missing[0], f"{option}=${{{source_variable}}}") if len(missing) == 1 else None
         found.append(Finding(
             missing[0].line, f"srun does not get the job's {given.written}{more}",
             f"{ctx.name}'s srun does not inherit {option} from the job: without it each task gets one CPU",
             ctx.recipe.cite(f"launch.srun_env_from.{target}"),
-            f'export {target}="${source_variable}" before the first srun (or srun {option}=${source_variable})'))
+            f'export {target}="${source_variable}" before the first srun (or srun {option}=${source_variable})', edit))
     return found
 
 
@@ -190,4 +251,20 @@ def core_masks_on_shared_nodes(ctx: Context) -> list[Finding]:
             f"{ctx.recipe.cite('node.gpu_cores')}; {ctx.recipe.cite('partitions.' + shared[0])}",
             "#SBATCH --exclusive" + (f", or --partition={whole[0]} (whole nodes)" if whole else "")
             + ", or srun --cpu-bind=cores"))
+    return found
+
+
+def program_unknown(ctx: Context) -> list[Finding]:
+    """An srun line (or a command) whose program the text does not name (`srun $CMD`, `mpirun ...`, `eval`):
+    nothing is guessed about it, and this says so."""
+    found: list[Finding] = []
+    programs = [(srun.line, srun.program, "srun") for srun in ctx.script.sruns] + \
+        [(command.line, command.program, "") for command in ctx.script.commands]
+    for line, program, under in programs:
+        if program.kind != "unknown":
+            continue
+        found.append(Finding(line, f"{under + ' ' if under else ''}{program.name}: what runs here is not known from "
+                             "the script", f"{program.why}; the rules on tasks, GPUs and launchers were not applied "
+                             "to this line", SRUN_DOC if under else SBATCH_DOC,
+                             "nothing to change; write the program out (srun python train.py ...) to have it checked"))
     return found

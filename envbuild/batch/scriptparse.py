@@ -125,9 +125,10 @@ class BatchScript:
 
     @property
     def commands_above_directives(self) -> bool:
-        """A command above the #SBATCH block (`set -euo pipefail` first): sbatch reads none of the block, which
-        starts right after it, with nothing but comments and blank lines between."""
-        if not self.late_directives or self.first_command_line is None:
+        """A command above the whole #SBATCH block (`set -euo pipefail` first): sbatch reads none of the block,
+        which starts right after it, with nothing but comments and blank lines between. (A command inside the
+        block is the usual late_directives case.)"""
+        if not self.late_directives or self.first_command_line is None or self.directive_lines:
             return False
         first_late = self.late_directives[0][0]
         return not any(self.first_command_line < command.line < first_late for command in self.commands) and \

@@ -4,6 +4,7 @@
     envrun sbatch --nodes 2 -o train.sbatch -- python train.py      # write it
     envrun sbatch --submit --wait -- python train.py                 # submit, follow the output, exit with the job's code
     envrun sbatch --check my_job.sh                                  # the pitfall rules on a hand-written script
+    envrun sbatch --check my_job.sh --json                           # the same as JSON
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "prints the job id")
     mode.add_argument("--check", metavar="SCRIPT", help="check a batch script's #SBATCH and srun lines instead")
     parser.add_argument("--wait", action="store_true", help="with --submit: follow the output, exit with the job's code")
+    parser.add_argument("--json", action="store_true", help="with --check: the findings as JSON (rule, level, line, "
+                        "what, why, fix, edit)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ...")
     return parser
 
@@ -80,13 +83,18 @@ def main(argv: list[str]) -> None:
 
 
 def run(args: Any, argv: list[str]) -> int:
+    if args.check:
+        from envbuild.batch.check import check_script_file
+        from envbuild.recipes.detect import resolve_site_recipe
+
+        # the check runs a site's rules only on that site's evidence: with no recipe for the site, none
+        site_recipe, site = resolve_site_recipe(args.system, os.environ)
+        return check_script_file(args.check, site_recipe, sys.stdout, site=site, as_json=args.json)
+    if args.json:
+        raise UsageError("--json is the output of --check", "envrun sbatch --check SCRIPT --json")
     from envbuild.recipes.detect import resolve_recipe
 
     recipe, _why = resolve_recipe(args.system, os.environ)
-    if args.check:
-        from envbuild.batch.check import check_script_file
-
-        return check_script_file(args.check, recipe, sys.stdout)
     command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command)
     if args.wait and not args.submit:
         raise UsageError("--wait follows a submitted job", "add --submit")

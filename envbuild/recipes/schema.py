@@ -77,6 +77,9 @@ class Partition(StrictModel):
     max_nodes: int | None = Field(default=None, ge=1)
     max_gpus_per_node: int | None = Field(default=None, ge=1)
     max_time: str | None = None
+    # whole-node: a job is billed for every GPU (and core) of its nodes, whatever it asks for (LUMI standard-g);
+    # allocated: for what it asks for. A partial GPU request on a whole-node partition pays for idle GPUs.
+    billing: Literal["allocated", "whole-node"] = "allocated"
 
 
 class Runtime(StrictModel):

@@ -114,7 +114,8 @@ def test_gpus_total_on_one_node() -> None:
 
 
 def test_tasks_without_nodes_spread_over_nodes() -> None:
-    text = "#!/bin/bash\n#SBATCH -A project_465000000\n#SBATCH -p standard-g\n#SBATCH -n 16\n#SBATCH -c 7\n"
+    text = "#!/bin/bash\n#SBATCH -A project_465000000\n#SBATCH -p standard-g\n#SBATCH -n 16\n#SBATCH -c 7\n" \
+        "#SBATCH --gpus-per-node=8\n"
     assert check_text(text, "lumi-g") == []  # two nodes of 8 x 7 CPUs
     (finding,) = check_text(text.replace("-c 7", "-c 60"), "lumi-g")  # one task cannot span nodes
     assert (finding.line, finding.what) == (5, "-c 60 (one task) is 60 CPUs per node, more than the 56 a lumi-g node "
@@ -220,7 +221,8 @@ def test_unknown_partition() -> None:
     finding = only("bad-puhti-unknown-partition.sh", "puhti")
     assert finding.line == 3
     assert finding.what == "puhti has no partition gpusmall"
-    assert finding.why == "puhti's partitions are gpu, gputest"
+    assert finding.why == ("puhti's partitions are gpu, gputest (GPU); test, interactive, small, large, longrun, "
+                           "hugemem, hugemem_longrun (CPU)")
     assert finding.fix == "--partition=gpu"
 
 
@@ -283,10 +285,11 @@ def test_report_format_and_exit_code(tmp_path: Path) -> None:
     assert check_script_file(str(FIXTURES / "bad-lumi-g-gpus-per-task.sh"), load_recipe("lumi-g"), out, {}) == 1
     lines = out.getvalue().splitlines()
     path = str(FIXTURES / "bad-lumi-g-gpus-per-task.sh")
-    assert lines[0] == f"{path}:6: --gpus-per-task=1: lumi-g forbids this option without --gres-flags=allow-task-sharing"
-    assert lines[1].startswith("  why: per-task GPU cgroups") and lines[1].endswith("launch.forbidden_srun_options.0)")
-    assert lines[2].startswith("  fix: --gpus-per-node=8")
-    assert lines[3].startswith(f"{path}:9: ")
+    assert lines[0] == f"{path}: lumi-g rules"  # whose rules ran, first
+    assert lines[1] == f"{path}:6: --gpus-per-task=1: lumi-g forbids this option without --gres-flags=allow-task-sharing"
+    assert lines[2].startswith("  why: per-task GPU cgroups") and lines[2].endswith("launch.forbidden_srun_options.0)")
+    assert lines[3].startswith("  fix: --gpus-per-node=8")
+    assert lines[4].startswith(f"{path}:9: ")
     assert lines[-1] == f"{path}: 2 findings for lumi-g"
     clean = io.StringIO()
     assert check_script_file(str(FIXTURES / "puhti-1-gpu.sh"), load_recipe("puhti"), clean, {}) == 0

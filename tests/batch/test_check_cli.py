@@ -23,7 +23,7 @@ def test_check_exit_codes_and_report(capsys: pytest.CaptureFixture[str], monkeyp
     bad = str(FIXTURES / "bad-lumi-g-cpus.sh")
     assert run(["sbatch", "--system", "lumi-g", "--check", bad]) == 1
     out = capsys.readouterr().out
-    assert out.startswith(f"{bad}:6: --ntasks-per-node=8 x -c 8 is 64 CPUs per node")
+    assert out.startswith(f"{bad}: lumi-g rules (--system)\n{bad}:6: --ntasks-per-node=8 x -c 8 is 64 CPUs per node")
     assert out.endswith(f"{bad}: 1 finding for lumi-g\n")
     good = str(FIXTURES / "lumi-g-multinode-torchrun.sh")
     assert run(["sbatch", "--system", "lumi-g", "--check", good]) == 0

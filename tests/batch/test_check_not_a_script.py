@@ -56,7 +56,7 @@ def test_a_script_without_its_interpreter_line_is_a_finding(tmp_path: Path) -> N
     path.write_text("#SBATCH --nodes=1\nsrun hostname\n")
     code, report = check(path)
     assert code == 1
-    assert report.startswith(f"{path}:1: the first line is not #! and an interpreter\n")
+    assert report.startswith(f"{path}: local rules\n{path}:1: the first line is not #! and an interpreter\n")
     assert "  fix: #!/bin/bash as the first line\n" in report
 
 
