@@ -89,7 +89,10 @@ def _forbidden_fix(ctx: Context, option: str, value: str | None, tasks: int, unl
 
 
 def per_task_launch(ctx: Context) -> list[Finding]:
-    """`srun python ...` (one training process per task) whose tasks per node differ from its GPUs per node."""
+    """`srun python ...` (one training process per task) whose tasks per node differ from its GPUs per node.
+    Only where the job runs several processes (more than one task, or more than one node): each is then one
+    rank with one GPU. A single process on a single node may drive every GPU itself (DataParallel, a model
+    spread over the GPUs); what it does is not known from the script."""
     found: list[Finding] = []
     node = ctx.node
     if (node is not None and not node.gpus) or ctx.cpu_partition():
@@ -101,7 +104,7 @@ def per_task_launch(ctx: Context) -> list[Finding]:
         if srun.under_envrun and not _sets_tasks(srun) and ctx.job.tasks_directive() is None:
             continue  # envrun starts one task per GPU itself
         tasks = step.tasks_per_node()
-        if not gpus or tasks is None or tasks == gpus:
+        if not gpus or tasks is None or tasks == gpus or (tasks == 1 and (step.nodes or 1) == 1):
             continue
         effect = f"{gpus - tasks} GPU(s) idle" if tasks < gpus else "several processes on one GPU"
         where = "on the srun line" if _sets_tasks(srun) else "in #SBATCH"

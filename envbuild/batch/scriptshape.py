@@ -77,16 +77,33 @@ class JobShape:
         if per_node is not None:
             return count(per_node.value)
         total = count(self.value("ntasks"))
-        return ceil(total / self.nodes) if total else None
+        if total:
+            return ceil(total / self.nodes)
+        per_gpu = self.get("ntasks-per-gpu")  # --ntasks-per-gpu=1 with --gpus-per-node=8: 8 tasks per node
+        if per_gpu is not None and count(per_gpu.value) is not None:
+            gpus = self._gpus_without_tasks()
+            return (count(per_gpu.value) or 0) * gpus.value if gpus else None
+        return None
 
     def tasks_directive(self) -> Directive | None:
-        return self.get("ntasks-per-node") or self.get("ntasks")
+        return self.get("ntasks-per-node") or self.get("ntasks") or self.get("ntasks-per-gpu")
 
     def cpus_per_task(self) -> int | None:
         return count(self.value("cpus-per-task"))
 
     def gpus(self) -> Sized | None:
         """GPUs per node, from --gpus-per-node, --gres, --gpus (the job's total) or --gpus-per-task."""
+        sized = self._gpus_without_tasks()
+        if sized is not None:
+            return sized
+        found = self.get("gpus-per-task")
+        if found and found.value and count_gpus(found.value) is not None:
+            tasks = self.tasks_per_node() or 1
+            return Sized((count_gpus(found.value) or 0) * tasks, found, f"{found.written} x {tasks} task(s)")
+        return None
+
+    def _gpus_without_tasks(self) -> Sized | None:
+        """GPUs per node from the options that do not count tasks."""
         found = self.get("gpus-per-node")
         if found and found.value and count_gpus(found.value) is not None:
             return Sized(count_gpus(found.value) or 0, found, found.written)
@@ -98,10 +115,6 @@ class JobShape:
             total = count_gpus(found.value) or 0
             per_node = ceil(total / self.nodes)
             return Sized(per_node, found, found.written + (f" over {self.nodes} nodes" if self.nodes > 1 else ""))
-        found = self.get("gpus-per-task")
-        if found and found.value and count_gpus(found.value) is not None:
-            tasks = self.tasks_per_node() or 1
-            return Sized((count_gpus(found.value) or 0) * tasks, found, f"{found.written} x {tasks} task(s)")
         return None
 
     def gpus_spread(self) -> bool:

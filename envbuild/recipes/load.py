@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from envbuild.recipes.schema import Recipe
 
 # Bump when the cached data's layout changes, so older cache files are not read.
-CACHE_FORMAT = 9  # 9: detect.environment, detect.hostname_requires_path, partitions.*.cpu_only
+CACHE_FORMAT = 10  # 9: detect.environment, detect.hostname_requires_path, partitions.*.cpu_only; 10: partitions.*.billing
 
 
 def recipes_dir() -> Path:

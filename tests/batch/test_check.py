@@ -155,9 +155,12 @@ def test_bad_time_syntax() -> None:
 
 
 def test_per_task_launch_with_fewer_tasks_than_gpus() -> None:
-    finding = only("bad-puhti-srun-python-4-gpus.sh", "puhti")
+    # one process on one node may drive all four GPUs itself (DataParallel, a model spread over them): not known
+    assert findings("bad-puhti-srun-python-4-gpus.sh", "puhti") == []
+    text = (FIXTURES / "bad-puhti-srun-python-4-gpus.sh").read_text().replace("--ntasks=1", "--ntasks=2")
+    (finding,) = check_text(text.replace("--cpus-per-task=40", "--cpus-per-task=10"), "puhti")  # two ranks
     assert finding.line == 11
-    assert finding.what == "srun starts 1 python process(es) per node for 4 GPUs per node (3 GPU(s) idle)"
+    assert finding.what == "srun starts 2 python process(es) per node for 4 GPUs per node (2 GPU(s) idle)"
     assert finding.fix.startswith("--ntasks-per-node=4 --cpus-per-task=10 in #SBATCH (one task per GPU)")
 
 
