@@ -55,6 +55,7 @@ RULES: tuple[tuple[Callable[[Context], list[Finding]], str, bool], ...] = (
     (checksteps.per_task_launch, "warning", False),
     (checksteps.launcher_without_srun, "warning", False),
     (checksteps.core_masks_on_shared_nodes, "warning", True),
+    (checksteps.program_not_visible, "error", False),
     (checksteps.program_unknown, "info", False),
 )
 

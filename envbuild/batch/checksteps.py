@@ -271,3 +271,58 @@ def program_unknown(ctx: Context) -> list[Finding]:
                              "to this line", SRUN_DOC if under else SBATCH_DOC,
                              "nothing to change; write the program out (srun python train.py ...) to have it checked"))
     return found
+
+
+def program_not_visible(ctx: Context) -> list[Finding]:
+    """The program file of a line run in a container (`srun singularity exec -B ... IMG torchrun /path/train.py`)
+    outside everything the container shows: its -B binds, $SINGULARITY_BIND/$APPTAINER_BIND, $HOME, /tmp and the
+    working directory. Every rank fails with "can't open file", after the queue. Only where all of those are
+    known: a `cd` to a variable, a module that may set binds (LUMI's singularity-bindings) or a bind variable
+    the script sets make the rule stand back. envrun lines bind the program themselves."""
+    from envbuild.launch.visibility import BIND_VARIABLES, is_under, program_file_index, system_dir, visible_roots
+
+    script, environ = ctx.script, ctx.environ
+    if not environ.get("HOME") or any(name in script.exports for name in BIND_VARIABLES) or \
+            any("bind" in module.lower() for _line, module in script.modules):
+        return []
+    found: list[Finding] = []
+    lines = [(srun.line, srun.program, srun.under_envrun) for srun in script.sruns] + \
+        [(command.line, command.program, False) for command in script.commands]
+    for line, program, under_envrun in lines:
+        if program.container is None or under_envrun or program.kind == "unknown":
+            continue
+        at = program_file_index(program.words)
+        path = program.words[at] if at is not None else ""
+        directory = script.directory_at(line)
+        if not path.startswith("/") or "$" in path or system_dir(path) or directory is None:
+            continue
+        binds = _container_binds(program.container)
+        roots = visible_roots([*binds, directory], program.container, environ)
+        if any(is_under(path, root) for root in roots):
+            continue
+        folder = path.rsplit("/", 1)[0] or "/"
+        written = next((f"{flag} {value}" for flag, value in _bind_options(program.container)), None)
+        edit = ctx.replace_in_line(line, written, f"{written},{folder}") if written else None
+        found.append(Finding(
+            line, f"{path}: the container does not see the program file ({program.name} runs it inside "
+            f"{program.via.split(',')[-1].strip()})",
+            "a container sees host paths only where they are bound (-B), in $HOME, /tmp and the working directory "
+            f"({directory}); every rank fails with \"can't open file\" once the job has waited in the queue",
+            "apptainer(1) bind paths, https://apptainer.org/docs/user/latest/bind_paths_and_mounts.html",
+            f"bind its directory: -B {folder}" + (f" (add it to {written})" if written else ""), edit))
+    return found
+
+
+def _bind_options(options: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The container's bind options as written: (flag, value), for `-B X`, `--bind X` and `--bind=X`."""
+    found: list[tuple[str, str]] = []
+    for index, word in enumerate(options):
+        if word in ("-B", "--bind") and index + 1 < len(options):
+            found.append((word, options[index + 1]))
+        elif word.startswith("--bind="):
+            found.append(("--bind=", word.split("=", 1)[1]))
+    return found
+
+
+def _container_binds(options: tuple[str, ...]) -> list[str]:
+    return [spec.strip() for _flag, value in _bind_options(options) for spec in value.split(",") if spec.strip()]

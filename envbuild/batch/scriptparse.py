@@ -58,7 +58,7 @@ _WHOLE_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za
 # Commands that may matter to a rule name one of these (srun, a launcher, Python, a program that cannot be
 # known, a variable); any other line is skipped unread (envbuild.batch.shellwords, `wanted`).
 _WANTED = re.compile(r"srun|torch|accelerate|deepspeed|python|mpirun|mpiexec|eval|export|declare|typeset|readonly|"
-                     r"local|=|_wrapper")
+                     r"local|=|_wrapper|(?:^|[\s;&|(])(?:cd|pushd|module|ml)\s", re.MULTILINE)
 # words that may come before srun without being a program of their own
 SRUN_PREFIXES = {"time", "exec", "nohup", "env", "command", "builtin", "if", "then", "else", "elif", "do", "while",
                  "until", "!", "{", "nice"}
@@ -114,6 +114,14 @@ class BatchScript:
     interpreter: str | None = None  # what the #! first line names; None without one (sbatch refuses the script)
     lines: list[str] = field(default_factory=list)  # the text's lines, for fixes that rewrite one
     open_quote_line: int | None = None  # a command whose quote or $( never closes (bash -n fails there)
+    directories: list[tuple[int, str | None]] = field(default_factory=list)  # `cd DIR` lines; None: not known
+    modules: list[tuple[int, str]] = field(default_factory=list)  # `module load NAME` lines (a module may bind)
+
+    def directory_at(self, line: int) -> str | None:
+        """The working directory at `line` where the script set it with `cd /absolute/path`; None: not known
+        (the directory sbatch was run in, or a `cd` to a variable or a relative path)."""
+        found = [directory for at, directory in self.directories if at < line]
+        return found[-1] if found else None
 
     def last(self, *names: str) -> Directive | None:
         """The directive sbatch uses for an option (the last one given), by any of its names."""
@@ -308,7 +316,14 @@ def _read_command(command: SimpleCommand, variables: dict[str, str], script: Bat
             text=shlex.join(texts), written=options,
         ))
         return
-    script.commands.append(Command(line, classify_program(expand_words(command.words, variables))))
+    words = expand_words(command.words, variables)
+    if words[0] in ("cd", "pushd"):
+        target = words[1] if len(words) > 1 else ""
+        script.directories.append((line, target if target.startswith("/") and "$" not in target else None))
+    elif words[0] in ("module", "ml"):
+        script.modules += [(line, word) for word in words[1:] if not word.startswith("-") and
+                           word not in ("load", "add", "purge", "use", "unload", "rm", "swap", "restore", "list")]
+    script.commands.append(Command(line, classify_program(words)))
 
 
 def _is_srun_prefix(words: list[str]) -> bool:

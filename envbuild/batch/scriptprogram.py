@@ -9,7 +9,7 @@ $SING_IMAGE), `bash -c "..."` strings (read as bash reads them), wrapper scripts
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # torchrun, accelerate and deepspeed start the training processes of a node themselves (one launcher per node);
 # "python" is a per-task launch (one training process per srun task); "other" is anything else; "unknown" is
@@ -57,6 +57,7 @@ class Program:
     words: tuple[str, ...]  # from the launcher or Python on (the inner command, for a `-c` string)
     via: str = ""  # "singularity exec", "bash -c": how it is reached
     why: str = ""  # unknown: why it cannot be known
+    container: tuple[str, ...] | None = None  # `singularity|apptainer exec`'s own options; None: not in one
 
     @property
     def per_node(self) -> bool:
@@ -79,7 +80,9 @@ def classify_program(words: tuple[str, ...], via: str = "") -> Program:
     if base in _UNKNOWN_PROGRAMS:
         return Program("unknown", rest, via, _UNKNOWN_PROGRAMS[base])
     if base in _CONTAINER_RUNTIMES and rest[1:2] in (("exec",), ("run",)):
-        return classify_program(_after_image(rest[2:]), _join(via, f"{base} {rest[1]}"))
+        options, command = _split_image(rest[2:])
+        inner = classify_program(command, _join(via, f"{base} {rest[1]}"))
+        return replace(inner, container=options) if inner.container is None else inner
     if base in _SITE_WRAPPERS and rest[1:2] in (("exec",), ("run",)):
         return classify_program(rest[2:], _join(via, f"{base} {rest[1]}"))
     if base in _SHELLS:
@@ -130,12 +133,13 @@ def _join(via: str, more: str) -> str:
     return f"{via}, {more}" if via else more
 
 
-def _after_image(args: tuple[str, ...]) -> tuple[str, ...]:
+def _split_image(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the runtime's options, the command after the image)."""
     index = 0
     while index < len(args) and args[index].startswith("-"):
         word = args[index]
         index += 2 if ("=" not in word and word in _CONTAINER_WITH_VALUE) else 1
-    return args[index + 1:]  # the image, then the command
+    return args[:index], args[index + 1:]
 
 
 def _python_module(args: tuple[str, ...]) -> str | None:
