@@ -172,9 +172,11 @@ def partition_limits(ctx: Context) -> list[Finding]:
             most = parse_duration(spec.max_time, source)
             if seconds > most:
                 longer = ctx.partition_fix(name, test=spec.test)
-                fix = f"--time={format_duration(most)}" + (f", or {longer}" if longer else "")
+                shorter = f"--time={format_duration(most)}"
+                fix = shorter + (f", or {longer}" if longer else "")
                 found.append(Finding(time.line, f"{time.written}: partition {name} allows at most {spec.max_time}",
-                                     f"partition {name}'s time limit is {spec.max_time}", source, fix))
+                                     f"partition {name}'s time limit is {spec.max_time}", source, fix,
+                                     ctx.replace_in_line(time.line, time.written, shorter)))
     return found
 
 

@@ -306,7 +306,7 @@ def _read_command(command: SimpleCommand, variables: dict[str, str], script: Bat
         return
     srun_at = next((i for i, word in enumerate(texts) if word.rsplit("/", 1)[-1] == "srun"), None)
     if srun_at is not None and _is_srun_prefix(list(texts[:srun_at])):
-        srun_words = ("srun", *expand_words(command.words[srun_at + 1:], variables))
+        srun_words = ("srun", *map(_usual_spelling, expand_words(command.words[srun_at + 1:], variables)))
         try:
             options, program = split_srun(srun_words)
         except UsageError:
@@ -324,6 +324,14 @@ def _read_command(command: SimpleCommand, variables: dict[str, str], script: Bat
         script.modules += [(line, word) for word in words[1:] if not word.startswith("-") and
                            word not in ("load", "add", "purge", "use", "unload", "rm", "swap", "restore", "list")]
     script.commands.append(Command(line, classify_program(words)))
+
+
+def _usual_spelling(word: str) -> str:
+    """`--tasks-per-node=1` as `--ntasks-per-node=1`: srun's other spellings, before its options are split."""
+    if not word.startswith("--"):
+        return word
+    name, eq, value = word[2:].partition("=")
+    return f"--{ALIASES[name]}{eq}{value}" if name in ALIASES else word
 
 
 def _is_srun_prefix(words: list[str]) -> bool:

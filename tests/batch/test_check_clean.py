@@ -72,6 +72,14 @@ GENERATED = [
     ("jupiter 1 node torchrun", "jupiter", JobRequest(account="training2600"), ("python", "train.py"), (), None),
     ("jupiter 2 nodes torchrun", "jupiter", JobRequest(nodes=2, account="training2600"), ("python", "train.py"), (), None),
     ("local srun", "local", JobRequest(launcher="srun"), ("python", "train.py"), STAGED, None),
+    ("jureca-dc 2 nodes torchrun", "jureca-dc", JobRequest(nodes=2, account="training2546"), ("python", "train.py"),
+     (), None),
+    ("jureca-dc 1 node srun", "jureca-dc", JobRequest(account="training2546", launcher="srun"),
+     ("python", "train.py"), (), None),
+    ("mahti gpusmall 1 GPU srun", "mahti", JobRequest(gpus_per_node=1, account="project_2001234", launcher="srun"),
+     ("python", "train.py"), (), None),
+    ("lumi-g 2 nodes accelerate", "lumi-g", JobRequest(nodes=2, account="project_465000000", launcher="accelerate"),
+     ("accelerate", "launch", "train.py"), (), None),
 ]
 
 
