@@ -74,17 +74,20 @@ class CheckReport:
         return sum(1 for finding in self.findings if finding.level != "info")
 
 
+_ASK_BASH = (-1, "")  # check_script's default: ask bash -n itself
+
+
 def check_script(text: str, recipe: Recipe | None, environ: Mapping[str, str], site: str = "",
-                 syntax: bool = True) -> CheckReport:
+                 syntax_error: tuple[int, str] | None = _ASK_BASH) -> CheckReport:
     """`site`: what detection saw, for the first note when `recipe` is None ("SLURM_CLUSTER_NAME=perlmutter").
-    `syntax`: ask `bash -n` (the shell_syntax rule); conflict markers are found either way."""
+    `syntax_error`: bash -n's answer where the caller has it (bash_syntax_error); by default bash is asked."""
     script = parse_script(text)
     notes: list[str] = []
     if recipe is None:
         seen = site or _site_seen(environ)
         notes.append(f"no recipe for this site ({seen}): site rules skipped; only the rules that need no site "
                      "facts ran (choose a recipe with --system NAME where one fits)")
-    ctx = Context(script, recipe, environ, notes, bash_syntax_error(text) if syntax else None)
+    ctx = Context(script, recipe, environ, notes, bash_syntax_error(text) if syntax_error == _ASK_BASH else syntax_error)
     found: list[tuple[int, int, Finding]] = []
     for order, (rule, level, needs_site) in enumerate(RULES):
         if needs_site and recipe is None:
@@ -208,8 +211,9 @@ def check_script_file(path: str, recipe: Recipe | None, out: TextIO, environ: Ma
     chosen, or what detection saw where there is no recipe."""
     text = read_script(path)
     environ = os.environ if environ is None else environ
-    refuse_non_script(path, parse_script(text), bash_syntax_error(text))
-    report = check_script(text, recipe, environ, site)
+    syntax_error = bash_syntax_error(text)
+    refuse_non_script(path, parse_script(text), syntax_error)
+    report = check_script(text, recipe, environ, site, syntax_error)
     if as_json:
         import json
 

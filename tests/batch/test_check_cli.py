@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,21 @@ def test_check_a_missing_script(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert run(["sbatch", "--system", "puhti", "--check", str(tmp_path / "job.sh")]) == 2
     err = capsys.readouterr().err
     assert f"error: --check {tmp_path / 'job.sh'}: no such file" in err and "fix: " in err
+
+
+def test_check_on_a_site_without_a_recipe(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    """NERSC's Perlmutter has no recipe: the first line says site rules were skipped, never "clean for local"."""
+    for name in ("ENVBUILD_SYSTEM", "SBATCH_ACCOUNT", "SYSTEMNAME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "perlmutter")
+    job = tmp_path / "job.sh"
+    job.write_text("#!/bin/bash\n#SBATCH -C gpu\n#SBATCH -N 1\n#SBATCH --gpus-per-node=4\n\nsrun python train.py\n")
+    assert run(["sbatch", "--check", str(job)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{job}: note: no recipe for this site (SLURM_CLUSTER_NAME=perlmutter")
+    assert "site rules skipped" in out.splitlines()[0] and "local" not in out
+    assert run(["sbatch", "--check", str(job), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["system"], data["site_rules"], data["findings"]) == (None, False, [])
+    assert data["notes"][0].startswith("no recipe for this site (SLURM_CLUSTER_NAME=perlmutter")
