@@ -157,7 +157,7 @@ def test_jureca_dc_facts() -> None:
     recipe = load_recipe("jureca-dc")
     assert (recipe.node.gpus, recipe.node.cores, recipe.node.memory_gb, recipe.node.gpu_type) == (4, 128, 512, "a100")
     assert set(recipe.partitions) == {"dc-gpu", "dc-gpu-devel", "dc-cpu", "dc-cpu-devel"}
-    assert all(spec.full_node for spec in recipe.partitions.values())  # JSC gives whole nodes
+    assert all(spec.full_node and spec.billing == "whole-node" for spec in recipe.partitions.values())  # no sharing
     assert [n for n, spec in recipe.partitions.items() if spec.cpu_only] == ["dc-cpu", "dc-cpu-devel"]
     assert recipe.launch.gpu_request == "--gres=gpu:{gpus}"
     assert recipe.launch.srun_env_from == {"SRUN_CPUS_PER_TASK": "SLURM_CPUS_PER_TASK"}
