@@ -167,12 +167,15 @@ def _srun_edit(ctx: Context, srun: SrunLine, options: str, drop: tuple[str, ...]
         return None
     names = {word.split("=", 1)[0] for word in options.split()} | set(drop)
     new = line
-    for word, canonical in zip(srun.written, srun_options(srun.written), strict=False):
-        if canonical.split("=", 1)[0] not in names:
+    for word in srun.written:
+        if not word.startswith("-"):
             continue
-        if "=" not in canonical or not canonical.endswith(word.split("=", 1)[-1][-1:] or "=") or \
-                word in ("-n", "-c", "-N") or new.count(f" {word}") != 1:
-            return None
+        (canonical, *_rest) = srun_options((word,))
+        name, _eq, value = canonical.partition("=")
+        if name not in names:
+            continue
+        if not value or new.count(f" {word}") != 1:
+            return None  # `-n 8`: its value is the next word; or written twice: leave such lines to the user
         new = new.replace(f" {word}", "", 1)
     found = _SRUN_WORD.search(new)
     if found is None:
