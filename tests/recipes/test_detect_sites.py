@@ -186,3 +186,61 @@ def test_jureca_gpu_job_on_a_cpu_partition_is_refused() -> None:
 def test_jureca_needs_an_account() -> None:
     with pytest.raises(UsageError):
         plan_resources(load_recipe("jureca-dc"), JobRequest(), HostNode(cpus=2))
+
+
+# -- detection on the way into `envrun sbatch --check` ------------------------------------------------------------
+
+def check_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
+    import json
+
+    from envbuild.cli import envrun_main
+
+    with pytest.raises(SystemExit):
+        envrun_main.main(["sbatch", "--check", *argv, "--json"])
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def login_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A login node outside a job: no job variables; slurm.conf is the test's."""
+    for name in ("ENVBUILD_SYSTEM", "SLURM_CLUSTER_NAME", "SYSTEMNAME", "SBATCH_ACCOUNT"):
+        monkeypatch.delenv(name, raising=False)
+    conf = tmp_path / "slurm.conf"
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    return conf
+
+
+COURSE_JOB = """#!/bin/bash
+#SBATCH --account=training2556
+#SBATCH --partition=dc-gpu
+#SBATCH --nodes=1
+#SBATCH --gres=gpu:4
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=48
+#SBATCH --time=00:30:00
+
+export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+srun torchrun --nproc-per-node=4 train.py
+"""
+
+
+def test_check_on_a_jureca_login_node_uses_jureca_rules(login_node: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SYSTEMNAME", "jurecadc")
+    job = tmp_path / "job.sh"
+    job.write_text(COURSE_JOB)
+    data = check_json([str(job)], capsys)
+    assert (data["system"], data["site_rules"], data["findings"]) == ("jureca-dc", True, [])
+    # the same job without its GPU request: JURECA's rules know dc-gpu is a GPU partition
+    job.write_text(COURSE_JOB.replace("#SBATCH --gres=gpu:4\n", ""))
+    assert [f["rule"] for f in check_json([str(job)], capsys)["findings"]] == ["gpu_partition_without_gpus"]
+
+
+def test_check_on_an_unknown_login_node_skips_site_rules(login_node: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    login_node.write_text("ClusterName=perlmutter\n")
+    job = tmp_path / "job.sh"
+    job.write_text(COURSE_JOB)
+    data = check_json([str(job)], capsys)
+    assert (data["system"], data["site_rules"]) == (None, False)
+    assert data["notes"][0].startswith(f"no recipe for this site (ClusterName=perlmutter in {login_node}, hostname ")
