@@ -36,7 +36,6 @@ _WRAPPERS = {
     "command": set(), "builtin": set(), "ionice": {"-c", "-n", "-p"},
     "numactl": {"-C", "-N", "-m", "-p", "-i", "--physcpubind", "--cpunodebind", "--membind", "--preferred",
                 "--interleave"},
-    "srun_wrapper": set(),
 }
 _WITH_ONE_ARGUMENT = {"timeout": "the duration", "taskset": "the CPU mask"}  # then the command
 _SHELLS = ("bash", "sh", "zsh", "dash", "ksh")
@@ -91,8 +90,8 @@ def classify_program(words: tuple[str, ...], via: str = "") -> Program:
         return Program("torchrun", rest, via)
     if base == "accelerate" and rest[1:2] == ("launch",):
         return Program("accelerate", rest, via)
-    if base in ("deepspeed", "ds"):
-        return Program("deepspeed", rest, via) if base == "deepspeed" else Program("other", rest, via)
+    if base == "deepspeed":
+        return Program("deepspeed", rest, via)
     if _PYTHON.match(base):
         module = _python_module(rest[1:])
         return Program(_MODULE_KINDS.get(module or "", "python"), rest, via)
@@ -143,14 +142,22 @@ def _split_image(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...
 
 
 def _python_module(args: tuple[str, ...]) -> str | None:
-    for index, word in enumerate(args):
+    """The module of `python [options] -m MODULE`; None for a script, `-c` code or stdin."""
+    index = 0
+    while index < len(args):
+        word = args[index]
         if word == "-m" and index + 1 < len(args):
             return args[index + 1]
         if word.startswith("-m") and len(word) > 2:
             return word[2:]
-        if not word.startswith("-") or word == "-c" or (word.startswith("-") and "c" in word[1:] and
-                                                         not word.startswith("--")):
+        if not word.startswith("-") or word == "-" or word.startswith("--"):
             return None
+        if word[1] in "WX":  # -W ignore, -X dev: a value, attached or the next word
+            index += 1 if len(word) > 2 else 2
+            continue
+        if "c" in word[1:]:  # -c CODE, also bundled (-uc)
+            return None
+        index += 1
     return None
 
 

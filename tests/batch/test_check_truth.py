@@ -303,3 +303,13 @@ def test_every_offered_edit_removes_its_finding_and_adds_none(name: str) -> None
         after = [(f.rule, f.line) for f in check("\n".join(lines), system)]
         assert (finding.rule, finding.line) not in after, (name, finding, after)
         assert set(after) <= {(f.rule, f.line) for f in before}, (name, finding, after)
+
+
+@pytest.mark.parametrize(("words", "kind"), [
+    ("python -W ignore -m torch.distributed.run --nproc-per-node=4 train.py", "torchrun"),
+    ("python -u -X dev -m accelerate.commands.launch train.py", "accelerate"),
+    ("python -uc 'import torch.distributed.run'", "python"),
+    ("srun_wrapper.sh python train.py", "other"),
+])
+def test_python_options_before_the_module(words: str, kind: str) -> None:
+    assert classify_program(tuple(words.split())).kind == kind
