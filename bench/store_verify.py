@@ -1,12 +1,22 @@
 """What verifying a shared store costs (issue 28): the same build taken from a store only the user can write
-(sizes compared) and from a group-writable one (the output's copy hashed, the base digest recomputed), side by
-side, each as a whole `envbuild build` process, alternating run by run; then `envbuild cache verify` of the
-whole store. Both stores are made from the reference image's entries in SOURCE (hard links, nothing copied).
+(sizes compared, no tree digested) and from a group-writable one (the output's copy hashed, the base digest
+recomputed, an env layer's tree digested again before its files are used), side by side, each as a whole
+`envbuild build` process, alternating run by run; then `envbuild cache verify` of the whole store. Both stores
+are made from the reference image's entries in SOURCE (hard links, nothing copied).
+
+Cases: a no-op (output up to date); the image taken from the store (output deleted); a +1 build (the spec
+plus one small package, its lock now stale, as a user edits it: resolved again, the reference env layer taken
+as the parent, `--layered` by default: the fastest +1, where a check weighs most). Between +1 runs the +1's
+env layer and image are removed and the stale lock put back. Also printed: the tree digest of the reference
+env layer alone (what the check of a parent costs), and the +1 env step's own digest action (the record every
+env layer now gets, in either store), read from the build logs.
 
     .venv/bin/python bench/store_verify.py [--source /var/tmp/envbuild-test-cache] [--spec envs/local-cpu-pytorch.yaml]
-        [--runs 7] [--work /var/tmp/envbuild-bench-verify]
+        [--runs 7] [--plus-one-runs 5] [--plus-one-args=--layered] [--work /var/tmp/envbuild-bench-verify]
+        [--envbuild OTHER-CHECKOUT/bin/envbuild]
 
-SOURCE must hold the spec's base and image (build it once: ENVBUILD_CACHE_DIR=SOURCE bin/envbuild build SPEC).
+SOURCE must hold the spec's base, env layer and image (build it once: ENVBUILD_CACHE_DIR=SOURCE bin/envbuild
+build SPEC), and the packages' indexes must be at hand (the +1 build resolves again).
 """
 
 from __future__ import annotations
@@ -24,25 +34,44 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from envbuild.store.integrity import is_private_group, others_can_write, write_content_record  # noqa: E402
+from envbuild.store.integrity import (  # noqa: E402
+    env_layer_problem,
+    is_private_group,
+    others_can_write,
+    write_content_record,
+)
+from envbuild.treedigest import tree_digest, write_file_digests  # noqa: E402
+
+EXTRA = "tabulate"  # the +1 package, as bench/plus_one.py adds it
 
 
-def make_store(source: Path, target: Path, *, shared: bool) -> None:
-    """The complete base and image entries of SOURCE under TARGET, their files hard-linked (same inodes, so
-    the same bytes and modes); only the directories of the store, its kinds and entries differ in mode."""
+def make_store(source: Path, target: Path, *, shared: bool,
+               env_digests: dict[str, tuple[str, dict[tuple[int, int, int], str]]]) -> None:
+    """The complete base, env and image entries of SOURCE under TARGET, their files hard-linked (same inodes,
+    so the same bytes and modes); only the directories of the store, its kinds and entries differ in mode.
+    `env_digests`: env layers' tree digests (and per-file digests) by name, filled on first use: an env layer
+    SOURCE's envbuild made before env digests were recorded gets what its env step would have written."""
     if target.exists():
         shutil.rmtree(target)
-    for kind in ("bases", "images"):
+    for kind in ("bases", "envs", "images"):
         for entry in sorted((source / kind).glob("*")):
             if not (entry / "complete").exists():
                 continue
             copy = target / kind / entry.name
             copy.parent.mkdir(parents=True, exist_ok=True)
             subprocess.run(["cp", "-al", str(entry), str(copy)], check=True)
-            for name in ("content.json", "last-used"):
-                (copy / name).unlink(missing_ok=True)  # not shared with SOURCE: written fresh below
+            for name in ("content.json", "last-used", *(("digest", "file-digests") if kind == "envs" else ())):
+                if name:
+                    (copy / name).unlink(missing_ok=True)  # not shared with SOURCE: written fresh below
             if kind == "images":
                 write_content_record(copy, files=("image.sif",))
+            elif kind == "envs":
+                if entry.name not in env_digests:
+                    found: dict[tuple[int, int, int], str] = {}
+                    env_digests[entry.name] = (tree_digest(str(copy / "rootfs"), found=found), found)
+                digest, found = env_digests[entry.name]
+                (copy / "digest").write_text(digest + "\n")
+                write_file_digests(str(copy / "file-digests"), found)  # same inodes: valid for both stores
             else:
                 write_content_record(copy, trees={"rootfs": (copy / "digest").read_text().strip()})
     gid = _project_gid() if shared else os.getegid()
@@ -63,14 +92,49 @@ def _project_gid() -> int:
     raise SystemExit("the group-writable store needs a group besides your own: join one, or run as root")
 
 
-def timed(argv: list[str], store: Path, expect: str) -> float:
+def timed(argv: list[str], store: Path, expect: str, *, refuse: str = "warning") -> float:
     env = {**os.environ, "ENVBUILD_CACHE_DIR": str(store)}
     started = time.perf_counter()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd="/")
     elapsed = time.perf_counter() - started
-    if expect not in proc.stdout + proc.stderr:
-        raise SystemExit(f"expected {expect!r} from {' '.join(argv)}:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    text = proc.stdout + proc.stderr
+    if expect not in text or refuse in text:
+        raise SystemExit(f"expected {expect!r} and no {refuse!r} from {' '.join(argv)}:\n{text[-3000:]}")
     return elapsed
+
+
+def plus_one_spec(spec: Path, work: Path) -> tuple[Path, str]:
+    """SPEC plus one package in WORK, beside the lock SPEC ships (stale for it); (the spec, that lock's text)."""
+    text, marker = spec.read_text(), "    - accelerate"
+    if marker not in text:
+        raise SystemExit(f"{spec} changed: cannot find {marker!r} to add a package after")
+    plus = work / spec.name
+    plus.write_text(text.replace(marker, f"{marker}\n    - {EXTRA}", 1))
+    lock = spec.with_suffix(".lock").read_text()
+    plus.with_suffix(".lock").write_text(lock)
+    return plus, lock
+
+
+def forget(store: Path, keep: set[str]) -> None:
+    """Remove the env layers and images made after `keep` was taken (the +1 build's)."""
+    for kind in ("envs", "images"):
+        for entry in (store / kind).iterdir():
+            if f"{kind}/{entry.name}" not in keep:
+                shutil.rmtree(entry)
+
+
+def entries(store: Path) -> set[str]:
+    return {f"{kind}/{e.name}" for kind in ("envs", "images") for e in (store / kind).iterdir()}
+
+
+def env_record_seconds(log: Path) -> float | None:
+    """The env step's digest action (`record the sha256 of .../envs/.../rootfs`) in a build log: its time;
+    None when there is none (an envbuild from before env layers were recorded)."""
+    lines = log.read_text().splitlines()
+    for number, line in enumerate(lines[:-1]):
+        if line.startswith("$ record the sha256 of ") and "/envs/" in line:
+            return float(lines[number + 1].strip().strip("()").split()[0])
+    return None
 
 
 def main() -> None:
@@ -78,18 +142,31 @@ def main() -> None:
     parser.add_argument("--source", type=Path, default=Path("/var/tmp/envbuild-test-cache"))
     parser.add_argument("--spec", type=Path, default=REPO / "envs/local-cpu-pytorch.yaml")
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--plus-one-runs", type=int, default=5, help="0: no +1 builds")
+    parser.add_argument("--plus-one-args", default="--layered", help="options of the +1 builds ('' for a full one)")
     parser.add_argument("--work", type=Path, default=Path("/var/tmp/envbuild-bench-verify"))
+    parser.add_argument("--envbuild", default=str(REPO / "bin/envbuild"),
+                        help="the envbuild timed (another checkout's bin/envbuild: the same runs with that code)")
     args = parser.parse_args()
-    envbuild = str(REPO / "bin/envbuild")
+    envbuild = args.envbuild
     stores = {"private": args.work / "private", "group-writable": args.work / "shared"}
+    env_digests: dict[str, tuple[str, dict[tuple[int, int, int], str]]] = {}
     for name, store in stores.items():
-        make_store(args.source, store, shared=name != "private")
+        make_store(args.source, store, shared=name != "private", env_digests=env_digests)
         entry = next((store / "images").iterdir())
         if (others_can_write(store, entry, ("image.sif",)) is None) != (name == "private"):
             raise SystemExit(f"the {name} store {store} is not seen as {name} by envbuild.store.integrity")
     outputs = {name: args.work / f"out-{name}" / "ref.sif" for name in stores}
     for output in outputs.values():
         output.parent.mkdir(parents=True, exist_ok=True)
+    reference_env = next(e for e in (stores["group-writable"] / "envs").iterdir() if e.name.startswith(f"{args.spec.stem}-"))
+    digest_times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        problem, _found = env_layer_problem(reference_env)
+        digest_times.append(time.perf_counter() - started)
+        if problem:
+            raise SystemExit(f"{reference_env}: {problem}")
 
     def build(name: str, *, reuse: bool) -> float:
         output = outputs[name]
@@ -109,15 +186,54 @@ def main() -> None:
         times.setdefault(("cache verify (whole store)", "group-writable"), []).append(
             timed([envbuild, "cache", "verify"], stores["group-writable"], "0 mismatch"))
 
+    loads = [os.getloadavg()[0]]
+    record_times: list[float] = []
+    plus_case = f"+1 {args.plus_one_args or 'full'} (parent env layer from the store)"
+    if args.plus_one_runs:
+        plus_dir = args.work / "plus-one"
+        plus_dir.mkdir(parents=True, exist_ok=True)
+        plus, stale_lock = plus_one_spec(args.spec, plus_dir)
+        keep = {name: entries(store) for name, store in stores.items()}
+
+        def plus_one(name: str) -> float:
+            forget(stores[name], keep[name])
+            plus.with_suffix(".lock").write_text(stale_lock)
+            output = args.work / f"out-{name}" / "plus.sif"
+            output.unlink(missing_ok=True)
+            seconds = timed([envbuild, "build", str(plus), "-o", str(output), *args.plus_one_args.split()], stores[name],
+                            "reusing env layer")
+            recorded = env_record_seconds(output.with_name(output.name + ".build.log"))
+            if recorded is not None:
+                record_times.append(recorded)
+            return seconds
+
+        for name in stores:  # the uv cache and the index pages, once
+            plus_one(name)
+        record_times.clear()
+        for _ in range(args.plus_one_runs):
+            for name in stores:
+                times.setdefault((plus_case, name), []).append(plus_one(name))
+            loads.append(os.getloadavg()[0])
+        for name, store in stores.items():
+            forget(store, keep[name])
+
     image = next((stores["private"] / "images").glob("*/image.sif"))
-    print(f"reference image {args.spec.name}: {image.stat().st_size / 2**20:.0f} MiB; medians of {args.runs} runs")
-    print(f"{'':<38}{'private (s)':>13}{'group-writable (s)':>20}{'ratio':>8}")
-    for case in ("no-op (output up to date)", "reuse (image taken from the store)"):
+    print(f"reference image {args.spec.name}: {image.stat().st_size / 2**20:.0f} MiB; medians of {args.runs} runs "
+          f"({args.plus_one_runs} for the +1)")
+    print(f"{'':<52}{'private (s)':>13}{'group-writable (s)':>20}{'ratio':>8}")
+    cases = ["no-op (output up to date)", "reuse (image taken from the store)"] + ([plus_case] if args.plus_one_runs else [])
+    for case in cases:
         private, shared = (statistics.median(times[(case, n)]) for n in stores)
-        print(f"{case:<38}{private:>13.3f}{shared:>20.3f}{shared / private:>7.2f}x")
+        print(f"{case:<52}{private:>13.3f}{shared:>20.3f}{shared / private:>7.2f}x (+{shared - private:.2f} s)")
+    print(f"tree digest of the reference env layer {reference_env.name} (warm): "
+          + ", ".join(f"{t:.2f}" for t in digest_times) + " s")
+    if record_times:
+        print(f"the +1 env step's digest action (both stores): median {statistics.median(record_times):.2f} s, "
+              f"range {min(record_times):.2f}-{max(record_times):.2f} s")
+    print(f"load average (1 min) during the +1 runs: {' '.join(f'{x:.2f}' for x in loads)}")
     verify = statistics.median(times[("cache verify (whole store)", "group-writable")])
     reuse = statistics.median(times[("reuse (image taken from the store)", "private")])
-    print(f"{'cache verify (whole store)':<38}{'':>13}{verify:>20.3f}{verify / reuse:>7.2f}x of a private reuse")
+    print(f"{'cache verify (whole store)':<52}{'':>13}{verify:>20.3f}{verify / reuse:>7.2f}x of a private reuse")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(json.dumps({f"{case} / {name}": round(statistics.median(v), 3) for (case, name), v in times.items()}))
 

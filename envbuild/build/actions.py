@@ -214,13 +214,22 @@ class WriteRunWrappers:
 
 @dataclass(frozen=True)
 class RecordDigest:
-    """Write the content digest ("sha256:...") of a file or a whole tree (envbuild.treedigest) to `dest`."""
+    """Write the content digest ("sha256:...") of a file or a whole tree (envbuild.treedigest) to `dest`. A tree
+    may also keep its per-file digests (`files_out`) and reuse another tree's (`reuse`) for the files it
+    shares with it by hard links."""
 
     path: str
     dest: str
+    files_out: str | None = None
+    reuse: str | None = None
 
     def describe(self) -> str:
-        return f"record the sha256 of {shlex.quote(self.path)} in {shlex.quote(self.dest)}"
+        text = f"record the sha256 of {shlex.quote(self.path)} in {shlex.quote(self.dest)}"
+        if self.files_out:
+            text += f", each file's in {shlex.quote(self.files_out)}"
+        if self.reuse:
+            text += f" (reusing {shlex.quote(self.reuse)} for the files shared with it)"
+        return text
 
 
 @dataclass(frozen=True)

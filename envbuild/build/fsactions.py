@@ -274,7 +274,7 @@ def clamp_times(executor: Any, step: Step, action: ClampTimes) -> None:
 def record_digest(executor: Any, step: Step, action: RecordDigest) -> None:
     from envbuild.treedigest import main as record_digest
 
-    record_digest([action.path, action.dest])
+    record_digest([action.path, action.dest, action.reuse or "", action.files_out or ""])
 
 
 def write_wrappers(executor: Any, step: Step, action: WriteRunWrappers) -> None:

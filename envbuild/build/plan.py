@@ -248,7 +248,7 @@ def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer
     entry = store.env(layers.env_entry)
     partial, rootfs = f"{entry.rootfs}.partial", entry.rootfs
     start = store.env(layers.env_parent).rootfs if layers.env_parent else store.base(layers.base_entry).rootfs
-    actions: list[Action] = [Remove((partial, rootfs, entry.digest)), MakeDirs((entry.dir,))]
+    actions: list[Action] = [Remove((partial, rootfs, entry.digest, entry.file_digests)), MakeDirs((entry.dir,))]
     snapshot = f"{entry.dir}/parent.snapshot"
     # Only the difference is installed on a parent env layer, and a new venv on the base, so the parent's
     # files are shared by hard links instead of copied (1-2 GB of a parent: about 20 s on ext4; the base: 8 s
@@ -281,8 +281,10 @@ def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer
         Remove((f"{partial}{HOST_MOUNT}",), root=partial),
         Rename(partial, rootfs),
         # The layer's record, before it is complete and under its lock: a build taking it from a store others
-        # can write compares the tree with it (envbuild.app.storetrust.take_env_layer).
-        RecordDigest(rootfs, entry.digest),
+        # can write compares the tree with it (envbuild.app.storetrust.take_env_layer). On a parent layer only
+        # the files the install added are read (1.7 s of the reference's 1.2 GB otherwise, a +1 build's 20 %).
+        RecordDigest(rootfs, entry.digest, files_out=entry.file_digests,
+                     reuse=store.env(layers.env_parent).file_digests if layers.env_parent else None),
         WriteFile(entry.meta, _meta_json(request, "env", layers.env_key, layers.env_parent or layers.base_entry,
                                                    compat=layers.env_compat, installer=installer)),
         WriteFile(entry.complete, f"{request.spec.name}\n"),

@@ -3,7 +3,7 @@
 Layout under the store root (`envbuild.host.runtime.default_cache_dir()`; the build code relies on it):
 
     bases/<name>/   rootfs/, complete, [digest], [meta.json], [last-used], [content.json]
-    envs/<name>/    rootfs/, complete, meta.json, freeze.txt, [digest], [last-used]
+    envs/<name>/    rootfs/, complete, meta.json, freeze.txt, [digest, file-digests], [last-used]
     images/<name>/  image.sif, complete, meta.json, [last-used], [content.json], [tree-manifest.json.gz] (full
                     images: what a --layered build compares with, envbuild.build.treemanifest)
     overlays/<name>/  overlay.sqsh, complete, meta.json, [last-used], [content.json]   (venv overlays)
@@ -90,6 +90,12 @@ class EntryPaths:
         """bases: the content digest (a key input: the tree's, or the local .sif's it came from); envs: the
         tree digest of the root file system, written by the env step before `complete` (its record)."""
         return f"{self.dir}/digest"
+
+    @property
+    def file_digests(self) -> str:
+        """envs: each file's sha256 by inode, size and time, kept with `digest` so that a layer built on this
+        one (hard links to its files) records its own digest without reading them again (envbuild.treedigest)."""
+        return f"{self.dir}/file-digests"
 
     @property
     def freeze(self) -> str:

@@ -18,6 +18,7 @@ import envbuild.host.facts
 import envbuild.treedigest
 from envbuild.app.buildrequest import BuildOptions
 from envbuild.app.buildsession import BuildSession
+from envbuild.build.actions import RecordDigest
 from envbuild.build.request import BuildPlan, Layers
 from envbuild.spec.load import LoadedSpec
 from envbuild.store.integrity import write_content_record
@@ -182,6 +183,9 @@ def test_a_tampered_parent_in_a_shared_store_is_passed_over_for_the_next(tmp_pat
     assert f"reusing env layer {other.name}: installing only the difference" in text
     assert planned[0].layers.env_parent == other.name
     assert (best / "complete").exists(), "a parent passed over is left as it is"
+    env = next(step for step in planned[0].steps if step.name == "env")
+    record = next(action for action in env.actions if isinstance(action, RecordDigest))
+    assert record.reuse == f"{other}/file-digests", "the new layer's record reads only what the install added"
 
 
 def test_an_untampered_parent_in_a_shared_store_is_taken(tmp_path: Path, store: Path, planned: list[BuildPlan]) -> None:

@@ -384,3 +384,50 @@ def test_an_entry_a_stranger_planted_in_the_users_store_is_not_taken(tmp_path_fa
         assert f"MISMATCH    image/{entry.name}  image.sif has sha256:" in verify_run.stdout
     finally:
         shutil.rmtree(top)
+
+
+# --- an env layer's record, reusing its parent's per-file digests -------------------------------------
+
+
+def test_a_layer_on_a_parent_records_the_same_digest_reading_only_its_own_files(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the env step records for a layer hard-linked from its parent (envbuild.treedigest.main, as the
+    RecordDigest action runs it): the full tree digest, with the parent's files not read again."""
+    import envbuild.treedigest as treedigest
+
+    parent = make_env(tmp_path, "parent-0123456789abcdef", record=False)
+    treedigest.main([str(parent / "rootfs"), str(parent / "digest"), "", str(parent / "file-digests")])
+    assert (parent / "digest").read_text().strip() == tree_digest(str(parent / "rootfs"))
+    child = tmp_path / "envs" / "child"
+    child.mkdir()
+    subprocess.run(["cp", "-al", str(parent / "rootfs"), str(child / "rootfs")], check=True)
+    site = next(child.glob("rootfs/opt/envbuild/venv/lib/*/site-packages"))
+    (site / "tabulate.py").write_text("# tabulate\n")
+    read: list[str] = []
+    real = treedigest.file_digest
+    monkeypatch.setattr(treedigest, "file_digest", lambda path: read.append(os.path.basename(path)) or real(path))
+    treedigest.main([str(child / "rootfs"), str(child / "digest"), str(parent / "file-digests"),
+                     str(child / "file-digests")])
+    assert read == ["tabulate.py"]
+    monkeypatch.setattr(treedigest, "file_digest", real)
+    assert (child / "digest").read_text().strip() == tree_digest(str(child / "rootfs"))
+    assert len(treedigest.read_file_digests(str(child / "file-digests"))) == 2
+
+
+def test_forged_per_file_digests_can_only_make_a_record_that_fails_verification(tmp_path: Path) -> None:
+    """Whoever can write a parent's file-digests can make a new layer's record wrong, never a tampered tree
+    verify: verifying reads every file."""
+    import envbuild.treedigest as treedigest
+
+    parent = make_env(tmp_path, "parent-0123456789abcdef")
+    found: dict[tuple[int, int, int], str] = {}
+    tree_digest(str(parent / "rootfs"), found=found)
+    treedigest.write_file_digests(str(parent / "file-digests"), {key: "sha256:" + "0" * 64 for key in found})
+    treedigest.main([str(parent / "rootfs"), str(tmp_path / "recorded"), str(parent / "file-digests"), ""])
+    assert (tmp_path / "recorded").read_text().strip() != (parent / "digest").read_text().strip()
+    (parent / "digest").write_text((tmp_path / "recorded").read_text())
+    assert verify_entries(tmp_path).__next__().status == "mismatch"
+    # Read back as fixed-size records of numbers and digests, whatever the bytes; a torn file is none.
+    for garbage, entries in ((b"", 0), (b"x" * 57, 0), (b"\xff" * 112, 1)):
+        (parent / "file-digests").write_bytes(garbage)
+        assert len(treedigest.read_file_digests(str(parent / "file-digests"))) == entries
