@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from envbuild.batch.scriptprogram import Program, classify_program
-from envbuild.batch.shellwords import SimpleCommand, Word, read_commands
+from envbuild.batch.shellwords import SimpleCommand, read_commands
 from envbuild.errors import UsageError
 from envbuild.launch.args import SRUN_LONG_WITH_VALUE, SRUN_SHORT_WITH_VALUE, split_srun
 
@@ -81,8 +81,12 @@ class SrunLine:
     prefix: tuple[str, ...]  # words before srun: envrun and its options, time, VAR=value
     options: tuple[str, ...]  # srun's own options as --name=value or --flag, variables the script sets expanded
     program: Program
-    text: str
+    words: tuple[str, ...]  # the command's words, quotes removed
     written: tuple[str, ...] = ()  # srun's options as written
+
+    @property
+    def text(self) -> str:
+        return shlex.join(self.words)
 
     @property
     def under_envrun(self) -> bool:
@@ -241,17 +245,23 @@ def expand(word: str, variables: dict[str, str]) -> str:
     return _VARIABLE.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), word)
 
 
-def expand_words(words: tuple[Word, ...], variables: dict[str, str]) -> tuple[str, ...]:
-    """Words as bash runs them where the script says: an unquoted `$CMD` the script set is split into its
-    words; any other variable stays as written (what it holds is not known here)."""
+def expand_words(command: SimpleCommand, start: int, variables: dict[str, str]) -> tuple[str, ...]:
+    """The command's words from `start` as bash runs them where the script says: an unquoted `$CMD` the script
+    set is split into its words; any other variable stays as written (what it holds is not known here)."""
     out: list[str] = []
-    for word in words:
-        whole = _WHOLE_VARIABLE.match(word.text)
+    quoting = command.quoting
+    for index in range(start, len(command.texts)):
+        text = command.texts[index]
+        if "$" not in text:
+            out.append(text)
+            continue
+        quoted, expands = quoting[index] if quoting is not None else (False, True)
+        whole = _WHOLE_VARIABLE.match(text)
         name = whole and (whole.group(1) or whole.group(2))
-        if name and not word.quoted and name in variables:
+        if name and not quoted and name in variables:
             out += variables[name].split()
         else:
-            out.append(expand(word.text, variables) if word.expands else word.text)
+            out.append(expand(text, variables) if expands else text)
     return tuple(out)
 
 
@@ -306,17 +316,18 @@ def _read_command(command: SimpleCommand, variables: dict[str, str], script: Bat
         return
     srun_at = next((i for i, word in enumerate(texts) if word.rsplit("/", 1)[-1] == "srun"), None)
     if srun_at is not None and _is_srun_prefix(list(texts[:srun_at])):
-        srun_words = ("srun", *map(_usual_spelling, expand_words(command.words[srun_at + 1:], variables)))
+        srun_words = ("srun", *[_usual_spelling(w) if w.startswith("--") else w
+                                for w in expand_words(command, srun_at + 1, variables)])
         try:
             options, program = split_srun(srun_words)
         except UsageError:
             options, program = srun_words[1:], ()
         script.sruns.append(SrunLine(
             line=line, prefix=texts[:srun_at], options=srun_options(options), program=classify_program(program),
-            text=shlex.join(texts), written=options,
+            words=texts, written=options,
         ))
         return
-    words = expand_words(command.words, variables)
+    words = expand_words(command, 0, variables)
     if words[0] in ("cd", "pushd"):
         target = words[1] if len(words) > 1 else ""
         script.directories.append((line, target if target.startswith("/") and "$" not in target else None))

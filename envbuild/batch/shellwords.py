@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 _TOKEN = re.compile(r"""
   (?P<blank>[ \t\r\f\v]+)
@@ -32,15 +33,18 @@ _TOKEN = re.compile(r"""
 _IN_SUBSTITUTION = re.compile(r"""[()]|'[^']*'?|"[^"\\]*(?:\\.[^"\\]*)*"?|\\.""", re.DOTALL)
 _BACKQUOTED = re.compile(r"(?:[^`\\]|\\.)*`?", re.DOTALL)
 # A line, continued or not, with its quotes closed and no `$(`, backquote or here-document: one match in C.
-# Each alternative takes one character or one quoted string, and no two start alike, so a line that does not
-# match fails without backtracking into other ways of splitting it (Python 3.10 has no possessive `*+`).
-_PLAIN_LOGICAL_LINE = re.compile(r"""(?:[^'"\\\n`$#<]|'[^']*'|"(?:[^"\\`$]|\\.|\$(?!\())*"|\\.|\$(?!\()|<(?!<)"""
+# Each alternative takes a run of plain characters (whole: a lookahead and its backreference, the atomic group
+# Python 3.10 lacks), one character or one quoted string, and no two start alike, so a line that does not match
+# fails without backtracking into other ways of splitting it.
+_PLAIN_LOGICAL_LINE = re.compile(r"""(?:(?=(?P<run>[^'"\\\n`$#<]+))(?P=run)|'[^']*'|"(?:[^"\\`$]|\\.|\$(?!\())*"|\\.|\$(?!\()|<(?!<)"""
                                  r"""|(?<![^\s;&|(])\#[^\n]*|\#)*(?:\n|\Z)""", re.DOTALL)
+# what makes a line more than blank-separated words: quotes, operators, redirections, comments, escapes other
+# than a continuation
+_NOT_BARE_WORDS = re.compile(r"""['"`;&|()<>#]|\\(?!\n)""")
 _DOUBLE_ESCAPES = re.compile(r"\\([$`\"\\\n])")
 
 
-@dataclass(frozen=True)
-class Word:
+class Word(NamedTuple):  # a tuple: a long script has millions of them
     text: str  # quotes removed; `$(...)` and `$NAME` kept as written
     quoted: bool  # any part was quoted (a quoted `$X` is still one word after expansion)
     expands: bool = True  # no part in single quotes or escaped: bash expands its $NAME
@@ -49,12 +53,15 @@ class Word:
 @dataclass(frozen=True)
 class SimpleCommand:
     line: int  # where its first word is
-    words: tuple[Word, ...]
+    texts: tuple[str, ...]  # its words, quotes removed
     closed: bool  # False: a quote or `$(` is still open at the end of the text (bash -n fails)
+    quoting: tuple[tuple[bool, bool], ...] | None = None  # each word's (quoted, expands); None: all bare words
 
     @property
-    def texts(self) -> tuple[str, ...]:
-        return tuple(word.text for word in self.words)
+    def words(self) -> tuple[Word, ...]:
+        if self.quoting is None:
+            return tuple(Word(text, False) for text in self.texts)
+        return tuple(Word(text, *how) for text, how in zip(self.texts, self.quoting, strict=True))
 
 
 @dataclass(frozen=True)
@@ -76,12 +83,21 @@ def read_commands(text: str, first_line: int = 1, wanted: re.Pattern[str] | None
     while position < end:
         if wanted is not None:
             skip = _PLAIN_LOGICAL_LINE.match(text, position)
-            if skip is not None and skip.end() > position and not wanted.search(text, position, skip.end()):
+            stop = skip.end() if skip is not None else position
+            if stop > position and not wanted.search(text, position, stop):
                 if text.startswith("#", position):
-                    stop = text.find("\n", position)
-                    reader.comments.append(Comment(reader.line, text[position:end if stop < 0 else stop], True))
-                reader.line += text.count("\n", position, skip.end())
-                position = skip.end()
+                    newline = text.find("\n", position)
+                    reader.comments.append(Comment(reader.line, text[position:end if newline < 0 else newline], True))
+                reader.line += text.count("\n", position, stop)
+                position = stop
+                continue
+            if stop > position and not _NOT_BARE_WORDS.search(text, position, stop):
+                # words and continuations only (a long `srun \` line): split in C, as bash would
+                words = text[position:stop].replace("\\\n", " ").split()
+                if words:
+                    reader.commands.append(SimpleCommand(reader.line, tuple(words), True))
+                reader.line += text.count("\n", position, stop)
+                position = stop
                 continue
         position = reader.run(position)
     return reader.commands, reader.comments
@@ -187,7 +203,8 @@ class _Reader:
     def end_command(self) -> None:
         self.end_word()
         if self.words:
-            self.commands.append(SimpleCommand(self.command_line, tuple(self.words), self.closed))
+            self.commands.append(SimpleCommand(self.command_line, tuple(word.text for word in self.words), self.closed,
+                                               tuple((word.quoted, word.expands) for word in self.words)))
         self.words = []
         self.redirect_target = False
 
