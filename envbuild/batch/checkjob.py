@@ -297,9 +297,20 @@ def time_syntax(ctx: Context) -> list[Finding]:
     try:
         parse_duration(found.value, "--time")
     except UsageError:
+        meant = _HUMAN_TIME.match(found.value.strip())
+        if meant is None:
+            return [Finding(found.line, f"{found.written} is not a Slurm time", f"Slurm reads times as {FORMS}",
+                            SBATCH_DOC, "e.g. --time=02:00:00")]
+        seconds = int(meant.group(1)) * _HUMAN_UNITS[meant.group(2)[0].lower()]
+        fix = f"--time={format_duration(seconds)}"
         return [Finding(found.line, f"{found.written} is not a Slurm time", f"Slurm reads times as {FORMS}",
-                        SBATCH_DOC, "e.g. --time=02:00:00")]
+                        SBATCH_DOC, fix, ctx.replace_in_line(found.line, found.written, fix))]
     return []
+
+
+# what people write for a time (6h, 30min, 2days), and the seconds of each unit
+_HUMAN_TIME = re.compile(r"(\d+)\s*(h|hrs?|hours?|m|mins?|minutes?|d|days?)$", re.IGNORECASE)
+_HUMAN_UNITS = {"h": 3600, "m": 60, "d": 86400}
 
 
 def numbers(ctx: Context) -> list[Finding]:

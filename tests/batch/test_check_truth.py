@@ -313,3 +313,11 @@ def test_every_offered_edit_removes_its_finding_and_adds_none(name: str) -> None
 ])
 def test_python_options_before_the_module(words: str, kind: str) -> None:
     assert classify_program(tuple(words.split())).kind == kind
+
+
+@pytest.mark.parametrize(("written", "meant"), [("6h", "06:00:00"), ("30min", "00:30:00"), ("2days", "2-00:00:00")])
+def test_a_time_in_words_gets_its_slurm_form(written: str, meant: str) -> None:
+    text = (FIXTURES / "puhti-1-gpu.sh").read_text().replace("--time=01:00:00", f"--time={written}")
+    (finding,) = check(text, "puhti")
+    assert (finding.rule, finding.fix) == ("time_syntax", f"--time={meant}")
+    assert finding.edit == (8, f"#SBATCH --time={meant}")
