@@ -32,7 +32,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]  # envbuild, and bench/plus_one.py beside this script
+
+from plus_one import EXTRA, entries, forget  # noqa: E402 - bench/plus_one.py, beside this script: the same +1
 
 from envbuild.store.integrity import (  # noqa: E402
     env_layer_problem,
@@ -41,8 +43,6 @@ from envbuild.store.integrity import (  # noqa: E402
     write_content_record,
 )
 from envbuild.treedigest import tree_digest, write_file_digests  # noqa: E402
-
-EXTRA = "tabulate"  # the +1 package, as bench/plus_one.py adds it
 
 
 def make_store(source: Path, target: Path, *, shared: bool,
@@ -113,18 +113,6 @@ def plus_one_spec(spec: Path, work: Path) -> tuple[Path, str]:
     lock = spec.with_suffix(".lock").read_text()
     plus.with_suffix(".lock").write_text(lock)
     return plus, lock
-
-
-def forget(store: Path, keep: set[str]) -> None:
-    """Remove the env layers and images made after `keep` was taken (the +1 build's)."""
-    for kind in ("envs", "images"):
-        for entry in (store / kind).iterdir():
-            if f"{kind}/{entry.name}" not in keep:
-                shutil.rmtree(entry)
-
-
-def entries(store: Path) -> set[str]:
-    return {f"{kind}/{e.name}" for kind in ("envs", "images") for e in (store / kind).iterdir()}
 
 
 def env_record_seconds(log: Path) -> float | None:
