@@ -58,6 +58,7 @@ class JobShape:
 
     def __init__(self, script: BatchScript) -> None:
         self.script = script
+        self._gpus: tuple[Sized | None] | None = None  # asked for once per srun line: computed once
 
     def get(self, *names: str) -> Directive | None:
         return self.script.last(*names)
@@ -93,6 +94,11 @@ class JobShape:
 
     def gpus(self) -> Sized | None:
         """GPUs per node, from --gpus-per-node, --gres, --gpus (the job's total) or --gpus-per-task."""
+        if self._gpus is None:
+            self._gpus = (self._gpus_from_directives(),)
+        return self._gpus[0]
+
+    def _gpus_from_directives(self) -> Sized | None:
         sized = self._gpus_without_tasks()
         if sized is not None:
             return sized
