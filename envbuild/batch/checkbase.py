@@ -45,7 +45,7 @@ class Context:
     site facts run (envbuild.batch.check), and the helpers here that read the recipe are not called."""
 
     script: BatchScript
-    recipe: Recipe
+    recipe: Recipe | None
     environ: Mapping[str, str]
     notes: list[str] = field(default_factory=list)
     syntax_error: tuple[int, str] | None = None  # bash -n's first complaint, when it has one
