@@ -53,3 +53,9 @@ def test_check_on_a_site_without_a_recipe(capsys: pytest.CaptureFixture[str], mo
     data = json.loads(capsys.readouterr().out)
     assert (data["system"], data["site_rules"], data["findings"]) == (None, False, [])
     assert data["notes"][0].startswith("no recipe for this site (SLURM_CLUSTER_NAME=perlmutter")
+
+
+def test_json_is_for_check(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["sbatch", "--system", "puhti", "--json", "--", "python", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert "--json is the output of --check" in err and "fix: envrun sbatch --check SCRIPT --json" in err
