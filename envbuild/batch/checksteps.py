@@ -42,8 +42,9 @@ def forbidden_options(ctx: Context) -> list[Finding]:
             option = f"--{directive.name}"
             if option in rule.options and not job_safe and (job_tasks is None or job_tasks > 1):
                 fix = _forbidden_fix(ctx, option, directive.value, ctx.job.tasks_per_node() or 1, rule.unless)
+                edit = ctx.add_to_directive_line(directive.line, rule.unless) if rule.unless else None
                 found.append(Finding(directive.line, _forbidden_what(ctx, directive.written, rule.unless), rule.why,
-                                     source, fix))
+                                     source, fix, edit))
         for srun, step in ctx.steps():
             for option in rule.options:
                 tasks = step.tasks_per_node()
@@ -52,7 +53,9 @@ def forbidden_options(ctx: Context) -> list[Finding]:
                     value = option_value(srun.options, option)
                     written = f"srun {option}" + (f"={value}" if value is not None else "")
                     fix = _forbidden_fix(ctx, option, value, step.tasks_per_node() or 1, rule.unless)
-                    found.append(Finding(srun.line, _forbidden_what(ctx, written, rule.unless), rule.why, source, fix))
+                    edit = _srun_edit(ctx, srun, rule.unless) if rule.unless else None
+                    found.append(Finding(srun.line, _forbidden_what(ctx, written, rule.unless), rule.why, source, fix,
+                                         edit))
     return found
 
 
@@ -245,7 +248,9 @@ def core_masks_on_shared_nodes(ctx: Context) -> list[Finding]:
               not ctx.recipe.partitions[name].full_node]
     if not shared:
         return []
-    whole = [name for name, spec in ctx.recipe.partitions.items() if spec.full_node and not spec.test]
+    whole = [name for name, spec in ctx.recipe.partitions.items()
+             if spec.full_node and not spec.test and not spec.cpu_only]
+    partition = ctx.job.get("partition")
     found: list[Finding] = []
     for srun in ctx.script.sruns:
         bind = option_value(srun.options, "--cpu-bind") or option_value(srun.options, "--cpu_bind") or ""
@@ -256,7 +261,8 @@ def core_masks_on_shared_nodes(ctx: Context) -> list[Finding]:
             "the GPU-to-core masks name cores of the whole node, and a job on a shared node holds only some of them",
             f"{ctx.recipe.cite('node.gpu_cores')}; {ctx.recipe.cite('partitions.' + shared[0])}",
             "#SBATCH --exclusive" + (f", or --partition={whole[0]} (whole nodes)" if whole else "")
-            + ", or srun --cpu-bind=cores"))
+            + ", or srun --cpu-bind=cores",
+            ctx.add_to_directive_line(partition.line, "--exclusive") if partition is not None else None))
     return found
 
 
