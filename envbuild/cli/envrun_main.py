@@ -45,6 +45,9 @@ Data directories and HF_HOME/TORCH_HOME can be set in ~/.config/envbuild/envrun.
 A project's envrun.yaml takes the same keys (its env wins) plus image: and overlays:. Their env: is set
 in the container only (APPTAINERENV_*), never for srun or apptainer on the host.
 
+The program file (python/torchrun/accelerate launch/deepspeed PATH) outside every bind gets its directory
+bound read-only (--explain says so); other existing paths in the command outside the binds get a warning.
+
 An envrun.yaml (or the one *.sif here) that another user owns or may write is ignored with a warning,
 and the search upwards stops at another file system and at a directory like /tmp that is not yours and
 others may write. A group project that shares one: add its directory to $ENVRUN_TRUST_DIR

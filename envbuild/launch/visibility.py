@@ -100,8 +100,9 @@ def visible_roots(binds: list[str], flags: tuple[str, ...], environ: Mapping[str
         elif flag.startswith("--no-mount="):
             no_mount.update(flag.split("=", 1)[1].split(","))
     contained = any(flag in CONTAIN_FLAGS for flag in flags)
-    if not contained and "--no-home" not in flags and "home" not in no_mount and environ.get("HOME", "").startswith("/"):
-        specs.append(environ["HOME"])
+    home = environ.get("HOME", "")
+    if not contained and "--no-home" not in flags and "home" not in no_mount and home.startswith("/") and home != "/":
+        specs.append(home)
     if not contained and "tmp" not in no_mount:
         specs += list(RUNTIME_TMP_MOUNTS)
     roots = [root for root in map(same_path_bind, specs) if root]
