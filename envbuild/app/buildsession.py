@@ -241,9 +241,10 @@ class BuildSession(Session):
         check_env = check_env and verify
         env_entry = StorePaths(str(store_root)).env(layers.env_entry)
         if check_env and os.path.exists(env_entry.complete):
-            _check_env_layer(store_root, env_entry.dir, say=say)
+            _check_env_layer(store_root, env_entry.dir, say=say, ahead=self._prefetch)
         if not os.path.exists(env_entry.complete):
-            parent = _choose_env_parent(store_root, layers, request, use=use, say=say, check=check_env)
+            parent = _choose_env_parent(store_root, layers, request, use=use, say=say, check=check_env,
+                                        ahead=self._prefetch)
             if parent:
                 say(f"reusing env layer {parent}: installing only the difference")
                 made_ahead = self._prefetch.take() if self._prefetch and self._prefetch.parent == parent else None
@@ -296,7 +297,8 @@ class BuildSession(Session):
             self._say(f"note: --compression {self.options.compression}: {note}")
 
 
-def _check_env_layer(store_root: Path, entry_dir: str, *, say: Callable[[str], None]) -> None:
+def _check_env_layer(store_root: Path, entry_dir: str, *, say: Callable[[str], None],
+                     ahead: ParentPrefetch | None = None) -> None:
     """The build's own env layer, complete in the store, checked before the sandbox is made from it
     (envbuild.app.storetrust.take_env_layer); one that does not match is withdrawn, under its lock, so the
     env step makes it again instead of finding it "cached"."""
@@ -306,15 +308,18 @@ def _check_env_layer(store_root: Path, entry_dir: str, *, say: Callable[[str], N
 
     entry = EntryPaths(entry_dir)
     with entry_lock(store_root, "env", os.path.basename(entry_dir), on_wait=say):
-        if os.path.exists(entry.complete) and not take_env_layer(store_root, entry_dir, say=say,
+        checked = ahead.verdict(os.path.basename(entry_dir)) if ahead else None
+        if os.path.exists(entry.complete) and not take_env_layer(store_root, entry_dir, say=say, checked=checked,
                                                                  instead="building it again"):
             withdraw_entry(store_root, "env", entry_dir)
 
 
 def _choose_env_parent(store_root: Path, layers: Layers, request: BuildRequest, *,
-                       use: Callable[[Path, str, str], None], say: Callable[[str], None], check: bool) -> str | None:
+                       use: Callable[[Path, str, str], None], say: Callable[[str], None], check: bool,
+                       ahead: ParentPrefetch | None = None) -> str | None:
     """The env layer to install the difference on (envbuild.app.envparent), held by `use`; with `check`, one
-    that does not match its record is passed over for the next best (each is digested once at most)."""
+    that does not match its record is passed over for the next best (each is digested once at most, the one
+    `ahead` checked while the lock was resolved not again)."""
     from envbuild.app.storetrust import take_env_layer
     from envbuild.store.layout import StorePaths
 
@@ -324,7 +329,7 @@ def _choose_env_parent(store_root: Path, layers: Layers, request: BuildRequest, 
         entry = StorePaths(str(store_root)).env(parent)
         if not os.path.exists(entry.complete):
             return None  # removed between choosing and locking it: build without it
-        if not check or take_env_layer(store_root, entry.dir, say=say,
+        if not check or take_env_layer(store_root, entry.dir, say=say, checked=ahead.verdict(parent) if ahead else None,
                                        instead="installing on another env layer or from the base"):
             return parent
         passed_over.add(parent)

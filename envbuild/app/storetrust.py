@@ -75,17 +75,19 @@ def take_stored_file(store_root: Path, kind: str, entry_dir: str, name: str, par
     return True
 
 
-def take_env_layer(store_root: Path, entry_dir: str, *, say: Callable[[str], None], instead: str) -> bool:
+def take_env_layer(store_root: Path, entry_dir: str, *, say: Callable[[str], None], instead: str,
+                   checked: tuple[str | None] | None = None) -> bool:
     """Whether the complete env layer may be used: hard-linked into a sandbox, a user layer's lower tree, or a
     new env layer that installs on it. From the user's own store, yes, unhashed (write access is trust, and
     a digest of the reference's 1.2 GB layer costs 1.7-5.8 s). From a store others can write, its root file
     system is digested again and compared with the digest its env step recorded (`digest`, written before
-    `complete`); a mismatch or no record: False, with a warning naming the entry and the store."""
+    `complete`); a mismatch or no record: False, with a warning naming the entry and the store. `checked`:
+    what that comparison found, made ahead by this build (envbuild.app.prefetch)."""
     entry = Path(entry_dir)
     shared = others_can_write(store_root, entry, ("rootfs", "digest"))
     if not shared:
         return True
-    problem, _found = env_layer_problem(entry)
+    problem = checked[0] if checked is not None else env_layer_problem(entry)[0]
     if problem:
         _say_not_used(say, store_root, "env", entry, problem, instead, shared)
         return False

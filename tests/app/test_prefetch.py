@@ -54,3 +54,25 @@ def test_the_env_step_renames_a_copy_made_ahead_instead_of_copying() -> None:
     # Without a parent (a first build) a copy made ahead means nothing: the base is copied as always.
     first = fixed_plan("envs/local-cpu-pytorch.yaml", env_parent_copy=("/x/rootfs", "/x/snap"))
     assert any(isinstance(a, CopyTree) for a in first.steps[0].actions)
+
+
+def _env_layer(tmp_path: Path, name: str) -> Path:
+    entry = tmp_path / "store/envs" / name
+    (entry / "rootfs/opt/venv").mkdir(parents=True)
+    (entry / "rootfs/opt/venv/a.py").write_text("a\n")
+    from envbuild.treedigest import tree_digest
+
+    (entry / "digest").write_text(tree_digest(str(entry / "rootfs")) + "\n")
+    return entry
+
+
+def test_the_layer_is_checked_against_its_record_meanwhile_in_a_shared_store(tmp_path: Path) -> None:
+    """The verdict is for the layer checked only: another parent chosen later is checked by the build."""
+    entry = _env_layer(tmp_path, "env-parent")
+    clean = _prefetch(tmp_path).check(str(entry))
+    assert clean.verdict("env-parent") == (None,) and clean.verdict("another-parent") is None
+    (entry / "rootfs/opt/venv/a.py").write_text("b\n")
+    tampered = _prefetch(tmp_path).check(str(entry))
+    (problem,) = tampered.verdict("env-parent") or (None,)
+    assert problem and problem.startswith("rootfs has sha256:")
+    assert _prefetch(tmp_path).verdict("env-parent") is None, "not checked: the build checks it itself"

@@ -251,3 +251,27 @@ def test_layered_builds_check_the_env_layer_their_user_layer_lies_over(tmp_path:
     assert f"warning: env entry {entry.name} in the store {store} does not match its content record" in text
     assert any(step.name == "configure" and "in a directory over the env layer" in step.title for step in planned[0].steps)
     assert not env_step_cached(planned[0])
+
+
+def test_a_parent_checked_while_the_lock_was_resolved_is_not_digested_again(tmp_path: Path, store: Path,
+                                                                           planned: list[BuildPlan],
+                                                                           digests: list[str]) -> None:
+    """A stale lock: the likely parent was digested beside the resolution (envbuild.app.prefetch); the build
+    takes that verdict for it, and checks the next best itself."""
+    from envbuild.app.prefetch import ParentPrefetch
+
+    loaded, output, layers = stored_base(tmp_path, store, ["six", "tabulate"])
+    best = stored_env(store, "tiny-1111111111111111", layers, {"six": "1.16.0"})
+    other = stored_env(store, "tiny-2222222222222222", layers, {})
+    share_with_group(store)
+    tamper(best)
+    work = store / "work" / "tiny-prefetch"
+    session = BuildSession(loaded, BuildOptions(output=output, cache_dir=store), out=io.StringIO())
+    session._prefetch = ParentPrefetch(parent=best.name, work_dir=str(work), tree=f"{work}/rootfs",
+                                       snapshot=f"{work}/parent.snapshot").check(str(best))
+    with pytest.raises(BuildStarted):
+        session.build()
+    text = session.out.getvalue()  # type: ignore[attr-defined]
+    assert f"warning: env entry {best.name} in the store {store} does not match its content record" in text
+    assert planned[0].layers.env_parent == other.name
+    assert digests.count(f"{best}/rootfs") == 1 and digests.count(f"{other}/rootfs") == 1
