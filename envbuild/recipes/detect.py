@@ -37,8 +37,8 @@ def detect_site(environ: Mapping[str, str], hostname: str | None = None,
         for name, detect in detects:
             if cluster in (detect.get("slurm_cluster_names") or ()):
                 return name, cluster_evidence
-        # A recipe that names its site's cluster does not apply here: its jobs would carry that name.
-        detects = [(name, detect) for name, detect in detects if not detect.get("slurm_cluster_names")]
+        # An unknown cluster name rules nothing out: several recipes' cluster names are not confirmed by a public
+        # source, and a wrong one must not hide a site whose own hostnames and variables say where we are.
     for name, detect in detects:
         for variable, values in (detect.get("environment") or {}).items():
             if environ.get(variable) and environ[variable] in values:

@@ -59,8 +59,8 @@ def test_hostnames_shared_with_other_sites_name_nothing(hostname: str) -> None:
     assert site({}, hostname) is None
 
 
-def test_perlmutter_node_is_an_unknown_site_not_lumi(on_lumi: None) -> None:
-    """Even where a stray /appl/lumi existed, the job's cluster name rules LUMI out: LUMI's jobs say `lumi`."""
+def test_perlmutter_node_is_an_unknown_site_not_lumi() -> None:
+    """nid* is any HPE Cray node: without LUMI's own /appl/lumi it names nothing, whatever the cluster is called."""
     name, why = detect_site({"SLURM_CLUSTER_NAME": "perlmutter"}, "nid001234", slurm_conf="")
     assert name is None
     assert why == "SLURM_CLUSTER_NAME=perlmutter, hostname nid001234"
@@ -72,9 +72,10 @@ def test_perlmutter_node_without_lumi_paths_is_unknown() -> None:
         None, "no SLURM_CLUSTER_NAME or slurm.conf ClusterName, hostname nid001234")
 
 
-def test_an_unknown_cluster_name_rules_out_sites_that_name_theirs() -> None:
-    """jwb* would say JUWELS Booster, but a JUWELS job would carry SLURM_CLUSTER_NAME=juwels."""
-    assert site({"SLURM_CLUSTER_NAME": "elsewhere"}, "jwb0097") is None
+def test_an_unknown_cluster_name_does_not_hide_a_site_its_hostnames_name() -> None:
+    """Cluster names first, but not as a veto: several recipes' cluster names have no public source, and a wrong one
+    must not make a site's own jobs fall back to the local recipe."""
+    assert site({"SLURM_CLUSTER_NAME": "elsewhere"}, "jwb0097") == "juwels-booster"
 
 
 @pytest.mark.parametrize("hostname", ["nid001234", "nid005001", "uan01"])
