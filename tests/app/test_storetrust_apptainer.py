@@ -1,5 +1,5 @@
-"""A shared store against the real tools: a build records its image's digest, a tampered image in a
-group-writable store is not copied out but built again, and the store then verifies clean."""
+"""A shared store against the real tools: a build records its image's and its env layer's digests, a tampered
+image and env layer in a group-writable store are not used but built again, and the store then verifies clean."""
 
 from __future__ import annotations
 
@@ -41,13 +41,25 @@ def test_a_tampered_image_in_a_group_writable_store_is_built_again(tmp_path: Pat
     data = bytearray((entry / "image.sif").read_bytes())
     data[-1] ^= 0xFF  # same size: only the hash tells
     (entry / "image.sif").write_bytes(bytes(data))
+    # And a file of the env layer the image was made from: the installer's copy of six, replaced (renamed
+    # over, never written through: the layer's other files are hard links into the shared test cache).
+    (env,) = (store / "envs").iterdir()
+    (six,) = env.glob("rootfs/opt/envbuild/venv/lib/python3*/site-packages/six.py")
+    text = six.read_text()
+    (six.parent / "six.py.new").write_text(text.replace("import", "imp0rt", 1))
+    (six.parent / "six.py.new").replace(six)
     verify = envbuild(["cache", "verify"], store)
     assert verify.returncode == 1 and f"MISMATCH    image/{entry.name}" in verify.stdout, verify.stdout
+    assert f"MISMATCH    env/{env.name}  rootfs has sha256:" in verify.stdout, verify.stdout
 
     output.unlink()
     again = envbuild(["build", str(spec), "-o", str(output), "--compression", "zstd"], store)
     assert again.returncode == 0, again.stderr[-4000:]
     assert f"warning: image entry {entry.name} in the store {store} does not match its content record" in again.stderr
+    assert f"warning: env entry {env.name} in the store {store} does not match its content record" in again.stderr
+    env_lines = [line for line in again.stderr.splitlines() if "Python env layer" in line]
+    assert env_lines and not any(line.endswith(": cached") for line in env_lines), "the env layer is built again"
+    assert six.read_text() == text
     assert "taken from the store" not in again.stderr and "[build" in again.stderr
     assert output.read_bytes() == (entry / "image.sif").read_bytes() != bytes(data)
     run = subprocess.run(["apptainer", "exec", str(output), "python", "-c", "import six"], capture_output=True, text=True)
