@@ -427,10 +427,21 @@ wait_ready() {
 }
 
 # --- commands --------------------------------------------------------------
+# The single node is this host: jobs' DDP rendezvous (MASTER_ADDR, torchrun's c10d store) looks its name up,
+# so it must resolve. A machine whose hostname is in neither /etc/hosts nor DNS (seen here: a hostname
+# changed after boot) would hang every process group until its timeout.
+ensure_host_resolves() {
+    if ! getent hosts "$HOST" >/dev/null 2>&1; then
+        printf '127.0.0.1 %s\n' "$HOST" >>/etc/hosts
+        log "$HOST did not resolve: added to /etc/hosts as 127.0.0.1"
+    fi
+}
+
 cmd_start() {
     need_root
     local t0
     t0=$(now)
+    ensure_host_resolves
     generate_config
     if config_current && healthy; then
         rm -f "$D"/etc/*.new
