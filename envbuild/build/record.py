@@ -8,14 +8,15 @@ from envbuild.build.layers import installer_identity
 from envbuild.build.paths import DEFAULT_CONTAINER_PATH
 from envbuild.build.request import BuildRequest, Layers
 from envbuild.shelltext import comment, env_name
-from envbuild.spec.model import VENV_PREFIX, Spec
+from envbuild.spec.model import VENV_PREFIX, EnvEdit, Spec
 
 
 def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
     """The script the runtime sources at every container start: activates the venv, sets spec env."""
     lines = [
         comment(f"Written by envbuild {version} for {spec.name} (spec sha256 {spec_sha256[:16]})."),
-        "# Sourced by apptainer/singularity at container start. Values are literal (no $ expansion).",
+        "# Sourced by apptainer/singularity at container start. Values are literal (no $ expansion);",
+        "# prepend/append entries add to the variable's value at start.",
         f"export VIRTUAL_ENV={shlex.quote(VENV_PREFIX)}",
         # The runtime starts these scripts with an empty PATH and fills in its default only if they
         # leave it empty, so the default must be spelled out here.
@@ -28,8 +29,27 @@ def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
 
 
 def env_lines(spec: Spec) -> list[str]:
-    """The spec's env: as export lines (values literal, names checked once more: a name is a shell word here)."""
-    return [f"export {env_name(key, 'env')}={shlex.quote(value)}" for key, value in spec.env.items()]
+    """The spec's env: as export lines, in the order written (names checked once more: a name is a shell word
+    here). A literal value is one quoted word; an edit adds its quoted part to the variable's value at start."""
+    lines = []
+    for key, value in spec.env.items():
+        name = env_name(key, "env")
+        if isinstance(value, EnvEdit):
+            lines += edit_lines(name, value)
+        else:
+            lines.append(f"export {name}={shlex.quote(value)}")
+    return lines
+
+
+def edit_lines(name: str, edit: EnvEdit) -> list[str]:
+    """`export NAME='/opt/x/bin'"${NAME:+:$NAME}"`: the ':' only when NAME is set and not empty, so an unset
+    variable does not gain an empty entry (which the shell and the loader read as the current directory)."""
+    lines = []
+    if edit.prepend is not None:
+        lines.append(f'export {name}={shlex.quote(edit.prepend)}"${{{name}:+:${name}}}"')
+    if edit.append is not None:
+        lines.append(f'export {name}="${{{name}:+${name}:}}"{shlex.quote(edit.append)}')
+    return lines
 
 
 def image_labels(request: BuildRequest, installer: str, layers: Layers) -> dict[str, str]:

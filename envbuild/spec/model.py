@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from envbuild.envnames import ENV_NAME_PATTERN, ENV_NAME_RULE
 from envbuild.overlayformat import DEFAULT_MOUNT
@@ -116,7 +116,10 @@ RequirementText = Annotated[str, AfterValidator(_check_requirement)]
 
 class PyTorch(StrictModel):
     version: str = Field(description="PyTorch release, e.g. 2.13.0")
-    variant: str = Field(default="cpu", description="cpu, cuda<ver> (e.g. cuda126) or rocm<ver> (e.g. rocm6.4)")
+    # The default is filled in when the spec is loaded: the system recipe's pytorch.default_variant
+    # (envbuild.spec.systemvariant); cpu stands only where no recipe is known.
+    variant: str = Field(default="cpu", description="cpu, cuda<ver> (e.g. cuda126) or rocm<ver> (e.g. rocm6.4); "
+                         "default: the system recipe's pytorch.default_variant")
     index_url: str | None = Field(
         default=None, description="wheel index for this variant; default: the system recipe's, else PyTorch's official one"
     )
@@ -308,6 +311,56 @@ EnvName = Annotated[str, BeforeValidator(_env_name)]
 TextValue = Annotated[str, BeforeValidator(_env_value)]
 
 
+class EnvEdit(StrictModel):
+    """An `env:` entry that adds to a variable the base or the runtime sets (`PATH: {prepend: /opt/x/bin}`)
+    instead of replacing it: what a definition file's `export PATH=/opt/x/bin:$PATH` means. Joined with `:`,
+    and only when the variable is set and not empty, so no empty entry (the current directory) slips in."""
+
+    prepend: str | None = Field(default=None, description="put before the variable's value, joined with ':'")
+    append: str | None = Field(default=None, description="put after the variable's value, joined with ':'")
+
+    @model_validator(mode="after")
+    def _says_something(self) -> EnvEdit:
+        if self.prepend is None and self.append is None:
+            raise ValueError("give prepend: and/or append:, e.g. {prepend: /opt/x/bin}")
+        for key, value in (("prepend", self.prepend), ("append", self.append)):
+            if value is not None and (value == "" or value.startswith(":") or value.endswith(":")):
+                raise ValueError(f"{key}: {value!r} would add an empty entry (the current directory); "
+                                 "write the paths without a leading or trailing ':'")
+        return self
+
+    def describe(self) -> str:
+        """As a user reads it in a message: {prepend: '/a', append: '/b'}."""
+        parts = [f"{key}: {value!r}" for key, value in (("prepend", self.prepend), ("append", self.append)) if value]
+        return "{" + ", ".join(parts) + "}"
+
+
+def _env_entry(value: Any) -> Any:
+    # A mapping is an edit of the variable; anything else a literal value. Checked here, so that a bad
+    # mapping gets one message about the mapping, not a second one about it not being a string.
+    if isinstance(value, EnvEdit):
+        return value
+    if isinstance(value, dict):
+        unknown = sorted(str(key) for key in value if key not in EnvEdit.model_fields)
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r}: an env entry is a value (FOO: bar) or a mapping "
+                             "with prepend: and/or append: (PATH: {prepend: /opt/x/bin})")
+        for key, item in value.items():
+            try:
+                value = {**value, key: _env_value(item) if item is not None else None}
+            except ValueError as error:
+                raise ValueError(f"{key}: {error}") from None
+        try:
+            return EnvEdit.model_validate(value)
+        except ValidationError as error:  # one plain message, located at the variable by the loader
+            raise ValueError(error.errors()[0]["msg"].removeprefix("Value error, ")) from None
+    return _env_value(value)
+
+
+# `FOO: bar` sets FOO to bar, literally; `PATH: {prepend: /opt/x/bin}` adds to PATH (EnvEdit).
+EnvValue = Annotated[str | EnvEdit, BeforeValidator(_env_entry)]
+
+
 # Mount points that would hide what the base image needs to run (its Python, libraries, /etc).
 _HIDDEN_BY_MOUNT = ("/", "/bin", "/sbin", "/lib", "/lib64", "/usr", "/etc", "/opt", "/var", "/tmp", "/home", "/root",  # noqa: S108 - a name, not a file
                     "/proc", "/sys", "/dev", "/run", "/.singularity.d")
@@ -365,7 +418,9 @@ class Spec(StrictModel):
     system: str = Field(default="local", description="a recipe name from recipes/ (e.g. lumi-g, puhti, local)")
     base: BaseImage
     python: PythonEnv = PythonEnv()
-    env: dict[EnvName, TextValue] = Field(default_factory=dict, description="environment variables set inside the image")
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict, description="environment variables set inside the image, in the order written: a value "
+        "is literal (no $ expansion); {prepend: P} / {append: P} add P to the variable's value, joined with ':'")
     labels: dict[str, TextValue] = Field(default_factory=dict, description="image labels (apptainer inspect)")
     files: tuple[FileCopy, ...] = ()
     post: tuple[str, ...] = Field(default=(), description="shell commands run inside the image after installs")
