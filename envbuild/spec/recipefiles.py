@@ -25,6 +25,7 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuild.errors import UsageError
+from envbuild.spec.importshell import script_lines
 from envbuild.spec.model import NAME_PATTERN, VENV_PREFIX, src_leaves_spec_dir
 
 RecipeFormat = Literal["def", "dockerfile"]
@@ -89,8 +90,8 @@ class SpecBuilder:
     def shell(self, line: int, script: str) -> None:
         """A shell script (a %post block, a RUN): its pip installs become packages, the rest post."""
         kept: list[str] = []
-        for logical in logical_lines(script):
-            rest = self._take_pip(line, logical)
+        for number, logical, verbatim in script_lines(script, line):  # notes at each line's own number
+            rest = logical if verbatim else self._take_pip(number, logical)
             if rest:
                 kept.append(rest)
         if kept:

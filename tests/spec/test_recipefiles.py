@@ -38,7 +38,7 @@ def test_def_import_maps_every_section_and_lists_the_rest() -> None:
     assert "python3 -m pip install -r /opt/app/requirements.txt" in spec.post[0]  # kept, and noted
     assert spec.tests == ('python3 -c "import numpy, scipy"\ntest -f /opt/app/train.py',)
     notes = "\n".join(result.notes)
-    assert "line 17: kept in post: python3 -m pip install -r" in notes
+    assert "line 21: kept in post: python3 -m pip install -r" in notes  # its own line, not the %post header's
     assert "line 23: %runscript" in notes and "line 30: %help" in notes
 
 
