@@ -6,6 +6,8 @@ import re
 import shlex
 
 from envbuild.errors import UsageError
+from envbuild.spec.importargs import check_image_reference, recipe_error, substitute_def_placeholders
+from envbuild.spec.importenv import carry_assignments
 from envbuild.spec.recipefiles import (
     ImportResult,
     SpecBuilder,
@@ -21,15 +23,16 @@ _DEF_NOT_EXPRESSIBLE = {
     "startscript": "envbuild images are not run as instances",
     "setup": "commands on the build host are not part of a spec",
     "help": "a spec has no help text; a label or a comment in the spec can carry it",
-    "arguments": "a spec has no build arguments",
 }
 
 
-def import_def(text: str, name: str, *, src_prefix: str = "") -> ImportResult:
+def import_def(text: str, name: str, *, src_prefix: str = "", build_args: dict[str, str] | None = None,
+               source: str = "<definition file>") -> ImportResult:
     builder = SpecBuilder(name)
+    text = substitute_def_placeholders(text, build_args or {}, source)
     header: dict[str, tuple[int, str]] = {}
     sections: list[tuple[str, str, int, list[str]]] = []  # (name, rest of the % line, line, body lines)
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw in _final_stage(builder, text, source):
         stripped = raw.strip()
         if stripped.startswith("%"):
             word, _, rest = stripped[1:].partition(" ")
@@ -41,20 +44,71 @@ def import_def(text: str, name: str, *, src_prefix: str = "") -> ImportResult:
             if not sep:
                 builder.note(number, f"not a header line: {stripped}")
                 continue
-            key = key.strip().lower()
-            if key in header and key == "bootstrap":
-                builder.note(number, "a second Bootstrap (multi-stage definition): only the first stage was imported")
-                break
-            header[key] = (number, value.split("#", 1)[0].strip())
-    _def_base(builder, header)
+            header[key.strip().lower()] = (number, value.split("#", 1)[0].strip())
+    header.pop("stage", None)  # the stage's name: only other stages refer to it
+    _def_base(builder, header, source)
     for section, rest, number, body in sections:
+        if section in _SCIF_SECTIONS:
+            raise recipe_error(source, number, f"%{section} {rest}: SCIF apps cannot be expressed in a spec "
+                               "(envbuild images have one environment and no apps)",
+                               "move the app's install commands into %post, its files into %files and its "
+                               "environment into %environment, and run it with envrun IMAGE.sif COMMAND")
         _def_section(builder, section, rest, number, body, src_prefix)
     return builder.result()
 
 
-def _def_base(builder: SpecBuilder, header: dict[str, tuple[int, str]]) -> None:
+_SCIF_SECTIONS = {"appinstall", "appfiles", "appenv", "apprun", "applabels", "apphelp", "apptest", "appstart"}
+_STAGE_START = re.compile(r"^bootstrap\s*:", re.I)
+_FILES_FROM = re.compile(r"^from\s+(\S+)", re.I)
+
+
+def _final_stage(builder: SpecBuilder, text: str, source: str) -> list[tuple[int, str]]:
+    """(line, text) of the last stage of a multi-stage file (each stage starts at a `Bootstrap:` line); its
+    image is built from its own base, as Apptainer builds it. `%files from STAGE` would need an earlier stage
+    built first, which a spec cannot say: refused."""
+    stages: list[list[tuple[int, str]]] = [[]]
+    in_section = False
+    for number, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if _STAGE_START.match(stripped) and (not in_section or raw == stripped) and any(
+                line.strip().lower().startswith("bootstrap") for _, line in stages[-1]):
+            stages.append([])
+            in_section = False
+        in_section = in_section or stripped.startswith("%")
+        stages[-1].append((number, raw))
+    if len(stages) == 1:
+        return stages[0]
+    names = {}
+    for stage in stages[:-1]:
+        start = next(number for number, line in stage if _STAGE_START.match(line.strip()))
+        named = [line.split(":", 1)[1].strip() for _, line in stage if re.match(r"^\s*stage\s*:", line, re.I)]
+        names[named[0] if named else str(len(names))] = start
+    section = ""
+    for number, raw in stages[-1]:
+        stripped = raw.strip()
+        if stripped.startswith("%"):
+            section, _, rest = stripped[1:].partition(" ")
+            files_from = _FILES_FROM.match(rest.strip())
+            if section.lower() == "files" and files_from:
+                stage = files_from[1]
+                where = f" (line {names[stage]})" if stage in names else ""
+                raise recipe_error(source, number, f"%files from {stage} copies files out of the build stage "
+                                   f"{stage}{where}; a spec builds one image from one base and cannot stage copies",
+                                   f"build stage {stage} as its own image (its Bootstrap: header and sections in a "
+                                   f"file of their own: apptainer build {stage}.sif {stage}.def), then use it: "
+                                   f"base: localimage:{stage}.sif in the spec, or copy the files out of it and list "
+                                   "them under files:")
+    earlier = ", ".join(f"{stage} (line {start})" for stage, start in names.items())
+    builder.note(stages[-1][0][0], f"multi-stage definition: the image is the last stage, built from its own base "
+                                   f"and taking no files from the earlier stage(s) {earlier}, which were not imported")
+    return stages[-1]
+
+
+def _def_base(builder: SpecBuilder, header: dict[str, tuple[int, str]], recipe: str) -> None:
     bootstrap = header.pop("bootstrap", (0, ""))[1].lower()
-    source = header.pop("from", (0, ""))[1]
+    from_line, source = header.pop("from", (0, ""))
+    if bootstrap in ("docker", "docker-daemon", "oras") and from_line:
+        check_image_reference(source.split("://", 1)[-1], recipe, from_line, f"From: {source}")
     if bootstrap in ("docker", "docker-daemon") and source:
         builder.base = "docker://" + source.removeprefix("docker://")
     elif bootstrap == "oras" and source:
@@ -76,6 +130,8 @@ def _def_base(builder: SpecBuilder, header: dict[str, tuple[int, str]]) -> None:
 
 
 def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, body: list[str], src_prefix: str) -> None:
+    if section == "arguments":
+        return  # its values were substituted into the file (importargs)
     script = "\n".join(_dedent(body)).strip("\n")
     if section in ("post", "test") and script.startswith("set -e\n"):
         script = script[len("set -e\n"):]  # envbuild runs post and tests with sh -e anyway
@@ -86,7 +142,7 @@ def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, bod
         if section == "files":
             return
     if section == "post":
-        builder.shell(number + 1, script)
+        _def_post(builder, number, body)
     elif section == "test":
         builder.tests.append(script)
     elif section == "environment":
@@ -107,6 +163,15 @@ def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, bod
         builder.note(number, f"%{section} ({why})")
 
 
+def _def_post(builder: SpecBuilder, number: int, body: list[str]) -> None:
+    """%post as written (here-document bodies keep their indentation), each line noted at its own number."""
+    first = next(index for index, line in enumerate(body) if line.strip())
+    lines = body[first:]
+    if lines[0].strip() == "set -e":  # envbuild runs post with sh -e anyway
+        lines, first = lines[1:], first + 1
+    builder.shell(number + 1 + first, "\n".join(lines).rstrip("\n"))
+
+
 def _dedent(lines: list[str]) -> list[str]:
     indents = [len(line) - len(line.lstrip()) for line in lines if line.strip()]
     cut = min(indents, default=0)
@@ -121,14 +186,14 @@ def _def_env_line(builder: SpecBuilder, number: int, line: str) -> None:
         words = shlex.split(text.removeprefix("export ").strip(), comments=True)
     except ValueError:
         words = []
-    if words and all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w) for w in words):
-        for word in words:
-            key, _, value = word.partition("=")
-            builder.env[key] = value
-    elif words and text.startswith("export ") and all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", w) for w in words):
+    if words and text.startswith("export ") and all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", w) for w in words):
         return  # `export A B` after assignments: the spec's env is exported anyway
-    else:
+    if not words:
         builder.note(number, f"%environment: {text} (env holds NAME=value pairs only)")
+        return
+    problem = carry_assignments(builder.env, text.removeprefix("export ").strip(), {})
+    if problem:
+        builder.note(number, f"%environment: {text} (not imported: {problem})")
 
 
 
