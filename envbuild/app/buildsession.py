@@ -123,7 +123,7 @@ class BuildSession(Session):
             plan = self._plan(request, plan_layers(request), use=lambda *_: None, say=notes.append, verify=False)
         else:
             plan = plan_build(request)
-        return (which + architecture_line(request) + "".join(f"# {note}\n" for note in notes)
+        return (which + architecture_line(request) + self.loaded.torch_variant_note + "".join(f"# {note}\n" for note in notes)
                 + render_steps("base", base.steps) + "\n" + render_build_plan(plan))
 
     def build(self) -> Path:

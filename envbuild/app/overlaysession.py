@@ -44,7 +44,7 @@ class OverlaySession(Session):
         facts = gather_host_facts(need_runtime=False, cache_dir=self.options.cache_dir)
         request = self._request(facts, self.the_lock())
         base = plan_overlay_base(request)
-        text = self.lock_note + architecture_line(request) + render_steps("base", base.steps)
+        text = self.lock_note + architecture_line(request) + self.loaded.torch_variant_note + render_steps("base", base.steps)
         probe = _cached_probe(base)
         if probe is None:
             return text + "\n# the overlay's steps depend on the base's Python, found by the base-python step: " \

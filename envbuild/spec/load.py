@@ -27,6 +27,15 @@ class LoadedSpec:
     path: Path
     text: str
     warnings: tuple[SpecProblem, ...] = ()  # located, not errors: secrets the spec would bake into the image
+    torch_variant_origin: str | None = None  # where python.pytorch.variant came from, for the dry run
+
+    @property
+    def torch_variant_note(self) -> str:
+        """'# torch variant rocm7.0: the lumi-g recipe's default_variant (recipes/lumi-g.yaml:125)\n', or ''."""
+        pytorch = self.spec.python.pytorch
+        if pytorch is None or self.torch_variant_origin is None:
+            return ""
+        return f"# torch variant {pytorch.variant}: {self.torch_variant_origin}\n"
 
     @property
     def directory(self) -> Path:
@@ -116,8 +125,12 @@ def _validate(document: LocatedDocument, text: str, path: Path, *, check_host: b
         problems = [_problem_from_error(document, error) for error in exc.errors()]
         raise SpecError(sorted(problems, key=lambda p: (p.line, p.column))) from None
     from envbuild.spec.secretcheck import secret_warnings
+    from envbuild.spec.systemvariant import system_torch_variant
 
-    loaded = LoadedSpec(spec=spec, path=path, text=text, warnings=tuple(secret_warnings(document)))
+    chosen = system_torch_variant(document, spec)
+    loaded = LoadedSpec(spec=chosen.spec, path=path, text=text, torch_variant_origin=chosen.origin,
+                        warnings=(*secret_warnings(document), *chosen.warnings))
+    spec = loaded.spec
     problems = _family_problems(document, spec)
     if check_host:
         problems += _host_problems(document, loaded)
