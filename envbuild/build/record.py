@@ -8,7 +8,8 @@ from envbuild.build.layers import installer_identity
 from envbuild.build.paths import DEFAULT_CONTAINER_PATH
 from envbuild.build.request import BuildRequest, Layers
 from envbuild.shelltext import comment, env_name
-from envbuild.spec.model import VENV_PREFIX, EnvEdit, Spec
+from envbuild.spec.envassign import env_assignments
+from envbuild.spec.model import VENV_PREFIX, Spec
 
 
 def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
@@ -29,27 +30,11 @@ def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
 
 
 def env_lines(spec: Spec) -> list[str]:
-    """The spec's env: as export lines, in the order written (names checked once more: a name is a shell word
-    here). A literal value is one quoted word; an edit adds its quoted part to the variable's value at start."""
-    lines = []
-    for key, value in spec.env.items():
-        name = env_name(key, "env")
-        if isinstance(value, EnvEdit):
-            lines += edit_lines(name, value)
-        else:
-            lines.append(f"export {name}={shlex.quote(value)}")
-    return lines
-
-
-def edit_lines(name: str, edit: EnvEdit) -> list[str]:
-    """`export NAME='/opt/x/bin'"${NAME:+:$NAME}"`: the ':' only when NAME is set and not empty, so an unset
-    variable does not gain an empty entry (which the shell and the loader read as the current directory)."""
-    lines = []
-    if edit.prepend is not None:
-        lines.append(f'export {name}={shlex.quote(edit.prepend)}"${{{name}:+:${name}}}"')
-    if edit.append is not None:
-        lines.append(f'export {name}="${{{name}:+${name}:}}"{shlex.quote(edit.append)}')
-    return lines
+    """The spec's env: as export lines, in the order written (names checked once more: a name is a shell
+    word here); a prepend/append entry adds to the variable's value at every start (envassign)."""
+    for key in spec.env:
+        env_name(key, "env")
+    return [f"export {assignment}" for assignment in env_assignments(spec.env)]
 
 
 def image_labels(request: BuildRequest, installer: str, layers: Layers) -> dict[str, str]:

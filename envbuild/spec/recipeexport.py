@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from packaging.requirements import Requirement
 
 from envbuild.errors import UsageError
+from envbuild.spec.envassign import env_assignments
 from envbuild.spec.model import VENV_PREFIX, Spec
 from envbuild.spec.recipefiles import (
     RecipeFormat,
@@ -88,7 +89,7 @@ def export_def(data: ExportInput) -> str:
     if spec.files:
         out += ["", "%files"] + [f"    {shlex.quote(f.src)} {shlex.quote(f.dest)}" for f in spec.files]
     out += ["", "%environment"]
-    out += [f"    export {key}={shlex.quote(value)}" for key, value in spec.env.items()]
+    out += [f"    export {assignment}" for assignment in env_assignments(spec.env)]
     out.append(f'    case ":$PATH:" in *":{VENV_PREFIX}/bin:"*) ;; *) export PATH="{VENV_PREFIX}/bin:$PATH" ;; esac')
     if spec.labels:
         out += ["", "%labels"] + [f"    {key} {value}" for key, value in spec.labels.items()]
@@ -117,7 +118,7 @@ def export_dockerfile(data: ExportInput) -> str:
     else:
         raise UsageError(f"a Dockerfile cannot start from {base.describe()}",
                          "export a definition file instead (--format def), or use a docker:// base")
-    out += [f"ENV {key}={shlex.quote(value)}" for key, value in spec.env.items()]
+    out += [f"ENV {assignment}" for assignment in env_assignments(spec.env)]
     out.append(f"ENV PATH={VENV_PREFIX}/bin:$PATH")
     out += [f"LABEL {json.dumps(key)}={json.dumps(value)}" for key, value in spec.labels.items()]
     out += [f"COPY {json.dumps([f.src, f.dest])}" for f in spec.files]

@@ -1,0 +1,179 @@
+"""What an imported `NAME=value` assignment (a definition file's %environment, a Dockerfile's ENV) means as a
+spec `env:` entry, with the value's shell meaning kept.
+
+A spec value is literal, so `PATH=/opt/conda/bin:$PATH` must not be written as it stands: the assignment
+becomes `{prepend: /opt/conda/bin}` (and `X=$X:/a` `{append: /a}`); a reference to a variable set earlier in
+the same file (an ENV, an ARG with a value, an earlier %environment line) is replaced by its value; anything
+else (a variable the file does not set, `$(...)`, `${X:-y}`) is a problem the importer notes at its line
+instead of writing `$VAR` into a literal value. Pure: text in, entries or a reason out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+EnvEntry = str | dict[str, str]
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """`$NAME` / `${NAME}`, or the guarded joins the exports write: `${NAME:+:$NAME}` (after), `${NAME:+$NAME:}`."""
+
+    name: str
+    join: str = ""  # "", "before" (${N:+:$N}: ':' and N's value, if set), "after" (${N:+$N:}: N's value and ':')
+
+
+class EnvProblem(ValueError):
+    """Why an assignment cannot be carried into `env:` with its meaning."""
+
+
+def split_assignments(text: str) -> list[tuple[str, list[str | _Ref]]]:
+    """`A=x B="$A:y"` (shell quoting: single quotes literal, double quotes and bare text expand) as
+    (name, parts) pairs; an EnvProblem for what is not plain assignments."""
+    pairs: list[tuple[str, list[str | _Ref]]] = []
+    position = 0
+    while position < len(text):
+        if text[position].isspace():
+            position += 1
+            continue
+        if text[position] == "#":
+            break  # a comment to the end of the line
+        name = _NAME.match(text, position)
+        if not name or text[name.end():name.end() + 1] != "=":
+            raise EnvProblem("not a NAME=value assignment")
+        parts, position = _word(text, name.end() + 1)
+        pairs.append((name.group(), parts))
+    return pairs
+
+
+def _word(text: str, position: int) -> tuple[list[str | _Ref], int]:
+    parts: list[str | _Ref] = []
+    quoted = False
+    while position < len(text):
+        char = text[position]
+        if char.isspace() and not quoted:
+            break
+        if char == "'" and not quoted:
+            end = text.find("'", position + 1)
+            if end < 0:
+                raise EnvProblem("a ' without its closing quote")
+            parts.append(text[position + 1:end])
+            position = end + 1
+        elif char == '"':
+            quoted = not quoted
+            position += 1
+        elif char == "\\":
+            following = text[position + 1:position + 2]
+            if quoted and following not in ('"', "\\", "$", "`"):
+                parts.append("\\")
+            else:
+                parts.append(following)
+                position += 1
+            position += 1
+        elif char == "$":
+            ref, position = _reference(text, position)
+            parts.append(ref)
+        elif char == "`":
+            raise EnvProblem("a command substitution (`...`) is run at every start; a spec value cannot run commands")
+        else:
+            parts.append(char)
+            position += 1
+    if quoted:
+        raise EnvProblem('a " without its closing quote')
+    return parts, position
+
+
+def _reference(text: str, position: int) -> tuple[str | _Ref, int]:
+    plain = _NAME.match(text, position + 1)
+    if plain:
+        return _Ref(plain.group()), plain.end()
+    if text.startswith("${", position):
+        end = text.find("}", position)
+        inner = text[position + 2:end] if end > 0 else ""
+        if _NAME.fullmatch(inner):
+            return _Ref(inner), end + 1
+        guarded = re.fullmatch(r"([A-Za-z_]\w*):\+(:?)\$\{?(\w+)\}?(:?)", inner)
+        if guarded and guarded[1] == guarded[3] and bool(guarded[2]) != bool(guarded[4]):
+            return _Ref(guarded[1], "before" if guarded[2] else "after"), end + 1
+        raise EnvProblem(f"${{{inner}}} (only $NAME and ${{NAME}} can be carried)")
+    if text.startswith("$(", position):
+        raise EnvProblem("a command substitution $(...) is run at every start; a spec value cannot run commands")
+    return "$", position + 1  # a lone $ (end of the value, `$ `) is literal to the shell too
+
+
+def env_entry(name: str, parts: list[str | _Ref], earlier: dict[str, EnvEntry], known: dict[str, str]) -> EnvEntry | None:
+    """The `env:` entry for `name=parts` after `earlier` entries of the same file and `known` values (build
+    arguments): a literal value, {prepend:, append:}, None when it changes nothing (`PATH=$PATH`); an
+    EnvProblem where a part's value is not known here."""
+    before = earlier.get(name)
+    values = {**known, **{key: value for key, value in earlier.items() if isinstance(value, str)}}
+    pieces: list[str | _Ref] = []
+    for part in parts:
+        if isinstance(part, _Ref) and part.name != name:
+            if part.name not in values:
+                why = "is added to, not set, in this file" if part.name in earlier else "is not set earlier in this file"
+                raise EnvProblem(f"${part.name} {why}, so its value is not known here; write the value in its place")
+            part = values[part.name]
+        elif isinstance(part, _Ref) and isinstance(before, str):  # this file set it: its value is known
+            part = {"": before, "before": ":" + before if before else "", "after": before + ":" if before else ""}[part.join]
+        if isinstance(part, str) and pieces and isinstance(pieces[-1], str):
+            pieces[-1] += part
+        else:
+            pieces.append(part)
+    selves = [index for index, part in enumerate(pieces) if isinstance(part, _Ref)]
+    if not selves:
+        return "".join(p for p in pieces if isinstance(p, str))
+    if len(selves) > 1:
+        raise EnvProblem(f"${name} appears more than once; write it as prepend: and/or append:")
+    head = "".join(p for p in pieces[:selves[0]] if isinstance(p, str))
+    tail = "".join(p for p in pieces[selves[0] + 1:] if isinstance(p, str))
+    edit = _edit(name, pieces[selves[0]], head, tail)  # type: ignore[arg-type]
+    return _combined(before, edit)
+
+
+def _edit(name: str, self_ref: _Ref, head: str, tail: str) -> dict[str, str]:
+    if self_ref.join == "before" and not tail:
+        prepend, append = head, ""
+    elif self_ref.join == "after" and not head:
+        prepend, append = "", tail
+    elif not self_ref.join and (not head or head.endswith(":")) and (not tail or tail.startswith(":")):
+        prepend, append = head[:-1], tail[1:]
+    else:
+        raise EnvProblem(f"${name} is joined to its value without ':'; only NAME=a:${name} (prepend) and "
+                         f"NAME=${name}:b (append) can be carried")
+    for what, value in (("prepend", prepend), ("append", append)):
+        if value.startswith(":") or value.endswith(":"):
+            raise EnvProblem(f"{what} {value!r} adds an empty entry (the current directory)")
+    return {key: value for key, value in (("prepend", prepend), ("append", append)) if value}
+
+
+def _combined(before: EnvEntry | None, edit: dict[str, str]) -> EnvEntry | None:
+    """A second edit of the same variable after a first one: the newer prepend goes in front, the newer
+    append behind, as the two lines would have done."""
+    if not isinstance(before, dict):
+        return edit or None
+    prepend = ":".join(p for p in (edit.get("prepend"), before.get("prepend")) if p)
+    append = ":".join(p for p in (before.get("append"), edit.get("append")) if p)
+    return {key: value for key, value in (("prepend", prepend), ("append", append)) if value} or None
+
+
+def apply_assignments(text: str, env: dict[str, EnvEntry], known: dict[str, str]) -> None:
+    """Every assignment of `text` into `env` (the importer's entries so far), in order; an EnvProblem
+    before any is made, so a line is carried whole or not at all."""
+    after = dict(env)
+    for name, parts in split_assignments(text):
+        entry = env_entry(name, parts, after, known)
+        if entry is not None:
+            after[name] = entry
+    env.update(after)
+
+
+def carry_assignments(env: dict[str, EnvEntry], text: str, known: dict[str, str]) -> str | None:
+    """`apply_assignments` for an importer: None when the line was carried, else why not (for its note)."""
+    try:
+        apply_assignments(text, env, known)
+    except EnvProblem as problem:
+        return str(problem)
+    return None
