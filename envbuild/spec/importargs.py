@@ -81,14 +81,14 @@ def substitute_def_placeholders(text: str, build_args: Mapping[str, str], source
 
 
 def substitute_docker_args(text: str, scope: Mapping[str, str | None], source: str, line: int, *,
-                           shell: bool = False) -> str:
+                           shell_script: bool = False) -> str:
     """`text` with the build arguments in `scope` (name -> value, None when declared without one) replaced.
-    Other `$NAME`s are left for the shell or the environment; with `shell`, single-quoted strings are left
+    Other `$NAME`s are left for the shell or the environment; with `shell_script`, single-quoted strings are left
     alone too, as the shell would."""
 
     def replace(match: re.Match[str]) -> str:
         if match[0].startswith("'"):
-            return match[0] if shell else _SHELL_VAR.sub(replace, match[0][1:-1]).join("''")
+            return match[0] if shell_script else _SHELL_VAR.sub(replace, match[0][1:-1]).join("''")
         name = match[1] or match[4]
         if name not in scope:
             return match[0]

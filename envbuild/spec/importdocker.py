@@ -7,7 +7,8 @@ import posixpath
 import re
 import shlex
 
-from envbuild.errors import UsageError
+from envbuild.spec.importargs import check_image_reference, recipe_error, substitute_docker_args
+from envbuild.spec.importshell import heredoc_delimiters
 from envbuild.spec.model import VENV_PREFIX
 from envbuild.spec.recipefiles import (
     ImportResult,
@@ -24,20 +25,26 @@ _DOCKER_NOT_EXPRESSIBLE = {
     "USER": "Apptainer runs as the calling user; post commands run as root",
     "EXPOSE": "Apptainer shares the host's network",
     "VOLUME": "bind directories at run time (envrun --bind)",
-    "WORKDIR": "post commands start in /; add a cd to them if they need another directory",
     "STOPSIGNAL": "not an Apptainer setting",
     "HEALTHCHECK": "a spec's tests run once after the build (tests:), not as a health check",
     "SHELL": "post commands run with /bin/sh",
     "ONBUILD": "no spec field for triggers",
-    "ARG": "a spec has no build arguments (a default used in FROM was substituted)",
 }
 
 
 def _docker_instructions(text: str) -> list[tuple[int, str, str]]:
-    """(line, INSTRUCTION, arguments) with continuation lines joined and comments left out."""
+    """(line, INSTRUCTION, arguments) with continuation lines joined and comments left out; a here-document
+    (`RUN <<EOF` ... `EOF`) is kept in the arguments byte for byte, comment-like lines included."""
     result: list[tuple[int, str, str]] = []
     pending: tuple[int, list[str]] | None = None
+    heredoc: list[str] = []  # delimiters still to be read for the last instruction
     for number, raw in enumerate(text.splitlines(), 1):
+        if heredoc:
+            line, word, rest = result[-1]
+            result[-1] = (line, word, rest + "\n" + raw)
+            if raw.strip() == heredoc[0]:
+                heredoc.pop(0)
+            continue
         stripped = raw.strip()
         if pending is None and (not stripped or stripped.startswith("#")):
             continue
@@ -53,6 +60,8 @@ def _docker_instructions(text: str) -> list[tuple[int, str, str]]:
         joined = " ".join(p for p in parts if p)
         word, _, rest = joined.partition(" ")
         result.append((start, word.upper(), rest.strip()))
+        if word.upper() in ("RUN", "COPY", "ADD"):
+            heredoc = heredoc_delimiters(rest)
     if pending:
         joined = " ".join(pending[1])
         word, _, rest = joined.partition(" ")
@@ -60,35 +69,40 @@ def _docker_instructions(text: str) -> list[tuple[int, str, str]]:
     return result
 
 
-def import_dockerfile(text: str, name: str, *, src_prefix: str = "") -> ImportResult:
+def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args: dict[str, str] | None = None,
+                      source: str = "Dockerfile") -> ImportResult:
     from spython.main.parse.parsers.docker import DockerParser
 
     builder = SpecBuilder(name)
+    build_args = build_args or {}
     instructions = _docker_instructions(text)
     froms = [i for i, (_, word, _) in enumerate(instructions) if word == "FROM"]
-    args: dict[str, str] = {}
-    if len(froms) > 1:
-        first, last = instructions[froms[0]][0], instructions[froms[-1]][0]
-        builder.note(first, f"build stages before line {last} (multi-stage build: only the final stage, "
-                            f"line {last}, was imported; build the earlier stages' results into the base or files)")
-    start = froms[-1] if froms else 0
-    for _line, word, rest in instructions[: froms[0] if froms else 0]:
+    global_args: dict[str, str | None] = {}
+    for line, word, rest in instructions[: froms[0] if froms else 0]:
         if word == "ARG":
-            key, _, value = rest.partition("=")
-            args[key.strip()] = value.strip().strip("\"'")
+            global_args.update(_declared_args(rest, build_args, {}, source, line))
+    start = froms[-1] if froms else 0
+    _check_stages(builder, instructions, froms, source)
+    scope: dict[str, str | None] = {}  # an ARG before FROM is seen in FROM only, unless declared again in the stage
+    workdir = "/"
     env_parser = DockerParser(filename=None, load=False)
     for number, word, rest in instructions[start:]:
+        if word == "ARG":
+            scope.update(_declared_args(rest, build_args, global_args, source, number))
+            continue
+        if word not in ("FROM", "RUN"):
+            rest = substitute_docker_args(rest, scope, source, number)
         if word == "FROM":
             words = [w for w in rest.split() if not w.startswith("--platform")]
             if len(words) != len(rest.split()):
                 builder.note(number, "FROM --platform (the base is pulled for the build host's platform)")
-            image = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m[1], m[0]), words[0] if words else "")
-            if "$" in image:
-                raise UsageError(f"line {number}: FROM {rest} uses a build argument without a default",
-                                 "write the image name into the FROM line")
+            image = substitute_docker_args(words[0] if words else "", global_args, source, number)
+            check_image_reference(image.removeprefix("docker://"), source, number, f"FROM {rest}")
             builder.base = "docker://" + image.removeprefix("docker://")
         elif word == "RUN":
-            _docker_run(builder, number, rest)
+            _docker_run(builder, number, substitute_docker_args(rest, scope, source, number, shell_script=True), workdir)
+        elif word == "WORKDIR":
+            workdir = _docker_workdir(builder, number, rest, workdir, source)
         elif word == "ENV":
             for pair in env_parser.parse_env(rest):
                 key, _, value = pair.partition("=")
@@ -100,14 +114,73 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "") -> ImportRe
             for key, value in pairs:
                 add_label(builder, number, key, value)
         elif word in ("COPY", "ADD"):
-            _docker_copy(builder, number, word, rest, src_prefix)
+            _docker_copy(builder, number, word, rest, src_prefix, workdir)
         else:
             why = _DOCKER_NOT_EXPRESSIBLE.get(word, "not an instruction envbuild knows")
             builder.note(number, f"{word} {rest[:80]} ({why})".replace("  ", " "))
     return builder.result()
 
 
-def _docker_run(builder: SpecBuilder, number: int, rest: str) -> None:
+def _declared_args(rest: str, build_args: dict[str, str], inherited: dict[str, str | None], source: str,
+                   line: int) -> dict[str, str | None]:
+    """`ARG NAME[=default] ...` -> {NAME: value}: the --build-arg, else the default, else the value of the
+    same ARG before FROM (Docker's rule for declaring it again in a stage), else None (no value)."""
+    declared: dict[str, str | None] = {}
+    for word in shlex.split(rest):
+        key, sep, default = word.partition("=")
+        if key in build_args:
+            declared[key] = build_args[key]
+        elif sep:
+            declared[key] = substitute_docker_args(default, {**inherited, **declared}, source, line)
+        else:
+            declared[key] = inherited.get(key)
+    return declared
+
+
+def _check_stages(builder: SpecBuilder, instructions: list[tuple[int, str, str]], froms: list[int],
+                  source: str) -> None:
+    """A multi-stage Dockerfile: the image is its last stage, built from its own base. A last stage that
+    starts FROM an earlier stage or copies from one (COPY --from) needs that stage built first: refused."""
+    if len(froms) < 2:
+        return
+    stages = {}
+    for index, position in enumerate(froms[:-1]):
+        line, _, rest = instructions[position]
+        words = rest.split()
+        stages[str(index)] = line
+        if len(words) >= 3 and words[-2].lower() == "as":
+            stages[words[-1].lower()] = line
+    last_line, _, last_rest = instructions[froms[-1]]
+    used = [(last_line, w) for w in last_rest.split()[:1] if not w.startswith("--") and w.lower() in stages]
+    used = used or [(last_line, w) for w in last_rest.split() if not w.startswith("--") and w.lower() in stages][:1]
+    for line, word, rest in instructions[froms[-1] + 1:]:
+        if word in ("COPY", "ADD"):
+            used += [(line, option.split("=", 1)[1]) for option in rest.split() if option.startswith("--from=")]
+    for line, stage in used:
+        where = f"the build stage {stage} (line {stages[stage.lower()]})" if stage.lower() in stages \
+            else f"the image {stage}"
+        raise recipe_error(source, line, f"the last stage builds on {where}; a spec builds one image from one "
+                           "base and cannot stage copies from another build",
+                           f"build {stage} as its own image (apptainer build {stage}.sif with that stage's part of "
+                           "the file), then use it: base: localimage:... in the spec, or copy the files out of it "
+                           "and list them under files:")
+    builder.note(instructions[froms[0]][0], f"multi-stage build: the image is the last stage (line {last_line}), "
+                 "built from its own base and taking nothing from the earlier stages, which were not imported")
+
+
+def _docker_workdir(builder: SpecBuilder, number: int, rest: str, workdir: str, source: str) -> str:
+    """WORKDIR: the directory is created (as Docker does) and later RUNs start there (a cd before them)."""
+    if "$" in rest:
+        raise recipe_error(source, number, f"WORKDIR {rest} uses a variable that import cannot resolve "
+                           "(only build arguments are substituted)", "write the directory into the WORKDIR line")
+    path = posixpath.normpath(posixpath.join(workdir, rest.strip().strip("\"'")))
+    builder.post.append(f"mkdir -p {shlex.quote(path)}")
+    builder.note(number, f"WORKDIR {rest}: post steps after it run there; envrun runs commands in the caller's "
+                         "directory (cd in the command if it needs this one)")
+    return path
+
+
+def _docker_run(builder: SpecBuilder, number: int, rest: str, workdir: str) -> None:
     if rest.startswith("["):
         try:
             words = json.loads(rest)
@@ -117,12 +190,14 @@ def _docker_run(builder: SpecBuilder, number: int, rest: str) -> None:
     while rest.startswith("--"):
         option, _, rest = rest.partition(" ")
         builder.note(number, f"RUN {option} (BuildKit options are not carried)")
-    if "<<" in rest:
-        builder.note(number, "RUN with a here-document: kept in post as written; check it")
-    builder.shell(number, rest)
+    cd = f"cd {shlex.quote(workdir)}\n" if workdir != "/" else ""
+    if re.match(r"^<<-?\s*['\"]?\w+['\"]?\s*\n", rest):  # RUN <<EOF: the body is the script, run as written
+        builder.post.append(cd + rest.split("\n", 1)[1].rsplit("\n", 1)[0])
+        return
+    builder.shell(number - bool(cd), cd + rest)  # the cd line stands before the RUN's own line
 
 
-def _docker_copy(builder: SpecBuilder, number: int, word: str, rest: str, src_prefix: str) -> None:
+def _docker_copy(builder: SpecBuilder, number: int, word: str, rest: str, src_prefix: str, workdir: str) -> None:
     words = json.loads(rest) if rest.startswith("[") else shlex.split(rest)
     mode = None
     options = [w for w in words if w.startswith("--")]
@@ -139,6 +214,9 @@ def _docker_copy(builder: SpecBuilder, number: int, word: str, rest: str, src_pr
         builder.note(number, f"{word} {rest} (needs a source and a destination)")
         return
     *sources, dest = words
+    is_dir = dest.endswith("/") or posixpath.basename(dest) in (".", "..")
+    dest = posixpath.normpath(posixpath.join(workdir, dest)).replace("//", "/")  # relative to WORKDIR, as in Docker
+    dest += "/" if is_dir and dest != "/" else ""
     for src in sources:
         target = dest
         if len(sources) > 1 or (dest.endswith("/") and not src.endswith("/")):

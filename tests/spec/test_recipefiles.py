@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from spython.main.parse.parsers import DockerParser, SingularityParser
 
 from envbuild.cli.envbuild_main import main
+from envbuild.errors import UsageError
 from envbuild.spec.importdef import import_def
 from envbuild.spec.importdocker import import_dockerfile
 from envbuild.spec.load import load_spec, load_spec_text
@@ -60,20 +61,22 @@ def test_dockerfile_import() -> None:
     assert spec.labels == {"org.opencontainers.image.authors": "bob@example.org", "version": "1.2"}
     assert [(f.src, f.dest) for f in spec.files] == [("requirements.txt", "/app/requirements.txt"), ("src/", "/app/src/")]
     assert spec.post == ("apt-get update && apt-get install -y --no-install-recommends build-essential && rm -rf /var/lib/apt/lists/*",
-                         "pip install --index-url https://example.org/simple private-pkg")
+                         "pip install --index-url https://example.org/simple private-pkg",
+                         "mkdir -p /app")  # WORKDIR creates its directory
     notes = "\n".join(result.notes)
     for expected in ("line 12: kept in post", "line 13: USER 1000", "line 14: WORKDIR /app", "line 15: EXPOSE 8080", "line 16: CMD"):
         assert expected in notes
 
 
-def test_multistage_dockerfile_imports_the_final_stage_with_a_note() -> None:
-    text = "ARG V=3.11\nFROM python:${V} AS build\nRUN make\nFROM debian:bookworm\nCOPY --from=build /out /opt/out\nRUN pip install six\n"
+def test_multistage_dockerfile_imports_the_final_stage_or_refuses_copies_from_a_stage() -> None:
+    text = "ARG V=3.11\nFROM python:${V} AS build\nRUN make\nFROM debian:bookworm\nRUN pip install six\n"
     result = import_dockerfile(text, "m")
     assert result.spec["base"] == "docker://debian:bookworm"
     assert result.spec["python"] == {"packages": ["six"]}
     assert "post" not in result.spec
-    notes = "\n".join(result.notes)
-    assert "multi-stage" in notes and "line 5: COPY --from=build" in notes
+    assert "line 2: multi-stage build: the image is the last stage (line 4)" in "\n".join(result.notes)
+    with pytest.raises(UsageError, match=r"Dockerfile:5: the last stage builds on the build stage build \(line 2\)"):
+        import_dockerfile(text.replace("RUN pip", "COPY --from=build /out /opt/out\nRUN pip"), "m")
 
 
 FULL_SPEC = """\
