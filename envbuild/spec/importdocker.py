@@ -8,6 +8,7 @@ import re
 import shlex
 
 from envbuild.spec.importargs import check_image_reference, recipe_error, substitute_docker_args
+from envbuild.spec.importenv import carry_assignments
 from envbuild.spec.importshell import heredoc_delimiters
 from envbuild.spec.model import VENV_PREFIX
 from envbuild.spec.recipefiles import (
@@ -71,8 +72,6 @@ def _docker_instructions(text: str) -> list[tuple[int, str, str]]:
 
 def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args: dict[str, str] | None = None,
                       source: str = "Dockerfile") -> ImportResult:
-    from spython.main.parse.parsers.docker import DockerParser
-
     builder = SpecBuilder(name)
     build_args = build_args or {}
     instructions = _docker_instructions(text)
@@ -85,7 +84,6 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
     _check_stages(builder, instructions, froms, source)
     scope: dict[str, str | None] = {}  # an ARG before FROM is seen in FROM only, unless declared again in the stage
     workdir = "/"
-    env_parser = DockerParser(filename=None, load=False)
     for number, word, rest in instructions[start:]:
         if word == "ARG":
             scope.update(_declared_args(rest, build_args, global_args, source, number))
@@ -104,10 +102,7 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
         elif word == "WORKDIR":
             workdir = _docker_workdir(builder, number, rest, workdir, source)
         elif word == "ENV":
-            for pair in env_parser.parse_env(rest):
-                key, _, value = pair.partition("=")
-                if (key, value) != ("PATH", f"{VENV_PREFIX}/bin:$PATH"):  # envbuild's venv (an exported recipe): implied
-                    builder.env[key] = value.strip("\"'")
+            _docker_env(builder, number, rest)
         elif word in ("LABEL", "MAINTAINER"):
             pairs = [("maintainer", rest.strip("\"'"))] if word == "MAINTAINER" else \
                 [tuple(w.partition("=")[::2]) for w in shlex.split(rest)]
@@ -178,6 +173,19 @@ def _docker_workdir(builder: SpecBuilder, number: int, rest: str, workdir: str, 
     builder.note(number, f"WORKDIR {rest}: post steps after it run there; envrun runs commands in the caller's "
                          "directory (cd in the command if it needs this one)")
     return path
+
+
+def _docker_env(builder: SpecBuilder, number: int, rest: str) -> None:
+    """ENV A=x B=$A:y (or the old `ENV NAME value with spaces`), with the values' shell meaning kept
+    (importenv; build arguments are substituted before)."""
+    if rest.strip() == f"PATH={VENV_PREFIX}/bin:$PATH":
+        return  # envbuild's venv (an exported recipe): implied by the spec
+    name, _, value = rest.strip().partition(" ")
+    if "=" not in name and value.strip() and '"' not in value:
+        rest = f'{name}="{value.strip()}"'  # the old form: the rest of the line is the value
+    problem = carry_assignments(builder.env, rest, {})
+    if problem:
+        builder.note(number, f"ENV {rest[:80]} (not imported: {problem})")
 
 
 def _docker_run(builder: SpecBuilder, number: int, rest: str, workdir: str) -> None:

@@ -83,6 +83,7 @@ class SpecBuilder:
         self.files: list[dict[str, object]] = []
         self.tests: list[str] = []
         self.notes: list[str] = []
+        self.post_started = False  # a post command came before: later pip installs may depend on it
 
     def note(self, line: int | None, text: str) -> None:
         self.notes.append(f"line {line}: {text}" if line else text)
@@ -111,6 +112,7 @@ class SpecBuilder:
         for segment in segments:
             if not self._pip_segment(line, segment, variant["variant"] if variant else None):
                 kept.append(segment)
+                self.post_started = self.post_started or bool(segment)
         if len(kept) == len(segments):
             return logical
         return " && ".join(s for s in kept if s)
@@ -150,6 +152,10 @@ class SpecBuilder:
             self.note(line, f"kept in post: {segment[:100]} (pip options or arguments a spec cannot express: "
                             f"{' '.join(unknown) or 'no requirement'}; list the packages under python.packages)")
             return False
+        held = self._held_in_post(match["py"] or "")
+        if held:
+            self.note(line, f"kept in post in its place: {segment[:100]} ({held})")
+            return False
         if variant:
             torch = [r for r in requirements if Requirement(r).name == "torch"]
             version = str(Requirement(torch[0]).specifier).removeprefix("==") if torch else ""
@@ -163,6 +169,21 @@ class SpecBuilder:
                 return True
         self.requirements += requirements
         return True
+
+    def _held_in_post(self, python: str) -> str | None:
+        """Why a pip install must stay a post command, in its order, or None when python.packages means the
+        same: those are installed into a new venv before any post command, so only an install that nothing
+        earlier prepares, on a base whose Python the venv does not hide, may move there."""
+        if python.startswith(VENV_PREFIX + "/"):
+            return None  # envbuild's own venv (an exported recipe): what python.packages makes
+        if self.post_started:
+            return ("commands before it may prepare it (a Python, a requirements file, a library); "
+                    "python.packages would be installed before them")
+        if not plain_os_base(self.base or ""):
+            return (f"the base {self.base} may bring its own Python environment (conda, NGC, a venv); "
+                    "python.packages would go into a new venv that hides it, and a spec cannot yet name the "
+                    "base's environment as the place for them")
+        return None
 
     def result(self) -> ImportResult:
         if self.base is None:
@@ -193,6 +214,17 @@ class SpecBuilder:
             if value:
                 spec[key] = value
         return ImportResult(spec, self.notes)
+
+
+# Images known to hold an operating system and at most a plain Python (no conda, no venv, no framework):
+# a venv made from their Python hides nothing the recipe's pip install would have seen.
+_PLAIN_OS_IMAGE = re.compile(r"^docker://(?:docker\.io/)?(?:library/)?(?:debian|ubuntu|rockylinux|almalinux|"
+                             r"centos|fedora|opensuse/leap|python)(?::[\w.-]+)?$")
+
+
+def plain_os_base(base: str) -> bool:
+    """Whether the import's base is provably without a Python environment of its own."""
+    return base.startswith("debootstrap:") or bool(_PLAIN_OS_IMAGE.match(base))
 
 
 def is_official_index(url: str, variant: str) -> bool:

@@ -31,7 +31,10 @@ def test_def_import_maps_every_section_and_lists_the_rest() -> None:
     result = import_def((RECIPES / "ubuntu-pip.def").read_text(), "ubuntu-pip")
     spec = load_spec_text(result.render("ubuntu-pip.def")).spec
     assert spec.base.describe() == "docker://ubuntu:22.04"
-    assert spec.python.packages == ("numpy==1.26.4", "scipy>=1.11")
+    # after apt-get installs pip: kept in post, in its place (issue 30: python.packages come before post)
+    assert spec.python.packages == ()
+    assert spec.post[0].index("apt-get install") < spec.post[0].index("numpy==1.26.4") < spec.post[0].index("-r /opt")
+    assert "line 19: kept in post in its place" in "\n".join(result.notes)
     assert spec.env == {"LC_ALL": "C", "HF_HOME": "/scratch/hf"}
     assert spec.labels == {"Author": "alice@example.org", "Version": "v0.0.1"}
     assert [(f.src, f.dest) for f in spec.files] == [("train.py", "/opt/app/train.py")]
@@ -55,12 +58,13 @@ def test_dockerfile_import() -> None:
     result = import_dockerfile((RECIPES / "Dockerfile").read_text(), "app")
     spec = load_spec_text(result.render("Dockerfile")).spec
     assert spec.base.describe() == "docker://python:3.11-slim"
-    assert spec.python.transformers == ">=4.50,<5"
-    assert spec.python.packages == ("torch==2.13.0",)
+    # after apt-get install build-essential in the same RUN: kept there, in its place (issue 30)
+    assert spec.python.transformers is None and spec.python.packages == ()
     assert spec.env == {"PYTHONUNBUFFERED": "1", "APP_HOME": "/app"}
     assert spec.labels == {"org.opencontainers.image.authors": "bob@example.org", "version": "1.2"}
     assert [(f.src, f.dest) for f in spec.files] == [("requirements.txt", "/app/requirements.txt"), ("src/", "/app/src/")]
-    assert spec.post == ("apt-get update && apt-get install -y --no-install-recommends build-essential && rm -rf /var/lib/apt/lists/*",
+    assert spec.post == ("apt-get update && apt-get install -y --no-install-recommends build-essential && "
+                         'pip install --no-cache-dir torch==2.13.0 "transformers>=4.50,<5" && rm -rf /var/lib/apt/lists/*',
                          "pip install --index-url https://example.org/simple private-pkg",
                          "mkdir -p /app")  # WORKDIR creates its directory
     notes = "\n".join(result.notes)
