@@ -18,12 +18,18 @@ from envbuild.errors import UsageError
 @click.option("--format", "fmt", type=click.Choice(["def", "dockerfile"]),
               help="what RECIPE is (default: told from its name and first line)")
 @click.option("--system", default="local", show_default=True, help="the spec's system recipe (e.g. lumi-g)")
+@click.option("--build-arg", "build_arg", multiple=True, metavar="NAME=VALUE",
+              help="a value for a build argument (%arguments / {{ NAME }} of a definition file, ARG of a "
+                   "Dockerfile), over the file's default; repeat for more")
 @reports_errors
-def import_command(recipe: Path, output: Path | None, fmt: str | None, system: str) -> None:
+def import_command(recipe: Path, output: Path | None, fmt: str | None, system: str, build_arg: tuple[str, ...]) -> None:
     """Write a spec from an Apptainer/Singularity definition file or a Dockerfile.
 
-    What a spec cannot express (runscripts, CMD, USER, multi-stage builds...) is listed in a comment at the
-    top of the spec; pip installs a spec cannot express stay in post as written."""
+    What a spec cannot express (runscripts, CMD, USER...) is listed in a comment at the top of the spec;
+    pip installs a spec cannot express stay in post as written. Build arguments are substituted (a used one
+    without a value is an error: give it with --build-arg); of a multi-stage file the last stage is imported,
+    and copies from an earlier stage are refused."""
+    from envbuild.spec.importargs import parse_build_args
     from envbuild.spec.importdef import import_def
     from envbuild.spec.importdocker import import_dockerfile
     from envbuild.spec.load import load_spec_text
@@ -36,7 +42,8 @@ def import_command(recipe: Path, output: Path | None, fmt: str | None, system: s
     name = spec_name_for((output or recipe).stem if (output or recipe).suffix else (output or recipe).name)
     prefix = os.path.relpath(recipe.absolute().parent, (output.absolute().parent if output else Path.cwd()))
     prefix = "" if prefix == "." else prefix
-    result = (import_def if kind == "def" else import_dockerfile)(text, name, src_prefix=prefix)
+    result = (import_def if kind == "def" else import_dockerfile)(
+        text, name, src_prefix=prefix, build_args=parse_build_args(build_arg), source=str(recipe))
     result.spec["system"] = system
     rendered = result.render(str(recipe))
     load_spec_text(rendered, str(output or "<imported spec>"))  # a spec envbuild cannot load is a bug here, not the user's
