@@ -16,8 +16,7 @@ def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
     """The script the runtime sources at every container start: activates the venv, sets spec env."""
     lines = [
         comment(f"Written by envbuild {version} for {spec.name} (spec sha256 {spec_sha256[:16]})."),
-        "# Sourced by apptainer/singularity at container start. Values are literal (no $ expansion);",
-        "# prepend/append entries add to the variable's value at start.",
+        "# Sourced by apptainer/singularity at container start. Values are literal (no $ expansion).",
         f"export VIRTUAL_ENV={shlex.quote(VENV_PREFIX)}",
         # The runtime starts these scripts with an empty PATH and fills in its default only if they
         # leave it empty, so the default must be spelled out here.
