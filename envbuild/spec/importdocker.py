@@ -146,8 +146,8 @@ def _check_stages(builder: SpecBuilder, instructions: list[tuple[int, str, str]]
         if len(words) >= 3 and words[-2].lower() == "as":
             stages[words[-1].lower()] = line
     last_line, _, last_rest = instructions[froms[-1]]
-    used = [(last_line, w) for w in last_rest.split()[:1] if not w.startswith("--") and w.lower() in stages]
-    used = used or [(last_line, w) for w in last_rest.split() if not w.startswith("--") and w.lower() in stages][:1]
+    image = next((w for w in last_rest.split() if not w.startswith("--")), "")
+    used = [(last_line, image)] if image.lower() in stages else []
     for line, word, rest in instructions[froms[-1] + 1:]:
         if word in ("COPY", "ADD"):
             used += [(line, option.split("=", 1)[1]) for option in rest.split() if option.startswith("--from=")]
