@@ -17,6 +17,7 @@ from envbuild.errors import EnvbuildError, UsageError
 if TYPE_CHECKING:
     from envbuild.build.condaplan import CotainrTool
     from envbuild.build.request import BuildPlan, BuildRequest
+    from envbuild.recipes.ops import RecipeMethods
     from envbuild.spec.load import LoadedSpec
 
 
@@ -36,20 +37,32 @@ def find_cotainr() -> CotainrTool:
     return CotainrTool(argv=(sys.executable, "-m", "cotainr"), version=found)
 
 
-def check_pip_part(loaded: LoadedSpec, request: BuildRequest) -> None:
-    """The env's pip part against the system, before anything is downloaded."""
-    from envbuild.build.condacheck import conda_pip_problems
-    from envbuild.build.condaplan import cotainr_base
+def check_pip_part(loaded: LoadedSpec, recipe: RecipeMethods, base: str) -> list[str]:
+    """The env's pip part against the system, before anything is downloaded: refuses what cannot work and
+    returns the warnings (one text each, with the fix) for what may not do what is meant. `base`: the
+    image cotainr starts from."""
+    from envbuild.build.condacheck import conda_pip_problems, conda_pip_warnings
 
     spec = loaded.spec
     assert spec.conda is not None
-    problems = conda_pip_problems(spec.conda, request.recipe, spec.system, cotainr_base(request))
+    problems = conda_pip_problems(spec.conda, recipe, spec.system, base)
     if problems:
         raise EnvbuildError(
             f"{loaded.path}: the conda env's pip list does not fit {spec.system}:\n"
             + "\n".join(f"  - {what}" for what, _ in problems),
             "; ".join(dict.fromkeys(fix for _, fix in problems)),
         )
+    return [f"{loaded.path}: {what}\n    fix: {fix}" for what, fix in conda_pip_warnings(spec.conda, recipe, spec.system, base)]
+
+
+def conda_env_warnings(loaded: LoadedSpec) -> list[str]:
+    """check_pip_part for `envbuild validate`, which has no build request: the base as the spec names it
+    (the recipe's conda base is a docker:// reference, so a local base never compares equal either way)."""
+    from envbuild.recipes.load import load_recipe
+
+    if loaded.spec.conda is None:
+        return []
+    return check_pip_part(loaded, load_recipe(loaded.spec.system), loaded.spec.base.ref)
 
 
 def base_digest(request: BuildRequest) -> str:
@@ -77,9 +90,10 @@ def license_problem(loaded: LoadedSpec) -> str | None:
 
 
 class CondaBuildSession(Session):
-    def _request_and_plan(self, *, need_runtime: bool) -> tuple[BuildRequest, BuildPlan]:
+    def _request_and_plan(self, *, need_runtime: bool) -> tuple[BuildRequest, BuildPlan, list[str]]:
+        """The request, the plan, and the pip part's warnings."""
         from envbuild.app.buildrequest import make_request
-        from envbuild.build.condaplan import plan_conda_build
+        from envbuild.build.condaplan import cotainr_base, plan_conda_build
         from envbuild.host.facts import gather_host_facts
 
         flag = next((f"--{name}" for name in ("locked", "frozen", "upgrade") if getattr(self.options, name)), None)
@@ -90,21 +104,22 @@ class CondaBuildSession(Session):
         facts = gather_host_facts(need_runtime=need_runtime, cache_dir=self.options.cache_dir)
         request = make_request(self.loaded, self.options, facts, lock=None)
         request = request.with_base_digest(base_digest(request))
-        check_pip_part(self.loaded, request)
+        warnings = check_pip_part(self.loaded, request.recipe, cotainr_base(request))
         plan = plan_conda_build(request, find_cotainr(), arch=request.facts.machine or platform.machine() or "x86_64",
                                 channel_alias=os.environ.get("CONDA_CHANNEL_ALIAS"))
-        return request, plan
+        return request, plan, warnings
 
     def dry_run(self) -> str:
         from envbuild.build.archcheck import architecture_line
         from envbuild.build.condaplan import env_file_path
         from envbuild.build.render import render_build_plan
 
-        request, plan = self._request_and_plan(need_runtime=False)
+        request, plan, warnings = self._request_and_plan(need_runtime=False)
         conda = self.loaded.spec.conda
         assert conda is not None
         problem = license_problem(self.loaded)
-        text = f"# note: a build would stop here: {problem}\n" if problem else ""
+        text = "".join("".join(f"# {line}\n" for line in f"warning: {warning}".splitlines()) for warning in warnings)
+        text += f"# note: a build would stop here: {problem}\n" if problem else ""
         if conda.dependencies or conda.pip:
             env_file = conda.env_file(self.loaded.spec.name)
             text += f"# conda env file cotainr gets ({env_file_path(request)}):\n" + "".join(
@@ -121,7 +136,9 @@ class CondaBuildSession(Session):
         started = self.started
         output = self.options.output
         ensure_can_write(output)
-        request, plan = self._request_and_plan(need_runtime=True)
+        request, plan, warnings = self._request_and_plan(need_runtime=True)
+        for warning in warnings:
+            self._say(f"warning: {warning}")
         problem = license_problem(self.loaded)
         if problem:
             raise UsageError(f"{self.loaded.path}: {problem}",

@@ -4,7 +4,16 @@ A conda env file's pip list is where GPU builds of PyTorch come from (`torch==2.
 `--extra-index-url https://download.pytorch.org/whl/rocm6.2`). Mistakes there cost a whole build (tens of
 minutes of conda solving and downloads) before pip fails, or, worse, install a torch that cannot see the
 GPUs. The checks: the wheels' variants and the wheel index agree, a variant PyPI does not carry has an index
-that does, and the variant fits the system (its GPU vendor, and the ROCm major version of the base image).
+that does, and the variant fits the system's GPU vendor.
+
+A ROCm other than the base image's is a warning, not a refusal: PyTorch's ROCm wheels carry their own ROCm
+runtime libraries [wheels], so torch does not use the base's ROCm. What must fit is the host's AMD GPU kernel
+driver (amdgpu), which supports ROCm user space a few releases either side of its own [kmd], and whatever in
+the image was built against the base's ROCm (an RCCL network plugin such as aws-ofi-rccl), which then loads
+beside torch's own ROCm libraries. The LUMI course ran torch 2.2.2+rocm5.6 wheels on its ROCm 6 base.
+  [wheels] https://pytorch.org/get-started/locally/ (Linux, pip, ROCm: the wheels from
+           download.pytorch.org/whl/rocmX.Y, nothing else to install); envs/lumi-pytorch-rocm-wheels.yaml
+  [kmd]    https://rocm.docs.amd.com/projects/install-on-linux/en/latest/reference/user-kernel-space-compat-matrix.html
 """
 
 from __future__ import annotations
@@ -83,9 +92,42 @@ def conda_pip_problems(conda: CondaEnv, recipe: RecipeMethods, system: str, base
     elif vendor == "nvidia" and variant.startswith("rocm"):
         problems.append((f"PyTorch variant {variant} is for AMD GPUs; {system} has NVIDIA GPUs",
                          "use a CUDA build (+cuXYZ from https://download.pytorch.org/whl/cuXYZ)"))
-    elif variant.startswith("rocm") and base_rocm and variant[4:].split(".")[0] != base_rocm.split(".")[0]:
-        problems.append((f"PyTorch variant {variant} does not fit the {system} base image for conda builds, "
-                         f"which has ROCm {base_rocm} ({recipe.cotainr.base_image})",
-                         f"use wheels built for ROCm {base_rocm.split('.')[0]}.x (e.g. +rocm{base_rocm}), or give a base "
-                         "image with a matching ROCm in a spec (base: docker://rocm/dev-ubuntu-22.04:<version>-complete)"))
     return problems
+
+
+KMD_MATRIX = "https://rocm.docs.amd.com/projects/install-on-linux/en/latest/reference/user-kernel-space-compat-matrix.html"
+ROCM_WHEELS = "https://pytorch.org/get-started/locally/"
+
+
+def conda_pip_warnings(conda: CondaEnv, recipe: RecipeMethods, system: str, base: str) -> list[tuple[str, str]]:
+    """(what to know, what to do about it) for a pip part that builds but may not do what is meant: PyTorch ROCm
+    wheels for another ROCm than the base image's (known when `base` is the recipe's own conda base)."""
+    base_rocm = recipe.cotainr.rocm if base == recipe.cotainr.base_image else None
+    if not base_rocm:
+        return []
+    other = [(text, variant) for text in conda.pip_part().requirements
+             if (variant := _labelled_pin(text) or "").startswith("rocm")
+             and _major_minor(variant[4:]) != _major_minor(base_rocm)]
+    if not other:
+        return []
+    text, variant = other[0]
+    return [(f"{text} is built for ROCm {variant[4:]}; the {system} base image for conda builds has ROCm {base_rocm} "
+             f"({recipe.cotainr.base_image}). PyTorch's ROCm wheels carry their own ROCm runtime, so torch does not "
+             f"use the base's; what must fit is the host's AMD GPU driver (amdgpu), which supports ROCm user space a "
+             f"few releases either side of its own, and anything in the image built against the base's ROCm {base_rocm}, "
+             f"such as an RCCL network plugin (aws-ofi-rccl), which loads beside torch's ROCm {variant[4:]} libraries",
+             f"if torch sees no GPU or RCCL falls back to TCP between nodes, pin wheels for ROCm {base_rocm} "
+             f"(+rocm{base_rocm} from https://download.pytorch.org/whl/rocm{base_rocm}); see {ROCM_WHEELS} and {KMD_MATRIX}")]
+
+
+def _labelled_pin(text: str) -> str | None:
+    """The variant of a torch-family exact pin (torch==2.2.2+rocm5.6 -> rocm5.6), else None."""
+    try:
+        name, variant = requirement_variant(text)
+    except ValueError:
+        return None
+    return variant if name in LABELLED_FAMILY else None
+
+
+def _major_minor(version: str) -> tuple[str, ...]:
+    return tuple(version.split(".")[:2])

@@ -203,20 +203,26 @@ def verify(image: Path, spec: Path | None, base: Path | None, as_json: bool) -> 
 
 @main.command()
 @click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--system", help="conda env files: the system recipe to check them for (default: detected, else local), "
+                               "as `envbuild build --system`; a spec names its own")
 @reports_errors
-def validate(specs: tuple[Path, ...]) -> None:
-    """Check spec files (or conda env files, as `envbuild build` reads them); print each problem with
-    file:line and how to fix it."""
-    from envbuild.errors import SpecError
+def validate(specs: tuple[Path, ...], system: str | None) -> None:
+    """Check spec files (or conda env files, as `envbuild build` reads them, their pip list included);
+    print each problem with file:line and how to fix it."""
+    from envbuild.app.condasession import conda_env_warnings
+    from envbuild.errors import EnvbuildError
     from envbuild.spec.load import load_build_input
 
     failed = 0
     for path in specs:
         try:
-            loaded = load_build_input(path)
+            loaded = load_build_input(path, system=system)
+            warnings = conda_env_warnings(loaded)
             click.echo(f"{path}: ok ({loaded.spec.name}, system {loaded.spec.system})")
             warn_about(loaded.warnings)
-        except SpecError as exc:
+            for warning in warnings:
+                click.echo(f"warning: {warning}", err=True)
+        except EnvbuildError as exc:
             failed += 1
             click.echo(exc.render(), err=True)
     if failed:

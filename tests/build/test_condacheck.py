@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envbuild.build.condacheck import conda_pip_problems, index_variant, requirement_variant
+from envbuild.build.condacheck import conda_pip_problems, conda_pip_warnings, index_variant, requirement_variant
 from envbuild.recipes.load import load_recipe
 from envbuild.spec.conda import CondaEnv
 
@@ -41,14 +41,34 @@ def test_a_pin_without_an_index_that_has_it() -> None:
     assert "only on PyTorch's wheel index" in what and "https://download.pytorch.org/whl/rocm6.2" in fix
 
 
-def test_a_rocm_major_other_than_the_base_image() -> None:
-    (what, fix), = found(["--extra-index-url https://download.pytorch.org/whl/rocm5.7", "torch==2.3.1+rocm5.7"])
-    assert "does not fit the lumi-g base image" in what and "ROCm 6.2" in what and "6.x" in fix
+COURSE_ROCM56_PIP = ["--extra-index-url https://download.pytorch.org/whl/rocm5.6", "torch==2.2.2+rocm5.6",
+                     "torchvision==0.17.2+rocm5.6"]
+
+
+def warned(pip: list[str], system: str = "lumi-g", base: str = LUMI_BASE) -> list[tuple[str, str]]:
+    return conda_pip_warnings(CondaEnv(dependencies=("python=3.10",), pip=tuple(pip)), load_recipe(system), system, base)
+
+
+def test_a_rocm_other_than_the_base_image_is_a_warning_not_a_refusal() -> None:
+    """The LUMI course's torch 2.2.2+rocm5.6 wheels on cotainr's ROCm 6.2 lumi-g base: the wheels carry
+    their own ROCm; what matters is the host's driver and plugins built against the base's ROCm."""
+    assert found(COURSE_ROCM56_PIP) == []
+    (what, fix), = warned(COURSE_ROCM56_PIP)
+    assert "torch==2.2.2+rocm5.6 is built for ROCm 5.6" in what and "has ROCm 6.2" in what
+    assert "carry their own ROCm runtime" in what and "AMD GPU driver (amdgpu)" in what and "aws-ofi-rccl" in what
+    assert "https://download.pytorch.org/whl/rocm6.2" in fix and "user-kernel-space-compat-matrix" in fix
+    assert "pytorch.org/get-started" in fix
+
+
+def test_the_base_image_rocm_gives_no_warning() -> None:
+    assert warned(COURSE_PIP) == []
+    assert warned(["--extra-index-url https://download.pytorch.org/whl/rocm6.2/", "torch==2.5.1+rocm6.2.4"]) == []
 
 
 def test_another_base_image_is_not_judged_by_the_recipe_rocm() -> None:
     assert found(["--extra-index-url https://download.pytorch.org/whl/rocm5.7", "torch==2.3.1+rocm5.7"],
                  base="docker://rocm/dev-ubuntu-22.04:5.7-complete") == []
+    assert warned(COURSE_ROCM56_PIP, base="docker://rocm/dev-ubuntu-22.04:5.7-complete") == []
 
 
 @pytest.mark.parametrize(("system", "pip", "expected"), [
