@@ -109,6 +109,9 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
             for key, value in pairs:
                 add_label(builder, number, key, value)
         elif word in ("COPY", "ADD"):
+            if "$" in rest:
+                raise recipe_error(source, number, f"{word} {rest} uses a variable that import cannot resolve (only "
+                                   "build arguments are substituted)", f"write the paths into the {word} line")
             _docker_copy(builder, number, word, rest, src_prefix, workdir)
         else:
             why = _DOCKER_NOT_EXPRESSIBLE.get(word, "not an instruction envbuild knows")

@@ -212,3 +212,10 @@ def test_cli_build_arg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "--build-arg TAG=" in refused.output
     with pytest.raises(UsageError, match="not NAME=VALUE"):
         parse_build_args(["TAG"])
+
+
+def test_copy_to_an_env_value_is_refused_not_copied_to_a_literal_path() -> None:
+    with pytest.raises(UsageError, match=r"Dockerfile:3: COPY app.py \$APP_HOME/ uses a variable"):
+        import_dockerfile("FROM debian\nENV APP_HOME=/app\nCOPY app.py $APP_HOME/\n", "c")
+    copied = import_dockerfile("FROM debian\nARG HOME_DIR=/app\nCOPY app.py ${HOME_DIR}/\n", "c")
+    assert [(f["src"], f["dest"]) for f in copied.spec["files"]] == [("app.py", "/app/app.py")]
