@@ -61,7 +61,7 @@ def _docker_instructions(text: str) -> list[tuple[int, str, str]]:
         joined = " ".join(p for p in parts if p)
         word, _, rest = joined.partition(" ")
         result.append((start, word.upper(), rest.strip()))
-        if word.upper() in ("RUN", "COPY", "ADD"):
+        if word.upper() in ("RUN", "COPY", "ADD") and not rest.lstrip().startswith("["):  # exec form: no here-documents
             heredoc = heredoc_delimiters(rest)
     if pending:
         joined = " ".join(pending[1])

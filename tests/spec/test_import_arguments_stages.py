@@ -6,6 +6,7 @@ with %arguments, NGC-based Dockerfiles with ARG before FROM, sylabs multi-stage 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,9 @@ def test_copy_to_an_env_value_is_refused_not_copied_to_a_literal_path() -> None:
         import_dockerfile("FROM debian\nENV APP_HOME=/app\nCOPY app.py $APP_HOME/\n", "c")
     copied = import_dockerfile("FROM debian\nARG HOME_DIR=/app\nCOPY app.py ${HOME_DIR}/\n", "c")
     assert [(f["src"], f["dest"]) for f in copied.spec["files"]] == [("app.py", "/app/app.py")]
+
+
+def test_exec_form_run_with_a_heredoc_inside_its_string_round_trips() -> None:
+    script = "cat > /opt/a.cfg <<'EOF'\n  key = 1\nEOF\necho next"
+    text = "FROM debian\nRUN " + json.dumps(["/bin/sh", "-ec", script]) + "\nRUN echo after\n"
+    assert import_dockerfile(text, "e").spec["post"] == [script, "echo after"]
