@@ -31,7 +31,7 @@ class LoadedSpec:
 
     @property
     def torch_variant_note(self) -> str:
-        """'# torch variant rocm7.0: the lumi-g recipe's default_variant (recipes/lumi-g.yaml:125)\n', or ''."""
+        """'# torch variant rocm7.0: the lumi-g recipe's default_variant (recipes/lumi-g.yaml:LINE)\n', or ''."""
         pytorch = self.spec.python.pytorch
         if pytorch is None or self.torch_variant_origin is None:
             return ""

@@ -49,7 +49,7 @@ def system_torch_variant(document: LocatedDocument, spec: Spec) -> ChosenVariant
 
 
 def _recipe_line(recipe: Any) -> str:
-    """'recipes/lumi-g.yaml:125' (the cite without the field name)."""
+    """'recipes/lumi-g.yaml:LINE' (the cite without the field name)."""
     return recipe.cite("pytorch.default_variant").rsplit(" ", 1)[0]
 
 

@@ -25,7 +25,7 @@ def spec_text(system: str, variant: str | None = None) -> str:
 
 
 def default_variant_line(system: str) -> str:
-    return load_recipe(system).cite("pytorch.default_variant").split(" ")[0]  # recipes/lumi-g.yaml:125
+    return load_recipe(system).cite("pytorch.default_variant").split(" ")[0]  # recipes/lumi-g.yaml:LINE
 
 
 @pytest.mark.parametrize(("system", "variant"), [("lumi-g", "rocm7.0"), ("roihu", "cuda130"), ("lumi-c", "cpu"),
@@ -35,6 +35,8 @@ def test_without_a_variant_the_system_recipe_default_is_taken(system: str, varia
     assert loaded.spec.python.pytorch is not None and loaded.spec.python.pytorch.variant == variant
     assert loaded.torch_variant_origin == f"the {system} recipe's default_variant ({default_variant_line(system)})"
     assert loaded.warnings == ()
+    path, line = default_variant_line(system).split(":")
+    assert f"default_variant: {variant}" in (REPO / path).read_text().splitlines()[int(line) - 1]
 
 
 def test_a_lumi_g_spec_without_a_variant_plans_rocm_torch(tmp_path: Path) -> None:
