@@ -202,8 +202,13 @@ def _docker_run(builder: SpecBuilder, number: int, rest: str, workdir: str) -> N
         option, _, rest = rest.partition(" ")
         builder.note(number, f"RUN {option} (BuildKit options are not carried)")
     cd = f"cd {shlex.quote(workdir)}\n" if workdir != "/" else ""
-    if re.match(r"^<<-?\s*['\"]?\w+['\"]?\s*\n", rest):  # RUN <<EOF: the body is the script, run as written
-        builder.post.append(cd + rest.split("\n", 1)[1].rsplit("\n", 1)[0])
+    script_only = re.match(r"^<<-?\s*['\"]?(\w+)['\"]?\s*\n", rest)
+    if script_only:  # RUN <<EOF: the body is the script, run as written
+        body = rest.split("\n", 1)[1].rsplit("\n", 1)[0]
+        if body.startswith("#!"):  # Docker runs it with its #! interpreter: so does post, body kept as it is
+            delimiter = script_only[1]
+            body = f"{body.splitlines()[0][2:].strip()} <<'{delimiter}'\n{body}\n{delimiter}"
+        builder.post.append(cd + body)
         return
     builder.shell(number - bool(cd), cd + rest)  # the cd line stands before the RUN's own line
 

@@ -226,3 +226,9 @@ def test_exec_form_run_with_a_heredoc_inside_its_string_round_trips() -> None:
     script = "cat > /opt/a.cfg <<'EOF'\n  key = 1\nEOF\necho next"
     text = "FROM debian\nRUN " + json.dumps(["/bin/sh", "-ec", script]) + "\nRUN echo after\n"
     assert import_dockerfile(text, "e").spec["post"] == [script, "echo after"]
+
+
+def test_run_heredoc_with_an_interpreter_line_runs_with_that_interpreter() -> None:
+    text = "FROM python:3.12\nRUN <<EOF\n#!/usr/bin/env python3\nprint('  hi')\nEOF\n"
+    assert import_dockerfile(text, "p").spec["post"] == [
+        "/usr/bin/env python3 <<'EOF'\n#!/usr/bin/env python3\nprint('  hi')\nEOF"]
