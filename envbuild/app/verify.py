@@ -14,7 +14,10 @@ from envbuild.errors import EnvbuildError
 from envbuild.terminaltext import printable
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from envbuild.lock.model import Lock
+    from envbuild.spec.model import EnvEdit
     from envbuild.spec.torchfamily import TorchBuild
 
 
@@ -305,7 +308,7 @@ def lock_differences(built: Lock, given: Lock, name: str) -> list[str]:
     return lines
 
 
-def _compare_env(result: Verification, contents: ImageContents, env: dict[str, str]) -> None:
+def _compare_env(result: Verification, contents: ImageContents, env: Mapping[str, str | EnvEdit]) -> None:
     built_spec_text = contents.spec_text
     if built_spec_text is None:
         return
@@ -319,7 +322,13 @@ def _compare_env(result: Verification, contents: ImageContents, env: dict[str, s
     for name in sorted(built.env.keys() | env.keys()):
         if built.env.get(name) != env.get(name):
             result.differences.append(Difference(
-                "env", f"env {name}: {contents.noun} sets {built.env.get(name)!r}, the spec says {env.get(name)!r}"))
+                "env", f"env {name}: {contents.noun} sets {_env_shown(built.env.get(name))}, "
+                       f"the spec says {_env_shown(env.get(name))}"))
+
+
+def _env_shown(value: str | EnvEdit | None) -> str:
+    """An env entry as the spec writes it: 'value', {prepend: '/a'}, or None where it is not set."""
+    return value.describe() if hasattr(value, "describe") else repr(value)
 
 
 def render_verification(result: Verification) -> str:

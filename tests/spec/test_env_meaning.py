@@ -129,3 +129,10 @@ def test_pip_install_on_a_base_with_its_own_python_stays_in_post(base: str) -> N
     result = import_def(header + "\n%post\n    pip install transformers\n", "n")
     assert "python" not in result.spec and result.spec["post"] == ["pip install transformers"]
     assert "may bring its own Python environment" in "\n".join(result.notes)
+
+
+def test_verify_shows_an_edit_as_the_spec_writes_it() -> None:
+    from envbuild.app.verify import _env_shown
+
+    assert _env_shown(EnvEdit(prepend="/opt/x/bin")) == "{prepend: '/opt/x/bin'}"
+    assert _env_shown("plain") == "'plain'"
