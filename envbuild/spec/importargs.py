@@ -35,6 +35,16 @@ def parse_build_args(pairs: Iterable[str]) -> dict[str, str]:
     return result
 
 
+def unused_build_args(build_args: Mapping[str, str], known: Iterable[str]) -> list[str]:
+    """Notes for `--build-arg`s the recipe does not declare or use (Docker warns of them too)."""
+    return [f"--build-arg {name}: the file has no build argument {name} (ignored)"
+            for name in sorted(set(build_args) - set(known))]
+
+
+def placeholder_names(text: str) -> set[str]:
+    return set(_PLACEHOLDER.findall(text))
+
+
 def _missing(source: str, line: int, name: str, where: str) -> UsageError:
     return recipe_error(source, line, f"build argument {name} is used but has no value",
                         f"give it one: envbuild import --build-arg {name}=... ({where})")

@@ -6,7 +6,13 @@ import re
 import shlex
 
 from envbuild.errors import UsageError
-from envbuild.spec.importargs import check_image_reference, recipe_error, substitute_def_placeholders
+from envbuild.spec.importargs import (
+    check_image_reference,
+    placeholder_names,
+    recipe_error,
+    substitute_def_placeholders,
+    unused_build_args,
+)
 from envbuild.spec.importenv import carry_assignments
 from envbuild.spec.recipefiles import (
     ImportResult,
@@ -29,6 +35,8 @@ _DEF_NOT_EXPRESSIBLE = {
 def import_def(text: str, name: str, *, src_prefix: str = "", build_args: dict[str, str] | None = None,
                source: str = "<definition file>") -> ImportResult:
     builder = SpecBuilder(name)
+    for note in unused_build_args(build_args or {}, placeholder_names(text)):
+        builder.note(None, note)
     text = substitute_def_placeholders(text, build_args or {}, source)
     header: dict[str, tuple[int, str]] = {}
     sections: list[tuple[str, str, int, list[str]]] = []  # (name, rest of the % line, line, body lines)

@@ -7,7 +7,7 @@ import posixpath
 import re
 import shlex
 
-from envbuild.spec.importargs import check_image_reference, recipe_error, substitute_docker_args
+from envbuild.spec.importargs import check_image_reference, recipe_error, substitute_docker_args, unused_build_args
 from envbuild.spec.importenv import carry_assignments
 from envbuild.spec.importshell import heredoc_delimiters
 from envbuild.spec.model import VENV_PREFIX
@@ -81,6 +81,9 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
         if word == "ARG":
             global_args.update(_declared_args(rest, build_args, {}, source, line))
     start = froms[-1] if froms else 0
+    declared = {key for _, word, rest in instructions if word == "ARG" for key in _arg_names(rest)}
+    for note in unused_build_args(build_args, declared):
+        builder.note(None, note)
     _check_stages(builder, instructions, froms, source)
     scope: dict[str, str | None] = {}  # an ARG before FROM is seen in FROM only, unless declared again in the stage
     workdir = "/"
@@ -117,6 +120,10 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
             why = _DOCKER_NOT_EXPRESSIBLE.get(word, "not an instruction envbuild knows")
             builder.note(number, f"{word} {rest[:80]} ({why})".replace("  ", " "))
     return builder.result()
+
+
+def _arg_names(rest: str) -> list[str]:
+    return [word.partition("=")[0] for word in shlex.split(rest)]
 
 
 def _declared_args(rest: str, build_args: dict[str, str], inherited: dict[str, str | None], source: str,

@@ -232,3 +232,10 @@ def test_run_heredoc_with_an_interpreter_line_runs_with_that_interpreter() -> No
     text = "FROM python:3.12\nRUN <<EOF\n#!/usr/bin/env python3\nprint('  hi')\nEOF\n"
     assert import_dockerfile(text, "p").spec["post"] == [
         "/usr/bin/env python3 <<'EOF'\n#!/usr/bin/env python3\nprint('  hi')\nEOF"]
+
+
+def test_a_build_arg_the_file_does_not_have_is_noted() -> None:
+    assert import_dockerfile("FROM debian\n", "d", build_args={"TAG": "1"}).notes == [
+        "--build-arg TAG: the file has no build argument TAG (ignored)"]
+    assert import_def(LAIF_STYLE_DEF, "l", build_args={"TAGG": "1"}).notes == [
+        "--build-arg TAGG: the file has no build argument TAGG (ignored)"]
