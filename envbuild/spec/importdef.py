@@ -14,12 +14,12 @@ from envbuild.spec.importargs import (
     unused_build_args,
 )
 from envbuild.spec.importenv import carry_assignments
+from envbuild.spec.importshell import script_lines
 from envbuild.spec.recipefiles import (
     ImportResult,
     SpecBuilder,
     add_file,
     add_label,
-    logical_lines,
 )
 
 # --- definition files --------------------------------------------------------------------------------
@@ -153,16 +153,16 @@ def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, bod
         _def_post(builder, number, body)
     elif section == "test":
         builder.tests.append(script)
-    elif section == "environment":
-        for offset, line in enumerate(logical_lines(script), number + 1):
+    elif section == "environment":  # each line at its own number, blank lines and continuations counted
+        for offset, line, _verbatim in script_lines("\n".join(body), number + 1):
             _def_env_line(builder, offset, line)
     elif section == "labels":
-        for offset, line in enumerate(script.splitlines(), number + 1):
+        for offset, line in enumerate(body, number + 1):
             key, _, value = line.strip().partition(" ")
             if key and not key.startswith("#"):
                 add_label(builder, offset, key, value.strip())
     elif section == "files":
-        for offset, line in enumerate(script.splitlines(), number + 1):
+        for offset, line in enumerate(body, number + 1):
             words = shlex.split(line, comments=True)
             if words:
                 add_file(builder, offset, words[0], words[1] if len(words) > 1 else words[0], src_prefix)

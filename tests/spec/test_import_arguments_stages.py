@@ -239,3 +239,10 @@ def test_a_build_arg_the_file_does_not_have_is_noted() -> None:
         "--build-arg TAG: the file has no build argument TAG (ignored)"]
     assert import_def(LAIF_STYLE_DEF, "l", build_args={"TAGG": "1"}).notes == [
         "--build-arg TAGG: the file has no build argument TAGG (ignored)"]
+
+
+def test_def_section_notes_count_blank_lines_and_continuations() -> None:
+    text = ("Bootstrap: docker\nFrom: ubuntu\n\n%environment\n\n    export A=1 \\\n        B=2\n"
+            "    source /opt/conda/etc/profile.d/conda.sh\n%labels\n\n    org.envbuild.x y\n%files\n\n    a.txt relative/a.txt\n")
+    notes = [note.split(": ", 1)[0] for note in import_def(text, "n").notes]
+    assert notes == ["line 8", "line 11", "line 14"]
