@@ -176,7 +176,7 @@ class SpecBuilder:
         earlier prepares, on a base whose Python the venv does not hide, may move there."""
         if python.startswith(VENV_PREFIX + "/"):
             return None  # envbuild's own venv (an exported recipe): what python.packages makes
-        if self.post_started:
+        if self.post_started or self.post:
             return ("commands before it may prepare it (a Python, a requirements file, a library); "
                     "python.packages would be installed before them")
         if not plain_os_base(self.base or ""):
@@ -235,23 +235,6 @@ def is_official_index(url: str, variant: str) -> bool:
 def base_mapping(base: str) -> dict[str, Any]:
     kind, ref = base.split(":", 1)
     return {kind: ref}
-
-
-def logical_lines(script: str) -> list[str]:
-    """Lines with their backslash continuations joined."""
-    lines: list[str] = []
-    current = ""
-    for raw in script.splitlines():
-        if raw.rstrip().endswith("\\"):
-            current += raw.rstrip()[:-1].rstrip() + " "
-            continue
-        current += raw.strip() if current else raw.rstrip()
-        if current.strip():
-            lines.append(current.strip() if current.startswith(" ") else current)
-        current = ""
-    if current.strip():
-        lines.append(current.strip())
-    return lines
 
 
 def spec_name_for(stem: str) -> str:
