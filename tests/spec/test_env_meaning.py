@@ -136,3 +136,9 @@ def test_verify_shows_an_edit_as_the_spec_writes_it() -> None:
 
     assert _env_shown(EnvEdit(prepend="/opt/x/bin")) == "{prepend: '/opt/x/bin'}"
     assert _env_shown("plain") == "'plain'"
+
+
+def test_pip_install_after_a_workdir_stays_in_post() -> None:
+    result = import_dockerfile("FROM ubuntu:22.04\nWORKDIR /app\nRUN pip install six\n", "w")
+    assert "python" not in result.spec
+    assert result.spec["post"][-1].endswith("pip install six")
