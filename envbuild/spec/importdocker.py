@@ -9,7 +9,7 @@ import shlex
 
 from envbuild.spec.importargs import check_image_reference, recipe_error, substitute_docker_args, unused_build_args
 from envbuild.spec.importenv import carry_assignments
-from envbuild.spec.importshell import heredoc_delimiters
+from envbuild.spec.importshell import HEREDOC, heredoc_delimiters
 from envbuild.spec.model import VENV_PREFIX
 from envbuild.spec.recipefiles import (
     ImportResult,
@@ -91,7 +91,7 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
         if word == "ARG":
             scope.update(_declared_args(rest, build_args, global_args, source, number))
             continue
-        if word not in ("FROM", "RUN"):
+        if word not in ("FROM", "RUN") and "\n" not in rest:  # a COPY here-document is data, not expanded here
             rest = substitute_docker_args(rest, scope, source, number)
         if word == "FROM":
             words = [w for w in rest.split() if not w.startswith("--platform")]
@@ -111,6 +111,8 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
                 [tuple(w.partition("=")[::2]) for w in shlex.split(rest)]
             for key, value in pairs:
                 add_label(builder, number, key, value)
+        elif word in ("COPY", "ADD") and "\n" in rest:
+            _docker_copy_heredoc(builder, number, word, rest, workdir, source)
         elif word in ("COPY", "ADD"):
             if "$" in rest:
                 raise recipe_error(source, number, f"{word} {rest} uses a variable that import cannot resolve (only "
@@ -218,6 +220,29 @@ def _docker_run(builder: SpecBuilder, number: int, rest: str, workdir: str) -> N
         builder.post.append(cd + body)
         return
     builder.shell(number - bool(cd), cd + rest)  # the cd line stands before the RUN's own line
+
+
+def _docker_copy_heredoc(builder: SpecBuilder, number: int, word: str, rest: str, workdir: str, source: str) -> None:
+    """`COPY <<EOF /path` ... `EOF`: the file is written in post, its content byte for byte."""
+    first, _, body = rest.partition("\n")
+    heredocs = list(HEREDOC.finditer(first))
+    words = shlex.split(HEREDOC.sub("", first))
+    modes = [w.split("=", 1)[1] for w in words if w.startswith("--chmod=")]
+    dests = [w for w in words if not w.startswith("--")]
+    content = body.rsplit("\n", 1)[0]
+    if len(heredocs) != 1 or len(dests) != 1 or len(modes) != len([w for w in words if w.startswith("--")]) \
+            or (not heredocs[0][2] and "$" in content):
+        raise recipe_error(source, number, f"{word} {first}: only a here-document with one destination, a quoted "
+                           "delimiter or no $ in it, and no option but --chmod can be imported",
+                           "write the file beside the Dockerfile and COPY it, or write it in a RUN step")
+    delimiter = heredocs[0][3]
+    dest = posixpath.normpath(posixpath.join(workdir, dests[0]))
+    if dests[0].endswith("/"):
+        dest = posixpath.join(dest, delimiter)  # Docker names the file after the delimiter
+    lines = [f"mkdir -p {shlex.quote(posixpath.dirname(dest))}",
+             f"cat > {shlex.quote(dest)} <<'{delimiter}'\n{content}\n{delimiter}"]
+    lines += [f"chmod {shlex.quote(mode)} {shlex.quote(dest)}" for mode in modes]
+    builder.post.append("\n".join(lines))
 
 
 def _docker_copy(builder: SpecBuilder, number: int, word: str, rest: str, src_prefix: str, workdir: str) -> None:

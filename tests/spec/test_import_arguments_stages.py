@@ -246,3 +246,12 @@ def test_def_section_notes_count_blank_lines_and_continuations() -> None:
             "    source /opt/conda/etc/profile.d/conda.sh\n%labels\n\n    org.envbuild.x y\n%files\n\n    a.txt relative/a.txt\n")
     notes = [note.split(": ", 1)[0] for note in import_def(text, "n").notes]
     assert notes == ["line 8", "line 11", "line 14"]
+
+
+def test_copy_heredoc_is_written_in_post_byte_for_byte() -> None:
+    text = "FROM debian\nWORKDIR /etc/app\nCOPY --chmod=600 <<'EOF' conf.ini\n[a]\n  b = $HOME\nEOF\nRUN cat conf.ini\n"
+    post = import_dockerfile(text, "c").spec["post"]
+    assert post[1] == "mkdir -p /etc/app\ncat > /etc/app/conf.ini <<'EOF'\n[a]\n  b = $HOME\nEOF\nchmod 600 /etc/app/conf.ini"
+    assert post[2] == "cd /etc/app\ncat conf.ini"
+    with pytest.raises(UsageError, match=r"Dockerfile:2: COPY <<EOF /x: only a here-document"):
+        import_dockerfile("FROM debian\nCOPY <<EOF /x\n$HOME\nEOF\n", "c")
