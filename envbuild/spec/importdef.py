@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 
@@ -89,7 +90,8 @@ def _final_stage(builder: SpecBuilder, text: str, source: str) -> list[tuple[int
     names = {}
     for stage in stages[:-1]:
         start = next(number for number, line in stage if _STAGE_START.match(line.strip()))
-        named = [line.split(":", 1)[1].strip() for _, line in stage if re.match(r"^\s*stage\s*:", line, re.I)]
+        header = itertools.takewhile(lambda numbered: not numbered[1].strip().startswith("%"), stage)
+        named = [line.split(":", 1)[1].strip() for _, line in header if re.match(r"^\s*stage\s*:", line, re.I)]
         names[named[0] if named else str(len(names))] = start
     section = ""
     for number, raw in stages[-1]:
