@@ -11,6 +11,7 @@ from packaging.requirements import Requirement
 
 from envbuild.errors import UsageError
 from envbuild.spec.envassign import env_assignments
+from envbuild.spec.importshell import HEREDOC
 from envbuild.spec.model import VENV_PREFIX, Spec
 from envbuild.spec.recipefiles import (
     RecipeFormat,
@@ -96,12 +97,29 @@ def export_def(data: ExportInput) -> str:
     out += ["", "%post", "    set -e"] + [f"    {line}" for line in _install_lines(data)]
     out += [f"    chmod {f.mode} {shlex.quote(f.dest)}" for f in spec.files if f.mode]
     for command in spec.post:
-        out += ["    " + line if line else "" for line in command.splitlines()]
+        out += _section_lines(command)
     if spec.tests:
         out += ["", "%test", "    set -e"]
         for command in spec.tests:
-            out += ["    " + line if line else "" for line in command.splitlines()]
+            out += _section_lines(command)
     return "\n".join(out) + "\n"
+
+
+def _section_lines(command: str) -> list[str]:
+    """A script's lines indented for a def section, except a here-document's body and end marker: those are
+    data the shell reads as written (an indented `EOF` would never close it)."""
+    lines: list[str] = []
+    open_heredocs: list[tuple[bool, str]] = []  # (<<- strips leading tabs, end marker), first to close first
+    for line in command.splitlines():
+        if open_heredocs:
+            lines.append(line)
+            strips_tabs, marker = open_heredocs[0]
+            if (line.lstrip("\t") if strips_tabs else line) == marker:
+                open_heredocs.pop(0)
+            continue
+        lines.append("    " + line if line else "")
+        open_heredocs = [(match[1] == "-", match[3]) for match in HEREDOC.finditer(line)]
+    return lines
 
 
 def export_dockerfile(data: ExportInput) -> str:
