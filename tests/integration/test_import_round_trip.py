@@ -6,8 +6,8 @@ where the base allows, Dockerfile) imports back to a spec that means the same.
 The originals name the registry images their public counterparts start from (nvcr.io, docker.io, LUMI's
 /appl/local sif images), unreachable here: the built spec's base is substituted by `localimage:` the debootstrap
 rootfs of the shared test store (the `debootstrap_base` fixture). Nothing needs the network but one pip install
-of a small pure-Python package, from the host's package index (its pip config is honoured by builds). All
-builds share the test store (`build_cache`)."""
+of a small pure-Python package from PyPI, in post as the original has it (the host's CA bundle copied in, as a
+site's Dockerfile behind a TLS-inspecting proxy does). All builds share the test store (`build_cache`)."""
 
 from __future__ import annotations
 
@@ -139,14 +139,20 @@ EOF
 """, 'cat /etc/myapp/config.yaml; hello',
     ["model:", "  name: tiny", "  path: $HOME/models", "hello from built"])
 
+# A site's CA bundle copied in for pip, as Dockerfiles behind a TLS-inspecting proxy do: the post's own pip runs
+# in the image with the image's certificates (the host's pip configuration is for python.packages only).
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PIP_DOCKERFILE = Shape("pip-after-apt.Dockerfile", r"""FROM docker.io/library/python:3.11-slim
 RUN apt-get clean && rm -rf /var/lib/apt/lists/*
+COPY site-ca.crt /usr/local/share/site-ca.crt
 RUN python3 -m venv /opt/venv
 ENV VIRTUAL_ENV=/opt/venv \
-    PATH=/opt/venv/bin:$PATH
+    PATH=/opt/venv/bin:$PATH \
+    PIP_CERT=/usr/local/share/site-ca.crt
 RUN pip install --no-cache-dir tabulate
 """, 'command -v python3; python3 -c "import tabulate; print(tabulate.__name__)"',
-    ["/opt/venv/bin/python3", "tabulate"])
+    ["/opt/venv/bin/python3", "tabulate"],
+    extra_files={"site-ca.crt": HOST_CA_BUNDLE.read_text() if HOST_CA_BUNDLE.exists() else ""})
 
 SYLABS_DEF = Shape("sylabs-style.def", r"""BootStrap: docker
 From: ubuntu:22.04
@@ -203,6 +209,20 @@ def _check_export_round_trip(spec: Path, imported: str, work: Path) -> list[str]
     return checked
 
 
+def _on_local_base(spec_text: str, debootstrap_base: Path, work: Path) -> Path:
+    """The spec with its registry image replaced by the tiny local base."""
+    local = work / "local.yaml"
+    local.write_text(re.sub(r"^base: .*$", f"base: localimage:{debootstrap_base}", spec_text, count=1, flags=re.M))
+    return local
+
+
+def _assert_shows(image: Path, shape: Shape, context: str) -> None:
+    shown = subprocess.run(["apptainer", "exec", "--cleanenv", str(image), "sh", "-c", shape.check],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert _lines_match(shown.stdout.splitlines(), shape.expected), (shown.stdout, shape.expected, context)
+
+
 def _lines_match(got: list[str], expected: list[str]) -> bool:
     return len(got) == len(expected) and all(
         re.fullmatch(want, line) if want.startswith("^") else line == want for line, want in zip(got, expected, strict=True))
@@ -225,18 +245,35 @@ def test_import_builds_what_the_recipe_means_and_exports_back(shape: Shape, tmp_
         (round_trip / name).write_text(content)
     assert "def" in _check_export_round_trip(spec, imported, round_trip)
 
-    local = tmp_path / "local.yaml"  # the registry image replaced by the tiny local base
-    local.write_text(re.sub(r"^base: .*$", f"base: localimage:{debootstrap_base}", imported, count=1, flags=re.M))
+    local = _on_local_base(imported, debootstrap_base, tmp_path)
     image = tmp_path / "image.sif"
     built = run_cli([ENVBUILD, "build", str(local), "-o", str(image), "--compression", "zstd"],
                     env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)}, timeout=900)
     assert built.returncode == 0, built.stdout + built.stderr[-4000:]
-    shown = subprocess.run(["apptainer", "exec", "--cleanenv", str(image), "sh", "-c", shape.check],
-                           capture_output=True, text=True, timeout=120)
-    assert shown.returncode == 0, shown.stderr
-    assert _lines_match(shown.stdout.splitlines(), shape.expected), (shown.stdout, shape.expected, imported)
+    _assert_shows(image, shape, imported)
     if shape.labels:
         inspected = subprocess.run(["apptainer", "inspect", "--labels", str(image)], capture_output=True, text=True, timeout=60)
         assert inspected.returncode == 0, inspected.stderr
         for key, value in shape.labels.items():
             assert f"{key}: {value}" in inspected.stdout, inspected.stdout
+
+
+def test_an_exported_definition_files_post_runs_in_the_image(tmp_path: Path, debootstrap_base: Path) -> None:
+    """`envbuild export --format def` of the imported heredoc recipe: its %post, as the exported file has it, run
+    by sh in a writable sandbox of the base (what `apptainer build` does with it; a root `apptainer build` with a
+    %post cannot run on this machine: its capability set is short of what apptainer requests): the
+    here-documents close (their end markers are not indented) and write what the original wrote."""
+    recipe = tmp_path / HEREDOC_DEF.filename
+    recipe.write_text(HEREDOC_DEF.text)
+    local = _on_local_base(_import(recipe, tmp_path / "imported.yaml"), debootstrap_base, tmp_path)
+    exported = run_cli([ENVBUILD, "export", str(local), "--format", "def"], timeout=120)
+    assert exported.returncode == 0, exported.stderr
+    post = exported.stdout.split("\n%post\n", 1)[1].split("\n%test\n", 1)[0]
+    sandbox = tmp_path / "sandbox"
+    made = subprocess.run(["apptainer", "build", "--sandbox", str(sandbox), str(debootstrap_base)],
+                          capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-3000:]
+    ran = subprocess.run(["apptainer", "exec", "--writable", "--cleanenv", "--no-mount", "home,cwd,tmp", str(sandbox),
+                          "/bin/sh", "-ec", post], capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:] + post
+    _assert_shows(sandbox, HEREDOC_DEF, exported.stdout)
