@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import posixpath
 import re
 import shlex
 
@@ -167,10 +168,17 @@ def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, bod
         for offset, line in enumerate(body, number + 1):
             words = shlex.split(line, comments=True)
             if words:
-                add_file(builder, offset, words[0], words[1] if len(words) > 1 else words[0], src_prefix)
+                add_file(builder, offset, words[0], _files_dest(words), src_prefix)
     else:
         why = _DEF_NOT_EXPRESSIBLE.get(section, "not a section envbuild knows")
         builder.note(number, f"%{section} ({why})")
+
+
+def _files_dest(words: list[str]) -> str:
+    """A %files line's destination: as Apptainer copies, a destination ending in / is the directory the source
+    goes into (`data.txt /opt/tools/` is /opt/tools/data.txt), none is the source's own path."""
+    dest = words[1] if len(words) > 1 else words[0]
+    return dest + posixpath.basename(words[0].rstrip("/")) if dest.endswith("/") else dest
 
 
 def _def_post(builder: SpecBuilder, number: int, body: list[str]) -> None:

@@ -56,7 +56,7 @@ From: ubuntu:22.04
 
 %files
     run.sh /opt/tools/run.sh
-    data.txt /opt/tools/data.txt
+    data.txt /opt/tools/
 
 %labels
     Author csc-staff
