@@ -124,11 +124,24 @@ def wrap_in_sif(squashfs: Path, sif: Path) -> Path:
     return sif
 
 
+# The memory bound is enforced, not read back: wait4's ru_maxrss was seen at 429 MiB for a 0.06 s run in one CI
+# run on this VM (gVisor's accounting), while the same run reads 20 MiB elsewhere. A walk that blows up (2 GB at five
+# loops before the fix) dies of MemoryError under this limit and fails the test by its exit status.
+ADDRESS_SPACE_LIMIT = 1 << 30
+
+
+def _limit_address_space() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
+
+
 def run_measured(args: list[str], timeout: float = 30) -> tuple[subprocess.CompletedProcess[str], float, int]:
-    """Run a command; (its result, wall seconds, its own peak memory in MiB, from wait4)."""
+    """Run a command under a 1 GiB address-space limit; (its result, wall seconds, its peak memory in MiB as
+    wait4 reports it: informative only, see ADDRESS_SPACE_LIMIT)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(args, stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen(args, stdout=out, stderr=err, text=True, preexec_fn=_limit_address_space)
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
@@ -192,7 +205,7 @@ def test_packages_and_inspect_on_a_hostile_sif_answer_in_under_a_second(tmp_path
 
     listed, seconds, peak_mib = run_measured([ENVBUILD, "packages", "--no-cache", str(sif)])  # was 24 s, 2 GB
     assert listed.returncode == 0, listed.stderr
-    assert seconds < 1 and peak_mib < 200, (seconds, peak_mib)
+    assert seconds < 1, (seconds, peak_mib)  # and within ADDRESS_SPACE_LIMIT, or it would have failed
     for name in LOOP_NAMES:
         assert f"/{name}: is the directory / again (a directory loop" in listed.stderr
     assert "\x1b" not in listed.stdout + listed.stderr and "\r" not in listed.stdout
@@ -200,7 +213,7 @@ def test_packages_and_inspect_on_a_hostile_sif_answer_in_under_a_second(tmp_path
 
     shown, seconds, peak_mib = run_measured([ENVBUILD, "inspect", "--no-cache", str(sif)])
     assert shown.returncode == 0, shown.stderr
-    assert seconds < 1 and peak_mib < 200, (seconds, peak_mib)
+    assert seconds < 1, (seconds, peak_mib)  # and within ADDRESS_SPACE_LIMIT, or it would have failed
     assert "\x1b" not in shown.stdout and "\r" not in shown.stdout and "\x07" not in shown.stdout
     assert f"  {printable(EVIL_LABEL[0])}: {printable(EVIL_LABEL[1])}" in shown.stdout
     assert "runscript: (none)" in shown.stdout  # the bomb resolves to nothing
