@@ -1,6 +1,6 @@
 """Squashfs compressions for the final image, side by side: squash time, image size, start-up time.
 
-For each compression, envbuild.build.squash turns the same tree into a SIF (mksquashfs straight into the
+For each compression, envbuild.sif.writer turns the same tree into a SIF (mksquashfs straight into the
 image + the SIF framing; timed as a whole), then `apptainer exec IMG python -c 'import torch'` is
 timed N times per image, the images taken in turn (a b c, a b c, ...) so that drift in the machine's
 load hits them alike; the median is reported. Ratios are against gzip, the default (the only
@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from envbuild.build.squash import squash_actions  # noqa: E402
-from envbuild.inventory.sif import read_sif_layout  # noqa: E402
+from envbuild.build.squashplan import squash_actions  # noqa: E402
+from envbuild.sif.reader import read_sif_layout  # noqa: E402
 
 REFERENCE = REPO / "build/local-cpu-pytorch.sif"
 START = ["python", "-c", "import torch"]
@@ -45,7 +45,7 @@ def run_actions(actions: tuple, work: Path) -> None:
     import io
 
     from envbuild.build.actions import Step
-    from envbuild.build.executor import BuildExecutor
+    from envbuild.build.execute.executor import BuildExecutor
 
     executor = BuildExecutor(work / "squash.log", store_root=work / "store", out=io.StringIO())
     executor.execute_steps((Step("squash", "squash", actions),), None, "bench")
@@ -131,7 +131,7 @@ def main() -> None:
               f"{sizes[name] / sizes[base]:>9.2f}{median[name]:>14.2f}{median[name] / median[base]:>9.2f}")
     if build_s is not None:
         print(f"today's `apptainer build --force` of the same tree (gzip, copies the tree first): {build_s:.1f} s "
-              f"= {build_s / squash_s[base]:.2f}x envbuild.build.squash {base}")
+              f"= {build_s / squash_s[base]:.2f}x envbuild.sif.writer {base}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
 
 

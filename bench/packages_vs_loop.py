@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from envbuild.inventory.sif import read_sif_layout  # noqa: E402
+from envbuild.sif.reader import read_sif_layout  # noqa: E402
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 COMPRESSIONS = ("gzip", "zstd -Xcompression-level 3", "lz4")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from envbuild.terminaltext import printable
+
 
 class EnvbuildError(Exception):
     """A failure the user can act on. `hint` says how to fix it."""
@@ -67,3 +69,14 @@ class ToolError(EnvbuildError):
     """An external tool (apptainer, debootstrap, pip, srun) failed."""
 
     exit_code = 1
+
+
+class ImageFormatError(EnvbuildError):
+    """The file is not a SIF image, or it is truncated or damaged, or uses something we cannot read.
+    The message may quote the image (a record's field, a path inside it): it is kept printable, whichever
+    command prints it."""
+
+    def __init__(self, path: str, message: str, hint: str | None = None) -> None:
+        super().__init__(printable(f"{path}: {message}"), None if hint is None else printable(hint))
+        self.path = path
+        self.reason = printable(message)

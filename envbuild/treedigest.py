@@ -7,7 +7,7 @@ content, in sorted order, and leaves out times: two unpacks of the same base giv
 Recording the digest of a tree that shares most files with one digested before (a +1 env layer hard-links
 its parent's 46,000 files) need not read them again: the per-file digests of the earlier tree, kept beside
 its record (`write_file_digests`), are reused for a file with the same inode, size and modification time (a
-hard link: the same file; as envbuild.build.treemanifest decides what a --layered build squashes). Only
+hard link: the same file; as envbuild.sif.manifest decides what a --layered build squashes). Only
 recording does this; verifying a tree always reads every file.
 """
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from envbuild.inventory.sifformat import ARCH_CODES, DESCRIPTOR, HEADER, PARTITION_EXTRA
+from envbuild.sif.format import ARCH_CODES, DESCRIPTOR, HEADER, PARTITION_EXTRA
 from tests.conftest import REPO
 
 ARM_RECIPE = """\

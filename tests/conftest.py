@@ -119,8 +119,8 @@ def debootstrap_base(tmp_path_factory: pytest.TempPathFactory, build_cache: Path
     is reused as is). Needs apptainer and debootstrap like any build: a missing tool fails the test."""
     import io
 
-    from envbuild.app.buildrequest import BuildOptions, make_request
-    from envbuild.build.executor import BuildExecutor
+    from envbuild.app.build.request import BuildOptions, make_request
+    from envbuild.build.execute.executor import BuildExecutor
     from envbuild.build.plan import plan_base
     from envbuild.host.facts import gather_host_facts
     from envbuild.spec.load import load_spec

@@ -34,7 +34,7 @@ KEPT = {"six": "1.16.0", "big-meta": "1.0"}
 
 def fixture_base_identity(base_sif: Path) -> dict[str, Any]:
     """The record's `base` entry for a SIF on this machine: its path, digest, SIF id and size."""
-    from envbuild.inventory.sif import read_sif_layout
+    from envbuild.sif.reader import read_sif_layout
 
     digest = hashlib.sha256(base_sif.read_bytes()).hexdigest()
     return {"ref": f"localimage:{base_sif}", "path": str(base_sif), "digest": f"sha256:{digest}",

@@ -99,8 +99,8 @@ def rearrange(kind: str, root: Path) -> None:
 
 def _squash(sandbox: Path, work: Path, output: Path, runtime: str) -> None:
     from envbuild.build.actions import Step
-    from envbuild.build.executor import BuildExecutor
-    from envbuild.build.squash import squash_actions
+    from envbuild.build.execute.executor import BuildExecutor
+    from envbuild.build.squashplan import squash_actions
 
     actions = squash_actions(str(sandbox), str(output), compression="zstd", runtime_path=runtime, work_dir=str(work))
     BuildExecutor(work / "squash.log", store_root=work, out=io.StringIO()).execute_steps(

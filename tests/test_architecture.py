@@ -17,12 +17,12 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = REPO / "envbuild"
 
 # Highest first: cli may import everything below it, store nothing but the shared leaves.
-PACKAGE_ORDER = ("cli", "app", "sweep", "catalogue", "doctor", "batch", "build", "lock", "launch", "inventory", "spec",
-                 "recipes", "host", "store")
+PACKAGE_ORDER = ("cli", "app", "doctor", "catalogue", "slurm", "build", "lock", "launch", "inventory", "sif", "spec",
+                 "recipes", "host", "store", "imagetree")
 # Modules any package may import: they import nothing of envbuild but each other.
 SHARED_LEAVES = ("envbuild", "envbuild.errors", "envbuild.yamlsource", "envbuild.treedigest", "envbuild.atomicfile",
                  "envbuild.strictmodel", "envbuild.overlayformat", "envbuild.interrupts",
-                 "envbuild.terminaltext", "envbuild.shelltext", "envbuild.envnames")
+                 "envbuild.terminaltext", "envbuild.shelltext", "envbuild.envnames", "envbuild.durations")
 
 
 def module_name(path: Path) -> str:

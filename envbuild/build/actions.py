@@ -16,7 +16,7 @@ def _quote_all(argv: tuple[str, ...]) -> str:
 
 def _check_inside(root: str | None, *paths: str | None) -> None:
     """An action on an image tree names the tree's root and paths under it: the executor resolves the part
-    after the root inside the tree (envbuild.build.intree), as if the root were `/`."""
+    after the root inside the tree (envbuild.imagetree.intree), as if the root were `/`."""
     if root is None:
         return
     for path in paths:
@@ -117,7 +117,7 @@ class CopyFile:
     mode: int | None = None
     ahead: bool = False
     unless_exists: bool = False
-    # The image tree `dest` lies in: the copy is made inside it (envbuild.build.intree.copy_into_tree), the
+    # The image tree `dest` lies in: the copy is made inside it (envbuild.imagetree.intree.copy_into_tree), the
     # source's permission bits kept (or `mode`), never widened.
     dest_root: str | None = None
 
@@ -251,7 +251,7 @@ class GuardTree:
     step: the tree (a store layer) is no longer what its key says, so its `invalidate` marker is
     removed (the layer is rebuilt when next needed) and a warning printed. The step's own result,
     which has the new content, stays valid, so the check runs in the background while the build goes on
-    (envbuild.build.fsactions.guard_tree); the snapshot is removed after it."""
+    (envbuild.build.execute.fsactions.guard_tree); the snapshot is removed after it."""
 
     path: str
     snapshot: str
@@ -311,7 +311,7 @@ class CheckLinksInside:
 @dataclass(frozen=True)
 class StartBeside:
     """Start `runs` (commands that only read, side by side, up to one per CPU, at most 4) in the
-    background while the step's next actions run (envbuild.build.beside). A JoinBeside later in the step
+    background while the step's next actions run (envbuild.build.execute.beside). A JoinBeside later in the step
     waits for them; one that fails stops the others and the step, and a step that fails or is interrupted
     stops them."""
 

@@ -3,7 +3,7 @@
 The method is cotainr's, which needs neither fakeroot nor definition-file %post (neither works on
 LUMI or on kernels without CAP_SYS_RESOURCE): base root filesystem -> writable sandbox directory ->
 `apptainer exec --writable` to install -> `apptainer build image.sif sandbox/`.
-Nothing here touches the filesystem or runs a program; `envbuild.build.executor` does that.
+Nothing here touches the filesystem or runs a program; `envbuild.build.execute.executor` does that.
 """
 
 from __future__ import annotations
@@ -106,20 +106,19 @@ def image_steps(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbo
 def squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbox: str, work: str,
                 tests: tuple[str, ...] = (), output_partial: str | None = None, upper: str | None = None) -> Step:
     """The finished sandbox squashed into the image entry of the store while the spec's `tests` (started by
-    start_tests in the record step) run beside it; both only read the tree (envbuild.build.beside). The image
+    start_tests in the record step) run beside it; both only read the tree (envbuild.build.execute.beside). The image
     entry is complete only when they passed. With `output_partial`, the new image is also copied there before
     the tests are waited for."""
     import sys
 
-    from envbuild.build.layeredsquash import squash_with_manifest
-    from envbuild.build.squash import squash_actions
+    from envbuild.build.squashplan import squash_actions, squash_with_manifest
 
     options, facts = request.options, request.facts
     partial = f"{entry.image}.partial-{options.build_id}"
     squash = squash_actions(sandbox, partial, compression=options.compression, source_date_epoch=options.source_date_epoch,
                             runtime_path=facts.runtime.path, work_dir=work, all_root=not options.as_root,
                             python=facts.python or None, processors=facts.cpus, upper=upper)
-    # The tree manifest lets a later --layered build squash only its difference (envbuild.build.layeredsquash).
+    # The tree manifest lets a later --layered build squash only its difference (envbuild.sif.layeredwriter).
     parent = StorePaths(str(facts.cache_dir)).image(request.squash_parent).dir if request.squash_parent else None
     squash = squash_with_manifest(squash, sandbox=sandbox, partial=partial, work=work, entry_dir=entry.dir,
                                   compression=options.compression, all_root=not options.as_root,
@@ -140,7 +139,7 @@ def squash_step(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbo
 def start_tests(request: BuildRequest, sandbox: str, tests: tuple[str, ...], overlay: str | None = None) -> tuple[Action, ...]:
     """The spec's tests started in the background once the tree is finished except for the build record: from
     the record step on (which only adds the record's files) they run beside it and the squash, and the squash
-    step waits for them (envbuild.build.beside)."""
+    step waits for them (envbuild.build.execute.beside)."""
     if not tests:
         return ()
     runs = tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=False, overlay=overlay) for cmd in tests)
@@ -281,7 +280,7 @@ def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer
         Remove((f"{partial}{HOST_MOUNT}",), root=partial),
         Rename(partial, rootfs),
         # The layer's record, before it is complete and under its lock: a build taking it from a store others
-        # can write compares the tree with it (envbuild.app.storetrust.take_env_layer). On a parent layer only
+        # can write compares the tree with it (envbuild.app.build.storetrust.take_env_layer). On a parent layer only
         # the files the install added are read (1.7 s of the reference's 1.2 GB otherwise, a +1 build's 20 %).
         RecordDigest(rootfs, entry.digest, files_out=entry.file_digests,
                      reuse=store.env(layers.env_parent).file_digests if layers.env_parent else None),

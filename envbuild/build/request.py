@@ -60,7 +60,7 @@ class ImageOptions:
     keep_work: bool = False
     compression: str = "gzip:6"
     source_date_epoch: int | None = None
-    layered: bool = False  # --layered: the difference as a SIF overlay partition (envbuild.build.layeredsquash)
+    layered: bool = False  # --layered: the difference as a SIF overlay partition (envbuild.sif.layeredwriter)
     built_at: str = ""  # ISO-8601 time recorded in the image
 
 
@@ -77,7 +77,7 @@ class BuildRequest:
     lock: LockSource = field(default_factory=LockSource)
     env_parent: str | None = None  # a complete env entry (store name) to install the difference on top of
     # (tree, snapshot): a hard-linked copy of env_parent's tree and the guard's snapshot of it, made while the
-    # lock was resolved (envbuild.app.prefetch); the env step renames it into place instead of copying
+    # lock was resolved (envbuild.app.build.prefetch); the env step renames it into place instead of copying
     env_parent_copy: tuple[str, str] | None = None
     squash_parent: str | None = None  # --layered: a stored full image (entry name) to add the difference to
 

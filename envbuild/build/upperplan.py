@@ -7,16 +7,16 @@ for both. Here the user layer's few files (environment script, labels, build rec
 to an empty directory instead, which lies over the env layer wherever the tree is used:
   tests, record   `apptainer exec --overlay UPPER:ro ENV_LAYER` (a directory overlay: 0.09 s per exec,
                   as against 0.08 s without), the record's files written through a bind of UPPER/.envbuild
-  metadata        `apptainer inspect` of both layers' /.singularity.d merged (envbuild.build.squash)
-  difference      the env layer's tree with UPPER's files over it (envbuild.build.treemanifest.TreeView)
-  fallback        a full squash first merges the two into a sandbox (envbuild.build.layeredsquash)
+  metadata        `apptainer inspect` of both layers' /.singularity.d merged (envbuild.sif.writer)
+  difference      the env layer's tree with UPPER's files over it (envbuild.sif.manifest.TreeView)
+  fallback        a full squash first merges the two into a sandbox (envbuild.sif.layeredwriter)
 
 Only where the sandbox would hold nothing else and the runtime surely mounts a directory overlay:
   - a stored image to layer over (`request.squash_parent`): only then is the image a difference;
   - no `post` commands: they write anywhere in the tree, which needs the writable sandbox;
   - no SOURCE_DATE_EPOCH: clamping times rewrites the whole tree's inodes, so that build copies it;
   - building as root. Layering itself needs a runtime that mounts SIF overlay partitions, which
-    unprivileged apptainer does not (envbuild.build.layeredsquash); a setuid install would mount a
+    unprivileged apptainer does not (envbuild.sif.layeredwriter); a setuid install would mount a
     directory overlay too, but which install this is cannot be known without trying, so a build as
     another user keeps the sandbox: the same image, 1.3-1.6 s later.
 """
@@ -27,7 +27,6 @@ from dataclasses import replace
 
 from envbuild.build.actions import CopyTree, MakeDirs, Remove, Run, Step
 from envbuild.build.install import PackageSources
-from envbuild.build.layeredsquash import NICE
 from envbuild.build.layers import choose_installer, plan_layers
 from envbuild.build.paths import RECORD_DIR
 from envbuild.build.plan import (
@@ -42,6 +41,7 @@ from envbuild.build.plan import (
 from envbuild.build.recordscripts import RECORD_ENVIRONMENTS_SCRIPT
 from envbuild.build.request import BuildPlan, BuildRequest
 from envbuild.build.sandbox import Bind, sandbox_exec
+from envbuild.build.squashplan import NICE
 from envbuild.spec.model import VENV_PREFIX
 from envbuild.store.layout import StorePaths
 

@@ -11,8 +11,7 @@ from envbuild.atomicfile import atomic_write
 from envbuild.catalogue.jsonform import render_json
 from envbuild.catalogue.model import Catalogue, ImageEntry
 from envbuild.catalogue.page import JSON_NAME, render_page
-from envbuild.errors import EnvbuildError, UsageError
-from envbuild.inventory.errors import ImageFormatError
+from envbuild.errors import EnvbuildError, ImageFormatError, UsageError
 from envbuild.inventory.facts import ImageFacts
 
 IMAGE_SUFFIXES = (".sif", ".sqsh")  # SIF images and venv overlays

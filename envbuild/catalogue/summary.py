@@ -8,8 +8,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from envbuild.build.compression import COMPRESSIONS, compression_note
 from envbuild.inventory.facts import ImageFacts
+from envbuild.sif.compression import COMPRESSIONS, compression_note
 
 # Labels `apptainer build` writes from the definition file's header (Bootstrap:, From:): the base of an
 # image that envbuild did not build.
@@ -69,7 +69,7 @@ def compression_of(facts: ImageFacts) -> str:
 
 def runtime_requirement(compression: str) -> tuple[str, bool]:
     """(who can run an image with this compression, whether that excludes some runtimes). The facts are
-    envbuild.build.squash's: a compression it writes without a note runs everywhere."""
+    envbuild.sif.writer's: a compression it writes without a note runs everywhere."""
     if not compression:
         return "", False
     note = compression_note(compression)

@@ -34,7 +34,7 @@ def main() -> None:
 
 
 def _compression(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    from envbuild.build.compression import check_compression
+    from envbuild.sif.compression import check_compression
 
     check_compression(value)  # a UsageError naming the accepted values
     return value
@@ -93,8 +93,8 @@ def build(spec: Path, output: Path | None, locked: bool, frozen: bool, upgrade: 
     since, the build says what changed, resolves again and rewrites it; without one it resolves from the
     spec (`envbuild lock SPEC` makes one). --locked refuses a stale lock, --frozen skips the check,
     --upgrade re-resolves everything and writes the lock."""
-    from envbuild.app.buildcommand import run_build
-    from envbuild.app.buildrequest import BuildOptions
+    from envbuild.app.build.command import run_build
+    from envbuild.app.build.request import BuildOptions
     from envbuild.lock.policy import LockFlags
     from envbuild.spec.load import load_build_input
 
@@ -153,13 +153,13 @@ def lock(spec: Path, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir
     or --upgrade-package asks otherwise. Then `envbuild build SPEC` installs exactly it (--locked: and
     refuses a stale lock). For an overlay spec, pip in
     the base pins exactly what the overlay adds to it."""
-    from envbuild.app.locksession import run_lock
+    from envbuild.app.lock.session import run_lock
     from envbuild.spec.load import load_spec
 
     loaded = load_spec(spec)
     warn_about(loaded.warnings)
     if loaded.spec.overlay is not None:
-        from envbuild.app.overlaylock import run_overlay_lock
+        from envbuild.app.lock.overlay import run_overlay_lock
 
         run_lock = run_overlay_lock
     path = run_lock(loaded, upgrade=upgrade, upgrade_packages=upgrade_packages,
@@ -181,11 +181,11 @@ def verify(image: Path, spec: Path | None, base: Path | None, as_json: bool) -> 
     what it kept from the base), and with --base the base it was made for.
 
     Exit status 0: everything matches; 1: something differs (each difference is listed)."""
-    from envbuild.app.verify import render_verification, verification_to_dict, verify_image
+    from envbuild.app.verify.image import render_verification, verification_to_dict, verify_image
     from envbuild.inventory.overlay import is_overlay_file
 
     if is_overlay_file(str(image)):
-        from envbuild.app.verify_overlay import verify_overlay
+        from envbuild.app.verify.overlay import verify_overlay
 
         result = verify_overlay(image, spec, base)
     elif base is not None:
@@ -209,7 +209,7 @@ def verify(image: Path, spec: Path | None, base: Path | None, as_json: bool) -> 
 def validate(specs: tuple[Path, ...], system: str | None) -> None:
     """Check spec files (or conda env files, as `envbuild build` reads them, their pip list included);
     print each problem with file:line and how to fix it."""
-    from envbuild.app.condasession import conda_env_warnings
+    from envbuild.app.build.condasession import conda_env_warnings
     from envbuild.errors import EnvbuildError
     from envbuild.spec.load import load_build_input
 

@@ -207,11 +207,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _signal_ranks(argv: list[str]) -> None:
-    """`envrun signal-ranks SIGNAL DIR`: what a --requeue batch script runs once per node (envbuild.batch.forward)."""
+    """`envrun signal-ranks SIGNAL DIR`: what a --requeue batch script runs once per node (envbuild.slurm.batch.forward)."""
     if len(argv) != 2:
         print("usage: envrun signal-ranks SIGNAL DIR  (run by envrun sbatch --requeue scripts)", file=sys.stderr)
         sys.exit(2)
-    from envbuild.batch.forward import signal_ranks
+    from envbuild.slurm.batch.forward import signal_ranks
 
     try:
         signal_ranks(argv[0], argv[1])

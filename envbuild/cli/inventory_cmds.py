@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING
 import click
 
 from envbuild.cli.common import reports_errors
-from envbuild.errors import UsageError
+from envbuild.errors import ImageFormatError, UsageError
 from envbuild.host.runtime import require_runtime
 from envbuild.inventory.cache import InventoryCache
-from envbuild.inventory.errors import ImageFormatError
 from envbuild.inventory.image import image_arch, read_inventory, sif_image_id
 from envbuild.inventory.overlay import is_overlay_file
 from envbuild.inventory.pyenvs import Inventory

@@ -84,8 +84,8 @@ def main(argv: list[str]) -> None:
 
 def run(args: Any, argv: list[str]) -> int:
     if args.check:
-        from envbuild.batch.check import check_script_file
         from envbuild.recipes.detect import resolve_site_recipe
+        from envbuild.slurm.check.pitfalls import check_script_file
 
         # the check runs a site's rules only on that site's evidence: with no recipe for the site, none
         site_recipe, site = resolve_site_recipe(args.system, os.environ)
@@ -99,7 +99,7 @@ def run(args: Any, argv: list[str]) -> int:
     if args.wait and not args.submit:
         raise UsageError("--wait follows a submitted job", "add --submit")
     job = plan(args, recipe, command, argv)
-    from envbuild.batch.script import render_script
+    from envbuild.slurm.batch.script import render_script
 
     text = render_script(job)
     for warning in job.warnings:
@@ -112,7 +112,7 @@ def run(args: Any, argv: list[str]) -> int:
     if not args.submit:
         print(f"envrun sbatch: wrote {path}; submit it with: sbatch {shlex.quote(path)}", file=sys.stderr)
         return 0
-    from envbuild.batch.submit import submit, wait_for_job
+    from envbuild.slurm.batch.submit import submit, wait_for_job
 
     job_id = submit(path, os.getcwd())
     print(job_id, flush=True)
@@ -124,14 +124,14 @@ def run(args: Any, argv: list[str]) -> int:
 
 
 def plan(args: Any, recipe: Any, command: tuple[str, ...], argv: list[str]) -> Any:
-    from envbuild.batch.plan import DEFAULT_OUTPUT, BatchRequest, Requeue, plan_batch
-    from envbuild.batch.resources import JobRequest
-    from envbuild.batch.staging import describe_source
-    from envbuild.batch.stepcommand import infer_launcher
     from envbuild.host.node import read_host_node
     from envbuild.host.runtime import Runtime, find_runtime
     from envbuild.launch.project import find_environment, image_and_overlays
     from envbuild.launch.visibility import HostPaths
+    from envbuild.slurm.batch.plan import DEFAULT_OUTPUT, BatchRequest, Requeue, plan_batch
+    from envbuild.slurm.batch.resources import JobRequest
+    from envbuild.slurm.batch.staging import describe_source
+    from envbuild.slurm.batch.stepcommand import infer_launcher
 
     cwd = os.getcwd()
     defaults = _batch_defaults(recipe.name)

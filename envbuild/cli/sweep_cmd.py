@@ -70,17 +70,17 @@ def main(argv: list[str]) -> None:
 
 
 def run(args: Any, argv: list[str]) -> int:
-    from envbuild.batch.plan import job_name
-    from envbuild.batch.resources import node_shape
-    from envbuild.batch.stepcommand import infer_launcher
     from envbuild.host.node import read_host_node
     from envbuild.recipes.detect import resolve_recipe
-    from envbuild.sweep import state as sweepstate
-    from envbuild.sweep.points import parse_counts, plan_points
-    from envbuild.sweep.report import write_reports
-    from envbuild.sweep.runner import Slurm as SlurmCalls
-    from envbuild.sweep.runner import SweepRunner
-    from envbuild.sweep.table import build_table, render_text
+    from envbuild.slurm.batch.plan import job_name
+    from envbuild.slurm.batch.resources import node_shape
+    from envbuild.slurm.batch.stepcommand import infer_launcher
+    from envbuild.slurm.sweep import state as sweepstate
+    from envbuild.slurm.sweep.points import parse_counts, plan_points
+    from envbuild.slurm.sweep.report import write_reports
+    from envbuild.slurm.sweep.runner import Slurm as SlurmCalls
+    from envbuild.slurm.sweep.runner import SweepRunner
+    from envbuild.slurm.sweep.table import build_table, render_text
 
     command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command)
     if not command:
@@ -126,9 +126,9 @@ def write_script(args: Any, recipe: Any, command: tuple[str, ...], argv: list[st
     """The run's batch script from envrun sbatch's planner (its checks and warnings included), written into
     the report directory; (script path, output pattern)."""
     from envbuild.atomicfile import atomic_write
-    from envbuild.batch.script import render_script
     from envbuild.cli.sbatch_cmd import plan
-    from envbuild.sweep.runner import log_pattern
+    from envbuild.slurm.batch.script import render_script
+    from envbuild.slurm.sweep.runner import log_pattern
 
     pattern = log_pattern(directory, point, repeat)
     options = argparse.Namespace(

@@ -12,7 +12,7 @@ import posixpath
 from dataclasses import dataclass, field
 
 from envbuild.inventory.pyenvs import Inventory
-from envbuild.inventory.torchbuilds import env_family
+from envbuild.inventory.torchfamily import env_family
 from envbuild.inventory.trees import Tree
 from envbuild.spec.torchfamily import TorchBuild
 
@@ -93,7 +93,7 @@ def find_libraries(tree: Tree, inventory: Inventory, extra_plugins: tuple[str, .
 
 def torch_family(tree: Tree, inventory: Inventory) -> tuple[str, list[TorchBuild]]:
     """The first environment that has torch (else the first with any of its family: an overlay adding
-    torchvision to a base's torch), and that family as installed (envbuild.inventory.torchbuilds: dist-info
+    torchvision to a base's torch), and that family as installed (envbuild.inventory.torchfamily: dist-info
     versions and version.py read as text)."""
     families = [(env.prefix, env_family(tree, env.prefix)) for env in inventory.environments]
     with_torch = [(prefix, family) for prefix, family in families if any(b.canonical == "torch" for b in family)]

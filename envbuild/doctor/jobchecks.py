@@ -6,18 +6,19 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from envbuild.batch import checkjob, checksteps
-from envbuild.batch.checkbase import Context
-from envbuild.batch.scriptparse import parse_script
 from envbuild.doctor.findings import Finding, fail, info, ok, warn
 from envbuild.doctor.hostrecord import CACHE_VARIABLES
+from envbuild.slurm.check import jobrules as checkjob
+from envbuild.slurm.check import steprules as checksteps
+from envbuild.slurm.check.parse import parse_script
+from envbuild.slurm.check.rulebase import Context
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from envbuild.batch.checkbase import Finding as ScriptFinding
     from envbuild.doctor.hostrecord import HostRecord
     from envbuild.recipes.schema import Recipe
+    from envbuild.slurm.check.rulebase import Finding as ScriptFinding
 
 # The batch rules that say something about a running job. The account, the time syntax and late directives
 # were settled when Slurm accepted the job. A forbidden option breaks the job (fail); the rest are warnings.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import posixpath
 
-from envbuild.inventory.errors import ImageFormatError
+from envbuild.errors import ImageFormatError
 from envbuild.inventory.overlayvenv import OverlayVenv
 from envbuild.inventory.pkgmeta import canonical_name
 from envbuild.inventory.pyenvs import Environment, Inventory, Package, Problem

@@ -13,10 +13,10 @@ from typing import Any
 from envbuild.inventory.envscripts import exported_variables
 from envbuild.inventory.image import OpenImage, guarded, image_arch, inventory_of, open_image
 from envbuild.inventory.pyenvs import Inventory
-from envbuild.inventory.sif import read_object
 from envbuild.inventory.trees import Tree
 from envbuild.inventory.walkguard import MAX_FACTS_READ_BYTES, ReadBudget
 from envbuild.overlayformat import LOCK_FILE, SPEC_FILE
+from envbuild.sif.reader import read_object
 
 TEXT_LIMIT = 1024 * 1024  # scripts and specs are small; a bigger file is shown cut
 ENV_DIR = "/.singularity.d/env"

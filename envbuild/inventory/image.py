@@ -9,16 +9,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from envbuild.inventory.errors import ImageFormatError
+from envbuild.errors import ImageFormatError
 from envbuild.inventory.layered import LayeredTree
 from envbuild.inventory.overlay import is_overlay_file, record_in_tree
 from envbuild.inventory.overlayvenv import OverlayVenv, read_overlay_venv
 from envbuild.inventory.pyenvs import Inventory, Problem, take_inventory
-from envbuild.inventory.sif import SifLayout, SifObject, read_sif_layout
 from envbuild.inventory.squashfs import DECODE_ERRORS, Squashfs
 from envbuild.inventory.trees import DirectoryTree, MountedTree, SquashfsTree, Tree
 from envbuild.inventory.walkguard import WalkLimitError
 from envbuild.overlayformat import RECORD_FILE
+from envbuild.sif.reader import SifLayout, SifObject, read_sif_layout
 
 T = TypeVar("T")
 
@@ -139,7 +139,7 @@ def image_arch(path: str) -> str:
     """The image's architecture, normalised (x86_64, aarch64): a SIF's header, a sandbox's programs; "" for an
     overlay (a squashfs records none; it runs on its base's) and for what cannot be read."""
     from envbuild.host.arch import normalise_arch, programs_arch
-    from envbuild.inventory.sifarch import read_sif_arch
+    from envbuild.sif.format import read_sif_arch
 
     if os.path.isdir(path):
         tree = DirectoryTree(path)  # its links resolved inside it: /bin/sh -> /usr/bin/dash is the sandbox's dash

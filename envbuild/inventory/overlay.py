@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from envbuild.inventory.errors import ImageFormatError
+from envbuild.errors import ImageFormatError
 from envbuild.overlayformat import RECORD_FILE, check_record, is_squashfs_file
 
 if TYPE_CHECKING:

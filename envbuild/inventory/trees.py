@@ -14,7 +14,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Protocol
 
-from envbuild.inventory.inroot import Link, resolve_in_root
+from envbuild.imagetree.inroot import Link, resolve_in_root
 from envbuild.inventory.squashfs import Entry, Inode, Squashfs
 
 

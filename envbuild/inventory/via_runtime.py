@@ -12,8 +12,8 @@ import selectors
 import subprocess
 import time
 
+from envbuild.errors import ImageFormatError
 from envbuild.host.runtime import require_runtime
-from envbuild.inventory.errors import ImageFormatError
 from envbuild.inventory.pyenvs import Inventory, take_inventory
 from envbuild.inventory.trees import ListedTree
 from envbuild.terminaltext import printable

@@ -1,7 +1,7 @@
 """envrun refuses an image of another architecture before the container starts, instead of the container's
 `exec format error` (or qemu's slowness where binfmt emulation is installed).
 
-Reads the SIF's 128-byte global header (envbuild.inventory.sifarch.read_sif_arch): cheap on every launch.
+Reads the SIF's 128-byte global header (envbuild.sif.format.read_sif_arch): cheap on every launch.
 Sandbox directories and files that are not SIF are not checked, nor are overlays (.sqsh): a squashfs carries
 no architecture, and a venv overlay's compiled extensions were built against its base, which is checked.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from envbuild.errors import UsageError
 from envbuild.host.arch import host_arch, normalise_arch, system_arch
-from envbuild.inventory.sifarch import read_sif_arch
+from envbuild.sif.format import read_sif_arch
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -14,9 +14,8 @@ from __future__ import annotations
 import os
 import zlib
 
-from envbuild.errors import UsageError
+from envbuild.errors import ImageFormatError, UsageError
 from envbuild.host.usercache import MISS, read_cached, write_cached
-from envbuild.inventory.errors import ImageFormatError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -123,8 +122,8 @@ def _fix(overlay: Overlay, image: str, built_for: str | None) -> str:
 
 
 def _sif_id(path: str) -> str | None:
-    """The SIF header's image id as envbuild.inventory.sif shows it, None for a file that is not a SIF."""
-    from envbuild.inventory.sifformat import HEADER, MAGIC
+    """The SIF header's image id as envbuild.sif.reader shows it, None for a file that is not a SIF."""
+    from envbuild.sif.format import HEADER, MAGIC
 
     try:
         with open(path, "rb") as handle:

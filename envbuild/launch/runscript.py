@@ -68,7 +68,7 @@ def _read_dir(root: str, path: str) -> str | None:
 
 
 def _read_sif_verdict(image: str) -> tuple[str, str] | None:
-    from envbuild.inventory.errors import ImageFormatError
+    from envbuild.errors import ImageFormatError
     from envbuild.inventory.image import open_image
 
     try:

@@ -62,12 +62,12 @@ def overlay_lines(mounts: tuple[str, ...]) -> list[str]:
     return [f'export PATH={path}:"$PATH" VIRTUAL_ENV={sh_quote(mounts[-1])}']
 
 
-# The checkpoint signal of `envrun sbatch --requeue` jobs (envbuild.batch.requeue).
+# The checkpoint signal of `envrun sbatch --requeue` jobs (envbuild.slurm.batch.requeue).
 CHECKPOINT_SIGNAL = "USR1"
 
 
 def signal_record_line(kind: str) -> str:
-    """Record this process for `envrun signal-ranks` (envbuild.batch.forward) when the batch script asks for
+    """Record this process for `envrun signal-ranks` (envbuild.slurm.batch.forward) when the batch script asks for
     it ($ENVRUN_SIGNAL_DIR, set by `envrun sbatch --requeue`): an empty file named <node>.<pid>.<kind>. The
     pid stays the program's, as everything after it is exec'd. The signal is set to be ignored first, which
     survives exec: a program that installs its own handler gets the signal, one that does not is not killed

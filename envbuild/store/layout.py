@@ -5,7 +5,7 @@ Layout under the store root (`envbuild.host.runtime.default_cache_dir()`; the bu
     bases/<name>/   rootfs/, complete, [digest], [meta.json], [last-used], [content.json]
     envs/<name>/    rootfs/, complete, meta.json, freeze.txt, [digest, file-digests], [last-used]
     images/<name>/  image.sif, complete, meta.json, [last-used], [content.json], [tree-manifest.json.gz] (full
-                    images: what a --layered build compares with, envbuild.build.treemanifest)
+                    images: what a --layered build compares with, envbuild.sif.manifest)
     overlays/<name>/  overlay.sqsh, complete, meta.json, [last-used], [content.json]   (venv overlays)
     overlays/base-<name>/  digest, probe-<python>.json, complete        (a base .sif's digest and Python, once)
     locks/<kind>-<name>.lock   flock'ed by a build while it creates or uses an entry

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import envbuild.app.locksession
+import envbuild.app.lock.session
 import envbuild.atomicfile
-from envbuild.app.buildlock import dry_run_lock, lock_for_build
-from envbuild.app.buildrequest import BuildOptions, torch_index_for
+from envbuild.app.build.request import BuildOptions, torch_index_for
+from envbuild.app.lock.buildlock import dry_run_lock, lock_for_build
 from envbuild.lock.fileformat import render_lock
 from envbuild.lock.model import Lock, LockedPackage, LockTarget, lock_inputs
 from envbuild.spec.load import LoadedSpec, load_spec
@@ -55,7 +55,7 @@ def resolved(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
         calls.append({"previous": previous, **kwargs})
         return lock_for(loaded, *(r.split("=")[0] for r in loaded.spec.python.requirements()))
 
-    monkeypatch.setattr(envbuild.app.locksession, "resolve_lock", fake)
+    monkeypatch.setattr(envbuild.app.lock.session, "resolve_lock", fake)
     return calls
 
 
@@ -136,10 +136,10 @@ def test_a_dry_run_says_which_case_applies_and_writes_nothing(tmp_path: Path, re
 
 def test_a_failed_resolution_releases_what_the_session_took_meanwhile(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The copy of the parent env layer started while resolving (envbuild.app.prefetch) is removed, and its
+    """The copy of the parent env layer started while resolving (envbuild.app.build.prefetch) is removed, and its
     locks let go, when resolving fails: the build never starts, so its end would never come."""
-    import envbuild.app.buildlock
-    from envbuild.app.buildcommand import run_build
+    import envbuild.app.lock.buildlock
+    from envbuild.app.build.command import run_build
     from envbuild.errors import EnvbuildError
 
     released: list[str] = []
@@ -149,7 +149,7 @@ def test_a_failed_resolution_releases_what_the_session_took_meanwhile(tmp_path: 
         session._uses.callback(released.append, "parent copy removed")
         raise EnvbuildError("uv could not resolve", "fix the spec")
 
-    monkeypatch.setattr(envbuild.app.buildlock, "lock_for_build", failing)
+    monkeypatch.setattr(envbuild.app.lock.buildlock, "lock_for_build", failing)
     loaded = spec_with(tmp_path, "six")
     with pytest.raises(EnvbuildError, match="uv could not resolve"):
         run_build(loaded, options(tmp_path), io.StringIO(), dry_run=False)

@@ -2,7 +2,7 @@
 output is up to date (nothing runs), and which complete env layer a build starts from. The host facts
 are the golden tests' fixed ones (tests/plan_fixtures.py) with the store moved to a temporary
 directory; store entries are written as the build writes them (complete, digest, meta.json,
-freeze.txt, last-used), and the output image is a real SIF (mksquashfs + envbuild.build.squash.assemble)."""
+freeze.txt, last-used), and the output image is a real SIF (mksquashfs + envbuild.sif.writer.assemble)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 import envbuild.host.facts
-from envbuild.app.buildrequest import BuildOptions, make_request
-from envbuild.app.buildsession import BuildSession, image_key_of
-from envbuild.app.envparent import find_env_parent
+from envbuild.app.build.envparent import find_env_parent
+from envbuild.app.build.imagesession import BuildSession, image_key_of
+from envbuild.app.build.request import BuildOptions, make_request
 from envbuild.build.layers import plan_layers
 from envbuild.build.paths import RECORD_DIR
 from envbuild.build.plan import plan_base
 from envbuild.build.request import BuildRequest, Layers
-from envbuild.build.squash import assemble, mksquashfs_argv
+from envbuild.sif.writer import assemble, mksquashfs_argv
 from envbuild.spec.load import LoadedSpec, load_spec
 from tests.plan_fixtures import FIXED_FACTS
 
@@ -82,7 +82,7 @@ def stop_at_build(monkeypatch: pytest.MonkeyPatch) -> None:
     def started(*_: object, **__: object) -> None:
         raise BuildStarted
 
-    monkeypatch.setattr("envbuild.build.executor.BuildExecutor.execute_base", started)
+    monkeypatch.setattr("envbuild.build.execute.executor.BuildExecutor.execute_base", started)
 
 
 # -- is the output up to date? -------------------------------------------------------------------
@@ -239,7 +239,7 @@ def test_session_plans_the_env_step_on_the_chosen_parent(tmp_path: Path, store: 
 def test_a_dry_run_plans_on_the_parents_the_store_holds_and_holds_nothing(tmp_path: Path, store: Path) -> None:
     """`--dry-run` prints the plan the build would run: the difference installed on a stored env layer
     and, with --layered as root, the user layer in a directory over it, layered over a stored image."""
-    from envbuild.build.treemanifest import MANIFEST_NAME, write_manifest
+    from envbuild.sif.manifest import MANIFEST_NAME, write_manifest
 
     loaded = write_spec(tmp_path, ["six", "idna"])
     layers, request = layers_for(tmp_path, store, ["six", "idna"])
@@ -268,6 +268,6 @@ def test_the_executor_has_a_handler_for_every_action_type() -> None:
     import typing
 
     from envbuild.build.actions import Action
-    from envbuild.build.executor import _ACTION_HANDLERS
+    from envbuild.build.execute.executor import _ACTION_HANDLERS
 
     assert set(_ACTION_HANDLERS) == set(typing.get_args(Action))

@@ -1,4 +1,4 @@
-"""envbuild.app.locksession's base probe: asked once per base and Python, kept in the base's store entry.
+"""envbuild.app.lock.session's base probe: asked once per base and Python, kept in the base's store entry.
 
 The runtime is a stand-in script that answers as the base's Python would and counts its calls; the real
 probe runs in tests/lock (apptainer) and in every e2e build."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.app.locksession import probe_target, target_cache_file
+from envbuild.app.lock.session import probe_target, target_cache_file
 from envbuild.host.runtime import Runtime
 from tests.plan_fixtures import FIXED_FACTS, fixed_request
 

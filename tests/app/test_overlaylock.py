@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from envbuild.app.overlaylock import _kept_pins, parse_pip_report
+from envbuild.app.lock.overlay import _kept_pins, parse_pip_report
 from envbuild.errors import EnvbuildError
 from envbuild.lock.model import Lock, LockedPackage, LockInputs, LockTarget
 

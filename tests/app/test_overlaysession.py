@@ -1,4 +1,4 @@
-"""The file checks of an overlay build (envbuild.app.overlaysession) that need no container: is the base a SIF
+"""The file checks of an overlay build (envbuild.app.build.overlaysession) that need no container: is the base a SIF
 file, and which key does an existing output overlay record (a no-op rebuild compares it)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.app.overlaysession import _is_sif_file, _overlay_key_of
+from envbuild.app.build.overlaysession import _is_sif_file, _overlay_key_of
 from tests.inventory_layout import fixture_image
 from tests.overlay_fixtures import lay_out_overlay, make_overlay, overlay_record, squash
 

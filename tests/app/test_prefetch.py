@@ -1,4 +1,4 @@
-"""The env layer copied while a stale lock is resolved again (envbuild.app.prefetch), and the plan that takes it.
+"""The env layer copied while a stale lock is resolved again (envbuild.app.build.prefetch), and the plan that takes it.
 
 The whole path (a stale lock, the copy taken by the env step) runs in tests/e2e/test_layered_plus_one.py."""
 
@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from envbuild.app.prefetch import ParentPrefetch
+from envbuild.app.build.prefetch import ParentPrefetch
 from envbuild.build.actions import CopyTree, Rename
 from tests.plan_fixtures import fixed_plan
 

@@ -6,10 +6,10 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from envbuild.app.squashparent import env_lineage, find_squash_parent
+from envbuild.app.build.squashparent import env_lineage, find_squash_parent
 from envbuild.build.layers import image_key
 from envbuild.build.render import render_build_plan
-from envbuild.build.treemanifest import MANIFEST_NAME, write_manifest
+from envbuild.sif.manifest import MANIFEST_NAME, write_manifest
 from tests.plan_fixtures import fixed_plan, fixed_request
 
 
@@ -50,14 +50,14 @@ def test_the_image_on_the_nearest_env_layer_with_a_manifest_and_the_same_compres
 
 def test_plan_writes_the_manifest_or_the_layered_image() -> None:
     full = render_build_plan(fixed_plan("envs/local-cpu-pytorch.yaml"))
-    assert "-m envbuild.build.treemanifest" in full and "layeredsquash" not in full
+    assert "-m envbuild.sif.manifest" in full and "layeredsquash" not in full
     request = fixed_request("envs/local-cpu-pytorch.yaml")
     layered_request = replace(request, options=replace(request.options, layered=True), squash_parent="ref-0123")
     from envbuild.build.plan import plan_build
 
     layered = render_build_plan(plan_build(layered_request))
     assert "as a layer over image ref-0123" in layered
-    assert "-m envbuild.build.layeredsquash" in layered and "/images/ref-0123/image.sif" in layered
+    assert "-m envbuild.sif.layeredwriter" in layered and "/images/ref-0123/image.sif" in layered
     assert "mksquashfs" not in layered.split("layeredsquash")[0].split("as a layer over image")[1]
     # A layered image never stands in for a full one, nor the other way round.
     assert image_key(layered_request, "e" * 64) != image_key(request, "e" * 64)

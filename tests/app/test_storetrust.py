@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import envbuild.host.facts
-from envbuild.app.buildrequest import BuildOptions, make_request
-from envbuild.app.buildsession import BuildSession
+from envbuild.app.build.imagesession import BuildSession
+from envbuild.app.build.request import BuildOptions, make_request
 from envbuild.build.layers import plan_layers
 from envbuild.build.plan import plan_base
 from envbuild.build.request import Layers
@@ -40,7 +40,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     def rebuilt(*_: object, **__: object) -> None:
         raise BuildStarted  # the stored image was not used: the session builds it again
 
-    monkeypatch.setattr("envbuild.build.executor.BuildExecutor.execute", rebuilt)
+    monkeypatch.setattr("envbuild.build.execute.executor.BuildExecutor.execute", rebuilt)
     return root
 
 
@@ -187,7 +187,7 @@ def test_a_tampered_base_in_a_group_writable_store_is_refused(tmp_path: Path, st
 
 def test_an_overlays_base_digest_is_recomputed_from_the_sif_in_a_shared_store(tmp_path: Path) -> None:
     """overlays/base-*/digest records a base .sif's sha256 (the overlay's key is made from it)."""
-    from envbuild.app.storetrust import trusted_file_digest
+    from envbuild.app.build.storetrust import trusted_file_digest
     from envbuild.treedigest import file_digest
 
     store = tmp_path / "store"
@@ -208,7 +208,7 @@ def test_a_full_disk_while_copying_from_a_shared_store_is_said_and_leaves_nothin
     import errno
     import shutil
 
-    from envbuild.build.diskspace import DiskFull
+    from envbuild.build.execute.diskspace import DiskFull
 
     loaded, output, _stored = stored_build(tmp_path, store)
     share_with_group(store)
@@ -234,7 +234,7 @@ def test_layered_builds_layer_only_over_an_image_that_matches_its_record(tmp_pat
     share_with_group(store)
     if tampered:
         same_size_tamper(parent)
-    monkeypatch.setattr("envbuild.app.squashparent.find_squash_parent", lambda *_, **__: parent.parent.name)
+    monkeypatch.setattr("envbuild.app.build.squashparent.find_squash_parent", lambda *_, **__: parent.parent.name)
     options = BuildOptions(output=output, cache_dir=store, layered=True)
     digest = Path(next(store.glob("bases/*/digest"))).read_text().strip()
     request = make_request(loaded, options, replace(FIXED_FACTS, cache_dir=store), lock=None).with_base_digest(digest)

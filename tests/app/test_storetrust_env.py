@@ -16,8 +16,8 @@ import pytest
 
 import envbuild.host.facts
 import envbuild.treedigest
-from envbuild.app.buildrequest import BuildOptions
-from envbuild.app.buildsession import BuildSession
+from envbuild.app.build.imagesession import BuildSession
+from envbuild.app.build.request import BuildOptions
 from envbuild.build.actions import RecordDigest
 from envbuild.build.request import BuildPlan, Layers
 from envbuild.spec.load import LoadedSpec
@@ -50,7 +50,7 @@ def planned(monkeypatch: pytest.MonkeyPatch) -> list[BuildPlan]:
         plans.append(plan)
         raise BuildStarted
 
-    monkeypatch.setattr("envbuild.build.executor.BuildExecutor.execute", execute)
+    monkeypatch.setattr("envbuild.build.execute.executor.BuildExecutor.execute", execute)
     return plans
 
 
@@ -246,7 +246,7 @@ def test_layered_builds_check_the_env_layer_their_user_layer_lies_over(tmp_path:
     (image / "complete").write_text("tiny\n")
     share_with_group(store)
     tamper(entry)
-    monkeypatch.setattr("envbuild.app.squashparent.find_squash_parent", lambda *_, **__: image.name)
+    monkeypatch.setattr("envbuild.app.build.squashparent.find_squash_parent", lambda *_, **__: image.name)
     text = build(loaded, output, store, layered=True)
     assert f"warning: env entry {entry.name} in the store {store} does not match its content record" in text
     assert any(step.name == "configure" and "in a directory over the env layer" in step.title for step in planned[0].steps)
@@ -256,9 +256,9 @@ def test_layered_builds_check_the_env_layer_their_user_layer_lies_over(tmp_path:
 def test_a_parent_checked_while_the_lock_was_resolved_is_not_digested_again(tmp_path: Path, store: Path,
                                                                            planned: list[BuildPlan],
                                                                            digests: list[str]) -> None:
-    """A stale lock: the likely parent was digested beside the resolution (envbuild.app.prefetch); the build
+    """A stale lock: the likely parent was digested beside the resolution (envbuild.app.build.prefetch); the build
     takes that verdict for it, and checks the next best itself."""
-    from envbuild.app.prefetch import ParentPrefetch
+    from envbuild.app.build.prefetch import ParentPrefetch
 
     loaded, output, layers = stored_base(tmp_path, store, ["six", "tabulate"])
     best = stored_env(store, "tiny-1111111111111111", layers, {"six": "1.16.0"})

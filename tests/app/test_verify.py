@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.app.verify import Verification, lock_differences, render_verification, verify_image
+from envbuild.app.verify.image import Verification, lock_differences, render_verification, verify_image
 from envbuild.errors import EnvbuildError
 from envbuild.lock.fileformat import render_lock
 from envbuild.lock.model import Lock, LockedPackage, LockInputs, LockTarget

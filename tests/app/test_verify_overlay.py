@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from envbuild.app.verify import Verification, render_verification
-from envbuild.app.verify_overlay import verify_overlay
+from envbuild.app.verify.image import Verification, render_verification
+from envbuild.app.verify.overlay import verify_overlay
 from envbuild.errors import EnvbuildError
 from envbuild.inventory.image import sif_image_id
 from tests.app.test_verify import H, lock_text, make_lock

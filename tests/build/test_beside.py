@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.build.actions import JoinBeside, Run, StartBeside, Step, WriteFile
-from envbuild.build.executor import BuildExecutor, StepFailed
+from envbuild.build.execute.executor import BuildExecutor, StepFailed
 from envbuild.errors import ToolError
 
 
@@ -47,7 +47,7 @@ def test_the_commands_run_side_by_side_up_to_the_width(tmp_path: Path) -> None:
     started = time.monotonic()
     execute(tmp_path, (StartBeside("test", "two slow tests", (sh("sleep 1"), sh("sleep 1"))), JoinBeside("test")))
     assert time.monotonic() - started < 1.8  # not 2 s one after the other
-    from envbuild.build.beside import Beside
+    from envbuild.build.execute.beside import Beside
 
     marks = tmp_path / "one-at-a-time"
     beside = Beside("test", (sh(f"echo a >> {marks}; sleep 0.3; echo a >> {marks}"), sh(f"echo b >> {marks}")),

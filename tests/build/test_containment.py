@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.build.actions import MakeDirs
-from envbuild.build.containment import make_dirs, tool_environment
+from envbuild.build.execute.containment import make_dirs, tool_environment
 from envbuild.host.runtime import ensure_store_root
 
 
@@ -73,7 +73,7 @@ def test_an_existing_store_root_keeps_its_mode(tmp_path: Path) -> None:
 def test_copied_files_without_a_mode_keep_the_sources_bits_and_links_are_left_alone(tmp_path: Path) -> None:
     """files[] without a mode: never widened (a 0640 file used to become 0644 through chmod a+rX)."""
     from envbuild.build.actions import CopyFile
-    from envbuild.build.fsactions import copy_file
+    from envbuild.build.execute.fsactions import copy_file
 
     outside = tmp_path / "host-secret"
     outside.write_text("x")

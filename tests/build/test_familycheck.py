@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from envbuild.build.actions import CheckTorchFamily, Remove, Rename, Step, WriteFile
-from envbuild.build.executor import BuildExecutor
-from envbuild.build.familycheck import check_torch_family
+from envbuild.build.execute.executor import BuildExecutor
 from envbuild.errors import EnvbuildError
+from envbuild.inventory.torchfamily import check_torch_family
 from envbuild.spec.model import VENV_PREFIX
 from tests.inventory.test_torchbuilds import SITE, install
 

@@ -1,4 +1,4 @@
-"""Paths inside an image tree resolve as if its root were `/` (envbuild.build.intree): with the kernel's openat2
+"""Paths inside an image tree resolve as if its root were `/` (envbuild.imagetree.intree): with the kernel's openat2
 (RESOLVE_IN_ROOT) and with the component walk used where the kernel lacks it, the same answers."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.build import intree
+from envbuild.imagetree import intree
 
 RESOLVERS = [pytest.param(False, id="openat2"), pytest.param(True, id="walk")]
 

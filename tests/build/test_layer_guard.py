@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 
 from envbuild.build.actions import CopyTree, GuardTree, Step
-from envbuild.build.executor import BuildExecutor
+from envbuild.build.execute.executor import BuildExecutor
 
 
 def run(tmp_path: Path, *, write_through: bool) -> tuple[Path, str]:

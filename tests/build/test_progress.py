@@ -1,6 +1,6 @@
 """Tools' output lines as the build log and the progress line show them."""
 
-from envbuild.build.progress import clean_line
+from envbuild.build.execute.progress import clean_line
 
 
 def test_a_spinner_redrawn_line_keeps_its_final_text_without_colour_codes() -> None:
@@ -13,7 +13,7 @@ def test_plain_lines_are_kept() -> None:
 
 
 def test_the_table_of_steps_says_what_ran_and_what_the_store_had() -> None:
-    from envbuild.build.progress import StepRecord, render_summary
+    from envbuild.build.execute.progress import StepRecord, render_summary
 
     table = render_summary([StepRecord("base 1/2", "debootstrap bookworm", 0.0, cached=True),
                             StepRecord("build 1/9", "Python env layer: create the venv and install " + "x" * 40, 19.64, cached=False)])
@@ -25,7 +25,7 @@ def test_the_table_of_steps_says_what_ran_and_what_the_store_had() -> None:
 
 
 def test_mksquashfs_progress_redraws_become_a_percentage_for_the_live_line() -> None:
-    from envbuild.build.progress import progress_bar
+    from envbuild.build.execute.progress import progress_bar
 
     assert progress_bar("[=========\\          ] 300/458  65%") == "65% (300/458 blocks)"
     assert progress_bar("[===============================|] 458/458 100%") == "100% (458/458 blocks)"

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from envbuild.build.reachable import probe, unreachable
+from envbuild.build.execute.reachable import probe, unreachable
 
 
 class _NotFound(BaseHTTPRequestHandler):

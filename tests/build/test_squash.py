@@ -1,4 +1,4 @@
-"""envbuild.build.squash: the mksquashfs command and actions (pure), the SIF framing (pure, on a fake
+"""envbuild.sif.writer: the mksquashfs command and actions (pure), the SIF framing (pure, on a fake
 squashfs), and real images squashed from a sandbox and run with apptainer in every compression."""
 
 from __future__ import annotations
@@ -14,8 +14,13 @@ from pathlib import Path
 import pytest
 
 from envbuild.build.actions import MakeDirs, Remove, Run, WriteFile
-from envbuild.build.compression import check_compression, compression_note
-from envbuild.build.squash import (
+from envbuild.build.squashplan import squash_actions
+from envbuild.errors import UsageError
+from envbuild.inventory.facts import read_image_facts
+from envbuild.inventory.image import read_inventory
+from envbuild.sif.compression import check_compression, compression_note
+from envbuild.sif.reader import read_object, read_sif_layout
+from envbuild.sif.writer import (
     METADATA_NAME,
     PARTITION_OFFSET,
     assemble,
@@ -23,13 +28,8 @@ from envbuild.build.squash import (
     go_json,
     mksquashfs_argv,
     rootfs_arch,
-    squash_actions,
     write_objects,
 )
-from envbuild.errors import UsageError
-from envbuild.inventory.facts import read_image_facts
-from envbuild.inventory.image import read_inventory
-from envbuild.inventory.sif import read_object, read_sif_layout
 from tests.inventory_layout import install_host_tools, lay_out
 
 EPOCH = 1_700_000_000
@@ -73,10 +73,10 @@ def test_squash_actions_golden() -> None:
     assert [a.describe() for a in actions] == [
         "rm -rf /w/sif-objects",
         "mkdir -p /w/sif-objects",
-        "/venv/bin/python -m envbuild.build.squash metadata --runtime /usr/bin/apptainer --sandbox /w/sandbox --out /w/sif-objects",
+        "/venv/bin/python -m envbuild.sif.writer metadata --runtime /usr/bin/apptainer --sandbox /w/sandbox --out /w/sif-objects",
         "env -u SOURCE_DATE_EPOCH mksquashfs /w/sandbox /o/img.sif.partial -noappend -comp zstd -Xcompression-level 3 "
         "-processors 4 -offset 32768 -mkfs-time 1700000000",
-        "/venv/bin/python -m envbuild.build.squash assemble --objects /w/sif-objects --offset 32768 --epoch 1700000000 /o/img.sif.partial",
+        "/venv/bin/python -m envbuild.sif.writer assemble --objects /w/sif-objects --offset 32768 --epoch 1700000000 /o/img.sif.partial",
     ]
     assert isinstance(actions[0], Remove) and isinstance(actions[1], MakeDirs)
     assert all(isinstance(a, Run) for a in actions[2:])
@@ -232,7 +232,7 @@ def run_actions(actions: tuple, work: Path) -> None:
     import io
 
     from envbuild.build.actions import Step
-    from envbuild.build.executor import BuildExecutor
+    from envbuild.build.execute.executor import BuildExecutor
 
     executor = BuildExecutor(work / "squash.log", store_root=work / "store", out=io.StringIO())
     executor.execute_steps((Step("squash", "squash", actions),), None, "test")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.build.executor import BuildExecutor
+from envbuild.build.execute.executor import BuildExecutor
 from envbuild.build.layers import choose_installer, plan_layers
 from envbuild.build.plan import configure_step, plan_build
 from envbuild.build.upperplan import plan_upper_build
@@ -130,7 +130,7 @@ def test_a_local_base_directory_is_checked_for_links_out_before_apptainer_unpack
 def test_merging_a_user_layer_replaces_a_lower_link_out_instead_of_writing_through_it(tmp_path: Path) -> None:
     """The --layered fallback merges the user layer over the env layer: /.envbuild linked to a host directory in
     the lower tree becomes the upper's directory (as the overlay shows it), the host directory untouched."""
-    from envbuild.build.layeredsquash import merge_upper
+    from envbuild.sif.layeredwriter import merge_upper
 
     host = tmp_path / "host"
     host.mkdir()
@@ -148,7 +148,7 @@ def test_merging_a_user_layer_replaces_a_lower_link_out_instead_of_writing_throu
 
 def test_a_link_loop_in_the_base_is_a_step_failure_naming_the_tree(tmp_path: Path) -> None:
     from envbuild.build.actions import MakeDirs, Step, WriteFile
-    from envbuild.build.executor import StepFailed
+    from envbuild.build.execute.executor import StepFailed
 
     sandbox = tmp_path / "sandbox"
     sandbox.mkdir()
@@ -164,8 +164,8 @@ def test_a_link_loop_in_the_base_is_a_step_failure_naming_the_tree(tmp_path: Pat
 def test_mkdir_makes_a_missing_tree_root_as_mkdir_p_does(tmp_path: Path) -> None:
     """The debootstrap step on a cold store: its tree is removed, then `mkdir -p TREE/etc/dpkg/dpkg.cfg.d` made
     inside it. The root is envbuild's own path, so it is made; what lies below it is made inside the tree."""
-    from envbuild.build import fsactions
     from envbuild.build.actions import MakeDirs
+    from envbuild.build.execute import fsactions
 
     root = tmp_path / "store" / "bases" / "entry" / "debootstrap.partial"
     fsactions.make_dirs(None, None, MakeDirs((f"{root}/etc/dpkg/dpkg.cfg.d",), 0o755, root=str(root)))

@@ -1,11 +1,11 @@
-"""The tree manifest and the difference a layered image holds (envbuild.build.treemanifest)."""
+"""The tree manifest and the difference a layered image holds (envbuild.sif.manifest)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from envbuild.build.treemanifest import compute_delta, read_manifest, write_manifest
+from envbuild.sif.manifest import compute_delta, read_manifest, write_manifest
 
 
 def _tree(root: Path) -> None:
@@ -71,7 +71,7 @@ def _upper(root: Path) -> None:
 
 
 def test_a_tree_view_shows_the_upper_files_over_the_lower_tree(tmp_path: Path) -> None:
-    from envbuild.build.treemanifest import TreeView
+    from envbuild.sif.manifest import TreeView
 
     lower, upper = tmp_path / "lower", tmp_path / "upper"
     _tree(lower)
@@ -88,8 +88,8 @@ def test_a_tree_view_shows_the_upper_files_over_the_lower_tree(tmp_path: Path) -
 def test_the_difference_of_a_tree_view_is_that_of_the_merged_sandbox(tmp_path: Path) -> None:
     """The layered squash compares the view with the parent's manifest; a fallback full squash merges the two
     into a sandbox (merge_upper). Both see the same files changed and removed."""
-    from envbuild.build.layeredsquash import merge_upper
-    from envbuild.build.treemanifest import TreeView
+    from envbuild.sif.layeredwriter import merge_upper
+    from envbuild.sif.manifest import TreeView
 
     lower, upper, merged = tmp_path / "lower", tmp_path / "upper", tmp_path / "merged"
     _tree(lower)

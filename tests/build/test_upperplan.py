@@ -77,7 +77,7 @@ def test_labels_start_from_the_env_layers_file_and_no_sandbox_is_made() -> None:
 def test_merged_labels_keep_the_env_layers_labels_and_mode(tmp_path: Path) -> None:
     import json
 
-    from envbuild.build.fsactions import merge_json
+    from envbuild.build.execute.fsactions import merge_json
 
     below, above = tmp_path / "below.json", tmp_path / "upper/labels.json"
     below.write_text(json.dumps({"org.label-schema.build-date": "then", "org.envbuild.spec-name": "old"}))

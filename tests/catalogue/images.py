@@ -1,6 +1,6 @@
 """Small images for the catalogue tests, its benchmark and the README picture, made without apptainer:
 a tree from tests/inventory_layout.py, squashed by mksquashfs and wrapped into a SIF by envbuild's own
-writer (envbuild.build.squash), about 0.1 s each; plus a venv overlay from tests/overlay_fixtures.py."""
+writer (envbuild.sif.writer), about 0.1 s each; plus a venv overlay from tests/overlay_fixtures.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from envbuild.build.squash import assemble, mksquashfs_argv
+from envbuild.sif.writer import assemble, mksquashfs_argv
 from tests.inventory_layout import lay_out
 from tests.overlay_fixtures import make_overlay
 

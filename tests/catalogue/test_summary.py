@@ -15,7 +15,7 @@ from tests.overlay_fixtures import make_overlay
 
 @pytest.mark.parametrize(("compression", "needs", "limited"), [
     ("gzip", EVERY_RUNTIME, False),
-    ("zstd", "zstd images run only on apptainer >= 1.4.0", True),  # envbuild.build.squash's note
+    ("zstd", "zstd images run only on apptainer >= 1.4.0", True),  # envbuild.sif.writer's note
     ("xz", "xz images need apptainer >= 1.0 or singularity >= 3.0", True),
     ("lzo", "lzo: a compression envbuild does not write, not checked", True),
     ("", "", False),  # a sandbox directory

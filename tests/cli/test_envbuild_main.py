@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.app.buildrequest import torch_index_for
+from envbuild.app.build.request import torch_index_for
 from envbuild.lock.fileformat import render_lock
 from envbuild.lock.model import Lock, LockedPackage, LockTarget, lock_inputs
 from envbuild.spec.load import load_spec

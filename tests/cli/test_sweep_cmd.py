@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.cli import envrun_main
-from envbuild.sweep import runner
+from envbuild.slurm.sweep import runner
 
 METRIC = {"1n1p": 100.0, "1n2p": 180.0}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.inventory.errors import ImageFormatError
+from envbuild.errors import ImageFormatError
 from envbuild.inventory.image import read_inventory
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.via_runtime import read_inventory_via_runtime

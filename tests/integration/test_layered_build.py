@@ -56,7 +56,7 @@ def packages(image: Path, root: Path) -> list[tuple[str, str, str]]:
 
 
 def partitions(image: Path) -> list[str]:
-    from envbuild.inventory.sif import read_sif_layout
+    from envbuild.sif.reader import read_sif_layout
 
     return [o.part_type for o in read_sif_layout(image).objects if o.data_type == "partition"]
 

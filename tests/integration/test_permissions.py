@@ -129,7 +129,7 @@ def test_image_overlay_wrappers_and_log_are_shared_with_the_group_only_as_the_um
 
 
 def test_everything_envbuild_writes_into_the_image_is_usable_by_every_user(built: Built) -> None:
-    from envbuild.inventory.sif import read_sif_layout
+    from envbuild.sif.reader import read_sif_layout
 
     image = built.out / "tiny.sif"
     modes = squashfs_modes(image, read_sif_layout(image).primary_partition().offset)

@@ -146,7 +146,7 @@ def leak(tmp_path_factory: pytest.TempPathFactory, build_cache: Path, debootstra
 
 def sif_partition(image: Path, into: Path) -> Path:
     """The image's root file system, unpacked with unsquashfs from the SIF's partition."""
-    from envbuild.inventory.sif import read_sif_layout
+    from envbuild.sif.reader import read_sif_layout
 
     offset = read_sif_layout(image).primary_partition().offset
     subprocess.run(["unsquashfs", "-q", "-n", "-d", str(into), "-o", str(offset), str(image)], check=True,
@@ -171,7 +171,7 @@ def test_no_canary_in_any_file_of_the_image(leak: Leak, tmp_path: Path) -> None:
 
 
 def test_no_canary_in_the_sif_metadata_labels_and_definition(leak: Leak) -> None:
-    from envbuild.inventory.sif import read_object, read_sif_layout
+    from envbuild.sif.reader import read_object, read_sif_layout
 
     layout = read_sif_layout(leak.image)
     objects = [o for o in layout.objects if o.data_type != "partition"]

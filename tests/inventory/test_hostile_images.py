@@ -20,8 +20,8 @@ from typing import TypeVar
 
 import pytest
 
+from envbuild.errors import ImageFormatError
 from envbuild.inventory.diff import diff_images, render_diff
-from envbuild.inventory.errors import ImageFormatError
 from envbuild.inventory.facts import read_image_facts
 from envbuild.inventory.image import read_inventory
 from envbuild.inventory.inspect_report import render_inspect
@@ -502,7 +502,7 @@ def test_a_deep_listing_from_the_container_is_read_without_recursion(tmp_path: P
 
 
 def test_verify_shows_what_the_image_names_escaped() -> None:
-    from envbuild.app.verify import Difference, Verification, render_verification
+    from envbuild.app.verify.image import Difference, Verification, render_verification
 
     result = Verification("img.sif", None, passed=[f"package {EVIL_NAME}"],
                           differences=[Difference("package", f"{EVIL_NAME} {EVIL_VERSION}, the lock says 1.0")])

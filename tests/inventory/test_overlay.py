@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.errors import ImageFormatError
 from envbuild.inventory.cache import InventoryCache
 from envbuild.inventory.combine import base_mismatch, combined_label, overlaid_inventory
-from envbuild.inventory.errors import ImageFormatError
 from envbuild.inventory.image import read_inventory, sif_image_id
 from envbuild.inventory.overlay import read_overlay_record
 from envbuild.inventory.pyenvs import Inventory

@@ -1,11 +1,11 @@
-"""Reading the torch family from a root file system's files (envbuild.inventory.torchbuilds): a fake
+"""Reading the torch family from a root file system's files (envbuild.inventory.torchfamily): a fake
 site-packages tree in tmp_path stands for a build's sandbox."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from envbuild.inventory.torchbuilds import env_family, env_site_dirs, family_in_site_dirs
+from envbuild.inventory.torchfamily import env_family, env_site_dirs, family_in_site_dirs
 from envbuild.inventory.trees import DirectoryTree
 from envbuild.overlayformat import BASE_PTH
 from envbuild.spec.model import VENV_PREFIX

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from envbuild.errors import UsageError
-from envbuild.inventory.sif import read_sif_layout
 from envbuild.launch import overlays as overlays_module
 from envbuild.launch.overlays import check_overlays, file_digest, read_overlays
 from envbuild.overlayformat import DEFAULT_MOUNT, OVERLAY_RECORD_FORMAT, RECORD_FILE
+from envbuild.sif.reader import read_sif_layout
 from tests.conftest import REPO
 
 FIXTURE_SIF = REPO / "tests/fixtures/inventory/layout-a.gzip.sif"

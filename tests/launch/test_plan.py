@@ -396,7 +396,7 @@ def test_wrapper_passes_arguments_and_uses_caller_cwd() -> None:
 
 
 def test_wrappers_never_replace_files_envbuild_did_not_write(tmp_path) -> None:
-    from envbuild.build.wrapperfiles import is_replaceable_wrapper
+    from envbuild.build.execute.wrapperfiles import is_replaceable_wrapper
     from envbuild.launch.wrappers import render_wrapper
 
     ours = tmp_path / "python"

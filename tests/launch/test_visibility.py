@@ -218,11 +218,11 @@ def test_the_host_file_system_answers_real_paths_and_nothing_for_odd_words(tmp_p
 
 
 def test_the_batch_plan_warns_notes_the_program_bind_and_carries_bind() -> None:
-    from envbuild.batch.plan import BatchRequest, plan_batch
-    from envbuild.batch.resources import JobRequest
-    from envbuild.batch.script import render_script
     from envbuild.host.facts import Runtime
     from envbuild.recipes.load import load_recipe
+    from envbuild.slurm.batch.plan import BatchRequest, plan_batch
+    from envbuild.slurm.batch.resources import JobRequest
+    from envbuild.slurm.batch.script import render_script
     from tests.launch.test_plan import HOST
 
     host = TableHost({"/srv/outside/train.py": None, "/data/a.bin": None, "/results/b.bin": None})
@@ -241,9 +241,9 @@ def test_the_batch_plan_warns_notes_the_program_bind_and_carries_bind() -> None:
 
 def test_envrun_sbatch_prints_the_warning_before_sbatch_and_refuses_a_system_program(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from envbuild.batch import submit
     from envbuild.cli.sbatch_cmd import build_parser, run
     from envbuild.launch import visibility
+    from envbuild.slurm.batch import submit
 
     monkeypatch.setattr(visibility, "RUNTIME_TMP_MOUNTS", ())  # this test's files in /tmp count as outside
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

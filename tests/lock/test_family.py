@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.app.buildrequest import load_fresh_lock, torch_index_for
+from envbuild.app.build.request import load_fresh_lock, torch_index_for
 from envbuild.errors import EnvbuildError
-from envbuild.lock.family import check_locked_family
+from envbuild.inventory.torchfamily import check_locked_family
 from envbuild.lock.fileformat import render_lock
 from envbuild.lock.model import Lock, LockedPackage, LockTarget, lock_inputs
 from envbuild.spec.load import load_spec

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.batch.resources import JobRequest, plan_resources
 from envbuild.errors import UsageError
 from envbuild.host.node import HostNode
 from envbuild.recipes import detect
 from envbuild.recipes.detect import detect_site, detect_system, resolve_site_recipe
 from envbuild.recipes.load import load_recipe
+from envbuild.slurm.batch.resources import JobRequest, plan_resources
 
 
 @pytest.fixture

@@ -132,7 +132,7 @@ def test_pip_install_on_a_base_with_its_own_python_stays_in_post(base: str) -> N
 
 
 def test_verify_shows_an_edit_as_the_spec_writes_it() -> None:
-    from envbuild.app.verify import _env_shown
+    from envbuild.app.verify.image import _env_shown
 
     assert _env_shown(EnvEdit(prepend="/opt/x/bin")) == "{prepend: '/opt/x/bin'}"
     assert _env_shown("plain") == "'plain'"

@@ -82,7 +82,7 @@ def test_tilde_is_the_same_file_for_validate_and_build(project: Path, tmp_path: 
 
 def test_a_0640_source_without_a_mode_stays_0640_and_validate_says_so(project: Path) -> None:
     from envbuild.build.actions import CopyFile
-    from envbuild.build.fsactions import copy_file
+    from envbuild.build.execute.fsactions import copy_file
 
     (project / "data" / "vocab.txt").chmod(0o640)
     loaded = load_spec(write_spec(project, "  - {src: data/vocab.txt, dest: /opt/data/vocab.txt}\n"))
@@ -95,7 +95,7 @@ def test_a_0640_source_without_a_mode_stays_0640_and_validate_says_so(project: P
         if isinstance(action, CopyFile):
             copy_file(None, None, action)  # type: ignore[arg-type]
         else:
-            from envbuild.build.fsactions import make_dirs
+            from envbuild.build.execute.fsactions import make_dirs
 
             make_dirs(None, None, action)  # type: ignore[arg-type]
     assert stat.S_IMODE((sandbox / "opt" / "data" / "vocab.txt").stat().st_mode) == 0o640

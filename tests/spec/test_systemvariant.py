@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.app.buildrequest import torch_index_for
+from envbuild.app.build.request import torch_index_for
 from envbuild.build.render import render_build_plan
 from envbuild.lock.fileformat import read_lock
 from envbuild.lock.model import lock_inputs

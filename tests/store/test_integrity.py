@@ -325,7 +325,7 @@ def as_account(account: pwd.struct_passwd, code: str, *args: str) -> subprocess.
 TAKE = """
 import sys
 from pathlib import Path
-from envbuild.app.storetrust import take_stored_file
+from envbuild.app.build.storetrust import take_stored_file
 store, entry, partial = sys.argv[1:]
 ok = take_stored_file(Path(store), "image", entry, "image.sif", partial, say=print)
 print("taken" if ok else "refused", "copy left" if Path(partial).exists() else "no copy")

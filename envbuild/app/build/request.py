@@ -1,0 +1,150 @@
+"""The build's request: what the pure planners get from the spec, its lock, this machine and the files the
+spec names (digests), with the options of the command. Shared by `envbuild build`, `lock` and the copy
+made while a stale lock is resolved again (envbuild.app.build.prefetch), so none of those imports another."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from envbuild.errors import EnvbuildError, UsageError
+
+if TYPE_CHECKING:
+    from envbuild.build.request import BasePlan, BuildRequest
+    from envbuild.host.facts import HostFacts
+    from envbuild.lock.model import Lock
+    from envbuild.spec.load import LoadedSpec
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    output: Path
+    keep_work: bool = False
+    verbose: bool = False
+    locked: bool = False
+    frozen: bool = False  # install SPEC.lock as it is, unchecked (uv sync --frozen)
+    upgrade: bool = False  # resolve every package anew and rewrite SPEC.lock
+    quiet: bool = False  # errors and the result only
+    heartbeat_s: float | None = None  # off a terminal: a `still running:` line this often (None: the default)
+    compression: str = "gzip:6"
+    cache_dir: Path | None = None
+    log_path: Path | None = None
+    source_date_epoch: int | None = None
+    layered: bool = False  # the difference as a SIF overlay partition over a stored image (envbuild.app.build.squashparent)
+
+
+def torch_index_for(loaded: LoadedSpec) -> str | None:
+    from envbuild.recipes.load import load_recipe
+
+    if loaded.spec.python.pytorch is None or loaded.spec.overlay is not None:
+        return None  # without PyTorch the recipe has nothing to say; an overlay keeps the base's torch
+    return loaded.spec.python.pytorch_index_url(load_recipe(loaded.spec.system))
+
+
+def load_fresh_lock(loaded: LoadedSpec) -> tuple[Lock, str, Path]:
+    """The lock next to the spec, checked to still describe the spec; a clear error otherwise."""
+    from envbuild.inventory.torchfamily import check_locked_family
+    from envbuild.lock.fileformat import read_lock
+    from envbuild.lock.model import lock_inputs, lock_path_for
+    from envbuild.lock.staleness import stale_reasons
+
+    path = lock_path_for(loaded.path)
+    if not path.is_file():
+        raise UsageError(f"--locked: there is no lock file {path} for {loaded.path}",
+                         f"create it with: envbuild lock {loaded.path}")
+    text = path.read_text(encoding="utf-8")
+    lock = read_lock(text, str(path))
+    reasons = stale_reasons(lock, lock_inputs(loaded.spec, torch_index_for(loaded)))
+    if reasons:
+        raise EnvbuildError(
+            f"--locked: {path} is stale for {loaded.path}:\n" + "\n".join(f"  - {r}" for r in reasons),
+            f"refresh it with `envbuild lock {loaded.path}` (keeps the other pins) and commit it, or build without --locked",
+        )
+    # Before anything is fetched or installed (a lock from an older envbuild was never checked).
+    check_locked_family(lock.packages, str(path), then=f"run `envbuild lock {loaded.path}` again")
+    from envbuild.app.build.archchecks import check_lock_arch
+
+    check_lock_arch(loaded, lock, path)
+    return lock, text, path
+
+
+def _base_identity(loaded: LoadedSpec) -> tuple[str | None, str]:
+    """localimage: the host path and a fingerprint that changes when the base does."""
+    spec = loaded.spec
+    if spec.base.kind != "localimage":
+        return None, ""
+    base = loaded.resolve_host_path(spec.base.ref)
+    if base.is_dir():
+        from envbuild.treedigest import tree_digest
+
+        return str(base), tree_digest(str(base))
+    stat = base.stat()
+    return str(base), f"{stat.st_size}-{stat.st_mtime_ns}"
+
+
+def _file_digests(loaded: LoadedSpec) -> tuple[tuple[str, str], ...]:
+    from envbuild.treedigest import file_digest, tree_digest
+
+    digests = []
+    for item in loaded.spec.files:
+        path = str(loaded.resolve_host_path(item.src))
+        digests.append((item.src, tree_digest(path) if os.path.isdir(path) else file_digest(path)))
+    return tuple(digests)
+
+
+def _recipe_digest(system: str) -> str:
+    from envbuild.recipes.load import recipes_dir
+    from envbuild.treedigest import file_digest
+
+    path = recipes_dir() / f"{system}.yaml"
+    return file_digest(str(path)) if path.is_file() else ""
+
+
+def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *, lock: tuple[Lock, str, Path] | None,
+                 other_arch_ok: bool = False) -> BuildRequest:
+    """The build's request; refused here, before any download, when the system's architecture is not this
+    machine's or the local base's (envbuild.build.archcheck). other_arch_ok: a lock resolved for another
+    architecture, which builds nothing."""
+    from envbuild.app.build.archchecks import base_arch
+    from envbuild.build.archcheck import check_architecture
+    from envbuild.build.request import BaseSource, BuildRequest, ImageOptions, LockSource, SpecSource
+    from envbuild.lock.model import lock_sha256, requirements_with_hashes
+    from envbuild.recipes.load import load_recipe
+
+    spec = loaded.spec
+    base_path, fingerprint = _base_identity(loaded)
+    epoch = options.source_date_epoch
+    built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch if epoch is not None else time.time()))
+    locked = LockSource()
+    if lock is not None:
+        parsed, text, _ = lock
+        locked = LockSource(requirements=requirements_with_hashes(parsed), text=text, sha256=lock_sha256(text),
+                            python=".".join(parsed.target.python.split(".")[:2]))
+    request = BuildRequest(
+        source=SpecSource(spec=spec, text=loaded.text, sha256=loaded.sha256, directory=str(loaded.directory.absolute()),
+                          file_digests=_file_digests(loaded)),
+        recipe=load_recipe(spec.system), facts=facts, recipe_digest=_recipe_digest(spec.system),
+        options=ImageOptions(output=str(options.output), build_id=f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
+                             as_root=facts.as_root, keep_work=options.keep_work, compression=options.compression,
+                             source_date_epoch=epoch, layered=options.layered, built_at=built_at),
+        base=BaseSource(path=base_path, fingerprint=fingerprint, arch=base_arch(base_path)), lock=locked,
+    )
+    if not other_arch_ok:
+        check_architecture(request, str(loaded.path))
+    return request
+
+
+def read_digest(base_plan: BasePlan) -> str:
+    return read_digest_file(base_plan.digest_file)
+
+
+def read_digest_file(path: str) -> str:
+    """The base's content digest recorded at `path`; "" when none is recorded (yet)."""
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""

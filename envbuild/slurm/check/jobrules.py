@@ -1,0 +1,351 @@
+"""`envrun sbatch --check` rules on the script as a whole and what the job asks for (#SBATCH lines): shell
+syntax, CPUs, memory and GPUs per node against the node, partition limits, partitions that do not exist or
+bill whole nodes, a GPU partition without GPUs, the account, time syntax, and #SBATCH lines that sbatch never
+reads. One function per rule, each `(Context) -> list[Finding]`, each applying only where its reason holds.
+Pure (shell_syntax reads what check_script asked bash)."""
+
+from __future__ import annotations
+
+import re
+
+from envbuild.durations import FORMS, format_duration, parse_duration
+from envbuild.errors import UsageError
+from envbuild.slurm.check.rulebase import SBATCH_DOC, Context, Finding
+from envbuild.slurm.check.shape import count, format_mb, size_mb
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from envbuild.slurm.check.parse import Directive
+
+
+BASH_DOC = "bash(1), https://www.gnu.org/software/bash/manual/bash.html"
+_CONFLICT_MARKER = re.compile(r"^(<{7}|={7}|>{7})(?: |$)", re.MULTILINE)
+
+
+def shell_syntax(ctx: Context) -> list[Finding]:
+    """bash cannot parse the script (`bash -n` fails: the job starts and stops at once), or it holds a merge's
+    conflict markers (`<<<<<<<`, `=======`, `>>>>>>>` at a line's start)."""
+    found: list[Finding] = []
+    lines = ctx.script.lines
+    text = "\n".join(lines)
+    match = _CONFLICT_MARKER.search(text)
+    if match:
+        found.append(Finding(text.count("\n", 0, match.start()) + 1,
+                             f"a merge conflict marker ({match.group(1)}) is part of the script",
+                                 "a merge left both versions in the file between <<<<<<< and >>>>>>>; bash reads "
+                             "the markers as commands and the job fails (or runs both versions)", BASH_DOC,
+                             "keep one version and delete the marker lines (git diff shows both sides)"))
+    if ctx.syntax_error is not None and not found:
+        line, message = ctx.syntax_error
+        opened = ctx.script.open_quote_line
+        if opened is not None and ("EOF" in message or not line):
+            line = opened
+            message = f"a quote or $( opened on line {opened} never closes ({message})"
+        found.append(Finding(max(1, min(line, len(lines))), f"bash cannot parse the script: {message}",
+                             "bash reads the whole script before it runs it; with a syntax error the job ends at "
+                             "once, after waiting in the queue", BASH_DOC,
+                             "correct the line; `bash -n SCRIPT` checks it without running anything"))
+    return found
+
+
+def interpreter_line(ctx: Context) -> list[Finding]:
+    """No `#!` first line: sbatch refuses the script ("This does not look like a batch script")."""
+    if ctx.script.interpreter is not None:
+        return []
+    first = ctx.script.lines[0] if ctx.script.lines else ""
+    return [Finding(1, "the first line is not #! and an interpreter",
+                    "sbatch runs a script only when its first line starts with #! followed by the path to an "
+                    "interpreter; it refuses any other file", SBATCH_DOC, "#!/bin/bash as the first line",
+                    edit=(1, "#!/bin/bash") if not first.strip() else None)]
+
+
+def cpus_per_node(ctx: Context) -> list[Finding]:
+    """More Slurm CPUs per node than the node gives jobs (LUMI-G: 56 of 64 cores; JUWELS: 96 threads)."""
+    if ctx.cpu_partition():
+        return []  # the recipe's node facts are its GPU nodes'
+    limit = ctx.cpu_limit()
+    sized = ctx.job.cpus()
+    if limit is None or sized is None or sized.value <= limit[0]:
+        return []
+    cpus, why, source = limit
+    tasks = sized.tasks
+    gpus = ctx.job.gpus_per_node()
+    if sized.directive.name == "cpus-per-gpu":
+        fix = f"--cpus-per-gpu={cpus // max(1, gpus)}"
+    elif tasks > cpus:
+        fix = f"--ntasks-per-node={cpus} with --cpus-per-task=1, or fewer tasks"
+    else:
+        per_task = cpus // tasks
+        per_gpu = ctx.cpus_per_gpu()
+        if per_gpu and gpus and tasks == gpus:
+            per_task = min(per_task, per_gpu)
+        fix = f"--cpus-per-task={per_task}" + (f" ({tasks} tasks x {per_task} = {tasks * per_task} CPUs)" if tasks > 1
+                                               else "")
+    edit = None
+    if sized.directive.name in ("cpus-per-task", "cpus-per-gpu"):
+        edit = ctx.replace_in_line(sized.directive.line, sized.directive.written, fix.split(" ", 1)[0])
+    return [Finding(sized.directive.line, f"{sized.how} is {sized.value} CPUs per node, more than the {cpus} a "
+                    f"{ctx.name} node gives jobs", why, source, fix, edit)]
+
+
+def memory_per_node(ctx: Context) -> list[Finding]:
+    """--mem, --mem-per-gpu x GPUs or --mem-per-cpu x CPUs above the node's memory (--mem=0 means all of it)."""
+    if ctx.cpu_partition():
+        return []  # the recipe's node facts are its GPU nodes'
+    limit = ctx.node_memory_mb()
+    node = ctx.recipe.node
+    if limit is None or node is None:
+        return []
+    node_mb, source = limit
+    why = f"a {ctx.name} node gives jobs {format_mb(node_mb)} of memory"
+    found: list[Finding] = []
+    mem = ctx.job.get("mem")
+    mb = size_mb(mem.value) if mem else None
+    if mem is not None and mb and mb > node_mb:
+        gpus = ctx.job.gpus_per_node()
+        if gpus and gpus < node.gpus and node.memory_per_gpu_gb:
+            fix = f"--mem={node.memory_per_gpu_gb * gpus}G ({node.memory_per_gpu_gb}G per GPU x {gpus})"
+        else:
+            fix = f"--mem={format_mb(node_mb)} (the whole node's)"
+        found.append(Finding(mem.line, f"{mem.written} is more memory than a {ctx.name} node has", why, source, fix,
+                             ctx.replace_in_line(mem.line, mem.written, fix.split(" ", 1)[0])))
+    per_gpu = ctx.job.get("mem-per-gpu")
+    mb = size_mb(per_gpu.value) if per_gpu else None
+    gpus = ctx.job.gpus_per_node()
+    if per_gpu is not None and mb and gpus and mb * gpus > node_mb:
+        most = node.memory_per_gpu_gb * 1024 if node.memory_per_gpu_gb else node_mb // max(1, node.gpus or gpus)
+        found.append(Finding(per_gpu.line, f"{per_gpu.written} x {gpus} GPUs is {format_mb(mb * gpus)} per node, more "
+                             f"than a {ctx.name} node has", why, source, f"--mem-per-gpu={format_mb(most)}"))
+    per_cpu = ctx.job.get("mem-per-cpu")
+    mb = size_mb(per_cpu.value) if per_cpu else None
+    cpus = ctx.job.cpus()
+    if per_cpu is not None and mb and cpus and mb * cpus.value > node_mb:
+        found.append(Finding(per_cpu.line, f"{per_cpu.written} x {cpus.value} CPUs is {format_mb(mb * cpus.value)} per "
+                             f"node, more than a {ctx.name} node has", why, source,
+                             f"--mem-per-cpu={format_mb(node_mb // cpus.value)}"))
+    return found
+
+
+def gpus_per_node(ctx: Context) -> list[Finding]:
+    if ctx.cpu_partition():
+        return []  # the recipe's node facts are its GPU nodes'
+    node = ctx.recipe.node
+    sized = ctx.job.gpus()
+    if node is None or sized is None or sized.value <= node.gpus or ctx.job.gpus_spread():
+        return []
+    source = ctx.recipe.cite("node.gpus")
+    if not node.gpus:
+        return [Finding(sized.directive.line, f"{sized.how} asks for GPUs, but a {ctx.name} node has none",
+                        f"{ctx.name} nodes have no GPUs", source, f"leave out {sized.directive.written}, or use a GPU "
+                        "system's partition (envrun sbatch --system ...)")]
+    total = sized.value * ctx.job.nodes
+    return [Finding(sized.directive.line, f"{sized.how} is {sized.value} GPUs per node, but a {ctx.name} node has "
+                    f"{node.gpus}", f"{node.gpus} GPUs per {ctx.name} node", source,
+                    f"--nodes={ctx.nodes_for(total)} {ctx.gpu_request_like(node.gpus, sized.directive)} "
+                    f"({total} GPUs in all)")]
+
+
+def partition_limits(ctx: Context) -> list[Finding]:
+    """More nodes, GPUs per node or time than the named partition allows (Mahti gpusmall: at most 2 GPUs)."""
+    found: list[Finding] = []
+    for name in ctx.partitions():
+        spec = ctx.recipe.partitions.get(name)
+        if spec is None:
+            continue
+        source = ctx.recipe.cite(f"partitions.{name}")
+        instead = ctx.partition_fix(name, test=spec.test, with_time=False)
+        nodes = ctx.job.get("nodes")
+        if spec.max_nodes is not None and ctx.job.nodes > spec.max_nodes and nodes is not None:
+            fewer = f"--nodes={spec.max_nodes}"
+            found.append(Finding(nodes.line, f"{nodes.written}: partition {name} takes at most {spec.max_nodes} "
+                                 "node(s)", f"partition {name} allows {spec.max_nodes} node(s) per job", source,
+                                 f"{instead}, or {fewer}" if instead else fewer))
+        gpus = ctx.job.gpus()
+        if spec.max_gpus_per_node is not None and gpus is not None and gpus.value > spec.max_gpus_per_node \
+                and not ctx.job.gpus_spread():
+            fewer = ctx.gpu_request_like(spec.max_gpus_per_node, gpus.directive)
+            found.append(Finding(gpus.directive.line, f"{gpus.how}: partition {name} takes at most "
+                                 f"{spec.max_gpus_per_node} GPUs per node", f"partition {name} is for jobs of 1 to "
+                                 f"{spec.max_gpus_per_node} GPUs", source, f"{instead}, or {fewer}" if instead else fewer))
+        seconds, time = ctx.time_seconds(), ctx.job.get("time")
+        if spec.max_time and seconds is not None and time is not None:
+            most = parse_duration(spec.max_time, source)
+            if seconds > most:
+                longer = ctx.partition_fix(name, test=spec.test)
+                shorter = f"--time={format_duration(most)}"
+                fix = shorter + (f", or {longer}" if longer else "")
+                found.append(Finding(time.line, f"{time.written}: partition {name} allows at most {spec.max_time}",
+                                     f"partition {name}'s time limit is {spec.max_time}", source, fix,
+                                     ctx.replace_in_line(time.line, time.written, shorter)))
+    return found
+
+
+def partition_exists(ctx: Context) -> list[Finding]:
+    """A partition the site retired (its recipe says why and what instead), or one the system does not have
+    (its GPU partitions and its CPU partitions both known). The partition offered instead fits the job: a GPU
+    partition for a job with GPUs, never for a CPU job."""
+    found: list[Finding] = []
+    directive = ctx.job.get("partition")
+    recipe = ctx.recipe
+    if directive is None:
+        return found
+    gpu_job = ctx.job.gpus() is not None
+    kinds = {name: "CPU" if spec.cpu_only else "GPU" for name, spec in recipe.partitions.items()}
+    known = "; ".join(f"{', '.join(n for n in kinds if kinds[n] == kind)}" + (f" ({kind})" if len(set(kinds.values()))
+                      > 1 else "") for kind in dict.fromkeys(kinds.values()))
+    fitting = [name for name, kind in kinds.items() if (kind == "GPU") == gpu_job] or list(kinds)
+    gpu_system = recipe.node is not None and recipe.node.gpus > 0
+    # a partition is offered only where it fits the job: a GPU one for a GPU job, never for a CPU job
+    other = ctx.suggest_partition() if gpu_job or not gpu_system else None
+    instead = f"--partition={other}" if other else "one of: " + ", ".join(f"--partition={p}" for p in fitting)
+    for name in ctx.partitions():
+        if name in recipe.batch.retired_partitions:
+            found.append(Finding(directive.line, f"partition {name} no longer exists on {ctx.name}",
+                                 recipe.batch.retired_partitions[name], recipe.cite(f"batch.retired_partitions.{name}"),
+                                 instead, _partition_edit(ctx, directive, name, other)))
+        elif recipe.node is not None and recipe.partitions and name not in recipe.partitions:
+            found.append(Finding(directive.line, f"{ctx.name} has no partition {name}",
+                                 f"{ctx.name}'s partitions are {known}", recipe.cite("partitions"), instead,
+                                 _partition_edit(ctx, directive, name, other)))
+    return found
+
+
+def _partition_edit(ctx: Context, directive: Directive, name: str, other: str | None) -> tuple[int, str] | None:
+    """The #SBATCH --partition line with `other` for `name`, where the job names one partition."""
+    if not other or ctx.partitions() != [name] or directive.value != name:
+        return None
+    return ctx.replace_in_line(directive.line, directive.written, directive.written.replace(name, other))
+
+
+def gpu_partition_without_gpus(ctx: Context) -> list[Finding]:
+    """A job on one of the system's GPU partitions (JUWELS booster, LUMI standard-g/small-g) that asks for no
+    GPU: Slurm gives it none, and the program runs on the CPU (a fine-tune on one core)."""
+    node, directive = ctx.recipe.node, ctx.job.get("partition")
+    if node is None or not node.gpus or directive is None or ctx.job.gpus() is not None:
+        return []
+    if any(option.name in _GPU_OPTIONS and (option.name != "gres" or "gpu" in (option.value or ""))
+           for option in ctx.script.late_options):
+        return []  # the GPUs are asked for below the first command: the late_directives finding says so
+    partitions = ctx.recipe.partitions
+    names = [name for name in ctx.partitions() if name in partitions and not partitions[name].cpu_only]
+    if not names or len(names) != len(ctx.partitions()):
+        return []  # a CPU partition (or one the recipe does not know) among them: the job may be meant for it
+    name = names[0]
+    spec = ctx.recipe.partitions[name]
+    gpus = node.gpus if spec.full_node else 1
+    request = ctx.gpu_request(gpus)
+    what = "every GPU of the node" if spec.full_node else "one GPU"
+    cpu = [other for other, spec in partitions.items() if spec.cpu_only and not spec.test]
+    return [Finding(directive.line, f"partition {name} is a GPU partition, and the job asks for no GPU",
+                    "Slurm gives a job only the GPUs it asks for: without a GPU request the program sees no GPU "
+                    "and runs on the CPU", ctx.recipe.cite(f"partitions.{name}"),
+                    f"{request} ({what}{', as the partition gives whole nodes' if spec.full_node else ''})"
+                    + (f"; or a CPU partition ({', '.join(cpu)}) for a CPU job" if cpu else ""),
+                    ctx.add_to_directive_line(directive.line, request))]
+
+
+_GPU_OPTIONS = ("gpus", "gpus-per-node", "gpus-per-task", "gres")
+
+
+def partial_gpus_on_billed_node(ctx: Context) -> list[Finding]:
+    """Fewer GPUs per node than the node has, on a partition billed by whole nodes (LUMI standard-g): the job
+    pays for every GPU of its nodes. The fix is the system's shared partition where the job fits there."""
+    node = ctx.recipe.node
+    sized, directive = ctx.job.gpus(), ctx.job.get("partition")
+    if node is None or not node.gpus or sized is None or directive is None or ctx.job.gpus_spread():
+        return []
+    gpus = sized.value
+    if not 0 < gpus < node.gpus:
+        return []
+    found: list[Finding] = []
+    for name in ctx.partitions():
+        spec = ctx.recipe.partitions.get(name)
+        if spec is None or spec.billing != "whole-node":
+            continue
+        shared = ctx.suggest_partition(test=spec.test)
+        shared = shared if shared and ctx.recipe.partitions[shared].billing != "whole-node" else None
+        fix = (f"--partition={shared} (shared nodes: billed for the {gpus} GPU(s) asked for)" if shared else
+               f"{ctx.gpu_request(node.gpus)} and one process per GPU (the job pays for them anyway)")
+        found.append(Finding(directive.line, f"{sized.how} on partition {name}, which bills every GPU of a node: "
+                             f"the job pays for {node.gpus} GPUs per node and uses {gpus}",
+                             f"partition {name} gives and bills whole nodes", ctx.recipe.cite(f"partitions.{name}"),
+                             fix, _partition_edit(ctx, directive, name, shared)))
+    return found
+
+
+def account(ctx: Context) -> list[Finding]:
+    """No --account where every job must name one; $SBATCH_ACCOUNT in the environment makes it a note."""
+    batch = ctx.recipe.batch
+    given = ctx.job.get("account")
+    if not batch.account_required or (given is not None and given.value):
+        return []
+    if ctx.environ.get("SBATCH_ACCOUNT"):
+        ctx.notes.append(f"no #SBATCH --account; sbatch takes it from $SBATCH_ACCOUNT={ctx.environ['SBATCH_ACCOUNT']} "
+                         "here, but not where that variable is unset")
+        return []
+    lines = ctx.script.directive_lines
+    example = batch.account_example or "PROJECT"
+    return [Finding(lines[0] if lines else 1, f"no --account: {ctx.name} needs one for every job",
+                    f"{ctx.name} bills every job to a project, and sbatch refuses a job without one",
+                    ctx.recipe.cite("batch.account_required"), f"#SBATCH --account={example} (your project)")]
+
+
+def time_syntax(ctx: Context) -> list[Finding]:
+    found = ctx.job.get("time")
+    if found is None or not found.value or found.value.strip().upper() in ("UNLIMITED", "INFINITE"):
+        return []
+    try:
+        parse_duration(found.value, "--time")
+    except UsageError:
+        meant = _HUMAN_TIME.match(found.value.strip())
+        if meant is None:
+            return [Finding(found.line, f"{found.written} is not a Slurm time", f"Slurm reads times as {FORMS}",
+                            SBATCH_DOC, "e.g. --time=02:00:00")]
+        seconds = int(meant.group(1)) * _HUMAN_UNITS[meant.group(2)[0].lower()]
+        fix = f"--time={format_duration(seconds)}"
+        return [Finding(found.line, f"{found.written} is not a Slurm time", f"Slurm reads times as {FORMS}",
+                        SBATCH_DOC, fix, ctx.replace_in_line(found.line, found.written, fix))]
+    return []
+
+
+# what people write for a time (6h, 30min, 2days), and the seconds of each unit
+_HUMAN_TIME = re.compile(r"(\d+)\s*(h|hrs?|hours?|m|mins?|minutes?|d|days?)$", re.IGNORECASE)
+_HUMAN_UNITS = {"h": 3600, "m": 60, "d": 86400}
+
+
+def numbers(ctx: Context) -> list[Finding]:
+    """Counts sbatch cannot read (#SBATCH lines are not shell: `--nodes=$N` stays the text $N)."""
+    found: list[Finding] = []
+    for directive in ctx.script.directives:
+        if directive.name in ("nodes", "ntasks", "ntasks-per-node", "cpus-per-task") and directive.value is not None \
+                and count(directive.value) is None:
+            variable = "$" in directive.value
+            found.append(Finding(
+                directive.line, f"{directive.written}: not a number" + (" (a shell variable)" if variable else ""),
+                "sbatch reads #SBATCH lines as they are written; the shell expands nothing there" if variable
+                else f"--{directive.name} takes a count", SBATCH_DOC,
+                f"write the number, or pass it on the command line: sbatch --{directive.name}=N SCRIPT"))
+    return found
+
+
+def commands_above_directives(ctx: Context) -> list[Finding]:
+    """A command above the #SBATCH block (`set -euo pipefail` first): sbatch reads none of the block."""
+    script = ctx.script
+    if not script.commands_above_directives or script.first_command_line is None:
+        return []
+    first, count = script.first_command_line, len(script.late_directives)
+    return [Finding(first, f"`{script.first_command}` comes before the #SBATCH lines: sbatch ignores all "
+                    f"{count} of them", "sbatch reads #SBATCH lines only until the first line that is neither "
+                    "blank nor a comment; the job runs with the defaults instead", SBATCH_DOC,
+                    f"move `{script.first_command}` below the last #SBATCH line (line {script.late_directives[-1][0]})")]
+
+
+def late_directives(ctx: Context) -> list[Finding]:
+    """#SBATCH lines after the first command: sbatch has stopped reading them (a command above the whole
+    block is the commands_above_directives finding instead)."""
+    if ctx.script.commands_above_directives:
+        return []
+    first = ctx.script.first_command_line
+    return [Finding(line, f"{text} comes after the first command (line {first}): sbatch ignores it",
+                    "sbatch reads #SBATCH lines only until the first line that is neither blank nor a comment",
+                    SBATCH_DOC, f"move it above line {first}") for line, text in ctx.script.late_directives]

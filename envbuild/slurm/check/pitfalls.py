@@ -1,0 +1,224 @@
+"""`envrun sbatch --check SCRIPT`: the pitfall rules of `envrun sbatch` applied to a hand-written batch
+script's #SBATCH and srun lines, against the system's recipe.
+
+    job.sh: lumi-g rules (SLURM_CLUSTER_NAME=lumi)
+    job.sh:12: --gpus-per-task=1: lumi-g forbids this option without --gres-flags=allow-task-sharing
+      why: per-task GPU cgroups hide the other GCDs ... (recipes/lumi-g.yaml:56 launch.forbidden_srun_options.0)
+      fix: --gpus-per-node=8 (the GPUs per node) instead, ...
+    job.sh: 1 finding for lumi-g
+
+Each rule states the condition it applies under and is the function of its id; `recipe=None` (no recipe for
+this site) runs only the rules that need no site facts, and the report says so first. Exit 0 when nothing is
+an error or warning, 1 otherwise. `check_script` reads only the text, the recipe and the environment ($SBATCH_ACCOUNT), and asks
+`bash -n` whether the text parses; `check_script_file` reads the file and writes the report (text or JSON).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from envbuild.errors import UsageError
+from envbuild.slurm.check import jobrules as checkjob
+from envbuild.slurm.check import steprules as checksteps
+from envbuild.slurm.check.parse import parse_script
+from envbuild.slurm.check.rulebase import Context, Finding
+from envbuild.terminaltext import printable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import TextIO
+
+    from envbuild.recipes.schema import Recipe
+    from envbuild.slurm.check.parse import BatchScript
+
+# (rule, level, needs the site's recipe), in the order their findings are listed when they share a line.
+# error: sbatch refuses the job, or bash the script; warning: the job runs, worse than asked; info: not known.
+RULES: tuple[tuple[Callable[[Context], list[Finding]], str, bool], ...] = (
+    (checkjob.shell_syntax, "error", False),
+    (checkjob.interpreter_line, "error", False),
+    (checkjob.commands_above_directives, "warning", False),
+    (checkjob.late_directives, "warning", False),
+    (checkjob.numbers, "error", False),
+    (checkjob.account, "error", True),
+    (checkjob.partition_exists, "error", True),
+    (checkjob.partition_limits, "error", True),
+    (checkjob.time_syntax, "error", False),
+    (checkjob.gpus_per_node, "error", True),
+    (checkjob.cpus_per_node, "error", True),
+    (checkjob.memory_per_node, "error", True),
+    (checkjob.gpu_partition_without_gpus, "warning", True),
+    (checkjob.partial_gpus_on_billed_node, "warning", True),
+    (checksteps.forbidden_options, "warning", True),
+    (checksteps.srun_inherits, "warning", True),
+    (checksteps.launcher_tasks, "warning", False),
+    (checksteps.per_task_launch, "warning", False),
+    (checksteps.launcher_without_srun, "warning", False),
+    (checksteps.core_masks_on_shared_nodes, "warning", True),
+    (checksteps.program_not_visible, "error", False),
+    (checksteps.program_unknown, "info", False),
+)
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    system: str | None  # None: no recipe for this site
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...]
+    directive_lines: int  # #SBATCH lines sbatch reads
+    srun_lines: int
+
+    @property
+    def problems(self) -> int:
+        """Errors and warnings (infos say what could not be known; they are nothing to fix)."""
+        return sum(1 for finding in self.findings if finding.level != "info")
+
+
+_ASK_BASH = (-1, "")  # check_script's default: ask bash -n itself
+
+
+def check_script(text: str, recipe: Recipe | None, environ: Mapping[str, str], site: str = "",
+                 syntax_error: tuple[int, str] | None = _ASK_BASH) -> CheckReport:
+    """`site`: what detection saw, for the first note when `recipe` is None ("SLURM_CLUSTER_NAME=perlmutter").
+    `syntax_error`: bash -n's answer where the caller has it (bash_syntax_error); by default bash is asked."""
+    script = parse_script(text)
+    notes: list[str] = []
+    if recipe is None:
+        seen = site or _site_seen(environ)
+        notes.append(f"no recipe for this site ({seen}): site rules skipped; only the rules that need no site "
+                     "facts ran (choose a recipe with --system NAME where one fits)")
+    ctx = Context(script, recipe, environ, notes, bash_syntax_error(text) if syntax_error == _ASK_BASH else syntax_error)
+    found: list[tuple[int, int, Finding]] = []
+    for order, (rule, level, needs_site) in enumerate(RULES):
+        if needs_site and recipe is None:
+            continue
+        found += [(finding.line, order, replace(finding, rule=rule.__name__, level=level)) for finding in rule(ctx)]
+    findings = tuple(finding for _line, _order, finding in sorted(found, key=lambda item: item[:2]))
+    return CheckReport(recipe.name if recipe is not None else None, findings, tuple(ctx.notes),
+                       len(script.directive_lines), len(script.sruns))
+
+
+def _site_seen(environ: Mapping[str, str]) -> str:
+    cluster = environ.get("SLURM_CLUSTER_NAME")
+    if cluster:
+        return f"SLURM_CLUSTER_NAME={cluster}"
+    return f"hostname {environ['HOSTNAME']}" if environ.get("HOSTNAME") else "no site detected"
+
+
+def bash_syntax_error(text: str) -> tuple[int, str] | None:
+    """bash -n's first complaint about the text as (line, message), or None when it parses (or there is no
+    bash to ask). bash reads it from stdin, with a time limit: a script is never run."""
+    import subprocess
+
+    try:
+        parsed = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired, UnicodeError):
+        return None
+    if parsed.returncode == 0:
+        return None
+    first = (parsed.stderr.strip().splitlines() or ["a syntax error"])[0]
+    message = first.removeprefix("bash: ")
+    line = 0
+    if message.startswith("line "):
+        number, _, message = message[len("line "):].partition(": ")
+        line = int(number) if number.isdigit() else 0
+    return line, message
+
+
+def render_report(name: str, report: CheckReport, site: str = "") -> str:
+    """The text report. Its first line says whose rules ran: the clean line, or a heading above the findings
+    ("job.sh: lumi-g rules (SLURM_CLUSTER_NAME=lumi)"), or that site rules were skipped."""
+    lines: list[str] = []
+    notes = list(report.notes)
+    where = report.system or "this site (site rules skipped)"
+    count = report.problems
+    if report.system is None and notes:
+        lines.append(f"{name}: note: {notes.pop(0)}")
+    elif report.findings or notes:
+        lines.append(f"{name}: {report.system} rules" + (f" ({site})" if site else ""))
+    for finding in report.findings:
+        level = "info: " if finding.level == "info" else ""
+        lines += [f"{name}:{finding.line}: {level}{finding.what}", f"  why: {finding.why} ({finding.source})",
+                  f"  fix: {finding.fix}"]
+    lines += [f"{name}: note: {note}" for note in notes]
+    if count:
+        lines.append(f"{name}: {count} finding{'s' if count != 1 else ''} for {where}")
+    else:
+        lines.append(f"{name}: clean for {where} ({_plural(report.directive_lines, '#SBATCH line')}, "
+                     f"{_plural(report.srun_lines, 'srun line')} checked)")
+    return "\n".join(lines) + "\n"
+
+
+def report_json(name: str, report: CheckReport) -> dict[str, object]:
+    """The report as `envrun sbatch --check FILE --json` prints it."""
+    return {
+        "file": name, "system": report.system, "site_rules": report.system is not None,
+        "findings": [{"rule": f.rule, "level": f.level, "line": f.line, "what": f.what, "why": f.why,
+                      "source": f.source, "fix": f.fix, "edit": list(f.edit) if f.edit else None}
+                     for f in report.findings],
+        "notes": list(report.notes),
+    }
+
+
+def _plural(count: int, what: str) -> str:
+    return f"{count} {what}{'s' if count != 1 else ''}"
+
+
+def read_script(path: str) -> str:
+    """The script's text; a UsageError for a file that cannot be a shell script (NUL bytes, not UTF-8)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_SCRIPT_BYTES + 1)
+    except FileNotFoundError:
+        raise UsageError(f"--check {path}: no such file", "give the path of the batch script, e.g. "
+                         "`envrun sbatch --check job.sh`") from None
+    except IsADirectoryError:
+        raise UsageError(f"--check {path}: is a directory", "give the batch script file inside it") from None
+    except OSError as exc:
+        raise UsageError(f"--check {path}: cannot read it ({exc.strerror})",
+                         "check its permissions, or copy it somewhere readable") from None
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise UsageError(f"--check {path}: over {MAX_SCRIPT_BYTES // 1024 // 1024} MiB, not a batch script",
+                         NOT_A_SCRIPT_FIX)
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise UsageError(f"--check {path}: a binary file (a NUL byte at offset {nul}), not a shell script",
+                         NOT_A_SCRIPT_FIX)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--check {path}: not text (bytes that are not UTF-8 at offset {exc.start}), not a shell "
+                         "script", NOT_A_SCRIPT_FIX) from None
+
+
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # sbatch's own limit is 4 MB (max_script_size in slurm.conf's SchedulerParameters)
+NOT_A_SCRIPT_FIX = "give the batch script (the text file you submit with sbatch), e.g. `envrun sbatch --check job.sh`"
+
+
+def refuse_non_script(path: str, script: BatchScript, syntax_error: tuple[int, str] | None) -> None:
+    """Text with neither a #! line nor an #SBATCH line that bash cannot parse is not a batch script: say so
+    rather than call it clean."""
+    if script.interpreter is not None or script.directive_lines or script.late_directives or syntax_error is None:
+        return
+    line, message = syntax_error
+    raise UsageError(f"--check {path}: not a shell script (no #! line, no #SBATCH line, and bash -n says: "
+                     f"{'line ' + str(line) + ': ' if line else ''}{printable(message)})", NOT_A_SCRIPT_FIX)
+
+
+def check_script_file(path: str, recipe: Recipe | None, out: TextIO, environ: Mapping[str, str] | None = None,
+                      site: str = "", as_json: bool = False) -> int:
+    """Check the file and write its report; 1 when it has errors or warnings. `site`: how the recipe was
+    chosen, or what detection saw where there is no recipe."""
+    text = read_script(path)
+    environ = os.environ if environ is None else environ
+    syntax_error = bash_syntax_error(text)
+    refuse_non_script(path, parse_script(text), syntax_error)
+    report = check_script(text, recipe, environ, site, syntax_error)
+    if as_json:
+        import json
+
+        out.write(json.dumps(report_json(path, report), indent=2) + "\n")
+    else:
+        out.write(render_report(path, report, site))
+    return 1 if report.problems else 0

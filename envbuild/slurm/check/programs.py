@@ -1,0 +1,186 @@
+"""What a command line of a batch script runs, decided from its words (never from substrings: `python train.py
+--deepspeed` runs python): torchrun (directly, or as `python -m torch.distributed.run`), accelerate, deepspeed,
+a plain Python program, something else, or a program that cannot be known from the text (`$CMD`, `mpirun`,
+`eval`). Seen through: `env VAR=1`, `time`, `nice`, `timeout`, `numactl`, `taskset`, `singularity|apptainer
+exec|run [options] IMAGE`, CSC's `apptainer_wrapper exec` / `singularity_wrapper exec` (the image comes from
+$SING_IMAGE), `bash -c "..."` strings (read as bash reads them), wrapper scripts such as LUMI's
+`./select_gpu python ...`. Pure."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+# torchrun, accelerate and deepspeed start the training processes of a node themselves (one launcher per node);
+# "python" is a per-task launch (one training process per srun task); "other" is anything else; "unknown" is
+# a program the text does not name (a variable, mpirun's own processes, eval).
+PER_NODE_KINDS = ("torchrun", "accelerate", "deepspeed")
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?$")
+_MODULE_KINDS = {
+    "torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun",
+    "accelerate.commands.launch": "accelerate", "deepspeed.launcher.runner": "deepspeed",
+}
+_CONTAINER_RUNTIMES = ("singularity", "apptainer")
+_SITE_WRAPPERS = ("apptainer_wrapper", "singularity_wrapper")  # CSC: the image is $SING_IMAGE
+# container exec options whose value is the next word (the image is the first word that is no option)
+_CONTAINER_WITH_VALUE = {
+    "-B", "--bind", "--mount", "--env", "--env-file", "-H", "--home", "-o", "--overlay", "--pwd", "-W", "--workdir",
+    "-S", "--scratch", "--security", "--network", "--network-args", "--dns", "--hostname", "--app", "--fusemount",
+    "--drop-caps", "--add-caps", "--cpus", "--memory", "--memory-swap", "--apply-cgroups", "--cwd", "--userns-map",
+}
+# words that run the rest of the line: name -> its options that take the next word as their value
+_WRAPPERS = {
+    "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}, "time": {"-f", "--format", "-o", "--output"},
+    "nohup": set(), "exec": {"-a"}, "nice": {"-n", "--adjustment"}, "stdbuf": {"-i", "-o", "-e"},
+    "command": set(), "builtin": set(), "ionice": {"-c", "-n", "-p"},
+    "numactl": {"-C", "-N", "-m", "-p", "-i", "--physcpubind", "--cpunodebind", "--membind", "--preferred",
+                "--interleave"},
+}
+_WITH_ONE_ARGUMENT = {"timeout": "the duration", "taskset": "the CPU mask"}  # then the command
+_SHELLS = ("bash", "sh", "zsh", "dash", "ksh")
+# commands of a `bash -c` string that set up rather than run (the program is what comes after them)
+_SETUP = {"cd", "export", "source", ".", "set", "ulimit", "module", "ml", "echo", "printf", "true", "unset",
+          "declare", "local", "umask", "conda", "hostname", "date", "mkdir", "nvidia-smi", "rocm-smi", "sleep",
+          ":", "test", "["}
+_UNKNOWN_PROGRAMS = {
+    "mpirun": "mpirun starts its own processes (how many, and where, is in its options or hostfile)",
+    "mpiexec": "mpiexec starts its own processes (how many, and where, is in its options or hostfile)",
+    "eval": "eval runs a command built when the job runs",
+}
+
+
+@dataclass(frozen=True)
+class Program:
+    kind: str  # torchrun | accelerate | deepspeed | python | other | unknown
+    words: tuple[str, ...]  # from the launcher or Python on (the inner command, for a `-c` string)
+    via: str = ""  # "singularity exec", "bash -c": how it is reached
+    why: str = ""  # unknown: why it cannot be known
+    container: tuple[str, ...] | None = None  # `singularity|apptainer exec`'s own options; None: not in one
+
+    @property
+    def per_node(self) -> bool:
+        return self.kind in PER_NODE_KINDS
+
+    @property
+    def name(self) -> str:
+        return {"python": "python", "other": self.words[0] if self.words else "the program",
+                "unknown": self.words[0] if self.words else "the program"}.get(self.kind, self.kind)
+
+
+def classify_program(words: tuple[str, ...], via: str = "") -> Program:
+    rest = _skip_wrappers(words)
+    if not rest:
+        return Program("other", (), via)
+    first = rest[0]
+    base = first.rsplit("/", 1)[-1]
+    if "$" in first or "`" in first:
+        return Program("unknown", rest, via, f"{first} is decided when the job runs")
+    if base in _UNKNOWN_PROGRAMS:
+        return Program("unknown", rest, via, _UNKNOWN_PROGRAMS[base])
+    if base in _CONTAINER_RUNTIMES and rest[1:2] in (("exec",), ("run",)):
+        options, command = _split_image(rest[2:])
+        inner = classify_program(command, _join(via, f"{base} {rest[1]}"))
+        return replace(inner, container=options) if inner.container is None else inner
+    if base in _SITE_WRAPPERS and rest[1:2] in (("exec",), ("run",)):
+        return classify_program(rest[2:], _join(via, f"{base} {rest[1]}"))
+    if base in _SHELLS:
+        return _shell_string(rest, via)
+    if base == "torchrun":
+        return Program("torchrun", rest, via)
+    if base == "accelerate" and rest[1:2] == ("launch",):
+        return Program("accelerate", rest, via)
+    if base == "deepspeed":
+        return Program("deepspeed", rest, via)
+    if _PYTHON.match(base):
+        module = _python_module(rest[1:])
+        return Program(_MODULE_KINDS.get(module or "", "python"), rest, via)
+    if base.endswith(".py"):
+        return Program("python", rest, via)
+    if "/" in first and len(rest) > 1:  # a wrapper script such as LUMI's ./select_gpu: look at what it runs
+        inner = classify_program(rest[1:], _join(via, first))
+        if inner.kind not in ("other", "unknown"):
+            return inner
+    return Program("other", rest, via)
+
+
+def _skip_wrappers(words: tuple[str, ...]) -> tuple[str, ...]:
+    index = 0
+    while index < len(words):
+        word = words[index]
+        base = word.rsplit("/", 1)[-1]
+        if "=" in word and not word.startswith("-") and word.split("=", 1)[0].isidentifier():
+            index += 1
+        elif base in _WRAPPERS:
+            with_value = _WRAPPERS[base]
+            index += 1
+            while index < len(words) and words[index].startswith("-") and words[index] != "--":
+                index += 2 if words[index] in with_value else 1
+            if index < len(words) and words[index] == "--":
+                index += 1
+        elif base in _WITH_ONE_ARGUMENT:
+            index += 1
+            while index < len(words) and words[index].startswith("-"):
+                index += 2 if base == "timeout" and words[index] in ("-s", "--signal", "-k", "--kill-after") else 1
+            index += 1  # the duration, or the mask
+        else:
+            break
+    return words[index:]
+
+
+def _join(via: str, more: str) -> str:
+    return f"{via}, {more}" if via else more
+
+
+def _split_image(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the runtime's options, the command after the image)."""
+    index = 0
+    while index < len(args) and args[index].startswith("-"):
+        word = args[index]
+        index += 2 if ("=" not in word and word in _CONTAINER_WITH_VALUE) else 1
+    return args[:index], args[index + 1:]
+
+
+def _python_module(args: tuple[str, ...]) -> str | None:
+    """The module of `python [options] -m MODULE`; None for a script, `-c` code or stdin."""
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if word == "-m" and index + 1 < len(args):
+            return args[index + 1]
+        if word.startswith("-m") and len(word) > 2:
+            return word[2:]
+        if not word.startswith("-") or word == "-" or word.startswith("--"):
+            return None
+        if word[1] in "WX":  # -W ignore, -X dev: a value, attached or the next word
+            index += 1 if len(word) > 2 else 2
+            continue
+        if "c" in word[1:]:  # -c CODE, also bundled (-uc)
+            return None
+        index += 1
+    return None
+
+
+def _shell_string(words: tuple[str, ...], via: str) -> Program:
+    """`bash -c "cd /w && torchrun ..."`: the string is read as bash reads it, and its program is the first
+    command that is not set-up (cd, export, module, ...). A script file (`bash run.sh`) is other."""
+    for index, word in enumerate(words[1:], start=1):
+        if not word.startswith("-") or word.startswith("--"):
+            break
+        if "c" in word[1:] and index + 1 < len(words):
+            from envbuild.slurm.check.shellwords import read_commands
+
+            where = _join(via, f"{words[0].rsplit('/', 1)[-1]} -c")
+            commands, _comments = read_commands(words[index + 1])
+            unknown: Program | None = None
+            for command in commands:
+                texts = command.texts
+                if texts[0] in _SETUP or all("=" in t and t.split("=", 1)[0].isidentifier() for t in texts):
+                    continue
+                program = classify_program(texts, where)
+                if program.kind == "unknown":
+                    unknown = unknown or program
+                    continue
+                return program
+            return unknown or Program("other", (), where)
+    return Program("other", words, via)

@@ -1,0 +1,196 @@
+"""What the `envrun sbatch --check` rules share: a finding, the script under check with its recipe and
+environment, and the helpers that word a fix in the system's own terms. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from math import ceil
+
+from envbuild.durations import format_duration, parse_duration
+from envbuild.errors import UsageError
+from envbuild.launch.allocation import gres_gpus
+from envbuild.slurm.batch.resources import JobRequest, plan_resources
+from envbuild.slurm.check.shape import JobShape, StepShape
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from envbuild.recipes.schema import Node, Recipe
+    from envbuild.slurm.check.parse import BatchScript, Directive, SrunLine
+
+SBATCH_DOC = "sbatch(1), https://slurm.schedmd.com/sbatch.html"
+SRUN_DOC = "srun(1), https://slurm.schedmd.com/srun.html"
+TORCHRUN_DOC = "torchrun, https://docs.pytorch.org/docs/stable/elastic/run.html"
+
+
+LEVELS = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Finding:
+    line: int
+    what: str  # what is wrong
+    why: str  # the reason
+    source: str  # where the reason comes from: a recipe citation or a public document
+    fix: str  # the corrected option or line
+    edit: tuple[int, str] | None = None  # a fix that is one line's new text: (line number, the whole new line)
+    rule: str = ""  # the rule's id (its function's name); set by envbuild.slurm.check.pitfalls
+    level: str = "warning"  # error: sbatch refuses the job or bash the script; warning; info: nothing to fix
+
+
+@dataclass
+class Context:
+    """The script under check. `recipe` is None where the site has no recipe: only the rules that need no
+    site facts run (envbuild.slurm.check.pitfalls), and the helpers here that read the recipe are not called."""
+
+    script: BatchScript
+    recipe: Recipe | None
+    environ: Mapping[str, str]
+    notes: list[str] = field(default_factory=list)
+    syntax_error: tuple[int, str] | None = None  # bash -n's first complaint, when it has one
+
+    def __post_init__(self) -> None:
+        if self.script.commands_above_directives:
+            # sbatch reads none of the block below the first command; the rules read it as the user meant it,
+            # and the commands_above_directives finding says why sbatch does not
+            self.script = replace(self.script, directives=[*self.script.directives, *self.script.late_options])
+        self.job = JobShape(self.script)
+
+    def steps(self) -> list[tuple[SrunLine, StepShape]]:
+        return [(srun, StepShape(srun, self.job)) for srun in self.script.sruns]
+
+    @property
+    def name(self) -> str:
+        return self.recipe.name if self.recipe is not None else "this site"
+
+    @property
+    def node(self) -> Node | None:
+        return self.recipe.node if self.recipe is not None else None
+
+    def cpu_partition(self) -> str | None:
+        """The job's partition when it is one of the site's CPU partitions (Mahti's medium): the GPU node facts
+        of the recipe do not describe its nodes."""
+        if self.recipe is None:
+            return None
+        partitions = self.recipe.partitions
+        return next((name for name in self.partitions() if name in partitions and partitions[name].cpu_only), None)
+
+    def replace_in_line(self, line: int, old: str, new: str) -> tuple[int, str] | None:
+        """An edit that writes `new` for `old` in line `line`, where `old` occurs there exactly once."""
+        lines = self.script.lines
+        if not 1 <= line <= len(lines) or lines[line - 1].count(old) != 1:
+            return None
+        return line, lines[line - 1].replace(old, new)
+
+    def add_to_directive_line(self, line: int, option: str) -> tuple[int, str] | None:
+        """An edit that adds `option` to the #SBATCH line `line`, before its comment (sbatch reads several
+        options on one line)."""
+        lines = self.script.lines
+        if not 1 <= line <= len(lines) or not lines[line - 1].startswith("#SBATCH"):
+            return None
+        text = lines[line - 1]
+        head, hash_, comment = text[len("#SBATCH"):].partition(" #")
+        if "'" in head or '"' in head:
+            return None
+        return line, f"#SBATCH{head.rstrip()} {option}" + (f"  #{comment}" if hash_ else "")
+
+    def partitions(self) -> list[str]:
+        """The partitions the job names (sbatch takes a comma-separated list)."""
+        found = self.job.get("partition")
+        return [p.strip() for p in (found.value or "").split(",") if p.strip()] if found else []
+
+    def gpu_request(self, gpus: int) -> str:
+        """The GPU request in the system's form: --gpus-per-node=8, --gres=gpu:v100:4."""
+        return (self.recipe.launch.gpu_request or "--gpus-per-node={gpus}").replace("{gpus}", str(gpus))
+
+    def cpu_limit(self) -> tuple[int, str, str] | None:
+        """Slurm CPUs a job may use on one node, why, and the recipe's citations; None without node facts."""
+        node = self.recipe.node
+        if node is None:
+            return None
+        per_core = node.slurm_cpus_per_core
+        hint = (self.job.value("hint") or "").lower()
+        threads = self.job.value("threads-per-core") or ""
+        if (hint == "multithread" or (threads.isdigit() and int(threads) > 1)) and node.threads_per_core > per_core:
+            per_core = node.threads_per_core
+        limit = node.usable * per_core
+        why = f"a {self.name} node has {node.cores} cores"
+        sources = [self.recipe.cite("node.cores")]
+        if node.usable < node.cores:
+            why += f", {node.cores - node.usable} of them reserved for the operating system: {node.usable} usable"
+            sources = [self.recipe.cite("node.usable_cores")]
+        if per_core > 1:
+            why += f"; Slurm counts {per_core} hardware threads per core, so {node.usable} cores are {limit} CPUs"
+            if node.slurm_cpus_per_core > 1:
+                sources.append(self.recipe.cite("node.slurm_cpus_per_core"))
+            else:
+                sources.append(self.recipe.cite("node.threads_per_core"))
+        return limit, why, "; ".join(sources)
+
+    def cpus_per_gpu(self) -> int | None:
+        """Slurm CPUs that go with one GPU (LUMI-G: 7); None without node facts or GPUs."""
+        node = self.recipe.node
+        if node is None or not node.gpus:
+            return None
+        return (node.cores_per_gpu or node.usable // node.gpus) * node.slurm_cpus_per_core
+
+    def node_memory_mb(self) -> tuple[int, str] | None:
+        """Memory a job may ask for on one node, in MB (Slurm's M), and its citation."""
+        node = self.recipe.node
+        if node is None:
+            return None
+        if node.memory_gb:
+            return node.memory_gb * 1024, self.recipe.cite("node.memory_gb")
+        if node.memory_per_gpu_gb and node.gpus:
+            return node.memory_per_gpu_gb * node.gpus * 1024, self.recipe.cite("node.memory_per_gpu_gb")
+        return None
+
+    def time_seconds(self) -> int | None:
+        found = self.job.get("time")
+        if found is None or not found.value:
+            return None
+        try:
+            return parse_duration(found.value, "--time")
+        except UsageError:
+            return None
+
+    def suggest_partition(self, test: bool = False, with_time: bool = True) -> str | None:
+        """The partition `envrun sbatch` would choose for this job's nodes, GPUs and (with_time) time: the
+        smallest that fits (envbuild.slurm.batch.resources); None when none fits or the system has no partition facts."""
+        node = self.recipe.node
+        if node is None or not self.recipe.partitions:
+            return None
+        seconds = self.time_seconds() if with_time else None
+        gpus = min(self.job.gpus_per_node(), node.gpus)
+        for as_test in dict.fromkeys((test, False)):
+            request = JobRequest(nodes=self.job.nodes, gpus_per_node=gpus, time=format_duration(seconds) if seconds
+                                 else None, account="check", launcher="torchrun", test=as_test)
+            try:
+                return plan_resources(self.recipe, request).partition
+            except UsageError:
+                continue
+        return None
+
+    def partition_fix(self, name: str, test: bool = False, with_time: bool = True) -> str | None:
+        """`--partition=X` for a job that does not fit partition `name`, saying when X bills whole nodes."""
+        other = self.suggest_partition(test, with_time)
+        if not other or other == name:
+            return None
+        node, spec = self.recipe.node, self.recipe.partitions[other]
+        gpus = self.job.gpus_per_node()
+        if spec.full_node and node is not None and node.gpus and gpus < node.gpus:
+            return f"--partition={other} (whole nodes: each is billed for all {node.gpus} GPUs)"
+        return f"--partition={other}"
+
+    def gpu_request_like(self, gpus: int, directive: Directive) -> str:
+        """The GPU request for `gpus`, keeping the other resources of a --gres list (nvme:200)."""
+        request = self.gpu_request(gpus)
+        if directive.name == "gres" and request.startswith("--gres=") and directive.value:
+            others = [entry for entry in directive.value.split(",") if gres_gpus(entry) is None]
+            request = ",".join([request, *others])
+        return request
+
+    def nodes_for(self, total_gpus: int) -> int:
+        node = self.recipe.node
+        return ceil(total_gpus / node.gpus) if node is not None and node.gpus else 1

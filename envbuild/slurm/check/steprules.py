@@ -1,0 +1,337 @@
+"""`envrun sbatch --check` rules on how the job starts its processes (srun lines, with the job's #SBATCH
+options where srun does not override them): per-task GPU options a site forbids, a per-task launch whose tasks
+do not match the GPUs, torchrun started several times per node or on one node of many, srun options the site's
+srun does not inherit, fixed core masks on shared nodes. One function per rule, `(Context) -> list[Finding]`."""
+
+from __future__ import annotations
+
+import re
+
+from envbuild.launch.allocation import count_gpus
+from envbuild.launch.args import has_option, option_value
+from envbuild.slurm.check.parse import srun_options
+from envbuild.slurm.check.rulebase import SBATCH_DOC, SRUN_DOC, TORCHRUN_DOC, Context, Finding
+from envbuild.slurm.check.shape import count
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from envbuild.slurm.check.parse import SrunLine
+
+
+def _unless_given(unless: str | None, options: tuple[str, ...]) -> bool:
+    if not unless:
+        return False
+    name, _, value = unless.partition("=")
+    given = option_value(options, name)
+    return unless in options or (given is not None and (not value or value in given.split(",")))
+
+
+def forbidden_options(ctx: Context) -> list[Finding]:
+    """Options the site forbids (LUMI-G: --gpus-per-task, --ntasks-per-gpu, --cpus-per-gpu break RCCL), in
+    #SBATCH or srun lines, unless their `unless` option is given too. Only where more than one task runs on a
+    node: per-task GPU cgroups hide a node's other GPUs from each task, and a single task has no others."""
+    found: list[Finding] = []
+    if ctx.cpu_partition():
+        return found
+    job_words = tuple(f"--{d.name}" if d.value is None else f"--{d.name}={d.value}" for d in ctx.script.directives)
+    for index, rule in enumerate(ctx.recipe.launch.forbidden_srun_options):
+        source = ctx.recipe.cite(f"launch.forbidden_srun_options.{index}")
+        job_safe = _unless_given(rule.unless, job_words)
+        job_tasks = _job_tasks_per_node(ctx)
+        for directive in ctx.script.directives:
+            option = f"--{directive.name}"
+            if option in rule.options and not job_safe and (job_tasks is None or job_tasks > 1):
+                fix = _forbidden_fix(ctx, option, directive.value, ctx.job.tasks_per_node() or 1, rule.unless)
+                edit = ctx.add_to_directive_line(directive.line, rule.unless) if rule.unless else None
+                found.append(Finding(directive.line, _forbidden_what(ctx, directive.written, rule.unless), rule.why,
+                                     source, fix, edit))
+        for srun, step in ctx.steps():
+            for option in rule.options:
+                tasks = step.tasks_per_node()
+                if has_option(srun.options, option) and not (job_safe or _unless_given(rule.unless, srun.options)) \
+                        and (tasks is None or tasks > 1):
+                    value = option_value(srun.options, option)
+                    written = f"srun {option}" + (f"={value}" if value is not None else "")
+                    fix = _forbidden_fix(ctx, option, value, step.tasks_per_node() or 1, rule.unless)
+                    edit = _srun_edit(ctx, srun, rule.unless) if rule.unless else None
+                    found.append(Finding(srun.line, _forbidden_what(ctx, written, rule.unless), rule.why, source, fix,
+                                         edit))
+    return found
+
+
+def _job_tasks_per_node(ctx: Context) -> int | None:
+    """The job's tasks per node (--ntasks-per-gpu x GPUs counted); 1 when nothing says more; None: unknown."""
+    per_gpu = ctx.job.get("ntasks-per-gpu")
+    if per_gpu is not None:
+        number = count(per_gpu.value)
+        return number * max(1, ctx.job.gpus_per_node()) if number is not None else None
+    tasks = ctx.job.tasks_per_node()
+    if tasks is None and ctx.job.tasks_directive() is not None:
+        return None
+    return tasks or 1
+
+
+def _forbidden_what(ctx: Context, written: str, unless: str | None) -> str:
+    return f"{written}: {ctx.name} forbids this option" + (f" without {unless}" if unless else "")
+
+
+def _forbidden_fix(ctx: Context, option: str, value: str | None, tasks: int, unless: str | None) -> str:
+    gpus = ctx.job.gpus_per_node()
+    select = " ".join(f"{name}=${source}" for name, source in ctx.recipe.launch.per_task_gpu_env.items())
+    in_task = f", and select each task's GPU with {select} in the task" if select else ""
+    if option == "--gpus-per-task":
+        per_task = count_gpus(value or "1") or 1
+        fix = f"{ctx.gpu_request(tasks * per_task)} (the GPUs per node) instead{in_task}"
+    elif option == "--ntasks-per-gpu" and gpus:
+        fix = f"--ntasks-per-node={(count(value) or 1) * gpus} with {ctx.gpu_request(gpus)} instead{in_task}"
+    elif option == "--cpus-per-gpu":
+        fix = f"--cpus-per-task={value} instead (one task per GPU)" if value else "--cpus-per-task instead"
+    else:
+        fix = f"leave out {option}"
+    return fix + (f"; or add {unless}" if unless else "")
+
+
+def per_task_launch(ctx: Context) -> list[Finding]:
+    """`srun python ...` (one training process per task) whose tasks per node differ from its GPUs per node.
+    Only where the job runs several processes (more than one task, or more than one node): each is then one
+    rank with one GPU. A single process on a single node may drive every GPU itself (DataParallel, a model
+    spread over the GPUs); what it does is not known from the script."""
+    found: list[Finding] = []
+    node = ctx.node
+    if (node is not None and not node.gpus) or ctx.cpu_partition():
+        return found  # GPUs on a system without any: the GPU rule says so
+    for srun, step in ctx.steps():
+        if srun.program.kind != "python":
+            continue
+        gpus = step.gpus_per_node()
+        if srun.under_envrun and not _sets_tasks(srun) and ctx.job.tasks_directive() is None:
+            continue  # envrun starts one task per GPU itself
+        tasks = step.tasks_per_node()
+        if not gpus or tasks is None or tasks == gpus or (tasks == 1 and (step.nodes or 1) == 1):
+            continue
+        effect = f"{gpus - tasks} GPU(s) idle" if tasks < gpus else "several processes on one GPU"
+        where = "on the srun line" if _sets_tasks(srun) else "in #SBATCH"
+        per_gpu = ctx.cpus_per_gpu() if ctx.recipe is not None else None
+        fix = f"--ntasks-per-node={gpus}" + (f" --cpus-per-task={per_gpu}" if per_gpu else "") + \
+            f" {where} (one task per GPU), or start torchrun: srun --ntasks-per-node=1 torchrun --nproc-per-node={gpus} ..."
+        per_task_env = ctx.recipe.launch.per_task_gpu_env if ctx.recipe is not None else {}
+        if per_task_env:
+            name = next(iter(per_task_env))
+            why = (f"each srun task is one training process and drives one GPU ({name}=${per_task_env[name]} on "
+                   f"{ctx.name})")
+            source = ctx.recipe.cite(f"launch.per_task_gpu_env.{name}")
+        else:
+            why = "srun starts the program once per task, and each training process drives one GPU"
+            source = SRUN_DOC
+        found.append(Finding(srun.line, f"srun starts {tasks} {srun.program.name} process(es) per node for {gpus} "
+                             f"GPU{'s' if gpus != 1 else ''} per node ({effect})", why, source, fix))
+    return found
+
+
+def _sets_tasks(srun: SrunLine) -> bool:
+    return has_option(srun.options, "-n", "--ntasks", "--ntasks-per-node")
+
+
+def launcher_tasks(ctx: Context) -> list[Finding]:
+    """torchrun (or accelerate, deepspeed) under srun with more than one task per node: each copy starts its
+    own --nproc-per-node processes, on the same GPUs."""
+    found: list[Finding] = []
+    for srun, step in ctx.steps():
+        if not srun.program.per_node:
+            continue
+        if srun.under_envrun and not _sets_tasks(srun):
+            continue  # envrun runs one launcher per node itself
+        tasks = step.tasks_per_node()
+        if tasks is None or tasks <= 1:
+            continue
+        kind = srun.program.kind
+        cpus = ctx.job.cpus()
+        total = cpus.value if cpus else 0
+        node = ctx.node
+        if node is not None and total:  # never suggest more than a node gives jobs
+            total = min(total, node.usable * node.slurm_cpus_per_core)
+        per_node = f" --cpus-per-task={total}" if total > 1 else ""
+        where = "on the srun line" if _sets_tasks(srun) else "in #SBATCH (or on the srun line)"
+        edit = _srun_edit(ctx, srun, "--ntasks-per-node=1" + per_node, drop=("--ntasks",))
+        found.append(Finding(
+            srun.line, f"srun starts {kind} {tasks} times per node",
+            f"{kind} starts its own training processes on each node (--nproc-per-node); {tasks} copies per node "
+            f"start {tasks}x as many, with the same local ranks on the same GPUs", TORCHRUN_DOC,
+            f"--ntasks-per-node=1{per_node} {where}: one {kind} per node", edit))
+    return found
+
+
+def _srun_edit(ctx: Context, srun: SrunLine, options: str, drop: tuple[str, ...] = ()) -> tuple[int, str] | None:
+    """The srun line with `options` right after `srun`, and its own options of those names (and `drop`)
+    taken out; None where the line goes on (a backslash) or an option to take out is written as two words."""
+    lines = ctx.script.lines
+    line = lines[srun.line - 1] if srun.line <= len(lines) else ""
+    if line.rstrip().endswith("\\"):
+        return None
+    names = {word.split("=", 1)[0] for word in options.split()} | set(drop)
+    new = line
+    for word in srun.written:
+        if not word.startswith("-"):
+            continue
+        (canonical, *_rest) = srun_options((word,))
+        name, _eq, value = canonical.partition("=")
+        if name not in names:
+            continue
+        if not value or new.count(f" {word}") != 1:
+            return None  # `-n 8`: its value is the next word; or written twice: leave such lines to the user
+        new = new.replace(f" {word}", "", 1)
+    found = _SRUN_WORD.search(new)
+    if found is None:
+        return None
+    return srun.line, f"{new[:found.end()]}{options} {new[found.end():]}"
+
+
+_SRUN_WORD = re.compile(r"(?:^|[\s;&|(])srun\s")
+
+
+def launcher_without_srun(ctx: Context) -> list[Finding]:
+    """torchrun run by the batch script itself in a multi-node job: it starts on the first node only."""
+    nodes = ctx.job.nodes
+    if nodes <= 1:
+        return []
+    found: list[Finding] = []
+    for command in ctx.script.commands:
+        if not command.program.per_node:
+            continue
+        options = "--ntasks-per-node=1"
+        if ctx.recipe is not None and "SRUN_CPUS_PER_TASK" in ctx.recipe.launch.srun_env_from and \
+                ctx.job.get("cpus-per-task") is not None:
+            options += " --cpus-per-task=${SLURM_CPUS_PER_TASK}"  # this site's srun does not take it from the job
+        line = ctx.script.lines[command.line - 1] if command.line <= len(ctx.script.lines) else ""
+        indent = line[:len(line) - len(line.lstrip())]
+        edit = (command.line, f"{indent}srun {options} {line.lstrip()}") if not line.rstrip().endswith("\\") and \
+            line.strip() and not line.lstrip().startswith(("if ", "then ", "do ", "(", "{")) else None
+        found.append(Finding(command.line, f"{command.program.kind} without srun runs on the first of the job's {nodes} "
+                             "nodes only", "the batch script runs on the first node of the allocation; only srun starts "
+                             "tasks on the others", SBATCH_DOC, f"srun {options} {command.program.kind} ... (one per "
+                             "node)", edit))
+    return found
+
+
+def srun_inherits(ctx: Context) -> list[Finding]:
+    """Where the site's srun does not take an option from the job (JUWELS: --cpus-per-task), srun lines that
+    neither pass it nor follow `export SRUN_...`. Reported once, at the first such line."""
+    found: list[Finding] = []
+    for target, source_variable in ctx.recipe.launch.srun_env_from.items():
+        option = "--" + target.removeprefix("SRUN_").lower().replace("_", "-")
+        given = ctx.job.get(option[2:])
+        if given is None or count(given.value) in (None, 1):
+            continue  # 1 is srun's default anyway; a value that is not a number is the numbers rule's
+        names = (option, "-c") if option == "--cpus-per-task" else (option,)
+        missing = [srun for srun in ctx.script.sruns
+                   if not srun.under_envrun and not has_option(srun.options, *names)
+                   and not ctx.script.exported_before(target, srun.line) and not srun.sets_inline(target)]
+        if not missing:
+            continue
+        more = f" (and {len(missing) - 1} more srun line(s))" if len(missing) > 1 else ""
+        edit = _srun_edit(ctx, missing[0], f"{option}=${{{source_variable}}}") if len(missing) == 1 else None
+        found.append(Finding(
+            missing[0].line, f"srun does not get the job's {given.written}{more}",
+            f"{ctx.name}'s srun does not inherit {option} from the job: without it each task gets one CPU",
+            ctx.recipe.cite(f"launch.srun_env_from.{target}"),
+            f'export {target}="${source_variable}" before the first srun (or srun {option}=${source_variable})', edit))
+    return found
+
+
+def core_masks_on_shared_nodes(ctx: Context) -> list[Finding]:
+    """srun --cpu-bind=mask_cpu/map_cpu (a site's GPU-to-core map) on a partition that shares nodes, without
+    --exclusive: the masks name cores of the whole node."""
+    node = ctx.recipe.node
+    if node is None or not node.gpu_cores or ctx.job.get("exclusive") is not None:
+        return []
+    shared = [name for name in ctx.partitions() if name in ctx.recipe.partitions and
+              not ctx.recipe.partitions[name].full_node]
+    if not shared:
+        return []
+    whole = [name for name, spec in ctx.recipe.partitions.items()
+             if spec.full_node and not spec.test and not spec.cpu_only]
+    partition = ctx.job.get("partition")
+    found: list[Finding] = []
+    for srun in ctx.script.sruns:
+        bind = option_value(srun.options, "--cpu-bind") or option_value(srun.options, "--cpu_bind") or ""
+        if "mask_cpu" not in bind and "map_cpu" not in bind:
+            continue
+        found.append(Finding(
+            srun.line, f"srun --cpu-bind={bind.split(':', 1)[0]}:... on partition {shared[0]}, which shares nodes",
+            "the GPU-to-core masks name cores of the whole node, and a job on a shared node holds only some of them",
+            f"{ctx.recipe.cite('node.gpu_cores')}; {ctx.recipe.cite('partitions.' + shared[0])}",
+            "#SBATCH --exclusive" + (f", or --partition={whole[0]} (whole nodes)" if whole else "")
+            + ", or srun --cpu-bind=cores",
+            ctx.add_to_directive_line(partition.line, "--exclusive") if partition is not None else None))
+    return found
+
+
+def program_unknown(ctx: Context) -> list[Finding]:
+    """An srun line (or a command) whose program the text does not name (`srun $CMD`, `mpirun ...`, `eval`):
+    nothing is guessed about it, and this says so."""
+    found: list[Finding] = []
+    programs = [(srun.line, srun.program, "srun") for srun in ctx.script.sruns] + \
+        [(command.line, command.program, "") for command in ctx.script.commands]
+    for line, program, under in programs:
+        if program.kind != "unknown":
+            continue
+        found.append(Finding(line, f"{under + ' ' if under else ''}{program.name}: what runs here is not known from "
+                             "the script", f"{program.why}; the rules on tasks, GPUs and launchers were not applied "
+                             "to this line", SRUN_DOC if under else SBATCH_DOC,
+                             "nothing to change; write the program out (srun python train.py ...) to have it checked"))
+    return found
+
+
+def program_not_visible(ctx: Context) -> list[Finding]:
+    """The program file of a line run in a container (`srun singularity exec -B ... IMG torchrun /path/train.py`)
+    outside everything the container shows: its -B binds, $SINGULARITY_BIND/$APPTAINER_BIND, $HOME, /tmp and the
+    working directory. Every rank fails with "can't open file", after the queue. Only where all of those are
+    known: a `cd` to a variable, a module that may set binds (LUMI's singularity-bindings) or a bind variable
+    the script sets make the rule stand back. envrun lines bind the program themselves."""
+    from envbuild.launch.visibility import BIND_VARIABLES, is_under, program_file_index, system_dir, visible_roots
+
+    script, environ = ctx.script, ctx.environ
+    if not environ.get("HOME") or any(name in script.exports for name in BIND_VARIABLES) or \
+            any("bind" in module.lower() for _line, module in script.modules):
+        return []
+    found: list[Finding] = []
+    lines = [(srun.line, srun.program, srun.under_envrun) for srun in script.sruns] + \
+        [(command.line, command.program, False) for command in script.commands]
+    for line, program, under_envrun in lines:
+        if program.container is None or under_envrun or program.kind == "unknown":
+            continue
+        at = program_file_index(program.words)
+        path = program.words[at] if at is not None else ""
+        directory = script.directory_at(line)
+        if not path.startswith("/") or "$" in path or system_dir(path) or directory is None:
+            continue
+        binds = _container_binds(program.container)
+        roots = visible_roots([*binds, directory], program.container, environ)
+        if any(is_under(path, root) for root in roots):
+            continue
+        folder = path.rsplit("/", 1)[0] or "/"
+        written = next((f"{flag} {value}" for flag, value in _bind_options(program.container)), None)
+        edit = ctx.replace_in_line(line, written, f"{written},{folder}") if written else None
+        found.append(Finding(
+            line, f"{path}: the container does not see the program file ({program.name} runs it inside "
+            f"{program.via.split(',')[-1].strip()})",
+            "a container sees host paths only where they are bound (-B), in $HOME, /tmp and the working directory "
+            f"({directory}); every rank fails with \"can't open file\" once the job has waited in the queue",
+            "apptainer(1) bind paths, https://apptainer.org/docs/user/latest/bind_paths_and_mounts.html",
+            f"bind its directory: -B {folder}" + (f" (add it to {written})" if written else ""), edit))
+    return found
+
+
+def _bind_options(options: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The container's bind options as written: (flag, value), for `-B X`, `--bind X` and `--bind=X`."""
+    found: list[tuple[str, str]] = []
+    for index, word in enumerate(options):
+        if word in ("-B", "--bind") and index + 1 < len(options):
+            found.append((word, options[index + 1]))
+        elif word.startswith("--bind="):
+            found.append(("--bind=", word.split("=", 1)[1]))
+    return found
+
+
+def _container_binds(options: tuple[str, ...]) -> list[str]:
+    return [spec.strip() for _flag, value in _bind_options(options) for spec in value.split(",") if spec.strip()]

@@ -1,0 +1,109 @@
+"""The sweep's table as files: CSV and JSON (pure text, golden-tested), and a one-page HTML report holding the
+table and the plot (the PNG embedded as a data: URI, so the page is one self-contained file to mail or
+attach). `write_reports` writes them all into the report directory."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+from envbuild.slurm.sweep.table import HEADER, Row, format_seconds, render_text, text_rows
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+CSV_COLUMNS = ("nodes", "per_node", "workers", "unit", "runs", "failed", "median_time_s", "throughput",
+               "throughput_unit", "speedup", "efficiency", "spread_pct", "status")
+
+
+def _number(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def row_record(row: Row) -> dict[str, Any]:
+    p = row.point
+    return {
+        "nodes": p.nodes, "per_node": p.per_node, "workers": p.workers, "unit": p.unit, "runs": row.runs,
+        "failed": len(row.failed), "median_time_s": _number(row.time_s, 3), "throughput": _number(row.throughput, 3),
+        "throughput_unit": row.unit, "speedup": _number(row.speedup), "efficiency": _number(row.efficiency),
+        "spread_pct": _number(row.spread_pct, 2), "status": row.status,
+    }
+
+
+def render_csv(rows: list[Row]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row_record(row).items()})
+    return out.getvalue()
+
+
+def render_json(rows: list[Row], identity: dict[str, Any]) -> str:
+    failed = [{"nodes": r.point.nodes, "per_node": r.point.per_node, "repeat": run.repeat, "job_id": run.job_id,
+               "state": run.state, "exit_code": run.exit_code, "log": run.log} for r in rows for run in r.failed]
+    data = {"sweep": identity, "rows": [row_record(r) for r in rows], "failed_runs": failed}
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def render_html(rows: list[Row], identity: dict[str, Any], png: bytes | None,
+                no_plot: str = "fewer than one finished point") -> str:
+    command = html.escape(" ".join(identity.get("command", [])))
+    cells = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>\n" for r in text_rows(rows))
+    picture = (f'<img alt="throughput and parallel efficiency against scale" src="data:image/png;base64,'
+               f'{base64.b64encode(png).decode()}">') if png else f"<p>(no plot: {html.escape(no_plot)})</p>"
+    failures = "".join(f"<li>{html.escape(r.point.describe())}, run {run.repeat + 1}: job {html.escape(run.job_id)} "
+                       f"{html.escape(run.state)}, exit code {run.exit_code}; log <code>{html.escape(run.log)}</code></li>"
+                       for r in rows for run in r.failed)
+    base = next((r for r in rows if r.time_s is not None), None)
+    note = (f"Speed-up and efficiency against {html.escape(base.point.describe())} "
+            f"({html.escape(format_seconds(base.time_s))})." if base else "No point finished.")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>envrun sweep: {command}</title>
+<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #bbb;padding:.25em .6em;text-align:right}}img{{max-width:100%}}</style></head>
+<body><h1>Scaling sweep</h1>
+<p><code>{command}</code><br>system {html.escape(str(identity.get("system")))}, image
+<code>{html.escape(str(identity.get("image")))}</code>, launcher {html.escape(str(identity.get("launcher")))}</p>
+<table><tr>{cells}</tr>
+{body}</table>
+<p>{note} Spread: (slowest - fastest) / median run time of a point.</p>
+{"<h2>Failed runs</h2><ul>" + failures + "</ul>" if failures else ""}
+{picture}
+</body></html>
+"""
+
+
+def write_reports(directory: str, rows: list[Row], identity: dict[str, Any],
+                  warn: Callable[[str], object] | None = None) -> list[str]:
+    """table.txt, table.csv, table.json, scaling.png (when a point finished) and report.html; the paths.
+    The plot is the one part that may fail (matplotlib): the report is written without it, and `warn` says why."""
+    from envbuild.atomicfile import atomic_write
+
+    written = []
+    for name, text in (("table.txt", render_text(rows)), ("table.csv", render_csv(rows)),
+                       ("table.json", render_json(rows, identity))):
+        atomic_write(os.path.join(directory, name), text)
+        written.append(os.path.join(directory, name))
+    png, no_plot = None, "fewer than one finished point"
+    if any(r.time_s is not None for r in rows):
+        try:
+            from envbuild.slurm.sweep.plot import render_png
+
+            png = render_png(rows, title=" ".join(identity.get("command", []))[:80])
+        except Exception as exc:  # noqa: BLE001 - any matplotlib failure: the tables are worth more than the plot
+            no_plot = f"matplotlib could not draw it: {type(exc).__name__}: {exc}"
+            if warn is not None:
+                warn(f"no scaling plot ({no_plot}); the tables and report.html are written")
+        else:
+            atomic_write(os.path.join(directory, "scaling.png"), png)
+            written.append(os.path.join(directory, "scaling.png"))
+    atomic_write(os.path.join(directory, "report.html"), render_html(rows, identity, png, no_plot))
+    written.append(os.path.join(directory, "report.html"))
+    return written

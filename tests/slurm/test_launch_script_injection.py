@@ -1,0 +1,180 @@
+"""No user value can inject into the other scripts envbuild and envrun write (issue 28): the `envrun
+--dry-run` script, the run wrappers next to an image (bin/python, ...) and the image's environment script.
+
+The same hostile strings as the batch script (tests/slurm/hostile_text.py) go in as command words, the image
+and overlay paths, bind and working directories, env values and names of the venv's commands; each script
+runs under real sh/bash with a stand-in apptainer that records its argv and environment. Nothing may run (no
+PWNED file) and every value arrives byte for byte. A value's newline travels inside a quoted word here (these
+scripts carry the words as the real launch does), except where the value is a path in a one-line field."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from envbuild.build.record import env_script
+from envbuild.errors import UsageError
+from envbuild.host.node import HostNode
+from envbuild.host.runtime import Runtime
+from envbuild.launch.plan import LaunchRequest, plan_launch
+from envbuild.launch.request import LaunchPlan
+from envbuild.launch.wrappers import render_wrapper
+from envbuild.recipes.load import load_recipe
+from tests.slurm.hostile_text import (
+    MARKER,
+    NEWLINES,
+    file_name,
+    hostile_strings,
+    install_stubs,
+    marker_files,
+    read_records,
+)
+
+HOST = HostNode(cpus=2, why={"cpus": "2 CPUs in this process's affinity"})
+STUB_DIR = f"runtime $(touch {MARKER}) 'q\" `x`"  # the container runtime's directory, itself hostile
+CASES = [*hostile_strings(40), *NEWLINES]
+
+
+def bind_safe(text: str) -> str:
+    """`text` without what a bind spec gives a meaning (`:` separates, `,` lists options)."""
+    return text.replace(":", "_").replace(",", "_")
+
+
+def run(argv: list[str], cwd: Path, root: Path, record_env: list[str]) -> subprocess.CompletedProcess:
+    env = {"PATH": f"{root / STUB_DIR}{os.pathsep}/usr/bin:/bin", "HOME": str(root), "RECORD": str(root / "calls"),
+           "RECORD_ENV": " ".join(record_env), "LC_ALL": "C.UTF-8"}
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("text", CASES, ids=lambda text: repr(text)[:40])
+def test_the_dry_run_script_runs_exactly_the_plan(text: str, tmp_path: Path) -> None:
+    stubs = install_stubs(tmp_path / STUB_DIR, ("apptainer",))
+    cwd = tmp_path / f"cwd {file_name(bind_safe(text), 'cwd')}"
+    cwd.mkdir()
+    bound = tmp_path / f"data {file_name(bind_safe(text), 'data')}"
+    bound.mkdir()
+    plan = plan_launch(LaunchRequest(
+        command=("python", "train.py", text, "--flag", text), image=str(tmp_path / f"{file_name(text)}.sif"),
+        recipe=load_recipe("local"), runtime=Runtime(str(stubs / "apptainer"), "apptainer"), cwd=str(cwd),
+        binds=(str(bound),), env=(("HOSTILE_VALUE", text),), host=HOST, notes=(f"a note: {text}",),
+        warnings=(f"a warning: {text}",),
+    ))
+    done = run(["bash", "-c", plan.script(), "dry-run"], cwd, tmp_path, [name for name, _value in plan.env])
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert marker_files(tmp_path) == []
+    (call,) = read_records(tmp_path / "calls")
+    assert call[: len(plan.argv)] == ["apptainer", *plan.argv[1:]]
+    assert call[len(plan.argv):] == [f"{name}={value}" for name, value in plan.env]
+    assert ("HOSTILE_VALUE", text) in plan.env or any(text in word for word in plan.argv)  # it went somewhere
+
+
+@pytest.mark.parametrize("name", ["A;B", "A B", "FOO\n", "1X", "", "A=B", "É"])
+def test_the_dry_run_script_refuses_a_name_that_is_not_a_variable(name: str) -> None:
+    with pytest.raises(UsageError, match="is not a variable name"):
+        LaunchPlan(argv=("apptainer",), env=((name, "x"),), unset=(), reasons=()).script()
+    with pytest.raises(UsageError, match="is not a variable name"):
+        LaunchPlan(argv=("apptainer",), env=(), unset=(name,), reasons=()).script()
+
+
+def test_a_reason_with_a_newline_stays_a_comment() -> None:
+    script = LaunchPlan(argv=("true",), env=(), unset=(), reasons=(f"cwd /w\ntouch {MARKER}",),
+                        warnings=("w\r\x1b[2J",)).script()
+    assert f"# cwd /w\\ntouch {MARKER}\n" in script and "# warning: w\\r\\x1b[2J\n" in script
+
+
+@pytest.mark.parametrize("text", CASES, ids=lambda text: repr(text)[:40])
+def test_a_run_wrapper_passes_every_value_through(text: str, tmp_path: Path) -> None:
+    install_stubs(tmp_path / STUB_DIR, ("apptainer",))
+    recipe = copy.copy(load_recipe("local"))
+    literal = text.replace("$", "S")  # a recipe value with $ is expanded in each task, on purpose
+    object.__setattr__(recipe, "env", {"HOSTILE_ENV": literal})
+    image = str(tmp_path / f"{file_name(text)}.sif")
+    overlay = str(tmp_path / f"{file_name(bind_safe(text))}.sqsh")
+    command = file_name(text, "python")
+    if "\n" in text or "\r" in text:
+        with pytest.raises(UsageError, match="holds a"):
+            render_wrapper(command, image, recipe, overlays=((overlay, "/user-software"),))
+        return
+    wrapper = tmp_path / "bin" / "wrapper"
+    wrapper.parent.mkdir()
+    wrapper.write_text(render_wrapper(command, image, recipe, overlays=((overlay, "/user-software"),)))
+    cwd = tmp_path / f"cwd {file_name(bind_safe(text), 'cwd')}"
+    cwd.mkdir()
+    arguments = [text, "--x", text, "", "-"]
+    done = run(["sh", str(wrapper), *arguments], cwd, tmp_path, ["HOSTILE_ENV"])
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert marker_files(tmp_path) == []
+    (call,) = read_records(tmp_path / "calls")
+    assert call[0] == "apptainer" and call[-1] == f"HOSTILE_ENV={literal}"
+    argv = call[1:-1]
+    assert argv[-len(arguments) - 1:] == [command, *arguments]
+    assert argv.count(image) == 1 and argv[argv.index("--pwd") + 1] == str(cwd)
+    assert f"{overlay}:/user-software:image-src=/,ro" in argv
+
+
+@pytest.mark.parametrize("text", CASES, ids=lambda text: repr(text)[:40])
+def test_the_image_env_script_sets_each_value_literally(text: str, tmp_path: Path) -> None:
+    spec = SimpleNamespace(name=text, env={"HOSTILE": text, "OTHER": "x"})
+    script = tmp_path / "90-envbuild.sh"
+    script.write_text(env_script(spec, "1", "0" * 64))  # type: ignore[arg-type]
+    out = tmp_path / "value"
+    done = subprocess.run(["sh", "-c", '. "$1"; printf %s "$HOSTILE" > "$2"', "sh", str(script), str(out)],
+                          cwd=tmp_path, capture_output=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert out.read_bytes() == text.encode("utf-8", "surrogateescape")
+    assert marker_files(tmp_path) == []
+    assert script.read_text().splitlines()[0].startswith("# Written by envbuild 1 for ")
+
+
+@pytest.mark.parametrize("name", ["FOO\n", "A;B", "A B", "1X", "A-B"])
+def test_the_image_env_script_refuses_a_name_that_is_not_a_variable(name: str) -> None:
+    with pytest.raises(UsageError, match=r"env: .* is not a variable name"):
+        env_script(SimpleNamespace(name="x", env={name: "v"}), "1", "0" * 64)  # type: ignore[arg-type]
+
+
+CLI_CASES = [f"$(touch {MARKER})", f"`touch {MARKER}`", "a'b\"c\\d", "${IFS}*~", "-n", "", "é\u202e", "a\nb"]
+
+
+@pytest.mark.parametrize("text", CLI_CASES, ids=repr)
+def test_envrun_dry_run_from_the_command_line(text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`envrun --dry-run` as typed: its script, run with the stand-in runtime first on PATH, gives the runtime
+    the command's words as typed."""
+    from envbuild.cli import envrun_main
+
+    install_stubs(tmp_path / STUB_DIR, ("apptainer",))
+    image = tmp_path / f"{file_name(text, 'env')}.sif"
+    image.write_bytes(b"not read by a dry run")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", f"{tmp_path / STUB_DIR}{os.pathsep}/usr/bin:/bin")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "cache" / "envbuild"))
+    for name in [n for n in os.environ if n.startswith(("SLURM_", "ENVRUN_"))]:
+        monkeypatch.delenv(name)
+    try:
+        envrun_main.main(["--system", "local", "--image", str(image), "--dry-run", "python", "train.py", text])
+    except SystemExit as exc:
+        assert exc.code in (0, None), capsys.readouterr().err
+    script = capsys.readouterr().out
+    done = run(["bash", "-c", script, "dry-run"], tmp_path, tmp_path, [])
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert marker_files(tmp_path) == []
+    (call,) = read_records(tmp_path / "calls")
+    assert call[0] == "apptainer" and call[-3:] == ["python", "train.py", text] and str(image) in call
+
+
+def test_a_runscript_verdict_shows_the_image_words_escaped() -> None:
+    """The verdict names paths from the image; --explain prints it and the scripts' comments carry it."""
+    from envbuild.launch.runscript import classify_runscript
+
+    runscript = "#!/bin/sh\n. /opt/env\x1b[2J/bin/activate\nexec \"$@\"\n"
+    entrypoint = "OCI_ENTRYPOINT='\"/entry\x1b]0;title\x07\"'\n"
+    for text in (runscript, entrypoint):
+        verdict = classify_runscript(text, lambda _path: None)
+        assert verdict is not None and "\x1b" not in verdict[1] and "\\x1b" in verdict[1], verdict
