@@ -8,7 +8,7 @@ with `envbuild packages --matrix` (the same matrix as text, without the per-imag
 Two directories of 50:
   reference  50 hard links to the reference image (build/local-cpu-pytorch.sif, 393 MiB, 46,000 inodes,
              53 packages): each has its own path, hence its own cache entry, so the cold run reads all 50.
-  small      50 distinct small SIFs (tests/catalogue/images.py: the inventory layout, 21 packages in six
+  small      50 distinct small SIFs (tests/support/catalogue_images.py: the inventory layout, 21 packages in six
              environments, a build record), gzip and zstd in turn.
 The OS page cache is warm for every run alike (the files were just written or read): "cold" is the
 inventory cache, not the disk. Each command runs --repeat times; medians are reported.
@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.catalogue.images import make_layout_sif  # noqa: E402
+from tests.support.catalogue_images import make_layout_sif  # noqa: E402
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 REFERENCE = REPO / "build" / "local-cpu-pytorch.sif"

@@ -150,7 +150,7 @@ def reports(output: str, tag: str = "DDP_REPORT") -> list[dict]:
 
 
 # The three kinds of base an overlay is built on in the tests (no site image is on this machine; see
-# tests/standin_bases.py): the reference image itself (envbuild's venv), a LUMI-like image (conda-style env
+# tests/support/standin_bases.py): the reference image itself (envbuild's venv), a LUMI-like image (conda-style env
 # activated by $WITH_CONDA) and a LUMI-AI-Factory-like image (/opt/venv).
 OVERLAY_BASES = ("envbuild", "lumi", "aif")
 OVERLAY_PACKAGE = "tabulate"  # small, pure Python, in none of the bases, on the local package index
@@ -169,7 +169,7 @@ tests:
 def overlay_projects(tmp_path_factory: pytest.TempPathFactory, reference_image: Path, build_cache: Path) -> dict[str, Path]:
     """Per base kind, a project directory holding base.sif, extras.yaml (OVERLAY_SPEC), the overlay
     extras.sqsh built by `envbuild build`, its bin/ wrappers and the envrun.yaml it wrote."""
-    from tests.standin_bases import standin_image
+    from tests.support.standin_bases import standin_image
 
     projects = {}
     for kind in OVERLAY_BASES:

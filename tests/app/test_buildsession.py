@@ -1,6 +1,6 @@
 """The build session's decisions against a temporary store, without a container runtime: when the
 output is up to date (nothing runs), and which complete env layer a build starts from. The host facts
-are the golden tests' fixed ones (tests/plan_fixtures.py) with the store moved to a temporary
+are the golden tests' fixed ones (tests/support/plan_fixtures.py) with the store moved to a temporary
 directory; store entries are written as the build writes them (complete, digest, meta.json,
 freeze.txt, last-used), and the output image is a real SIF (mksquashfs + envbuild.sif.writer.assemble)."""
 
@@ -25,7 +25,7 @@ from envbuild.build.plan import plan_base
 from envbuild.build.request import BuildRequest, Layers
 from envbuild.sif.writer import assemble, mksquashfs_argv
 from envbuild.spec.load import LoadedSpec, load_spec
-from tests.plan_fixtures import FIXED_FACTS
+from tests.support.plan_fixtures import FIXED_FACTS
 
 DIGEST = "sha256:" + "d" * 64
 SPEC = """\

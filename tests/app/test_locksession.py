@@ -13,7 +13,7 @@ import pytest
 
 from envbuild.app.lock.session import probe_target, target_cache_file
 from envbuild.host.runtime import Runtime
-from tests.plan_fixtures import FIXED_FACTS, fixed_request
+from tests.support.plan_fixtures import FIXED_FACTS, fixed_request
 
 
 def _request_with_runtime(tmp_path: Path, answer: str, *, base_digest: str = "sha256:" + "b" * 64):

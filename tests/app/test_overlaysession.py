@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from envbuild.app.build.overlaysession import _is_sif_file, _overlay_key_of
-from tests.inventory_layout import fixture_image
-from tests.overlay_fixtures import lay_out_overlay, make_overlay, overlay_record, squash
+from tests.support.inventory_layout import fixture_image
+from tests.support.overlay_fixtures import lay_out_overlay, make_overlay, overlay_record, squash
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zstd"])

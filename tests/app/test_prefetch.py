@@ -10,7 +10,7 @@ from pathlib import Path
 
 from envbuild.app.build.prefetch import ParentPrefetch
 from envbuild.build.actions import CopyTree, Rename
-from tests.plan_fixtures import fixed_plan
+from tests.support.plan_fixtures import fixed_plan
 
 
 def _prefetch(tmp_path: Path) -> ParentPrefetch:

@@ -10,7 +10,7 @@ from envbuild.app.build.squashparent import env_lineage, find_squash_parent
 from envbuild.build.layers import image_key
 from envbuild.build.render import render_build_plan
 from envbuild.sif.manifest import MANIFEST_NAME, write_manifest
-from tests.plan_fixtures import fixed_plan, fixed_request
+from tests.support.plan_fixtures import fixed_plan, fixed_request
 
 
 def _env(store: Path, name: str, parent: str) -> None:

@@ -24,8 +24,8 @@ from envbuild.store.integrity import write_content_record
 from envbuild.store.layout import StorePaths
 from envbuild.treedigest import tree_digest
 from tests.app.test_buildsession import BuildStarted, write_sif, write_spec
-from tests.plan_fixtures import FIXED_FACTS
 from tests.store.test_integrity import share
+from tests.support.plan_fixtures import FIXED_FACTS
 
 STRANGER = 65534
 

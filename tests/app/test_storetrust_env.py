@@ -26,8 +26,8 @@ from envbuild.store.layout import StorePaths
 from envbuild.treedigest import tree_digest
 from tests.app.test_buildsession import BuildStarted
 from tests.app.test_storetrust import STRANGER, share_with_group, stored_base
-from tests.plan_fixtures import FIXED_FACTS
 from tests.store.test_integrity import chown_tree
+from tests.support.plan_fixtures import FIXED_FACTS
 
 SITE = "opt/envbuild/venv/lib/python3.11/site-packages"
 

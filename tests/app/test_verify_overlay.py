@@ -1,5 +1,5 @@
 """`envbuild verify X.sqsh [SPEC] [--base BASE.sif]` without a container runtime: overlays made with
-mksquashfs (tests/overlay_fixtures.py) for the committed fixture base SIF. Each difference is planted
+mksquashfs (tests/support/overlay_fixtures.py) for the committed fixture base SIF. Each difference is planted
 and must be reported with its message; unplanted, the overlay matches."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from envbuild.errors import EnvbuildError
 from envbuild.inventory.image import sif_image_id
 from tests.app.test_verify import H, lock_text, make_lock
 from tests.conftest import REPO, run_cli
-from tests.inventory_layout import fixture_image
-from tests.overlay_fixtures import OVERLAY_SPEC, fixture_base_identity, lay_out_overlay, make_overlay, overlay_record, squash
+from tests.support.inventory_layout import fixture_image
+from tests.support.overlay_fixtures import OVERLAY_SPEC, fixture_base_identity, lay_out_overlay, make_overlay, overlay_record, squash
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 BASE = fixture_image("gzip")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from envbuild.host.arch import host_arch
-from tests.archfixtures import recipes_with_arm_system, recording_tools, sif_with_arch
 from tests.conftest import REPO, run_cli
+from tests.support.archfixtures import recipes_with_arm_system, recording_tools, sif_with_arch
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 FIXTURE_SIF = REPO / "tests" / "fixtures" / "inventory" / "layout-a.gzip.sif"  # its header says amd64

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from envbuild.build.actions import CopyTree, GuardTree
 from envbuild.build.layers import choose_env_parent, plan_layers
-from tests.plan_fixtures import FIXED_FACTS, fixed_plan, fixed_request, with_overrides
+from tests.support.plan_fixtures import FIXED_FACTS, fixed_plan, fixed_request, with_overrides
 
 SPEC = "envs/local-cpu-pytorch.yaml"
 

@@ -34,7 +34,7 @@ from envbuild.host.pip import PipSettings
 from envbuild.inventory.pkgmeta import parse_pin
 from envbuild.overlayformat import RECORD_FILE, RECORD_KEYS, check_record
 from tests.build.test_plan import check_golden
-from tests.plan_fixtures import FIXED_BASE_DIGEST, FIXED_FACTS, fixed_request, with_overrides
+from tests.support.plan_fixtures import FIXED_BASE_DIGEST, FIXED_FACTS, fixed_request, with_overrides
 
 BASE_SIF = "/appl/local/containers/sif-images/x.sif"
 BASE_SIF_ID = "5d1e3a4c-2b8f-4e6a-9c71-0f3b2a1d9e88"

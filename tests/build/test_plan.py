@@ -17,7 +17,7 @@ from envbuild.build.actions import MergeJson, Run, WriteFile
 from envbuild.build.record import env_script
 from envbuild.build.render import redact, render_build_plan, render_steps
 from envbuild.host.pip import PipSettings
-from tests.plan_fixtures import FIXED_FACTS, fixed_base_plan, fixed_plan
+from tests.support.plan_fixtures import FIXED_FACTS, fixed_base_plan, fixed_plan
 
 
 def render_both(spec_file: str, **overrides: object) -> str:
@@ -96,7 +96,7 @@ def test_lumi_ai_factory_spec_keeps_the_base_torch() -> None:
 
 
 def plan_request_spec(spec_file: str):
-    from tests.plan_fixtures import fixed_request
+    from tests.support.plan_fixtures import fixed_request
 
     return fixed_request(spec_file).spec
 
@@ -162,7 +162,7 @@ def test_debootstrap_base_is_cached_per_reference() -> None:
 
 def test_lock_resolves_with_the_host_sources_as_they_are_torch_index_first() -> None:
     from envbuild.build.install import host_index_args
-    from tests.plan_fixtures import fixed_request
+    from tests.support.plan_fixtures import fixed_request
 
     assert host_index_args(fixed_request("envs/lumi-pytorch-rocm-wheels.yaml")) == [
         "--extra-index-url", "https://download.pytorch.org/whl/rocm7.0", "--extra-index-url", "file:///opt/pypi/simple",

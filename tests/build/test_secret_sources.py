@@ -17,7 +17,7 @@ from envbuild.lock.fileformat import render_lock
 from envbuild.lock.model import Lock, LockedPackage, LockTarget, lock_inputs
 from envbuild.spec.load import load_spec_text
 from tests.build.test_overlayplan import LUMI_VENV_PROBE, overlay_request
-from tests.plan_fixtures import FIXED_FACTS, fixed_plan, fixed_request
+from tests.support.plan_fixtures import FIXED_FACTS, fixed_plan, fixed_request
 
 SECRET = "pw-CANARY-1"
 OTHER_SECRET = "pw-CANARY-2"

@@ -30,7 +30,7 @@ from envbuild.sif.writer import (
     rootfs_arch,
     write_objects,
 )
-from tests.inventory_layout import install_host_tools, lay_out
+from tests.support.inventory_layout import install_host_tools, lay_out
 
 EPOCH = 1_700_000_000
 COMMON = ("env", "-u", "SOURCE_DATE_EPOCH", "mksquashfs", "/w/sandbox", "/o/img.sif.partial", "-noappend")

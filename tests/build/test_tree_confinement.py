@@ -16,7 +16,7 @@ from envbuild.build.layers import choose_installer, plan_layers
 from envbuild.build.plan import configure_step, plan_build
 from envbuild.build.upperplan import plan_upper_build
 from envbuild.spec.model import FileCopy
-from tests.plan_fixtures import FIXED_FACTS, fixed_request, with_overrides
+from tests.support.plan_fixtures import FIXED_FACTS, fixed_request, with_overrides
 
 
 def host_snapshot(directory: Path) -> dict[str, tuple[int, int, bytes]]:

@@ -17,7 +17,7 @@ from envbuild.build.render import render_build_plan
 from envbuild.build.request import BuildRequest
 from envbuild.build.upperplan import plan_upper_build, user_layer_over_env
 from tests.build.test_plan import check_golden
-from tests.plan_fixtures import fixed_request
+from tests.support.plan_fixtures import fixed_request
 
 UPPER_PLAN_GOLDEN = "local-cpu-pytorch.layered-upper.plan.txt"
 PARENT = "local-cpu-pytorch-0123456789abcdef"

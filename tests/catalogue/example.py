@@ -2,7 +2,7 @@
 
     .venv/bin/python -m tests.catalogue.example [docs/catalogue-example.png]
 
-Makes the small example images (tests/catalogue/images.py), adds the reference image when it was built
+Makes the small example images (tests/support/catalogue_images.py), adds the reference image when it was built
 (build/local-cpu-pytorch.sif) and a truncated file, runs the project's own `envbuild catalogue` on the
 directory, and has headless Chromium photograph the page with the "versions differ" filter on."""
 
@@ -14,10 +14,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.catalogue.browser import find_chromium, screenshot
-from tests.catalogue.images import example_images
 from tests.conftest import REPO
-from tests.inventory_layout import fixture_image
+from tests.support.catalogue_images import example_images
+from tests.support.chromium import find_chromium, screenshot
+from tests.support.inventory_layout import fixture_image
 
 REFERENCE = REPO / "build" / "local-cpu-pytorch.sif"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from envbuild.catalogue.jsonform import CATALOGUE_FORMAT, render_json
-from tests.catalogue.samples import sample_catalogue
+from tests.support.catalogue_samples import sample_catalogue
 
 
 def test_shape_and_content() -> None:

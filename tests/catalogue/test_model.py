@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from envbuild.catalogue.model import COMMON, MISSING, OTHER, ImageEntry, build_catalogue, package_lines
 from envbuild.inventory.pyenvs import Inventory, Package
-from tests.catalogue.samples import sample_catalogue
+from tests.support.catalogue_samples import sample_catalogue
 
 
 def _inventory(*packages: tuple[str, str, str]) -> Inventory:

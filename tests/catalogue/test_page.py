@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 from envbuild.catalogue.model import build_catalogue
 from envbuild.catalogue.page import render_page
 from tests.build.test_plan import check_golden
-from tests.catalogue.samples import sample_catalogue, sample_entries
+from tests.support.catalogue_samples import sample_catalogue, sample_entries
 
 GOLDEN_NAME = "catalogue-sample.html"
 

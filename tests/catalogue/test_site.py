@@ -11,7 +11,7 @@ import pytest
 
 from envbuild.catalogue.site import expand_images
 from tests.conftest import REPO, run_cli
-from tests.inventory_layout import cache_env, fixture_image, inventory_cache_entries
+from tests.support.inventory_layout import cache_env, fixture_image, inventory_cache_entries
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 
@@ -80,7 +80,7 @@ def test_all_good_exits_0(tmp_path: Path, cli_env) -> None:
 
 
 def test_a_sandbox_directory_is_one_image(tmp_path: Path, cli_env) -> None:
-    from tests.inventory_layout import lay_out
+    from tests.support.inventory_layout import lay_out
 
     lay_out(tmp_path / "sandbox", "b")
     result = run_cli([ENVBUILD, "catalogue", str(tmp_path / "sandbox"), "-o", str(tmp_path / "site")], env_extra=cli_env)

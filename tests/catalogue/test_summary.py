@@ -9,8 +9,8 @@ import pytest
 
 from envbuild.catalogue.summary import EVERY_RUNTIME, base_of, build_facts, runtime_requirement, summarize
 from envbuild.inventory.facts import ImageFacts, read_image_facts
-from tests.inventory_layout import fixture_image
-from tests.overlay_fixtures import make_overlay
+from tests.support.inventory_layout import fixture_image
+from tests.support.overlay_fixtures import make_overlay
 
 
 @pytest.mark.parametrize(("compression", "needs", "limited"), [

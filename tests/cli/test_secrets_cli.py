@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.canaries import canary_environment, found_in_text
 from tests.conftest import REPO, run_cli
+from tests.support.canaries import canary_environment, found_in_text
 
 ENVBUILD, ENVRUN = str(REPO / "bin/envbuild"), str(REPO / "bin/envrun")
 TINY = "name: tiny\nsystem: local\nbase: debootstrap:bookworm\npython:\n  packages: [six]\n"

@@ -1,5 +1,5 @@
 """The doctor's checks over recorded hosts (tests/fixtures/hosts: a LUMI-G node, a LUMI login node, a Puhti
-node, written from the public documentation) and stand-in images (tests/doctor/standins.py). No container
+node, written from the public documentation) and stand-in images (tests/support/doctor_standins.py). No container
 is started: with --host-record the hosts' records stand for the nodes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from envbuild.doctor.findings import DoctorReport, Finding
 from envbuild.doctor.gather import DoctorRequest, run_doctor
-from tests.doctor.standins import make_image
+from tests.support.doctor_standins import make_image
 
 HOSTS = Path(__file__).resolve().parent.parent / "fixtures" / "hosts"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from envbuild.doctor.gather import DoctorRequest, resolve, run_doctor
 from tests.doctor.test_doctor import HOSTS, by_area
-from tests.launch.accounts import plant
+from tests.support.trust_accounts import plant
 
 
 def test_a_planted_project_file_is_a_warning_and_not_used(tmp_path: Path) -> None:

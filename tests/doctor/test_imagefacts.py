@@ -9,7 +9,7 @@ import pytest
 from envbuild.doctor.imagefacts import image_facts
 from envbuild.inventory.pyenvs import take_inventory
 from envbuild.inventory.trees import DirectoryTree
-from tests.doctor.standins import make_image
+from tests.support.doctor_standins import make_image
 
 
 def facts(tmp_path: Path, kind: str, plugins: tuple[str, ...] = ()):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.integration.build_faults import ENVBUILD, assert_nothing_left, write_spec
+from tests.support.build_faults import ENVBUILD, assert_nothing_left, write_spec
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.slow]
 

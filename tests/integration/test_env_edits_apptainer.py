@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.integration.build_faults import ENVBUILD
+from tests.support.build_faults import ENVBUILD
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.slow]
 

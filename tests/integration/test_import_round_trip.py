@@ -20,7 +20,7 @@ import pytest
 
 from envbuild.spec.load import load_spec_text
 from tests.conftest import run_cli
-from tests.integration.build_faults import ENVBUILD
+from tests.support.build_faults import ENVBUILD
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.slow]
 

@@ -15,7 +15,7 @@ from envbuild.inventory.image import read_inventory
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.via_runtime import read_inventory_via_runtime
 from tests.conftest import REPO, run_cli
-from tests.inventory_layout import build_sif, install_host_tools, lay_out
+from tests.support.inventory_layout import build_sif, install_host_tools, lay_out
 
 pytestmark = pytest.mark.apptainer
 ENVBUILD = str(REPO / "bin" / "envbuild")

@@ -1,6 +1,6 @@
 """Venv overlays on site images (issue 11), built and run with the real apptainer on three bases: the
 reference image, and stand-ins for LUMI's conda-style images and the LUMI AI Factory images (site images
-are not on this machine: tests/standin_bases.py builds look-alikes with the same layout)."""
+are not on this machine: tests/support/standin_bases.py builds look-alikes with the same layout)."""
 
 from __future__ import annotations
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.canaries import canary_environment, found_in_text, found_in_tree
 from tests.conftest import REPO, run_cli
+from tests.support.canaries import canary_environment, found_in_text, found_in_tree
 
 pytestmark = [pytest.mark.apptainer]
 ENVBUILD, ENVRUN = str(REPO / "bin/envbuild"), str(REPO / "bin/envrun")

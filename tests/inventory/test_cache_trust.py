@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.inventory_layout import cache_env, fixture_image, inventory_cache_entries
+from tests.support.inventory_layout import cache_env, fixture_image, inventory_cache_entries
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 STRANGER = 65534  # nobody

@@ -32,7 +32,7 @@ from envbuild.inventory.trees import DirectoryTree
 from envbuild.inventory.walkguard import WalkGuard
 from envbuild.terminaltext import printable, printable_lines
 from tests.conftest import REPO
-from tests.inventory_layout import dist_info
+from tests.support.inventory_layout import dist_info
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 T = TypeVar("T")

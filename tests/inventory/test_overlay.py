@@ -1,6 +1,6 @@
 """Venv overlays (issue 11) read like images: the overlay's root shown at its mount point, its record
 and venv facts, the cache, and the combination with a base (what the overlay's Python sees). The
-overlays are made here with mksquashfs (tests/overlay_fixtures.py); the base is the committed fixture SIF."""
+overlays are made here with mksquashfs (tests/support/overlay_fixtures.py); the base is the committed fixture SIF."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from envbuild.inventory.overlay import read_overlay_record
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.squashfs import Squashfs
 from envbuild.inventory.trees import DirectoryTree, MountedTree
-from tests.inventory_layout import fixture_image, lay_out
-from tests.overlay_fixtures import fixture_base_identity, lay_out_overlay, make_overlay, overlay_record, squash
+from tests.support.inventory_layout import fixture_image, lay_out
+from tests.support.overlay_fixtures import fixture_base_identity, lay_out_overlay, make_overlay, overlay_record, squash
 
 BASE = str(fixture_image("gzip"))
 # What the overlay's Python sees on the fixture base: its own packages, /opt/venv's (named in

@@ -10,8 +10,8 @@ import pytest
 
 from envbuild.inventory.image import sif_image_id
 from tests.conftest import REPO, run_cli
-from tests.inventory_layout import cache_env, fixture_image, inventory_cache_entries
-from tests.overlay_fixtures import fixture_base_identity, make_overlay, overlay_record
+from tests.support.inventory_layout import cache_env, fixture_image, inventory_cache_entries
+from tests.support.overlay_fixtures import fixture_base_identity, make_overlay, overlay_record
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 BASE = str(fixture_image("gzip"))

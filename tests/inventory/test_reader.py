@@ -1,5 +1,5 @@
 """The image inventory without a container runtime: SIF and squashfs reading on committed fixture
-images (tests/fixtures/inventory, made by `python -m tests.inventory_layout`), damaged and non-SIF
+images (tests/fixtures/inventory, made by `python -m tests.support.inventory_layout`), damaged and non-SIF
 files, the environment walk, metadata parsing, the runtime listing parser, cache, reports, diff."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from envbuild.inventory.trees import DirectoryTree, SquashfsTree
 from envbuild.inventory.via_runtime import LISTING_SCRIPT, parse_listing, runtime_command
 from envbuild.sif.reader import parse_header, read_sif_layout
 from tests.conftest import REPO, run_cli
-from tests.inventory_layout import FIXTURE_COMPRESSIONS, cache_env, fixture_image, inventory_cache_entries, lay_out
+from tests.support.inventory_layout import FIXTURE_COMPRESSIONS, cache_env, fixture_image, inventory_cache_entries, lay_out
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 
@@ -57,7 +57,7 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
 def test_fixture_image_lists_exactly_what_was_laid_out(compression: str, layout) -> None:
     _, expected = layout
     inventory = read_inventory(str(fixture_image(compression)))
-    assert as_set(inventory) == expected, "fixture out of date? run: .venv/bin/python -m tests.inventory_layout"
+    assert as_set(inventory) == expected, "fixture out of date? run: .venv/bin/python -m tests.support.inventory_layout"
     assert [p.path.rsplit("/", 2)[-2] for p in inventory.problems] == ["broken-1.0.dist-info"]
     kinds = {e.prefix: (e.kind, e.python) for e in inventory.environments}
     assert kinds == {

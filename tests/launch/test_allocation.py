@@ -11,7 +11,7 @@ import pytest
 from envbuild.host.node import count_devices, read_host_node
 from envbuild.launch.allocation import count_gpus, read_allocation, smallest_count
 from tests.conftest import REPO
-from tests.launch_allocations import LUMI_4_NODES, PUHTI_2_GPUS
+from tests.support.launch_allocations import LUMI_4_NODES, PUHTI_2_GPUS
 
 
 def test_outside_a_job_there_is_no_allocation() -> None:

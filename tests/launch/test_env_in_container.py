@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.launch.accounts import ENVRUN, plant
+from tests.support.trust_accounts import ENVRUN, plant
 
 pytestmark = [pytest.mark.slow, pytest.mark.apptainer]
 

@@ -10,8 +10,8 @@ import pytest
 from envbuild.errors import UsageError
 from envbuild.launch.imagearch import check_image_arch
 from envbuild.recipes.load import load_recipe
-from tests.archfixtures import recipes_with_arm_system, recording_tools, sif_with_arch
 from tests.conftest import REPO, run_cli
+from tests.support.archfixtures import recipes_with_arm_system, recording_tools, sif_with_arch
 
 FIXTURE_SIF = REPO / "tests" / "fixtures" / "inventory" / "layout-a.gzip.sif"  # amd64
 

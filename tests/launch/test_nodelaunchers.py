@@ -16,7 +16,7 @@ import pytest
 from envbuild.errors import UsageError
 from envbuild.host.node import HostNode
 from tests.launch.test_plan import ONE_OVERLAY, plan, words_after
-from tests.launch_allocations import JUWELS_2_NODES, LUMI_2_NODES, MAHTI_2_NODES, PUHTI_4_GPUS
+from tests.support.launch_allocations import JUWELS_2_NODES, LUMI_2_NODES, MAHTI_2_NODES, PUHTI_4_GPUS
 
 TRICKY = ("a b", "$HOME; echo hi", "'quoted'", '"dq"', "line\nbreak", "back\\slash", "é漢🙂", "", "--num_processes=99", "-m")
 

@@ -19,7 +19,7 @@ from envbuild.launch.args import split_srun
 from envbuild.launch.plan import LaunchRequest, plan_launch
 from envbuild.recipes.load import load_recipe
 from tests.build.test_plan import check_golden
-from tests.launch_allocations import (
+from tests.support.launch_allocations import (
     JUPITER_1_NODE,
     JUPITER_2_NODES,
     JUWELS_1_GPU,
@@ -73,7 +73,7 @@ TWO_OVERLAYS = (("/work/proj/env.sqsh", "/user-software"), ("/work/proj/dev tool
 
 
 # name -> (system, recorded job variables, command[, overlays]). The first group is the old set, the rest
-# are the course and guide examples of tests/launch_allocations.py, then launches with venv overlays.
+# are the course and guide examples of tests/support/launch_allocations.py, then launches with venv overlays.
 GOLDEN_CASES = {
     "lumi-full-node-8-tasks": ("lumi-g", LUMI_FULL_NODE, ("srun", "python", "train.py", "--epochs", "3")),
     "lumi-full-node-4-tasks-14-cores": ("lumi-g", LUMI_FULL_NODE_4_TASKS, ("srun", "python", "train.py")),

@@ -9,7 +9,7 @@ import pytest
 
 from envbuild.launch.runscript import classify_runscript, image_runscript
 from tests.launch.test_plan import LAIF_RUNSCRIPT, plan
-from tests.launch_allocations import LUMI_2_NODES, LUMI_FULL_NODE
+from tests.support.launch_allocations import LUMI_2_NODES, LUMI_FULL_NODE
 
 # The runscript apptainer/singularity writes for an OCI image with an ENTRYPOINT (its shape: the entrypoint
 # and CMD as quoted words, then the arguments evaluated unless SINGULARITY_NO_EVAL is set)
@@ -80,7 +80,7 @@ def test_image_runscript_reads_a_sandbox_directory(tmp_path: Path) -> None:
 
 
 def test_image_runscript_reads_a_sif_once_and_then_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.inventory_layout import fixture_image
+    from tests.support.inventory_layout import fixture_image
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # envrun's own cache: cache/envrun
     sif = fixture_image("gzip")  # a committed SIF with a runscript that runs a fixed program

@@ -15,7 +15,7 @@ from envbuild.host.usercache import MISS, is_plain, read_cached, user_cache_dir,
 from envbuild.launch.config import read_settings
 from envbuild.recipes import load as load_module
 from envbuild.recipes.load import load_recipe_data, recipes_dir
-from tests.launch.accounts import stranger
+from tests.support.trust_accounts import stranger
 
 PROJECT = "image: env.sif\nbinds: [data]\nenv: {HF_HOME: /scratch/hf}\n"
 

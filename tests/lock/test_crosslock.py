@@ -12,8 +12,8 @@ import pytest
 import tomllib
 import yaml
 
-from tests.archfixtures import recipes_with_arm_system, recording_tools
 from tests.conftest import REPO, run_cli
+from tests.support.archfixtures import recipes_with_arm_system, recording_tools
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 TORCH = "2.9.1"

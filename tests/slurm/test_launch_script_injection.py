@@ -1,7 +1,7 @@
 """No user value can inject into the other scripts envbuild and envrun write (issue 28): the `envrun
 --dry-run` script, the run wrappers next to an image (bin/python, ...) and the image's environment script.
 
-The same hostile strings as the batch script (tests/slurm/hostile_text.py) go in as command words, the image
+The same hostile strings as the batch script (tests/support/hostile_text.py) go in as command words, the image
 and overlay paths, bind and working directories, env values and names of the venv's commands; each script
 runs under real sh/bash with a stand-in apptainer that records its argv and environment. Nothing may run (no
 PWNED file) and every value arrives byte for byte. A value's newline travels inside a quoted word here (these
@@ -25,7 +25,7 @@ from envbuild.launch.plan import LaunchRequest, plan_launch
 from envbuild.launch.request import LaunchPlan
 from envbuild.launch.wrappers import render_wrapper
 from envbuild.recipes.load import load_recipe
-from tests.slurm.hostile_text import (
+from tests.support.hostile_text import (
     MARKER,
     NEWLINES,
     file_name,

@@ -1,6 +1,6 @@
 """No user value can inject into a batch script `envrun sbatch` writes (issue 28).
 
-Hostile strings (tests/slurm/hostile_text.py) go in as the job name, the log pattern, the account, the
+Hostile strings (tests/support/hostile_text.py) go in as the job name, the log pattern, the account, the
 partition, the image and overlay paths, staged file names and an archive's top directory, envrun's own path
 and the words of the training command. The script runs under real bash with stand-ins for srun and envrun
 that record their argv: nothing may run (no PWNED file), staging really copies and extracts the files, and
@@ -27,7 +27,7 @@ from envbuild.slurm.batch.resources import JobRequest
 from envbuild.slurm.batch.script import directive_value, render_script
 from envbuild.slurm.batch.staging import StageSource
 from envbuild.slurm.check.parse import parse_script
-from tests.slurm.hostile_text import (
+from tests.support.hostile_text import (
     MARKER,
     NEWLINES,
     file_name,

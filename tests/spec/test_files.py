@@ -13,7 +13,7 @@ from envbuild.build.plan import file_steps
 from envbuild.errors import SpecError
 from envbuild.spec.jsonschema import spec_json_schema
 from envbuild.spec.load import load_spec
-from tests.plan_fixtures import fixed_request, with_overrides
+from tests.support.plan_fixtures import fixed_request, with_overrides
 
 HEADER = "name: files-test\nsystem: local\nbase: debootstrap:bookworm\nfiles:\n"
 

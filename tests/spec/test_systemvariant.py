@@ -15,7 +15,7 @@ from envbuild.lock.model import lock_inputs
 from envbuild.recipes.load import load_recipe
 from envbuild.spec.load import load_spec, load_spec_text
 from tests.conftest import REPO, run_cli
-from tests.plan_fixtures import fixed_plan
+from tests.support.plan_fixtures import fixed_plan
 
 
 def spec_text(system: str, variant: str | None = None) -> str:
