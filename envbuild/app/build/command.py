@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from envbuild.app.build.imagesession import Session
     from envbuild.app.build.request import BuildOptions
+    from envbuild.app.build.session import Session
     from envbuild.spec.load import LoadedSpec
 
 
@@ -43,7 +43,7 @@ def run_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, dry_run
             ensure_can_write(options.output)  # before minutes of resolving
             try:
                 lock = lock_for_build(loaded, options, out, overlay=overlay,
-                                      while_resolving=getattr(session, "prefetch_parent", None))
+                                      while_resolving=session.while_resolving())
             except BaseException:
                 # What the session took while resolving (the parent env layer's copy, its locks) goes now,
                 # not with the next build's sweep of abandoned work directories.
@@ -51,6 +51,6 @@ def run_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, dry_run
                 raise
             session.choose_lock(lock)
     if dry_run:
-        return session.dry_run()  # type: ignore[attr-defined]
-    session.build()  # type: ignore[attr-defined]
+        return session.dry_run()
+    session.build()
     return None

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envbuild.app.build.imagesession import Session
+from envbuild.app.build.session import Session
 from envbuild.errors import EnvbuildError, UsageError
 
 if TYPE_CHECKING:

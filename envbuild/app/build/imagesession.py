@@ -12,12 +12,13 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 # check_spec_architecture is re-exported: envbuild.app.lock.buildlock imports it from here.
 from envbuild.app.build.archchecks import check_spec_architecture
 from envbuild.app.build.envparent import find_env_parent
-from envbuild.app.build.request import BuildOptions, load_fresh_lock, make_request, read_digest, read_digest_file
+from envbuild.app.build.request import make_request, read_digest, read_digest_file
+from envbuild.app.build.session import Session
 from envbuild.errors import EnvbuildError
 
 if TYPE_CHECKING:
@@ -46,52 +47,6 @@ def image_key_of(path: Path) -> str | None:
         return None
 
 
-class Session:
-    """What every `envbuild build` session holds: the loaded spec, the options, where progress goes."""
-
-    def __init__(self, loaded: LoadedSpec, options: BuildOptions, *, out: TextIO) -> None:
-        self.loaded = loaded
-        self.options = options
-        self.out = out
-        self._uses = contextlib.ExitStack()  # the store entries this session reads (use locks)
-        # The lock to install, as envbuild.app.lock.buildlock chose it (uv's conventions); unset: --locked's only.
-        self.chosen_lock: tuple[Lock, str, Path] | None = None
-        self.lock_chosen = False
-        self.lock_note = ""  # --dry-run: which lock case applies
-        self.started = time.monotonic()  # the command's start: a build's total includes the lock and the base
-
-    def release(self) -> None:
-        """Let go of what the session holds (use locks, work made ahead) when it ends without building."""
-        self._uses.close()
-
-    def choose_lock(self, lock: tuple[Lock, str, Path] | None, note: str = "") -> None:
-        self.chosen_lock, self.lock_chosen, self.lock_note = lock, True, note
-
-    def the_lock(self) -> tuple[Lock, str, Path] | None:
-        if self.lock_chosen:
-            return self.chosen_lock
-        return load_fresh_lock(self.loaded) if self.options.locked else None
-
-    def _say(self, text: str, *, result: bool = False) -> None:
-        """A line of progress; with -q only warnings and the result (`result`) are printed."""
-        if self.options.quiet and not result and not text.startswith(("warning", "error")):
-            return
-        print(text, file=self.out, flush=True)
-
-    def _sweep_store(self, store_root: Path) -> None:
-        """Before building: remove what killed builds left (their locks are free), in the store and beside
-        the output, so debris never outlives the next build (see envbuild.store.debris)."""
-        from envbuild.store.debris import remove_stale_partials, sweep_abandoned
-        from envbuild.store.entries import human_size
-
-        removed = sweep_abandoned(store_root)
-        partials = remove_stale_partials(self.options.output.absolute(), store_root, self.loaded.spec.name)
-        if removed or partials:
-            freed = sum(size for _, size in removed)
-            names = [path for path, _ in removed] + partials
-            self._say(f"removed what killed builds left ({human_size(freed)}): " + ", ".join(names))
-
-
 class BuildSession(Session):
     _prefetch: ParentPrefetch | None = None
 
@@ -104,6 +59,9 @@ class BuildSession(Session):
             self._prefetch = start_parent_prefetch(self.loaded, self.options, *stale, uses=self._uses, use=self._use)
         except (EnvbuildError, OSError):
             self._prefetch = None  # only a guess: the build itself reports what is wrong, after the lock
+
+    def while_resolving(self) -> Callable[[tuple[Lock, str, Path]], None]:
+        return self.prefetch_parent
 
     def dry_run(self) -> str:
         from envbuild.build.archcheck import architecture_line

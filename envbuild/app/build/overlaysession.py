@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envbuild.app.build.imagesession import Session
+from envbuild.app.build.session import Session
 from envbuild.errors import UsageError
 
 if TYPE_CHECKING:
