@@ -5,6 +5,15 @@ from __future__ import annotations
 
 from envbuild.errors import UsageError
 
+# The launchers envrun knows, one home for every list of them (`envrun sbatch --launcher`, the batch plan, the
+# script check, the launch plan): torchrun, accelerate and deepspeed start a node's training processes themselves
+# (one launcher task per node); srun starts one task per rank. Plain tuples in this light module, because envrun's
+# start-up path reads them.
+LAUNCHERS = ("torchrun", "srun", "accelerate", "deepspeed")
+PER_NODE_LAUNCHERS = tuple(name for name in LAUNCHERS if name != "srun")
+# the per-node launchers envrun drives through a program shim (envbuild.launch.nodelaunchers); torchrun has its own
+NODE_LAUNCHERS = tuple(name for name in PER_NODE_LAUNCHERS if name != "torchrun")
+
 # srun options that take their value as the next word (`-n 2`, `--nodes 2`). Others are flags,
 # or take their value after '=' (`--exclusive=user`), which is unambiguous.
 SRUN_SHORT_WITH_VALUE = set("AbcCdDeGiJLmnNopqrStTwWx")

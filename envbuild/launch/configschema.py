@@ -37,6 +37,7 @@ class BatchDefaults(StrictModel):
     account: str | None = None
     partition: str | None = None
     time: str | None = None
+    # written out for the type checker; tests/launch/test_config.py holds it equal to envbuild.launch.args.LAUNCHERS
     launcher: Literal["torchrun", "srun", "accelerate", "deepspeed"] | None = None
     requeue_max: int | None = Field(default=None, ge=0)
 

@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 
     from envbuild.launch.sizing import LaunchSize
 
-NODE_LAUNCHERS = ("accelerate", "deepspeed")
-
 # deepspeed runner options envrun passes on to deepspeed.launcher.launch, spelled the same there
 DEEPSPEED_PASSED = {"--module", "--no_python", "--no_local_rank", "--enable_each_rank_log", "--bind_cores_to_rank",
                     "--bind_core_list", "--master_addr", "--master_port"}

@@ -26,8 +26,17 @@ from __future__ import annotations
 from envbuild.envnames import ENV_NAME_FIX, env_name_problem, shell_evaluated_literally
 from envbuild.errors import UsageError
 from envbuild.host.node import GPU_RUNTIME_FLAGS
-from envbuild.launch.args import has_option, launcher_kind, option_value, split_srun, torchrun_has, torchrun_own_options
-from envbuild.launch.nodelaunchers import NODE_LAUNCHERS, NodeLauncher, check_launcher_options
+from envbuild.launch.args import (
+    NODE_LAUNCHERS,
+    PER_NODE_LAUNCHERS,
+    has_option,
+    launcher_kind,
+    option_value,
+    split_srun,
+    torchrun_has,
+    torchrun_own_options,
+)
+from envbuild.launch.nodelaunchers import NodeLauncher, check_launcher_options
 from envbuild.launch.request import LaunchPlan, LaunchRequest
 from envbuild.launch.runscript import GPU_SWITCHES
 from envbuild.launch.shims import (
@@ -120,7 +129,7 @@ class _Planner:
         self.common_env(size)
         argv = [*outer, *host_shim, *self.container_argv(), *container_shim, *program]
         step = ("" if self.srun_opts is None or has_option(self.srun_opts, "--pty")
-                else kind if kind in ("torchrun", *NODE_LAUNCHERS) else "rank")
+                else kind if kind in PER_NODE_LAUNCHERS else "rank")
         if step:
             self.note("envrun waits for srun and names the cause in one line when the step fails (a rank's exit code "
                       "or signal, a time limit, a failed node), read from srun's exit status and messages")

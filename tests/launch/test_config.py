@@ -3,13 +3,15 @@ each kind of bad file refused with file:line:column, what is wrong and a fix (ex
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pytest
 
 from envbuild.errors import UsageError
+from envbuild.launch.args import LAUNCHERS
 from envbuild.launch.config import config_path, load_envrun_config
-from envbuild.launch.configschema import EnvrunConfig, SystemSettings
+from envbuild.launch.configschema import BatchDefaults, EnvrunConfig, SystemSettings
 
 CONFIG = """\
 binds: [/scratch/data, /projappl/models]
@@ -96,3 +98,9 @@ def test_envrun_config_naming_a_directory_is_refused(tmp_path: Path) -> None:
     error = refusal(tmp_path, None)
     assert error.message == f"{tmp_path / 'envrun.yaml'}: is a directory, not envrun's config file"
     assert error.hint and "ENVRUN_CONFIG" in error.hint
+
+
+def test_the_config_accepts_exactly_the_launchers_envrun_knows() -> None:
+    """The schema spells the launchers out for the type checker; envbuild.launch.args.LAUNCHERS is their home."""
+    launcher_type = typing.get_args(BatchDefaults.model_fields["launcher"].annotation)[0]
+    assert typing.get_args(launcher_type) == LAUNCHERS

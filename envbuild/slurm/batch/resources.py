@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 
 from envbuild.durations import format_duration, parse_duration
 from envbuild.errors import UsageError
+from envbuild.launch.args import LAUNCHERS, PER_NODE_LAUNCHERS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from envbuild.host.node import HostNode
     from envbuild.recipes.schema import Recipe
 
-LAUNCHERS = ("torchrun", "srun", "accelerate", "deepspeed")
-PER_NODE_LAUNCHERS = ("torchrun", "accelerate", "deepspeed")
 DEFAULT_TIME = "01:00:00"
 
 

@@ -14,15 +14,15 @@ The user's script arguments are kept word for word.
 from __future__ import annotations
 
 from envbuild.errors import UsageError
+from envbuild.launch.args import PER_NODE_LAUNCHERS
 
-LAUNCHER_PROGRAMS = {"torchrun": "torchrun", "accelerate": "accelerate", "deepspeed": "deepspeed"}
 _PYTHONS = ("python", "python3")
 
 
 def infer_launcher(command: tuple[str, ...]) -> str | None:
     """The launcher a command already names (`torchrun train.py`), or None."""
     first = command[0].rsplit("/", 1)[-1] if command else ""
-    return first if first in LAUNCHER_PROGRAMS else None
+    return first if first in PER_NODE_LAUNCHERS else None
 
 
 def step_command(command: tuple[str, ...], launcher: str) -> tuple[str, ...]:

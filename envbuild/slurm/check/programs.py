@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-# torchrun, accelerate and deepspeed start the training processes of a node themselves (one launcher per node);
-# "python" is a per-task launch (one training process per srun task); "other" is anything else; "unknown" is
-# a program the text does not name (a variable, mpirun's own processes, eval).
-PER_NODE_KINDS = ("torchrun", "accelerate", "deepspeed")
+from envbuild.launch.args import PER_NODE_LAUNCHERS
+
+# A program's kind: one of PER_NODE_LAUNCHERS (torchrun, accelerate and deepspeed start the training processes of
+# a node themselves, one launcher per node); "python" is a per-task launch (one training process per srun task);
+# "other" is anything else; "unknown" is a program the text does not name (a variable, mpirun's own processes, eval).
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?$")
 _MODULE_KINDS = {
@@ -60,7 +61,7 @@ class Program:
 
     @property
     def per_node(self) -> bool:
-        return self.kind in PER_NODE_KINDS
+        return self.kind in PER_NODE_LAUNCHERS
 
     @property
     def name(self) -> str:
