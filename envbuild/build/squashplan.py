@@ -54,7 +54,7 @@ def squash_actions(sandbox: str, output_partial: str, *, compression: str = "gzi
 def squash_with_manifest(squash: tuple[Action, ...], *, sandbox: str, partial: str, work: str, entry_dir: str,
                          compression: str, all_root: bool, source_date_epoch: int | None, processors: int | None,
                          runtime: str, python: str, parent_dir: str | None, upper: str | None = None) -> tuple[Action, ...]:
-    """The squash actions of a build (envbuild.sif.writer.squash_actions: ..., metadata, mksquashfs,
+    """The squash actions of a build (envbuild.build.squashplan.squash_actions: ..., metadata, mksquashfs,
     assemble) made to leave the tree manifest in the image entry (`entry_dir`), or, with `parent_dir`
     (a stored full image's entry), to write the layered image instead of squashing everything. `upper`:
     the user layer's files lie in that directory over `sandbox` (the env layer: envbuild.build.upperplan)."""

@@ -4,7 +4,7 @@ in envbuild.host.node): the numbers a launch is sized from when the user's own s
 Pure over its inputs (a mapping of variables, a command runner for scontrol), light on
 imports (envrun's start-up path: os only).
 
-What Slurm 22.05 sets, observed on the local test cluster (tests/test_allocation.py keeps these):
+What Slurm 22.05 sets, observed on the local test cluster (tests/launch/test_allocation.py keeps these):
   sbatch -n1 -c2 --gres=gpu:2   SLURM_NTASKS=1 SLURM_CPUS_PER_TASK=2 SLURM_CPUS_ON_NODE=2 SLURM_JOB_CPUS_PER_NODE=2
                                 SLURM_GPUS_ON_NODE=2 SLURM_JOB_GPUS=0,1 CUDA_VISIBLE_DEVICES=0,1
   sbatch --ntasks-per-node=2    SLURM_NTASKS=2 SLURM_NTASKS_PER_NODE=2 SLURM_TASKS_PER_NODE=2

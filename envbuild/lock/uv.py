@@ -120,7 +120,7 @@ def _parse_pin(line_number: int, line: str) -> LockedPackage:
                             "install local projects with post: commands, or build a wheel and put it in a find-links directory")
     if tokens[0].startswith("-"):
         raise EnvbuildError(f"{where}: unexpected option {tokens[0]}; a lock holds pinned packages only",
-                            "call uv with the arguments of envbuild.lock.model.uv_compile_argv")
+                            "call uv with the arguments of envbuild.lock.uv.uv_compile_argv")
     first_option = next((i for i, token in enumerate(tokens) if token.startswith("--")), len(tokens))
     requirement_text = " ".join(tokens[:first_option])
     hashes = _hash_options(where, tokens[first_option:])
@@ -135,14 +135,14 @@ def _parse_pin(line_number: int, line: str) -> LockedPackage:
     if requirement.marker is not None or requirement.extras:
         raise EnvbuildError(f"{where}: {name} carries extras or environment markers ({requirement_text}); "
                             "a lock for one target pins plain name==version",
-                            "call uv with the arguments of envbuild.lock.model.uv_compile_argv (no --universal, --no-strip-*)")
+                            "call uv with the arguments of envbuild.lock.uv.uv_compile_argv (no --universal, --no-strip-*)")
     specifiers = list(requirement.specifier)
     if len(specifiers) != 1 or specifiers[0].operator != "==" or "*" in specifiers[0].version:
         raise EnvbuildError(f"{where}: {name} is not pinned to one version ({requirement_text}); expected {name}==VERSION")
     version = specifiers[0].version
     if not hashes:
         raise EnvbuildError(f"{where}: {name}=={version} has no hash; a lock needs the hash of every file it may install",
-                            "call uv with --generate-hashes (envbuild.lock.model.uv_compile_argv does)")
+                            "call uv with --generate-hashes (envbuild.lock.uv.uv_compile_argv does)")
     return LockedPackage(name, version, tuple(hashes))
 
 
