@@ -1,7 +1,8 @@
 """The input of the build planners and the plans they return, as plain data.
 
-Both the store-key computation (build/layers.py) and the planners (build/plan.py, build/baseplan.py)
-read a BuildRequest; keeping it here, apart from both, is what keeps them free of an import cycle.
+Both the store-key computation (build/layers.py) and the planners (build/plan.py, build/upperplan.py,
+build/overlayplan.py, build/condaplan.py) read a BuildRequest; keeping it here, apart from both, is what keeps
+them free of an import cycle.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from envbuild.sif.compression import DEFAULT_COMPRESSION
+
 if TYPE_CHECKING:
     from envbuild.build.actions import Step
     from envbuild.host.facts import HostFacts
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.protocols import SystemRecipe
     from envbuild.spec.model import Spec
 
 
@@ -58,7 +61,7 @@ class ImageOptions:
     build_id: str  # unique per build (names the work dir and the partial image)
     as_root: bool = True
     keep_work: bool = False
-    compression: str = "gzip:6"
+    compression: str = DEFAULT_COMPRESSION
     source_date_epoch: int | None = None
     layered: bool = False  # --layered: the difference as a SIF overlay partition (envbuild.sif.layeredwriter)
     built_at: str = ""  # ISO-8601 time recorded in the image
@@ -69,7 +72,7 @@ class BuildRequest:
     """What the user asked for, plus everything the planner needs from outside, as data."""
 
     source: SpecSource
-    recipe: Recipe
+    recipe: SystemRecipe
     facts: HostFacts
     options: ImageOptions
     recipe_digest: str = ""

@@ -10,7 +10,7 @@ from html import escape
 from envbuild.catalogue.model import Catalogue, Cell, PackageLine
 from envbuild.catalogue.pageassets import SCRIPT, STYLE
 from envbuild.catalogue.summary import ImageSummary
-from envbuild.inventory.inspect_report import human_size
+from envbuild.store.entries import human_size
 
 JSON_NAME = "catalogue.json"  # written beside the page; linked from it
 COLUMNS = ("Image", "Type", "Size", "Compression", "Runs on", "Base", "Build", "Python environments", "Labels")

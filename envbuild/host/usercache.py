@@ -15,13 +15,17 @@ and only plain data is accepted back: dict with str keys, list, tuple, str, int,
 marshal can also make code objects, bytes or sets; a file holding one is a miss. Each file stores its
 key next to its value, and a value read back under another key (a renamed file) is a miss too.
 
-Light on purpose: os and marshal only (envrun's start-up path); the mode bits are tested without `stat`.
+Light on purpose: os, sys, zlib and marshal only (envrun's start-up path); the mode bits are tested without `stat`.
 """
 
 from __future__ import annotations
 
 import marshal
 import os
+import sys
+import zlib
+
+from envbuild import __version__
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,6 +58,16 @@ def user_cache_dir(environ: Mapping[str, str] | None = None) -> str:
     if not os.path.isabs(base):
         base = os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
     return os.path.join(base, "envrun")
+
+
+def content_cache_name(kind: str, content: bytes, cache_format: int) -> str:
+    """The cache file name of a value made from a file's `content` (a recipe, a config file): `kind`, a crc32 and
+    the size of the content, and a crc32 of envbuild's version, the caller's cache format and Python's version
+    (marshal's format is Python's). crc32 rather than sha256: the name only has to notice an edited file, and
+    hashlib's import would cost envrun milliseconds; the size and the stamp make reuse of a stale entry
+    practically impossible."""
+    stamp = f"{__version__}/{cache_format}/{sys.version_info[0]}.{sys.version_info[1]}".encode()
+    return f"{kind}-{zlib.crc32(content):08x}{len(content):x}-{zlib.crc32(stamp):08x}.marshal"
 
 
 def read_cached(name: str, key: str, check: Callable[[Any], bool] | None = None) -> Any:

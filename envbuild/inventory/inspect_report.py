@@ -11,16 +11,8 @@ from typing import Any
 from envbuild.inventory.envscripts import STOCK_SCRIPTS
 from envbuild.inventory.facts import FILES, ImageFacts
 from envbuild.overlayformat import LOCK_FILE, SPEC_FILE
+from envbuild.store.entries import human_size
 from envbuild.terminaltext import printable
-
-
-def human_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
 
 
 def _when(seconds: int) -> str:

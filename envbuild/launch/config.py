@@ -23,14 +23,11 @@ treated the same, so that one rule says where `env:` goes; variables the host ne
 from __future__ import annotations
 
 import os
-import sys
-import zlib
 from types import SimpleNamespace
 
-from envbuild import __version__
 from envbuild.envnames import ENV_NAME_FIX, is_env_name
 from envbuild.errors import SpecError, UsageError
-from envbuild.host.usercache import MISS, is_text_list, read_cached, write_cached
+from envbuild.host.usercache import MISS, content_cache_name, is_text_list, read_cached, write_cached
 
 TYPE_CHECKING = False  # pathlib and typing stay off envrun's start-up path
 if TYPE_CHECKING:
@@ -110,7 +107,7 @@ def read_settings(path: str, *, project: bool = False) -> dict[str, Any]:
         raise UsageError(f"{path}: is a directory, not envrun's config file", _FIX_PATH) from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}", "check the file and its permissions") from None
-    cache = _cache_name("project" if project else "config", content)
+    cache = content_cache_name("project" if project else "config", content, CACHE_FORMAT)
     cached = read_cached(cache, cache, lambda data: is_settings_data(data, project=project))
     if cached is not MISS:
         return cached
@@ -149,12 +146,6 @@ def batch_defaults_for(data: Mapping[str, Any], system: str) -> dict[str, Any]:
     extra = data.get("systems", {}).get(system, {})
     merged = {**(data.get("batch") or {}), **{k: v for k, v in (extra.get("batch") or {}).items() if v is not None}}
     return {key: value for key, value in merged.items() if value is not None}
-
-
-def _cache_name(kind: str, content: bytes) -> str:
-    # crc32, size and version, as envbuild.recipes.load does: hashlib's import would cost envrun 5 ms
-    stamp = f"{__version__}/{CACHE_FORMAT}/{sys.version_info[0]}.{sys.version_info[1]}".encode()
-    return f"{kind}-{zlib.crc32(content):08x}{len(content):x}-{zlib.crc32(stamp):08x}.marshal"
 
 
 _SETTINGS_KEYS = frozenset(("binds", "env", "batch"))

@@ -10,20 +10,19 @@ in a shared store); the key includes the Python version, the only one whose mars
 from __future__ import annotations
 
 import os
-import sys
 import zlib
 
-from envbuild import __version__
 from envbuild.envnames import ENV_NAME_FIX, env_name_problem, is_env_name
 from envbuild.errors import UsageError
-from envbuild.host.usercache import MISS, is_text_list, read_cached, write_cached
-from envbuild.recipes.ops import MODEL_KEY, SOURCE_KEY, RecipeView, from_cached
+from envbuild.host.usercache import MISS, content_cache_name, is_text_list, read_cached, write_cached
+from envbuild.recipes.ops import MODEL_KEY, SOURCE_KEY, from_cached
 
 TYPE_CHECKING = False  # pathlib, typing and hashlib stay out of envrun's start-up
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
+    from envbuild.recipes.protocols import SystemRecipe
     from envbuild.recipes.schema import Recipe
 
 # Bump when the cached data's layout changes, so older cache files are not read.
@@ -59,10 +58,7 @@ def available_recipes(directory: Path | str | None = None) -> list[str]:
 
 def _cache_name(name: str, content: bytes) -> str:
     """The cache file of recipe `name` with this content (envbuild.host.usercache keeps it)."""
-    # crc32 rather than sha256: the key only has to notice an edited file, and hashlib's import costs
-    # envrun 5 ms. The size and the version make accidental reuse of a stale entry practically impossible.
-    stamp = f"{__version__}/{CACHE_FORMAT}/{sys.version_info[0]}.{sys.version_info[1]}".encode()
-    return f"recipe-{name}-{zlib.crc32(content):08x}{len(content):x}-{zlib.crc32(stamp):08x}.marshal"
+    return content_cache_name(f"recipe-{name}", content, CACHE_FORMAT)
 
 
 def detection_table(directory: Path | str | None = None) -> list[tuple[str, dict[str, Any]]]:
@@ -79,9 +75,10 @@ def detection_table(directory: Path | str | None = None) -> list[tuple[str, dict
             keys.append(name)
     joined = "|".join(keys).encode()
     cache = f"detect-{zlib.crc32(joined):08x}-{len(joined):x}.marshal"
-    table = read_cached(cache, "|".join(keys), lambda table: _is_detection_table(table, names))
-    if table is not MISS:
-        return table
+    cached = read_cached(cache, "|".join(keys), lambda table: _is_detection_table(table, names))
+    if cached is not MISS:
+        checked: list[tuple[str, dict[str, Any]]] = cached  # _is_detection_table checked its shape
+        return checked
     table = [(name, load_recipe_data(name, directory).get("detect") or {}) for name in names]
     write_cached(cache, "|".join(keys), table)
     return table
@@ -92,9 +89,11 @@ def _is_detection_table(table: Any, names: list[str]) -> bool:
             and all(type(row) is tuple and len(row) == 2 and type(row[1]) is dict for row in table))
 
 
-def load_recipe(name: str, directory: Path | str | None = None) -> RecipeView:
+def load_recipe(name: str, directory: Path | str | None = None) -> SystemRecipe:
     """The validated recipe `name`: from the JSON cache when the file is unchanged, else validated now."""
-    return from_cached(load_recipe_data(name, directory))
+    # A RecipeView of a validated Recipe's data (schema.dump_for_cache): it has the shape of one.
+    recipe: SystemRecipe = from_cached(load_recipe_data(name, directory))
+    return recipe
 
 
 def load_recipe_data(name: str, directory: Path | str | None = None) -> dict[str, Any]:
@@ -112,9 +111,10 @@ def load_recipe_data(name: str, directory: Path | str | None = None) -> dict[str
             f"use one of: {known} (or add recipes/{name}.yaml)",
         ) from None
     cache = _cache_name(name, content)
-    data = read_cached(cache, cache, lambda data: is_recipe_data(data, name))
-    if data is not MISS:
-        return data
+    cached = read_cached(cache, cache, lambda data: is_recipe_data(data, name))
+    if cached is not MISS:
+        checked: dict[str, Any] = cached  # is_recipe_data checked its shape
+        return checked
     from pathlib import Path
 
     data = _cacheable(Path(path), name)
@@ -139,7 +139,7 @@ def _cacheable(path: Path, name: str) -> dict[str, Any]:
     from envbuild.yamlsource import load_yaml_file
 
     document = load_yaml_file(path)
-    data = dump_for_cache(validate_recipe_file(path, name, document))
+    data: dict[str, Any] = dump_for_cache(validate_recipe_file(path, name, document))
     data[SOURCE_KEY] = {
         "file": str(path),
         "lines": {".".join(map(str, loc)): pos.line for loc, pos in document.positions.items() if loc},

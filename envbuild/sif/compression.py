@@ -30,6 +30,8 @@ COMPRESSIONS: dict[str, tuple[str, ...]] = {
     "lz4": ("-comp", "lz4"),
     "xz": ("-comp", "xz"),
 }
+# What a build writes unless --compression says otherwise (gzip: every runtime reads it); one home for the default.
+DEFAULT_COMPRESSION = "gzip:6"
 _LEVELS = {"gzip": range(1, 10), "zstd": range(1, 23)}  # what mksquashfs accepts for -Xcompression-level
 _NOT_EVERYWHERE = {
     "xz": "xz images need apptainer >= 1.0 or singularity >= 3.0 and kernel/squashfuse xz support",

@@ -177,10 +177,8 @@ _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-_AGE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhdw])\s*$", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:
@@ -193,17 +191,8 @@ def parse_size(text: str) -> int:
     return int(float(number) * _SIZE_UNITS[unit.upper()])
 
 
-def parse_age(text: str) -> float:
-    """"30d" -> seconds. Units: s, m (minutes), h, d, w; the unit is required."""
-    match = _AGE_RE.match(text)
-    if not match:
-        raise UsageError(f"invalid age {text!r}",
-                         "give a number with a unit: s, m (minutes), h, d or w, e.g. 30d, 12h or 2w")
-    number, unit = match.groups()
-    return float(number) * _AGE_UNITS[unit.lower()]
-
-
 def human_size(size: int) -> str:
+    """512 -> "512 B", 268476416 -> "256.0 MiB": sizes as every report shows them (store, inventory, catalogue)."""
     value = float(size)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if value < 1024 or unit == "TiB":
