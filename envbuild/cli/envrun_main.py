@@ -9,16 +9,15 @@ come from their JSON cache, pydantic is loaded only to validate a changed file.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from envbuild import __version__
-from envbuild.errors import EnvbuildError, UsageError
+from envbuild.app.run.launch import RunRequest, launch
+from envbuild.errors import EnvbuildError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from typing import Any
 
 EPILOG = """examples:
   envrun --image env.sif srun torchrun train.py --lr 3e-4     # one launcher per node
@@ -90,45 +89,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Options:
-    __slots__ = ("binds", "command", "dry_run", "explain", "force_overlay", "image", "overlays", "step_timeout",
-                 "strict_net", "system")
-
-    def __init__(self) -> None:
-        self.image: str | None = None  # None: found by envbuild.launch.project
-        self.overlays: list[str] = []
-        self.force_overlay = False
-        self.binds: list[str] = []
-        self.system: str | None = None
-        self.dry_run = False
-        self.explain = False
-        self.strict_net = False
-        self.step_timeout: str | None = None
-        self.command: list[str] = []
-
-
 _WITH_VALUE = {"--image": "image", "--overlay": "overlays", "--bind": "binds", "-B": "binds", "--system": "system",
                "--step-timeout": "step_timeout"}
 _FLAGS = {"--dry-run": "dry_run", "--explain": "explain", "--force-overlay": "force_overlay", "--strict-net": "strict_net"}
 _REPEATED = ("binds", "overlays")
 
 
-def parse_options(argv: list[str]) -> _Options | None:
+def parse_options(argv: list[str]) -> RunRequest | None:
     """envrun's options, then the command. None when the loop cannot decide (help, abbreviations, a
     missing value): argparse then parses, explains or refuses exactly as the help text describes."""
-    options = _Options()
+    values: dict[str, str] = {}
+    repeated: dict[str, list[str]] = {name: [] for name in _REPEATED}
+    flags: set[str] = set()
     index = 0
     while index < len(argv):
         word = argv[index]
         if word == "--":
-            options.command = argv[index + 1 :]
-            return options
+            return _request(argv[index + 1 :], values, repeated, flags)
         if not word.startswith("-") or word == "-":
-            options.command = argv[index:]
-            return options
+            return _request(argv[index:], values, repeated, flags)
         name, eq, value = word.partition("=")
         if name in _FLAGS and not eq:
-            setattr(options, _FLAGS[name], True)
+            flags.add(_FLAGS[name])
             index += 1
             continue
         if name == "--version" and not eq:
@@ -144,12 +126,31 @@ def parse_options(argv: list[str]) -> _Options | None:
                 return None
             value = argv[index + 1]
             index += 1
-        if attribute in _REPEATED:
-            getattr(options, attribute).append(value)
+        if attribute in repeated:
+            repeated[attribute].append(value)
         else:
-            setattr(options, attribute, value)
+            values[attribute] = value
         index += 1
-    return options
+    return _request([], values, repeated, flags)
+
+
+def _request(command: list[str], values: dict[str, str], repeated: dict[str, list[str]], flags: set[str]) -> RunRequest:
+    """The request from what the loop read: options with a value, repeated ones, and flags."""
+    return RunRequest(
+        command=command, image=values.get("image"), overlays=repeated["overlays"], binds=repeated["binds"],
+        system=values.get("system"), step_timeout=values.get("step_timeout"), dry_run="dry_run" in flags,
+        explain="explain" in flags, force_overlay="force_overlay" in flags, strict_net="strict_net" in flags,
+    )
+
+
+def _parsed_request(args: argparse.Namespace) -> RunRequest:
+    """The request from what argparse parsed (the loop could not decide); argparse keeps the "--" before
+    the command, the loop does not."""
+    return RunRequest(
+        command=args.command[1:] if args.command[:1] == ["--"] else args.command, image=args.image,
+        overlays=args.overlays, binds=args.binds, system=args.system, step_timeout=args.step_timeout,
+        dry_run=args.dry_run, explain=args.explain, force_overlay=args.force_overlay, strict_net=args.strict_net,
+    )
 
 
 def _full_site() -> bool:
@@ -191,14 +192,14 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["signal-ranks"]:
         _signal_ranks(argv[1:])
         return
-    args: Any = parse_options(argv) or build_parser().parse_args(argv)
+    request = parse_options(argv) or _parsed_request(build_parser().parse_args(argv))
     try:
         try:
-            launch(args)
+            launch(request)
         except ModuleNotFoundError:
             if not _full_site():  # started with -S (bin/envrun) and a cache was stale: again with site-packages
                 raise
-            launch(args)
+            launch(request)
     except EnvbuildError as exc:
         print(exc.render(), file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -218,91 +219,6 @@ def _signal_ranks(argv: list[str]) -> None:
     except EnvbuildError as exc:
         print(exc.render(), file=sys.stderr)
         sys.exit(exc.exit_code)
-
-
-def launch(args: Any) -> None:
-    from envbuild.host.node import read_host_node
-    from envbuild.host.runtime import require_runtime
-    from envbuild.launch.allocation import gpus_from_scontrol, read_allocation
-    from envbuild.launch.imagearch import check_image_arch
-    from envbuild.launch.plan import LaunchRequest, plan_launch
-    from envbuild.launch.project import find_environment, image_and_overlays, project_settings
-    from envbuild.launch.runscript import image_runscript
-    from envbuild.launch.visibility import HostPaths
-    from envbuild.recipes.detect import resolve_recipe
-
-    environment = find_environment(image=args.image, overlays=args.overlays, environ=os.environ, cwd=os.getcwd())
-    image_path, overlays, warnings, notes = image_and_overlays(environment, args.force_overlay)
-    recipe, why = resolve_recipe(args.system, os.environ)
-    check_image_arch(image_path, recipe, under_srun=args.command[:1] == ["srun"])  # before the runtime starts
-    runscript = image_runscript(image_path)  # ("run", what it does): start with `run`, as the image's makers do
-    if runscript and runscript[0] == "exec":
-        notes.append(f"image {image_path}: {runscript[1]}")
-    user_binds, user_env = _config_for(recipe.name)
-    project_binds, project_env = project_settings(environment, recipe.name)
-    all_binds = (*user_binds, *project_binds, *args.binds)
-    for bind in all_binds:
-        source = bind.split(":", 1)[0]
-        if not os.path.exists(source):
-            if bind in args.binds:
-                given = f"--bind {bind}"
-            elif bind in project_binds:
-                given = f"binds in {environment.project_file}"
-            else:
-                given = f"binds in the envrun config {_config_file()}"
-            raise UsageError(f"bind source {source} does not exist ({given})",
-                             "create the directory, or fix the path given to --bind (or in the envrun config)")
-    missing = tuple(b for b in (*recipe.binds, *recipe.multinode_binds) if not os.path.exists(b.split(":", 1)[0]))
-    allocation = read_allocation(os.environ)
-    if allocation is not None:
-        gpus_from_scontrol(allocation)  # an salloc shell: its variables do not say
-    step_timeout, step_timeout_from = args.step_timeout, "--step-timeout"
-    if not step_timeout and os.environ.get("ENVRUN_STEP_TIMEOUT"):
-        step_timeout, step_timeout_from = os.environ["ENVRUN_STEP_TIMEOUT"], "$ENVRUN_STEP_TIMEOUT"
-    plan = plan_launch(LaunchRequest(
-        command=tuple(args.command), image=image_path, recipe=recipe, runtime=require_runtime(probe=False),
-        cwd=os.getcwd(), binds=all_binds, env=tuple({**user_env, **project_env}.items()), environ=dict(os.environ),
-        missing_recipe_binds=missing, system_reason=why, allocation=allocation,
-        host=read_host_node(os.environ), overlays=overlays, warnings=tuple(warnings), notes=tuple(notes),
-        strict_net=args.strict_net, step_timeout=step_timeout or "", step_timeout_from=step_timeout_from,
-        runscript=runscript[1] if runscript and runscript[0] == "run" else "", host_paths=HostPaths(),
-    ))
-    if args.dry_run:
-        sys.stdout.write(plan.script())
-        return
-    sys.stderr.write("".join(f"envrun: warning: {warning}\n" for warning in plan.warnings))
-    if args.explain:
-        sys.stderr.write("".join(f"envrun: {reason}\n" for reason in plan.reasons))
-    env = dict(os.environ)
-    for name in plan.unset:
-        env.pop(name, None)
-    env.update(dict(plan.env))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if plan.step:  # under srun: envrun stays, to name the cause when the step fails (envbuild.launch.supervise)
-        from envbuild.host.runtime import which
-        from envbuild.launch.supervise import run_step
-
-        if which(plan.argv[0], env.get("PATH", os.defpath)) is None:
-            raise UsageError(f"{plan.argv[0]} is not on PATH", "load Slurm / apptainer or fix PATH")
-        sys.exit(run_step(plan.argv, env, step=plan.step, time_limit=plan.time_limit))
-    try:
-        os.execvpe(plan.argv[0], list(plan.argv), env)  # noqa: S606 - argv passed as words, deliberately no shell
-    except FileNotFoundError:
-        raise UsageError(f"{plan.argv[0]} is not on PATH", "load Slurm / apptainer or fix PATH") from None
-
-
-def _config_file() -> str:
-    from envbuild.launch.config import config_path
-
-    return config_path(os.environ)
-
-
-def _config_for(system: str) -> tuple[tuple[str, ...], dict[str, str]]:
-    """The envrun config's binds and env for `system`; validated (pydantic) only when the file changed."""
-    from envbuild.launch.config import read_user_settings, settings_for
-
-    return settings_for(read_user_settings(os.environ), system)
 
 
 if __name__ == "__main__":
