@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 import click
 
 from envbuild.cli.common import reports_errors
+from envbuild.durations import parse_duration
 from envbuild.errors import EnvbuildError, UsageError
 from envbuild.store.debris import abandoned
-from envbuild.store.entries import StoreEntry, entry_to_dict, human_age, human_size, list_entries, parse_age, parse_size
+from envbuild.store.entries import StoreEntry, entry_to_dict, human_age, human_size, list_entries, parse_size
 from envbuild.store.layout import ENTRY_DIRS, KIND_ORDER
 from envbuild.store.prune import EntryBusyError, choose_prunable, remove_entry
 
@@ -88,7 +89,8 @@ def render_entry_table(entries: list[StoreEntry], now: float) -> str:
 
 
 @cache_group.command("prune")
-@click.option("--older-than", metavar="AGE", help="also remove entries last used longer ago than AGE (e.g. 30d, 12h, 2w)")
+@click.option("--older-than", metavar="DURATION",
+              help="also remove entries last used longer ago than DURATION (e.g. 30d, 12h, 2w; the unit is required)")
 @click.option("--max-size", metavar="SIZE",
               help="then remove the least recently used entries until the store is under SIZE (e.g. 50G, 1.5T)")
 @click.option("--downloads", is_flag=True,
@@ -100,7 +102,7 @@ def prune_command(older_than: str | None, max_size: str | None, downloads: bool,
     """Remove what is no longer needed. Without options: only what killed builds left behind (unfinished
     entries and build scratch that no running build holds, at once; kept work directories after an
     hour). Entries a running build uses are skipped."""
-    age = parse_age(older_than) if older_than is not None else None
+    age = None if older_than is None else parse_duration(older_than, "--older-than", unit_required=True, allow_zero=True)
     size = parse_size(max_size) if max_size is not None else None
     root = _store_root(cache_dir)
     now = time.time()

@@ -177,10 +177,6 @@ _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
-
-
-
-
 def parse_size(text: str) -> int:
     """"50G" -> bytes. K, M, G, T are powers of 1024 (50G == 50GiB == 50GB); a bare number is bytes."""
     match = _SIZE_RE.match(text)

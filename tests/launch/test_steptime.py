@@ -1,4 +1,4 @@
-"""envrun --step-timeout: parsed durations, srun's --time, and where it is refused (pure)."""
+"""envrun --step-timeout: srun's --time, and where it is refused (pure; its grammar: tests/test_durations.py)."""
 
 from __future__ import annotations
 
@@ -7,30 +7,11 @@ import pytest
 from envbuild.errors import UsageError
 from envbuild.host.runtime import Runtime
 from envbuild.launch.plan import LaunchRequest, plan_launch
-from envbuild.launch.steptime import parse_step_timeout, slurm_minutes, srun_time_limit
+from envbuild.launch.steptime import srun_time_limit
 from envbuild.recipes.load import load_recipe
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("90s", 90), ("30m", 1800), ("2h", 7200), ("1d", 86400), ("45", 2700), ("1:30", 90), ("1:30:00", 5400),
-    ("2-0", 172800), ("1-12:30", 131400), ("0-0:0:20", 20), (" 10M ", 600),
-])
-def test_durations(text: str, seconds: int) -> None:
-    assert parse_step_timeout(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "x", "10x", "1:2:3:4", "-5", "1:-1", "0", "0s", "1.5h", "s"])
-def test_bad_durations_are_refused_with_the_forms(text: str) -> None:
-    with pytest.raises(UsageError) as raised:
-        parse_step_timeout(text)
-    assert raised.value.hint and ("30m" in raised.value.hint)
-
-
 def test_srun_gets_whole_minutes_rounded_up() -> None:
-    assert slurm_minutes(20) == "00:01:00"
-    assert slurm_minutes(90) == "00:02:00"
-    assert slurm_minutes(7200) == "02:00:00"
-    assert slurm_minutes(86400 * 2 + 61) == "2-00:02:00"
     option, words, note = srun_time_limit((), "90s", "--step-timeout")
     assert option == "--time=00:02:00" and words == "--step-timeout 90s = srun --time=00:02:00"
     assert "rounded up to whole minutes" in note and "KillWait" in note

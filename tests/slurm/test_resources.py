@@ -82,6 +82,13 @@ def test_time_defaults_to_an_hour_or_the_test_partition_limit() -> None:
     assert plan("lumi-g", time="2-00:00:00").time == "2-00:00:00"
 
 
+@pytest.mark.parametrize(("given", "written"), [("2h", "02:00:00"), ("90s", "00:01:30"), ("1.5h", "01:30:00"),
+                                                ("1d", "1-00:00:00"), ("30M", "00:30:00")])
+def test_time_takes_the_one_duration_grammar_and_writes_slurms_form(given: str, written: str) -> None:
+    """envrun sbatch --time 2h (issue 31): the grammar of --step-timeout, written back as Slurm reads it."""
+    assert plan("lumi-g", time=given).time == written
+
+
 @pytest.mark.parametrize(("system", "request_", "message", "fix"), [
     ("lumi-g", {"account": None}, "lumi-g needs an account for every job", "--account project_465000000"),
     ("puhti", {"gpus_per_node": 8}, "--gpus-per-node 8, but a puhti node: 4 GPUs",
@@ -92,7 +99,7 @@ def test_time_defaults_to_an_hour_or_the_test_partition_limit() -> None:
      "leave out --partition"),
     ("lumi-g", {"partition": "eap"}, "partition eap (--partition) no longer exists on lumi-g", "small-g"),
     ("lumi-g", {"partition": "gpu"}, "lumi-g has no partition gpu", "standard-g"),
-    ("lumi-g", {"time": "soon"}, "--time: 'soon' is not a Slurm time", "D-HH:MM:SS"),
+    ("lumi-g", {"time": "soon"}, "--time: 'soon' is not a duration", "90s, 30m, 2h"),
     ("juwels-booster", {"stage_gb": 1.0}, "juwels-booster nodes have no node-local storage", "leave out --stage"),
     ("lumi-g", {"gpus_per_node": 1, "stage_gb": 20.0}, "20.0 GB is too much for /tmp/envrun-stage-${SLURM_JOB_ID}",
      "/flash or /scratch"),

@@ -8,22 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.durations import format_duration, parse_duration
-from envbuild.errors import EnvbuildError, UsageError
+from envbuild.errors import EnvbuildError
 from envbuild.slurm.batch.submit import job_exit_code, parse_job_fields, submit, wait_for_job
-
-
-@pytest.mark.parametrize(("text", "seconds"), [("15", 900), ("1:30", 90), ("02:00:00", 7200), ("1-12", 129600),
-                                               ("1-12:30", 131400), ("2-00:00:00", 172800)])
-def test_slurm_times(text: str, seconds: int) -> None:
-    assert parse_duration(text, "--time") == seconds
-
-
-def test_slurm_times_back_and_refusals() -> None:
-    assert format_duration(5400) == "01:30:00" and format_duration(172800) == "2-00:00:00"
-    for bad in ("", "x", "1:2:3:4", "-1", "0"):
-        with pytest.raises(UsageError):
-            parse_duration(bad, "--time")
 
 
 @pytest.mark.parametrize(("state", "code", "expected"), [("COMPLETED", "0:0", 0), ("FAILED", "1:0", 1),

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from envbuild.cli.cache_cmds import cache_group
 from envbuild.errors import EnvbuildError, UsageError
 from envbuild.store import prune as store
-from envbuild.store.entries import StoreEntry, list_entries, parse_age, parse_size, touch_used
+from envbuild.store.entries import StoreEntry, list_entries, parse_size, touch_used
 from envbuild.store.locks import entry_lock, try_entry_lock
 from envbuild.store.prune import choose_prunable, remove_entry
 
@@ -323,20 +323,6 @@ def test_parse_size_errors_name_the_value_and_the_forms(text: str) -> None:
     assert repr(text) in caught.value.message and "50G" in (caught.value.hint or "")
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("30d", 30 * DAY), ("12h", 12 * HOUR), ("90m", 5400.0), ("45s", 45.0), ("2w", 14 * DAY), ("1.5h", 1.5 * HOUR),
-])
-def test_parse_age(text: str, expected: float) -> None:
-    assert parse_age(text) == expected
-
-
-@pytest.mark.parametrize("text", ["30", "d", "30y", "-1d", ""])
-def test_parse_age_errors_name_the_value_and_the_units(text: str) -> None:
-    with pytest.raises(UsageError) as caught:
-        parse_age(text)
-    assert repr(text) in caught.value.message and "30d" in (caught.value.hint or "")
-
-
 # ---------------------------------------------------------------------------------------------- CLI
 
 
@@ -406,6 +392,18 @@ def test_cli_prune_skips_busy_entries_with_a_note(populated: Path) -> None:
 def test_cli_prune_bad_option_values(populated: Path) -> None:
     code, _, err = cache("prune", "--max-size", "50X", "--cache-dir", str(populated))
     assert code == 2 and "invalid size '50X'" in err
+    for bad in ("30y", "d", "-1d", ""):
+        code, _, err = cache("prune", "--older-than", bad, "--cache-dir", str(populated))
+        assert code == 2 and f"--older-than: {bad!r} is not a duration" in err and "30m" in err
+    code, _, err = cache("prune", "--older-than", "30", "--cache-dir", str(populated))
+    assert code == 2 and "--older-than: '30' has no unit" in err and "fix: write the unit, e.g. 30d (days)" in err
+    assert len(list_entries(populated)) == 4, "a refused value removes nothing"
+
+
+@pytest.mark.parametrize("older_than", ["30d", "720h", "4w", "1.5w", "30-00:00:00"])
+def test_cli_prune_older_than_takes_the_one_duration_grammar(populated: Path, older_than: str) -> None:
+    code, out, _ = cache("prune", "--older-than", older_than, "--dry-run", "--cache-dir", str(populated))
+    assert code == 0 and "would remove env abd456" in out and "abc123" not in out
 
 
 def test_cli_rm_by_unique_prefix(populated: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from envbuild.durations import format_duration, parse_duration
+from envbuild.durations import format_duration, parse_duration, parse_slurm_time
 from envbuild.errors import UsageError
 from envbuild.launch.args import LAUNCHERS, PER_NODE_LAUNCHERS
 
@@ -224,7 +224,7 @@ class _Chooser:
             return f"at most {spec.max_nodes} node(s) ({cite})"
         if spec.max_gpus_per_node is not None and gpus > spec.max_gpus_per_node:
             return f"at most {spec.max_gpus_per_node} GPUs per node ({cite})"
-        if spec.max_time and seconds is not None and seconds > parse_duration(spec.max_time, cite):
+        if spec.max_time and seconds is not None and seconds > parse_slurm_time(spec.max_time, cite):
             return f"at most {spec.max_time} ({cite})"
         return None
 
@@ -244,8 +244,8 @@ class _Chooser:
         limit = self.recipe.partitions[partition].max_time if partition and partition in self.recipe.partitions else None
         default = DEFAULT_TIME
         why = "envrun's default (1 hour); give --time, or batch: {time: ...} in the envrun config"
-        if limit and parse_duration(limit, "max_time") < parse_duration(DEFAULT_TIME, "default"):
-            default, why = format_duration(parse_duration(limit, "max_time")), f"the most partition {partition} allows"
+        if limit and parse_slurm_time(limit, "max_time") < parse_slurm_time(DEFAULT_TIME, "default"):
+            default, why = format_duration(parse_slurm_time(limit, "max_time")), f"the most partition {partition} allows"
         self.add(f"--time={default}", why)
         return default
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from envbuild.durations import FORMS, format_duration, parse_duration
+from envbuild.durations import SLURM_FORMS, format_duration, parse_slurm_time
 from envbuild.errors import UsageError
 from envbuild.slurm.check.rulebase import SBATCH_DOC, Context, Finding
 from envbuild.slurm.check.shape import count, format_mb, size_mb
@@ -169,7 +169,7 @@ def partition_limits(ctx: Context) -> list[Finding]:
                                  f"{spec.max_gpus_per_node} GPUs", source, f"{instead}, or {fewer}" if instead else fewer))
         seconds, time = ctx.time_seconds(), ctx.job.get("time")
         if spec.max_time and seconds is not None and time is not None:
-            most = parse_duration(spec.max_time, source)
+            most = parse_slurm_time(spec.max_time, source)
             if seconds > most:
                 longer = ctx.partition_fix(name, test=spec.test)
                 shorter = f"--time={format_duration(most)}"
@@ -295,15 +295,15 @@ def time_syntax(ctx: Context) -> list[Finding]:
     if found is None or not found.value or found.value.strip().upper() in ("UNLIMITED", "INFINITE"):
         return []
     try:
-        parse_duration(found.value, "--time")
+        parse_slurm_time(found.value, "--time")
     except UsageError:
         meant = _HUMAN_TIME.match(found.value.strip())
         if meant is None:
-            return [Finding(found.line, f"{found.written} is not a Slurm time", f"Slurm reads times as {FORMS}",
+            return [Finding(found.line, f"{found.written} is not a Slurm time", f"Slurm reads times as {SLURM_FORMS}",
                             SBATCH_DOC, "e.g. --time=02:00:00")]
         seconds = int(meant.group(1)) * _HUMAN_UNITS[meant.group(2)[0].lower()]
         fix = f"--time={format_duration(seconds)}"
-        return [Finding(found.line, f"{found.written} is not a Slurm time", f"Slurm reads times as {FORMS}",
+        return [Finding(found.line, f"{found.written} is not a Slurm time", f"Slurm reads times as {SLURM_FORMS}",
                         SBATCH_DOC, fix, ctx.replace_in_line(found.line, found.written, fix))]
     return []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from math import ceil
 
-from envbuild.durations import format_duration, parse_duration
+from envbuild.durations import format_duration, parse_slurm_time
 from envbuild.errors import UsageError
 from envbuild.launch.allocation import gres_gpus
 from envbuild.slurm.batch.resources import JobRequest, plan_resources
@@ -151,7 +151,7 @@ class Context:
         if found is None or not found.value:
             return None
         try:
-            return parse_duration(found.value, "--time")
+            return parse_slurm_time(found.value, "--time")
         except UsageError:
             return None
 

@@ -161,12 +161,12 @@ def _read(path: str) -> str:
 
 def _run_time(text: str) -> float | None:
     """scontrol's RunTime (HH:MM:SS or D-HH:MM:SS): the job's wall time, whole seconds."""
-    from envbuild.durations import parse_duration
+    from envbuild.durations import parse_slurm_time
 
     if not text or not text[:1].isdigit():
         return None
     try:
-        return float(parse_duration(text, "RunTime"))
+        return float(parse_slurm_time(text, "RunTime"))
     except EnvbuildError:
         return None
 
