@@ -2,7 +2,9 @@
 a sandbox directory): one name at a time from the image's root, a symlink's target read and walked in
 its place, `..` never above the root, and at most MAX_SYMLINK_HOPS links per path in all, as Linux counts
 them, so a link whose target names other links cannot multiply the work. What openat2's RESOLVE_IN_ROOT
-does in the kernel."""
+does in the kernel. The one walk for every holder: a squashfs image read in place (envbuild.inventory.squashfs),
+a sandbox the inventory reads (envbuild.inventory.trees), and a build's confined I/O where the kernel has no
+openat2 (envbuild.imagetree.intree); each brings the step that reads one name of its kind of directory."""
 
 from __future__ import annotations
 

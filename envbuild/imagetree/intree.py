@@ -8,10 +8,11 @@ at the tree's root and `..` stops at it, as inside the container: a link loop is
 link leads to a missing file (for mkdir -p: to its target, made inside the tree).
 
 The kernel does it in one call where it can: openat2(2) with RESOLVE_IN_ROOT (Linux 5.6). Elsewhere (older
-kernels, a seccomp filter that refuses the call) a walk does the same one component at a time, opening each
-directory relative to the last with O_NOFOLLOW and reading each link itself. Both end with a file descriptor,
-so nothing is resolved twice. Writes never follow a link in the last component: a file is written under a
-new name (O_EXCL | O_NOFOLLOW) in its resolved directory and renamed over the old one.
+kernels, a seccomp filter that refuses the call) the walk of envbuild.imagetree.inroot does the same one
+component at a time, opening each directory relative to the last with O_NOFOLLOW and reading each link
+itself. Both end with a file descriptor, so nothing is resolved twice. Writes never follow a link in the last
+component: a file is written under a new name (O_EXCL | O_NOFOLLOW) in its resolved directory and renamed over
+the old one.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ import shutil
 import stat
 from collections.abc import Iterator
 
+from envbuild.imagetree.inroot import MAX_SYMLINK_HOPS, Link, resolve_in_root
+
 # openat2(2): the same syscall number on every architecture Linux added it to after the unified table (5.6).
 _SYS_OPENAT2 = 437
 _RESOLVE_NO_MAGICLINKS = 0x02  # no /proc/self/fd/N style jumps
 _RESOLVE_IN_ROOT = 0x10  # as if the dirfd were the root: absolute links and `..` stay inside
-_MAX_LINKS = 40  # Linux's limit on links followed in one resolution (MAXSYMLINKS): a loop is ELOOP
 _PARTIAL = ".{name}.envbuild-partial-{pid}"
 
 
@@ -93,53 +95,40 @@ def _components(inside: str) -> list[str]:
 
 
 def _walk_open(root_fd: int, inside: str, flags: int, mode: int) -> int:
-    """openat2(RESOLVE_IN_ROOT) done by hand: each directory opened relative to the last with O_NOFOLLOW, each
-    link read and its target put in front of what is left (an absolute one from the root again), `..` back to
-    the directory opened before (never above the root)."""
-    pending = _components(inside)
-    opened = [os.dup(root_fd)]  # the directories from the root down to where the walk is
-    links = 0
-    try:
-        if not pending:
-            return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=opened[-1])
-        while pending:
-            name = pending.pop(0)
-            if name == "..":
-                if len(opened) > 1:
-                    os.close(opened.pop())
-                if not pending:
-                    return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=opened[-1])
-                continue
-            last = not pending
-            here = opened[-1]
-            try:
-                info = os.stat(name, dir_fd=here, follow_symlinks=False)
-            except FileNotFoundError:
-                if last and flags & os.O_CREAT:
-                    return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=here)
+    """openat2(RESOLVE_IN_ROOT) done by hand: envbuild.imagetree.inroot's walk over real directories, each opened
+    relative to the last with O_NOFOLLOW, each link read and walked in its place (an absolute one from the root
+    again), `..` back to the directory opened before (never above the root); a loop of links is ELOOP."""
+    with_flags: set[int] = set()  # the descriptor of the last name, opened with the caller's flags
+
+    def step(here: int, name: str, last: bool) -> int | Link:
+        try:
+            info = os.stat(name, dir_fd=here, follow_symlinks=False)
+        except FileNotFoundError:
+            if not (last and flags & os.O_CREAT):
                 raise
-            if stat.S_ISLNK(info.st_mode) and not (last and flags & os.O_NOFOLLOW):
-                links += 1
-                if links > _MAX_LINKS:
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), f"{inside} (inside the tree)")
-                target = os.readlink(name, dir_fd=here)
-                if target.startswith("/"):  # from the tree's root again
-                    while len(opened) > 1:
-                        os.close(opened.pop())
-                pending[:0] = _components(target)
-                if not pending:  # a link to "/" or to "." as the last component
-                    return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=opened[-1])
-                continue
-            if last:
-                # O_NOFOLLOW: had the entry become a link since the stat, this fails instead of following it.
-                return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=here)
-            if not stat.S_ISDIR(info.st_mode):
-                raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), f"{inside} (inside the tree)")
-            opened.append(os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=here))
-        return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=opened[-1])
+            info = None
+        if info is not None and stat.S_ISLNK(info.st_mode) and not (last and flags & os.O_NOFOLLOW):
+            return Link(os.readlink(name, dir_fd=here))
+        if last:
+            # O_NOFOLLOW: had the entry become a link since the stat, this fails instead of following it.
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=here)
+            with_flags.add(fd)
+            return fd
+        if info is None or not stat.S_ISDIR(info.st_mode):
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), f"{inside} (inside the tree)")
+        return os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=here)
+
+    found = resolve_in_root(inside, root_fd, step, os.close)
+    if found is None:  # the step raises for a missing name: None is only the limit on links
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), f"{inside} (inside the tree)")
+    if found in with_flags:
+        return found
+    # a directory the walk ended on (the root, `..`, a link to `/`): opened now with the caller's flags
+    try:
+        return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=found)
     finally:
-        for fd in opened:
-            os.close(fd)
+        if found != root_fd:
+            os.close(found)
 
 
 def open_in_tree(root: str, inside: str, flags: int, mode: int = 0o644, *, walk: bool | None = None) -> int:
@@ -236,7 +225,7 @@ def _write_new(parent: int, name: str, mode: int, fill, times: tuple[int, int] |
 
 
 def make_dirs_in_tree(root: str, inside: str, mode: int | None = None, *, walk: bool | None = None,
-                      links: int = _MAX_LINKS) -> None:
+                      links: int = MAX_SYMLINK_HOPS) -> None:
     """mkdir -p inside the tree: each missing directory made in its resolved parent, with exactly `mode` (None:
     the umask's); existing ones (links to directories inside the tree included) are left as they are. A link
     that leads nowhere gets its target made, inside the tree, as the container would see it."""
