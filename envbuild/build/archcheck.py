@@ -17,7 +17,7 @@ from envbuild.host.arch import system_arch as target_arch
 
 if TYPE_CHECKING:
     from envbuild.build.request import BuildRequest
-    from envbuild.recipes.ops import RecipeMethods
+    from envbuild.recipes.protocols import SystemRecipe
     from envbuild.spec.model import Spec
 
 
@@ -26,7 +26,7 @@ def architecture_problem(request: BuildRequest) -> tuple[str, str] | None:
     return spec_architecture_problem(request.spec, request.recipe, host=request.facts.machine, base_arch=request.base.arch)
 
 
-def spec_architecture_problem(spec: Spec, recipe: RecipeMethods, *, host: str, base_arch: str) -> tuple[str, str] | None:
+def spec_architecture_problem(spec: Spec, recipe: SystemRecipe, *, host: str, base_arch: str) -> tuple[str, str] | None:
     """architecture_problem from its parts: the spec, its recipe, this machine's and the local base's architectures."""
     target = target_arch(recipe, host)
     where = recipe.cite("architecture")

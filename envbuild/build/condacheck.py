@@ -27,7 +27,7 @@ from envbuild.spec.torchfamily import LABELLED_FAMILY
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from envbuild.recipes.ops import RecipeMethods
+    from envbuild.recipes.protocols import SystemRecipe
 
 INDEX_VARIANT = re.compile(r"/whl/(?:nightly/)?(cpu|cu\d{3,4}|rocm\d+\.\d+(?:\.\d+)?)/?$")
 LOCAL_VARIANT = re.compile(r"\+(cpu|cu\d{3,4}|rocm\d+\.\d+(?:\.\d+)?)$")
@@ -47,7 +47,7 @@ def index_variant(url: str) -> str | None:
     return match.group(1) if match else None
 
 
-def conda_pip_problems(conda: CondaEnv, recipe: RecipeMethods, system: str, base: str) -> list[tuple[str, str]]:
+def conda_pip_problems(conda: CondaEnv, recipe: SystemRecipe, system: str, base: str) -> list[tuple[str, str]]:
     """(what is wrong, how to fix it) for each problem of the pip part; empty when it is consistent. `base` is
     the image cotainr starts from: its ROCm version is known when it is the recipe's own base."""
     part = conda.pip_part()
@@ -99,7 +99,7 @@ KMD_MATRIX = "https://rocm.docs.amd.com/projects/install-on-linux/en/latest/refe
 ROCM_WHEELS = "https://pytorch.org/get-started/locally/"
 
 
-def conda_pip_warnings(conda: CondaEnv, recipe: RecipeMethods, system: str, base: str) -> list[tuple[str, str]]:
+def conda_pip_warnings(conda: CondaEnv, recipe: SystemRecipe, system: str, base: str) -> list[tuple[str, str]]:
     """(what to know, what to do about it) for a pip part that builds but may not do what is meant: PyTorch ROCm
     wheels for another ROCm than the base image's (known when `base` is the recipe's own conda base)."""
     base_rocm = recipe.cotainr.rocm if base == recipe.cotainr.base_image else None

@@ -19,7 +19,7 @@ from envbuild.errors import EnvbuildError
 
 if TYPE_CHECKING:
     from envbuild.launch.trust import Ignored
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.protocols import SystemRecipe
 
 CONTAINER_MARK = "ENVRUN_DOCTOR_TORCH "
 # Run inside the container by envrun on each node: what torch sees there. Never raises: an import error is the
@@ -67,7 +67,7 @@ class DoctorRequest:
 class Setting:
     """What doctor resolved before checking: the recipe, the environment to run, binds and variables."""
 
-    recipe: Recipe
+    recipe: SystemRecipe
     system_reason: str
     image: str | None
     overlays: tuple[tuple[str, str], ...]

@@ -13,14 +13,14 @@ from envbuild.spec.torchfamily import gpu_vendor as torch_gpu_vendor
 if TYPE_CHECKING:
     from envbuild.doctor.hostrecord import HostRecord
     from envbuild.doctor.imagefacts import ImageFacts
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.protocols import SystemRecipe
 
 # The spec's variant prefix for a GPU maker (a spec says cuda126 / rocm6.4; torch's label says cu126 / rocm6.4).
 SPEC_VARIANT_PREFIX = {"nvidia": "cuda", "amd": "rocm"}
 INSTALL_DOC = "https://pytorch.org/get-started/locally/"
 
 
-def gpu_vendor(recipe: Recipe, hosts: list[HostRecord]) -> str:
+def gpu_vendor(recipe: SystemRecipe, hosts: list[HostRecord]) -> str:
     """The system's GPU maker: the recipe's, else what the hosts' devices show (recipes with `node: host`)."""
     if recipe.node is not None:
         return recipe.node.gpu_vendor
@@ -32,7 +32,7 @@ def gpu_vendor(recipe: Recipe, hosts: list[HostRecord]) -> str:
     return "none"
 
 
-def runtime_findings(recipe: Recipe, vendor: str, image: ImageFacts | None) -> list[Finding]:
+def runtime_findings(recipe: SystemRecipe, vendor: str, image: ImageFacts | None) -> list[Finding]:
     if vendor == "none":
         return [ok("gpu", f"{recipe.name} has no GPUs: nothing to pass into the container")]
     flag = GPU_RUNTIME_FLAGS[vendor]
@@ -76,7 +76,7 @@ def device_findings(vendor: str, hosts: list[HostRecord], in_job: bool, gpus_exp
     return findings
 
 
-def torch_findings(recipe: Recipe, vendor: str, image: ImageFacts | None) -> list[Finding]:
+def torch_findings(recipe: SystemRecipe, vendor: str, image: ImageFacts | None) -> list[Finding]:
     """torch's build in the image against the system's GPUs, and the torch family against torch."""
     if image is None:
         return []

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from envbuild.doctor.hostrecord import HostRecord
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.protocols import SystemRecipe
     from envbuild.slurm.check.rulebase import Finding as ScriptFinding
 
 # The batch rules that say something about a running job. The account, the time syntax and late directives
@@ -30,7 +30,7 @@ ALLOCATION_RULES: tuple[tuple[Callable[[Context], list[ScriptFinding]], str], ..
 )
 
 
-def job_as_script(environ: Mapping[str, str], recipe: Recipe, command: tuple[str, ...]) -> str:
+def job_as_script(environ: Mapping[str, str], recipe: SystemRecipe, command: tuple[str, ...]) -> str:
     """The running job written as the batch script that would have asked for it, from its SLURM_* variables,
     with the command to check as its srun line."""
     lines = ["#!/bin/bash"]
@@ -53,7 +53,7 @@ def job_as_script(environ: Mapping[str, str], recipe: Recipe, command: tuple[str
     return "\n".join(lines) + "\n"
 
 
-def allocation_findings(environ: Mapping[str, str], recipe: Recipe, command: tuple[str, ...]) -> list[Finding]:
+def allocation_findings(environ: Mapping[str, str], recipe: SystemRecipe, command: tuple[str, ...]) -> list[Finding]:
     if not (environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")):
         return [info("allocation", "not inside a job: the allocation is checked when doctor runs in salloc or "
                                    "a batch script (`envrun sbatch --check` checks a script before submitting)")]
@@ -72,7 +72,7 @@ def allocation_findings(environ: Mapping[str, str], recipe: Recipe, command: tup
     return findings
 
 
-def bind_findings(recipe: Recipe, hosts: list[HostRecord], config_binds: tuple[str, ...],
+def bind_findings(recipe: SystemRecipe, hosts: list[HostRecord], config_binds: tuple[str, ...],
                   multinode: bool, in_job: bool) -> list[Finding]:
     """Recipe binds that are missing are skipped by envrun with a note (warn in a job, where they matter; a
     note on a login node, which lacks some by design); the user's own binds that are missing make envrun
@@ -132,7 +132,7 @@ def cache_findings(hosts: list[HostRecord], cache_env: Mapping[str, str], site: 
     return findings
 
 
-def scratch_findings(recipe: Recipe, hosts: list[HostRecord], in_job: bool) -> list[Finding]:
+def scratch_findings(recipe: SystemRecipe, hosts: list[HostRecord], in_job: bool) -> list[Finding]:
     variable = recipe.node.local_scratch if recipe.node else None
     if not variable:
         return []

@@ -12,18 +12,18 @@ from envbuild.doctor.findings import Finding, fail, info, ok, warn
 if TYPE_CHECKING:
     from envbuild.doctor.hostrecord import HostRecord
     from envbuild.doctor.imagefacts import ImageFacts
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.protocols import SystemRecipe
 
 SOCKETS = "TCP sockets"
 SLOWER = "NCCL/RCCL then run over TCP without an error, often 10x slower between nodes"
 
 
-def strict_fix(recipe: Recipe) -> str:
+def strict_fix(recipe: SystemRecipe) -> str:
     return (f"; envrun --strict-net (or network.strict_net in the recipe) sets NCCL_NET={recipe.network.nccl_net!r} "
             "so that such a job fails at start instead") if recipe.network.nccl_net else ""
 
 
-def slingshot_transport(recipe: Recipe, image: ImageFacts, host: HostRecord) -> tuple[str, list[str]]:
+def slingshot_transport(recipe: SystemRecipe, image: ImageFacts, host: HostRecord) -> tuple[str, list[str]]:
     """(transport, what is missing) for RCCL/NCCL over Slingshot: the OFI plugin in the image and libfabric
     with the CXI provider, from the image or the host's bound in."""
     missing: list[str] = []
@@ -54,7 +54,7 @@ def infiniband_transport(image: ImageFacts, host: HostRecord) -> tuple[str, list
     return (SOCKETS, missing) if missing else ("NCCL's InfiniBand verbs transport", [])
 
 
-def interconnect_findings(recipe: Recipe, image: ImageFacts | None, hosts: list[HostRecord], nodes: int,
+def interconnect_findings(recipe: SystemRecipe, image: ImageFacts | None, hosts: list[HostRecord], nodes: int,
                           strict: bool, in_job: bool) -> list[Finding]:
     fabric = recipe.network.fabric
     has_gpus = recipe.node is not None and recipe.node.gpus > 0
@@ -120,7 +120,7 @@ def parse_nccl_debug(text: str) -> dict[str, str]:
     return found
 
 
-def probe_findings(recipe: Recipe, output: str, returncode: int, nodes: int, strict: bool) -> list[Finding]:
+def probe_findings(recipe: SystemRecipe, output: str, returncode: int, nodes: int, strict: bool) -> list[Finding]:
     """Findings from the --probe all-reduce: did it run, and which network NCCL/RCCL said it used."""
     if returncode != 0:
         tail = " | ".join(output.strip().splitlines()[-3:])

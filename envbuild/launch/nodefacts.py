@@ -9,7 +9,7 @@ from envbuild.recipes.ops import cores_to_mask
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from envbuild.host.node import HostNode
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.protocols import SystemRecipe
 
 
 class NodeFacts:
@@ -32,7 +32,7 @@ class NodeFacts:
         self.why = why  # field -> its source: "recipes/lumi-g.yaml:27 node.gpus"
 
 
-def node_facts(recipe: Recipe, host: HostNode | None) -> NodeFacts:
+def node_facts(recipe: SystemRecipe, host: HostNode | None) -> NodeFacts:
     node = recipe.node
     if node is None:
         if host is None:  # planning for another machine (wrappers): nothing is known until run time

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from envbuild.host.runtime import Runtime
     from envbuild.launch.allocation import Allocation
     from envbuild.launch.visibility import HostPaths
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.protocols import SystemRecipe
 
 
 class LaunchRequest:
@@ -24,7 +24,7 @@ class LaunchRequest:
                  "step_timeout_from", "strict_net", "system_reason", "warnings")
 
     def __init__(
-        self, *, command: tuple[str, ...], image: str, recipe: Recipe, runtime: Runtime, cwd: str,
+        self, *, command: tuple[str, ...], image: str, recipe: SystemRecipe, runtime: Runtime, cwd: str,
         binds: tuple[str, ...] = (), env: tuple[tuple[str, str], ...] = (), environ: Mapping[str, str] | None = None,
         missing_recipe_binds: tuple[str, ...] = (), system_reason: str = "", host: HostNode | None = None,
         allocation: Allocation | None = None, overlays: tuple[tuple[str, str], ...] = (),

@@ -27,7 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from envbuild.host.node import HostNode
     from envbuild.launch.allocation import Allocation
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.protocols import SystemRecipe
 
 
 class LaunchSize:
@@ -51,13 +51,13 @@ class LaunchSize:
         self.warnings: list[str] = []
 
 
-def size_launch(recipe: Recipe, srun_options: tuple[str, ...] | None, program: tuple[str, ...],
+def size_launch(recipe: SystemRecipe, srun_options: tuple[str, ...] | None, program: tuple[str, ...],
                 allocation: Allocation | None, host: HostNode | None) -> LaunchSize:
     return _Sizer(recipe, srun_options, program, allocation, host).size()
 
 
 class _Sizer:
-    def __init__(self, recipe: Recipe, srun_options: tuple[str, ...] | None, program: tuple[str, ...],
+    def __init__(self, recipe: SystemRecipe, srun_options: tuple[str, ...] | None, program: tuple[str, ...],
                  allocation: Allocation | None, host: HostNode | None) -> None:
         self.recipe = recipe
         self.opts = srun_options

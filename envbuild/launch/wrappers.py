@@ -13,7 +13,7 @@ from envbuild.launch.plan import TASK_SHIM_NAME, LaunchRequest, plan_launch
 from envbuild.shelltext import comment, env_name, refuse_control, script_word, shown
 
 if TYPE_CHECKING:
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.protocols import SystemRecipe
 
 # Always wrapped when present in the image's venv; every other console script there is wrapped too.
 ALWAYS = ("python", "python3", "pip", "torchrun", "accelerate")
@@ -32,7 +32,7 @@ def wrapped_commands(venv_bin_entries: list[str]) -> list[str]:
     return sorted(set(names), key=lambda n: (n not in ALWAYS, n))
 
 
-def render_wrapper(command: str, image: str, recipe: Recipe, runtime_name: str = "apptainer", *,
+def render_wrapper(command: str, image: str, recipe: SystemRecipe, runtime_name: str = "apptainer", *,
                    overlays: tuple[tuple[str, str], ...] = ()) -> str:
     """The wrapper script for `command`: the direct (no srun) launch plan with the caller's working
     directory and arguments filled in at run time. `overlays`: venv overlays mounted over `image`,

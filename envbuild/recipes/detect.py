@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
-    from envbuild.recipes.ops import RecipeView
+    from envbuild.recipes.protocols import SystemRecipe
 
 DEFAULT_SYSTEM = "local"
 SLURM_CONF = "/etc/slurm/slurm.conf"  # Slurm's default; $SLURM_CONF names another
@@ -64,14 +64,14 @@ def detect_system(environ: Mapping[str, str], hostname: str | None = None,
     return name, why
 
 
-def resolve_recipe(system: str | None, environ: Mapping[str, str]) -> tuple[RecipeView, str]:
+def resolve_recipe(system: str | None, environ: Mapping[str, str]) -> tuple[SystemRecipe, str]:
     if system:
         return load_recipe(system), "--system"
     name, why = detect_system(environ)
     return load_recipe(name), why
 
 
-def resolve_site_recipe(system: str | None, environ: Mapping[str, str]) -> tuple[RecipeView | None, str]:
+def resolve_site_recipe(system: str | None, environ: Mapping[str, str]) -> tuple[SystemRecipe | None, str]:
     """The recipe of the site named (--system) or detected, or (None, what detection looked at) on a site without
     a recipe: for checks, whose site rules must not be another site's (never `local` for an unknown site)."""
     if system:

@@ -11,9 +11,11 @@ TYPE_CHECKING = False  # neither typing nor re on envrun's start-up path
 if TYPE_CHECKING:
     from typing import Any
 
+    from envbuild.recipes.protocols import SystemRecipe
 
-def parse_core_list(text: str) -> tuple[int, ...]:
-    """'1-7' -> (1..7); '0,2,4-5' -> (0, 2, 4, 5)."""
+
+def parse_core_list(text: str | int) -> tuple[int, ...]:
+    """'1-7' -> (1..7); '0,2,4-5' -> (0, 2, 4, 5); 3 (YAML's one core) -> (3,)."""
     import re
 
     cores: list[int] = []
@@ -42,15 +44,14 @@ class NodeMethods:
 
 
 class RecipeMethods:
-    pytorch: Any
-
-    def pytorch_index_for(self, wheel_tag: str) -> str | None:
+    # self is typed by what the methods read: the mixin of the model (schema.Recipe) and of its view (RecipeView)
+    def pytorch_index_for(self: SystemRecipe, wheel_tag: str) -> str | None:
         """The wheel index URL for a PyTorch variant, or None when the host's pip configuration decides."""
         if self.pytorch.index == "host":
             return None
         return self.pytorch.index.replace("{tag}", wheel_tag)
 
-    def cite(self, field: str) -> str:
+    def cite(self: SystemRecipe, field: str) -> str:
         """Where a setting comes from: 'recipes/lumi-g.yaml:27 node.gpu_cores' (line when known)."""
         source = getattr(self, "source", None) or {}
         path = source.get("file")

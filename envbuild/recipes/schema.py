@@ -4,12 +4,15 @@ envbuild.recipes.load; what a recipe computes is in envbuild.recipes.ops (shared
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from envbuild.recipes.ops import MODEL_KEY, NodeMethods, RecipeMethods, parse_core_list
 from envbuild.strictmodel import StrictModel
+
+if TYPE_CHECKING:
+    from envbuild.recipes.protocols import SystemRecipe
 
 
 class Detect(StrictModel):
@@ -199,3 +202,9 @@ def dump_for_cache(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [dump_for_cache(item) for item in value]
     return value
+
+
+if TYPE_CHECKING:
+    def _read_as_system_recipe(recipe: Recipe) -> SystemRecipe:
+        """Checked by mypy only: the schema keeps the shape its readers are annotated with (recipes/protocols.py)."""
+        return recipe

@@ -23,7 +23,7 @@ from envbuild.spec.torchfamily import pin_companions
 from envbuild.strictmodel import StrictModel, check_version
 
 if TYPE_CHECKING:
-    from envbuild.recipes.ops import RecipeMethods
+    from envbuild.recipes.protocols import SystemRecipe
 
 SPEC_FORMAT_VERSION = 1
 
@@ -216,7 +216,7 @@ class PythonEnv(StrictModel):
         reqs.extend(self.packages)
         return pin_companions(reqs, self.pytorch.version) if self.pytorch is not None else reqs
 
-    def pytorch_index_url(self, recipe: RecipeMethods) -> str | None:
+    def pytorch_index_url(self, recipe: SystemRecipe) -> str | None:
         """The wheel index for the PyTorch variant: the spec's own index_url, else the system recipe's;
         None without PyTorch, or when the recipe leaves it to the host's pip configuration."""
         if self.pytorch is None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from envbuild.host.node import HostNode
     from envbuild.host.runtime import Runtime
     from envbuild.launch.visibility import HostPaths
-    from envbuild.recipes.schema import Recipe, Staging
+    from envbuild.recipes.protocols import RecipeStaging, SystemRecipe
 
 DEFAULT_OUTPUT = "%x-%j.out"
 
@@ -63,7 +63,7 @@ class BatchRequest:
 
 @dataclass
 class BatchJob:
-    recipe: Recipe
+    recipe: SystemRecipe
     request: BatchRequest
     resources: JobResources
     job_name: str
@@ -74,11 +74,11 @@ class BatchJob:
     warnings: list[str] = field(default_factory=list)
 
     @property
-    def staging(self) -> Staging | None:
+    def staging(self) -> RecipeStaging | None:
         return self.recipe.batch.staging if self.request.stages else None
 
 
-def plan_batch(recipe: Recipe, request: BatchRequest, runtime: Runtime, host: HostNode | None = None) -> BatchJob:
+def plan_batch(recipe: SystemRecipe, request: BatchRequest, runtime: Runtime, host: HostNode | None = None) -> BatchJob:
     refuse_control_in_request(request)
     resources = plan_resources(recipe, request.job, host)
     step = step_command(request.command, request.job.launcher)
@@ -124,7 +124,7 @@ def job_name(step: tuple[str, ...]) -> str:
     return step[0].rsplit("/", 1)[-1]
 
 
-def job_environment(recipe: Recipe, resources: JobResources) -> dict[str, str]:
+def job_environment(recipe: SystemRecipe, resources: JobResources) -> dict[str, str]:
     """The SLURM_* variables the batch script will see, as Slurm 22.05 sets them for this request (observed
     on the test cluster, see envbuild.launch.allocation)."""
     tasks = resources.tasks_per_node * resources.nodes

@@ -18,7 +18,7 @@ from envbuild.launch.args import LAUNCHERS, PER_NODE_LAUNCHERS
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from envbuild.host.node import HostNode
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.protocols import SystemRecipe
 
 DEFAULT_TIME = "01:00:00"
 
@@ -76,7 +76,7 @@ class NodeShape:
     why: str
 
 
-def node_shape(recipe: Recipe, host: HostNode | None) -> NodeShape:
+def node_shape(recipe: SystemRecipe, host: HostNode | None) -> NodeShape:
     node = recipe.node
     if node is None:
         cpus = host.cpus if host is not None else 1
@@ -93,12 +93,12 @@ def node_shape(recipe: Recipe, host: HostNode | None) -> NodeShape:
                      why=f"a {recipe.name} node: {node.gpus} GPUs, {cpus} Slurm CPUs ({recipe.cite('node')})")
 
 
-def plan_resources(recipe: Recipe, request: JobRequest, host: HostNode | None = None) -> JobResources:
+def plan_resources(recipe: SystemRecipe, request: JobRequest, host: HostNode | None = None) -> JobResources:
     return _Chooser(recipe, request, node_shape(recipe, host)).choose()
 
 
 class _Chooser:
-    def __init__(self, recipe: Recipe, request: JobRequest, node: NodeShape) -> None:
+    def __init__(self, recipe: SystemRecipe, request: JobRequest, node: NodeShape) -> None:
         self.recipe = recipe
         self.request = request
         self.node = node

@@ -93,7 +93,7 @@ def memory_per_node(ctx: Context) -> list[Finding]:
     if ctx.cpu_partition():
         return []  # the recipe's node facts are its GPU nodes'
     limit = ctx.node_memory_mb()
-    node = ctx.recipe.node
+    node = ctx.site.node
     if limit is None or node is None:
         return []
     node_mb, source = limit
@@ -129,11 +129,11 @@ def memory_per_node(ctx: Context) -> list[Finding]:
 def gpus_per_node(ctx: Context) -> list[Finding]:
     if ctx.cpu_partition():
         return []  # the recipe's node facts are its GPU nodes'
-    node = ctx.recipe.node
+    node = ctx.site.node
     sized = ctx.job.gpus()
     if node is None or sized is None or sized.value <= node.gpus or ctx.job.gpus_spread():
         return []
-    source = ctx.recipe.cite("node.gpus")
+    source = ctx.site.cite("node.gpus")
     if not node.gpus:
         return [Finding(sized.directive.line, f"{sized.how} asks for GPUs, but a {ctx.name} node has none",
                         f"{ctx.name} nodes have no GPUs", source, f"leave out {sized.directive.written}, or use a GPU "
@@ -149,10 +149,10 @@ def partition_limits(ctx: Context) -> list[Finding]:
     """More nodes, GPUs per node or time than the named partition allows (Mahti gpusmall: at most 2 GPUs)."""
     found: list[Finding] = []
     for name in ctx.partitions():
-        spec = ctx.recipe.partitions.get(name)
+        spec = ctx.site.partitions.get(name)
         if spec is None:
             continue
-        source = ctx.recipe.cite(f"partitions.{name}")
+        source = ctx.site.cite(f"partitions.{name}")
         instead = ctx.partition_fix(name, test=spec.test, with_time=False)
         nodes = ctx.job.get("nodes")
         if spec.max_nodes is not None and ctx.job.nodes > spec.max_nodes and nodes is not None:
@@ -186,7 +186,7 @@ def partition_exists(ctx: Context) -> list[Finding]:
     partition for a job with GPUs, never for a CPU job."""
     found: list[Finding] = []
     directive = ctx.job.get("partition")
-    recipe = ctx.recipe
+    recipe = ctx.site
     if directive is None:
         return found
     gpu_job = ctx.job.gpus() is not None
@@ -220,25 +220,25 @@ def _partition_edit(ctx: Context, directive: Directive, name: str, other: str | 
 def gpu_partition_without_gpus(ctx: Context) -> list[Finding]:
     """A job on one of the system's GPU partitions (JUWELS booster, LUMI standard-g/small-g) that asks for no
     GPU: Slurm gives it none, and the program runs on the CPU (a fine-tune on one core)."""
-    node, directive = ctx.recipe.node, ctx.job.get("partition")
+    node, directive = ctx.site.node, ctx.job.get("partition")
     if node is None or not node.gpus or directive is None or ctx.job.gpus() is not None:
         return []
     if any(option.name in _GPU_OPTIONS and (option.name != "gres" or "gpu" in (option.value or ""))
            for option in ctx.script.late_options):
         return []  # the GPUs are asked for below the first command: the late_directives finding says so
-    partitions = ctx.recipe.partitions
+    partitions = ctx.site.partitions
     names = [name for name in ctx.partitions() if name in partitions and not partitions[name].cpu_only]
     if not names or len(names) != len(ctx.partitions()):
         return []  # a CPU partition (or one the recipe does not know) among them: the job may be meant for it
     name = names[0]
-    spec = ctx.recipe.partitions[name]
+    spec = ctx.site.partitions[name]
     gpus = node.gpus if spec.full_node else 1
     request = ctx.gpu_request(gpus)
     what = "every GPU of the node" if spec.full_node else "one GPU"
     cpu = [other for other, spec in partitions.items() if spec.cpu_only and not spec.test]
     return [Finding(directive.line, f"partition {name} is a GPU partition, and the job asks for no GPU",
                     "Slurm gives a job only the GPUs it asks for: without a GPU request the program sees no GPU "
-                    "and runs on the CPU", ctx.recipe.cite(f"partitions.{name}"),
+                    "and runs on the CPU", ctx.site.cite(f"partitions.{name}"),
                     f"{request} ({what}{', as the partition gives whole nodes' if spec.full_node else ''})"
                     + (f"; or a CPU partition ({', '.join(cpu)}) for a CPU job" if cpu else ""),
                     ctx.add_to_directive_line(directive.line, request))]
@@ -250,7 +250,7 @@ _GPU_OPTIONS = ("gpus", "gpus-per-node", "gpus-per-task", "gres")
 def partial_gpus_on_billed_node(ctx: Context) -> list[Finding]:
     """Fewer GPUs per node than the node has, on a partition billed by whole nodes (LUMI standard-g): the job
     pays for every GPU of its nodes. The fix is the system's shared partition where the job fits there."""
-    node = ctx.recipe.node
+    node = ctx.site.node
     sized, directive = ctx.job.gpus(), ctx.job.get("partition")
     if node is None or not node.gpus or sized is None or directive is None or ctx.job.gpus_spread():
         return []
@@ -259,23 +259,23 @@ def partial_gpus_on_billed_node(ctx: Context) -> list[Finding]:
         return []
     found: list[Finding] = []
     for name in ctx.partitions():
-        spec = ctx.recipe.partitions.get(name)
+        spec = ctx.site.partitions.get(name)
         if spec is None or spec.billing != "whole-node":
             continue
         shared = ctx.suggest_partition(test=spec.test)
-        shared = shared if shared and ctx.recipe.partitions[shared].billing != "whole-node" else None
+        shared = shared if shared and ctx.site.partitions[shared].billing != "whole-node" else None
         fix = (f"--partition={shared} (shared nodes: billed for the {gpus} GPU(s) asked for)" if shared else
                f"{ctx.gpu_request(node.gpus)} and one process per GPU (the job pays for them anyway)")
         found.append(Finding(directive.line, f"{sized.how} on partition {name}, which bills every GPU of a node: "
                              f"the job pays for {node.gpus} GPUs per node and uses {gpus}",
-                             f"partition {name} gives and bills whole nodes", ctx.recipe.cite(f"partitions.{name}"),
+                             f"partition {name} gives and bills whole nodes", ctx.site.cite(f"partitions.{name}"),
                              fix, _partition_edit(ctx, directive, name, shared)))
     return found
 
 
 def account(ctx: Context) -> list[Finding]:
     """No --account where every job must name one; $SBATCH_ACCOUNT in the environment makes it a note."""
-    batch = ctx.recipe.batch
+    batch = ctx.site.batch
     given = ctx.job.get("account")
     if not batch.account_required or (given is not None and given.value):
         return []
@@ -287,7 +287,7 @@ def account(ctx: Context) -> list[Finding]:
     example = batch.account_example or "PROJECT"
     return [Finding(lines[0] if lines else 1, f"no --account: {ctx.name} needs one for every job",
                     f"{ctx.name} bills every job to a project, and sbatch refuses a job without one",
-                    ctx.recipe.cite("batch.account_required"), f"#SBATCH --account={example} (your project)")]
+                    ctx.site.cite("batch.account_required"), f"#SBATCH --account={example} (your project)")]
 
 
 def time_syntax(ctx: Context) -> list[Finding]:

@@ -214,12 +214,12 @@ def parse_directive_line(text: str, line: int) -> list[Directive]:
             if letter in SHORT_FLAGS:
                 found.append(Directive(line, name, None, word))
                 continue
-            value = word[2:].lstrip("=") or None
-            if value is None and index < len(words):
-                value = words[index]
-                word = f"{word} {value}"
+            argument = word[2:].lstrip("=") or None
+            if argument is None and index < len(words):
+                argument = words[index]
+                word = f"{word} {argument}"
                 index += 1
-            found.append(Directive(line, name, value, word))
+            found.append(Directive(line, name, argument, word))
     return found
 
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import TextIO
 
-    from envbuild.recipes.schema import Recipe
+    from envbuild.recipes.protocols import SystemRecipe
     from envbuild.slurm.check.parse import BatchScript
 
 # (rule, level, needs the site's recipe), in the order their findings are listed when they share a line.
@@ -78,7 +78,7 @@ class CheckReport:
 _ASK_BASH = (-1, "")  # check_script's default: ask bash -n itself
 
 
-def check_script(text: str, recipe: Recipe | None, environ: Mapping[str, str], site: str = "",
+def check_script(text: str, recipe: SystemRecipe | None, environ: Mapping[str, str], site: str = "",
                  syntax_error: tuple[int, str] | None = _ASK_BASH) -> CheckReport:
     """`site`: what detection saw, for the first note when `recipe` is None ("SLURM_CLUSTER_NAME=perlmutter").
     `syntax_error`: bash -n's answer where the caller has it (bash_syntax_error); by default bash is asked."""
@@ -206,7 +206,7 @@ def refuse_non_script(path: str, script: BatchScript, syntax_error: tuple[int, s
                      f"{'line ' + str(line) + ': ' if line else ''}{printable(message)})", NOT_A_SCRIPT_FIX)
 
 
-def check_script_file(path: str, recipe: Recipe | None, out: TextIO, environ: Mapping[str, str] | None = None,
+def check_script_file(path: str, recipe: SystemRecipe | None, out: TextIO, environ: Mapping[str, str] | None = None,
                       site: str = "", as_json: bool = False) -> int:
     """Check the file and write its report; 1 when it has errors or warnings. `site`: how the recipe was
     chosen, or what detection saw where there is no recipe."""

@@ -16,7 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from envbuild.recipes.schema import Node, Recipe
+    from envbuild.recipes.protocols import RecipeNode, SystemRecipe
     from envbuild.slurm.check.parse import BatchScript, Directive, SrunLine
 
 SBATCH_DOC = "sbatch(1), https://slurm.schedmd.com/sbatch.html"
@@ -45,7 +45,7 @@ class Context:
     site facts run (envbuild.slurm.check.pitfalls), and the helpers here that read the recipe are not called."""
 
     script: BatchScript
-    recipe: Recipe | None
+    recipe: SystemRecipe | None
     environ: Mapping[str, str]
     notes: list[str] = field(default_factory=list)
     syntax_error: tuple[int, str] | None = None  # bash -n's first complaint, when it has one
@@ -61,11 +61,18 @@ class Context:
         return [(srun, StepShape(srun, self.job)) for srun in self.script.sruns]
 
     @property
+    def site(self) -> SystemRecipe:
+        """The recipe, for the rules and helpers that read site facts: check_script runs those only where there is one."""
+        if self.recipe is None:
+            raise RuntimeError("a site rule ran without a site recipe (check_script skips them)")
+        return self.recipe
+
+    @property
     def name(self) -> str:
         return self.recipe.name if self.recipe is not None else "this site"
 
     @property
-    def node(self) -> Node | None:
+    def node(self) -> RecipeNode | None:
         return self.recipe.node if self.recipe is not None else None
 
     def cpu_partition(self) -> str | None:
@@ -102,11 +109,11 @@ class Context:
 
     def gpu_request(self, gpus: int) -> str:
         """The GPU request in the system's form: --gpus-per-node=8, --gres=gpu:v100:4."""
-        return (self.recipe.launch.gpu_request or "--gpus-per-node={gpus}").replace("{gpus}", str(gpus))
+        return (self.site.launch.gpu_request or "--gpus-per-node={gpus}").replace("{gpus}", str(gpus))
 
     def cpu_limit(self) -> tuple[int, str, str] | None:
         """Slurm CPUs a job may use on one node, why, and the recipe's citations; None without node facts."""
-        node = self.recipe.node
+        node = self.site.node
         if node is None:
             return None
         per_core = node.slurm_cpus_per_core
@@ -116,34 +123,34 @@ class Context:
             per_core = node.threads_per_core
         limit = node.usable * per_core
         why = f"a {self.name} node has {node.cores} cores"
-        sources = [self.recipe.cite("node.cores")]
+        sources = [self.site.cite("node.cores")]
         if node.usable < node.cores:
             why += f", {node.cores - node.usable} of them reserved for the operating system: {node.usable} usable"
-            sources = [self.recipe.cite("node.usable_cores")]
+            sources = [self.site.cite("node.usable_cores")]
         if per_core > 1:
             why += f"; Slurm counts {per_core} hardware threads per core, so {node.usable} cores are {limit} CPUs"
             if node.slurm_cpus_per_core > 1:
-                sources.append(self.recipe.cite("node.slurm_cpus_per_core"))
+                sources.append(self.site.cite("node.slurm_cpus_per_core"))
             else:
-                sources.append(self.recipe.cite("node.threads_per_core"))
+                sources.append(self.site.cite("node.threads_per_core"))
         return limit, why, "; ".join(sources)
 
     def cpus_per_gpu(self) -> int | None:
         """Slurm CPUs that go with one GPU (LUMI-G: 7); None without node facts or GPUs."""
-        node = self.recipe.node
+        node = self.site.node
         if node is None or not node.gpus:
             return None
         return (node.cores_per_gpu or node.usable // node.gpus) * node.slurm_cpus_per_core
 
     def node_memory_mb(self) -> tuple[int, str] | None:
         """Memory a job may ask for on one node, in MB (Slurm's M), and its citation."""
-        node = self.recipe.node
+        node = self.site.node
         if node is None:
             return None
         if node.memory_gb:
-            return node.memory_gb * 1024, self.recipe.cite("node.memory_gb")
+            return node.memory_gb * 1024, self.site.cite("node.memory_gb")
         if node.memory_per_gpu_gb and node.gpus:
-            return node.memory_per_gpu_gb * node.gpus * 1024, self.recipe.cite("node.memory_per_gpu_gb")
+            return node.memory_per_gpu_gb * node.gpus * 1024, self.site.cite("node.memory_per_gpu_gb")
         return None
 
     def time_seconds(self) -> int | None:
@@ -158,8 +165,8 @@ class Context:
     def suggest_partition(self, test: bool = False, with_time: bool = True) -> str | None:
         """The partition `envrun sbatch` would choose for this job's nodes, GPUs and (with_time) time: the
         smallest that fits (envbuild.slurm.batch.resources); None when none fits or the system has no partition facts."""
-        node = self.recipe.node
-        if node is None or not self.recipe.partitions:
+        node = self.site.node
+        if node is None or not self.site.partitions:
             return None
         seconds = self.time_seconds() if with_time else None
         gpus = min(self.job.gpus_per_node(), node.gpus)
@@ -167,7 +174,7 @@ class Context:
             request = JobRequest(nodes=self.job.nodes, gpus_per_node=gpus, time=format_duration(seconds) if seconds
                                  else None, account="check", launcher="torchrun", test=as_test)
             try:
-                return plan_resources(self.recipe, request).partition
+                return plan_resources(self.site, request).partition
             except UsageError:
                 continue
         return None
@@ -177,7 +184,7 @@ class Context:
         other = self.suggest_partition(test, with_time)
         if not other or other == name:
             return None
-        node, spec = self.recipe.node, self.recipe.partitions[other]
+        node, spec = self.site.node, self.site.partitions[other]
         gpus = self.job.gpus_per_node()
         if spec.full_node and node is not None and node.gpus and gpus < node.gpus:
             return f"--partition={other} (whole nodes: each is billed for all {node.gpus} GPUs)"
@@ -192,5 +199,5 @@ class Context:
         return request
 
     def nodes_for(self, total_gpus: int) -> int:
-        node = self.recipe.node
+        node = self.site.node
         return ceil(total_gpus / node.gpus) if node is not None and node.gpus else 1

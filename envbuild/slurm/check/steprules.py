@@ -34,8 +34,8 @@ def forbidden_options(ctx: Context) -> list[Finding]:
     if ctx.cpu_partition():
         return found
     job_words = tuple(f"--{d.name}" if d.value is None else f"--{d.name}={d.value}" for d in ctx.script.directives)
-    for index, rule in enumerate(ctx.recipe.launch.forbidden_srun_options):
-        source = ctx.recipe.cite(f"launch.forbidden_srun_options.{index}")
+    for index, rule in enumerate(ctx.site.launch.forbidden_srun_options):
+        source = ctx.site.cite(f"launch.forbidden_srun_options.{index}")
         job_safe = _unless_given(rule.unless, job_words)
         job_tasks = _job_tasks_per_node(ctx)
         for directive in ctx.script.directives:
@@ -77,7 +77,7 @@ def _forbidden_what(ctx: Context, written: str, unless: str | None) -> str:
 
 def _forbidden_fix(ctx: Context, option: str, value: str | None, tasks: int, unless: str | None) -> str:
     gpus = ctx.job.gpus_per_node()
-    select = " ".join(f"{name}=${source}" for name, source in ctx.recipe.launch.per_task_gpu_env.items())
+    select = " ".join(f"{name}=${source}" for name, source in ctx.site.launch.per_task_gpu_env.items())
     in_task = f", and select each task's GPU with {select} in the task" if select else ""
     if option == "--gpus-per-task":
         per_task = count_gpus(value or "1") or 1
@@ -119,7 +119,7 @@ def per_task_launch(ctx: Context) -> list[Finding]:
             name = next(iter(per_task_env))
             why = (f"each srun task is one training process and drives one GPU ({name}=${per_task_env[name]} on "
                    f"{ctx.name})")
-            source = ctx.recipe.cite(f"launch.per_task_gpu_env.{name}")
+            source = ctx.site.cite(f"launch.per_task_gpu_env.{name}")
         else:
             why = "srun starts the program once per task, and each training process drives one GPU"
             source = SRUN_DOC
@@ -217,7 +217,7 @@ def srun_inherits(ctx: Context) -> list[Finding]:
     """Where the site's srun does not take an option from the job (JUWELS: --cpus-per-task), srun lines that
     neither pass it nor follow `export SRUN_...`. Reported once, at the first such line."""
     found: list[Finding] = []
-    for target, source_variable in ctx.recipe.launch.srun_env_from.items():
+    for target, source_variable in ctx.site.launch.srun_env_from.items():
         option = "--" + target.removeprefix("SRUN_").lower().replace("_", "-")
         given = ctx.job.get(option[2:])
         if given is None or count(given.value) in (None, 1):
@@ -233,7 +233,7 @@ def srun_inherits(ctx: Context) -> list[Finding]:
         found.append(Finding(
             missing[0].line, f"srun does not get the job's {given.written}{more}",
             f"{ctx.name}'s srun does not inherit {option} from the job: without it each task gets one CPU",
-            ctx.recipe.cite(f"launch.srun_env_from.{target}"),
+            ctx.site.cite(f"launch.srun_env_from.{target}"),
             f'export {target}="${source_variable}" before the first srun (or srun {option}=${source_variable})', edit))
     return found
 
@@ -241,14 +241,14 @@ def srun_inherits(ctx: Context) -> list[Finding]:
 def core_masks_on_shared_nodes(ctx: Context) -> list[Finding]:
     """srun --cpu-bind=mask_cpu/map_cpu (a site's GPU-to-core map) on a partition that shares nodes, without
     --exclusive: the masks name cores of the whole node."""
-    node = ctx.recipe.node
+    node = ctx.site.node
     if node is None or not node.gpu_cores or ctx.job.get("exclusive") is not None:
         return []
-    shared = [name for name in ctx.partitions() if name in ctx.recipe.partitions and
-              not ctx.recipe.partitions[name].full_node]
+    shared = [name for name in ctx.partitions() if name in ctx.site.partitions and
+              not ctx.site.partitions[name].full_node]
     if not shared:
         return []
-    whole = [name for name, spec in ctx.recipe.partitions.items()
+    whole = [name for name, spec in ctx.site.partitions.items()
              if spec.full_node and not spec.test and not spec.cpu_only]
     partition = ctx.job.get("partition")
     found: list[Finding] = []
@@ -259,7 +259,7 @@ def core_masks_on_shared_nodes(ctx: Context) -> list[Finding]:
         found.append(Finding(
             srun.line, f"srun --cpu-bind={bind.split(':', 1)[0]}:... on partition {shared[0]}, which shares nodes",
             "the GPU-to-core masks name cores of the whole node, and a job on a shared node holds only some of them",
-            f"{ctx.recipe.cite('node.gpu_cores')}; {ctx.recipe.cite('partitions.' + shared[0])}",
+            f"{ctx.site.cite('node.gpu_cores')}; {ctx.site.cite('partitions.' + shared[0])}",
             "#SBATCH --exclusive" + (f", or --partition={whole[0]} (whole nodes)" if whole else "")
             + ", or srun --cpu-bind=cores",
             ctx.add_to_directive_line(partition.line, "--exclusive") if partition is not None else None))

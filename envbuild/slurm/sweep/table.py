@@ -116,7 +116,7 @@ HEADER = ("nodes", "workers", "runs", "median time", "throughput", "speed-up", "
 
 
 def text_rows(rows: list[Row]) -> list[tuple[str, ...]]:
-    out = []
+    out: list[tuple[str, ...]] = []
     for row in rows:
         p = row.point
         out.append((
