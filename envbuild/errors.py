@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from envbuild.terminaltext import printable
 
+# The exit status of every command of both tools (issue 31), kept by the errors below and by each command that
+# reports findings; exit_status_help says it in their --help.
+EXIT_CLEAN = 0  # nothing wrong (warnings allowed, unless a command's --strict says otherwise)
+EXIT_PROBLEMS = 1  # problems found: a check's errors, a mismatch, a failed build, launch or job
+EXIT_USAGE = 2  # a usage error: an option, value or input that cannot be used as given (nothing was done)
+
+
+def exit_status_help(problems: str = "a failed build, launch or job, or what a check found") -> str:
+    """The contract as a --help epilog says it; `problems`: what exit status 1 means for this command."""
+    return ("exit status:\n  0  clean\n  1  problems found: " + problems + "\n"
+            "  2  usage error: an option, value or input that cannot be used as given\n")
+
 
 class EnvbuildError(Exception):
     """A failure the user can act on. `hint` says how to fix it."""
 
-    exit_code = 1
+    exit_code = EXIT_PROBLEMS
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -25,7 +37,7 @@ class EnvbuildError(Exception):
 class UsageError(EnvbuildError):
     """Bad input from the command line or a spec: exit code 2, like click's usage errors."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class SpecError(UsageError):
@@ -68,7 +80,7 @@ class SpecProblem:
 class ToolError(EnvbuildError):
     """An external tool (apptainer, debootstrap, pip, srun) failed."""
 
-    exit_code = 1
+    exit_code = EXIT_PROBLEMS
 
 
 class ImageFormatError(EnvbuildError):

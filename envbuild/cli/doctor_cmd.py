@@ -1,8 +1,9 @@
 """`envrun doctor`: check the image, the job, the GPUs, the interconnect, the binds and the caches before a
 run, on a login node or inside an allocation (then on every node of the job, in one short step).
 
-Exit status: 0 clean (ok/info only), 1 warnings with --strict, 2 a failure. --json prints the findings as
-JSON. `--node-record` is what doctor runs on each node: it prints this host's record as one JSON line.
+Exit status: 0 clean (warnings allowed), 1 a failure or, with --strict, a warning, 2 a usage error
+(envbuild.errors: the contract of every command). --json prints the findings as JSON. `--node-record` is
+what doctor runs on each node: it prints this host's record as one JSON line.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import argparse
 import os
 import sys
 
-from envbuild.errors import EnvbuildError
+from envbuild.cli.options import IMAGE, JSON, OVERLAY, SYSTEM, add_option
+from envbuild.errors import EXIT_USAGE, EnvbuildError, exit_status_help
 
 EPILOG = """examples:
   envrun doctor                                   # login node: image, recipe, binds, caches, network files
@@ -19,19 +21,17 @@ EPILOG = """examples:
   salloc -N2 --gpus-per-node=8 ... ; envrun doctor --probe   # every node, plus an all-reduce step
   envrun doctor --host-record lumi-node.json      # check against a recorded host (see --node-record)
 
-exit status: 0 no failure (warnings allowed), 1 warnings with --strict, 2 a failure.
-"""
+""" + exit_status_help("a failure, or with --strict a warning")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="envrun doctor", formatter_class=argparse.RawDescriptionHelpFormatter,
                                      description="Find what would make a containerised training job fail or run "
                                                  "slowly, before it runs.", epilog=EPILOG)
-    parser.add_argument("--image", metavar="IMG", help="the image (default: as envrun finds it)")
-    parser.add_argument("--overlay", dest="overlays", action="append", default=[], metavar="FILE.sqsh",
-                        help="a venv overlay over IMG (repeatable)")
-    parser.add_argument("--system", metavar="NAME", help="system recipe (default: $ENVBUILD_SYSTEM or detected)")
-    parser.add_argument("--strict", action="store_true", help="exit 1 on warnings")
+    add_option(parser, IMAGE)
+    add_option(parser, OVERLAY, dest="overlays", action="append", default=[], default_help="$ENVRUN_OVERLAYS, envrun.yaml")
+    add_option(parser, SYSTEM)
+    parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too (problems found)")
     parser.add_argument("--strict-net", action="store_true",
                         help="a missing fast transport is a failure; checks the launch with NCCL_NET set as "
                              "`envrun --strict-net` sets it")
@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check against a recorded host instead of this machine (repeatable: one per node)")
     parser.add_argument("--node-record", action="store_true",
                         help="print this host's record as JSON (what doctor runs on each node) and exit")
-    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    add_option(parser, JSON, note='{"system", "headline", "findings": [{"level": ok|info|warn|fail, "area", "what", '
+               '"why", "fix", "node"}]}')
     parser.add_argument("command", nargs=argparse.REMAINDER, help="optional: the launch to check, e.g. srun torchrun train.py")
     return parser
 
@@ -66,6 +67,6 @@ def main(argv: list[str]) -> None:
     except (OSError, ValueError) as exc:  # an unreadable or malformed --host-record file
         print(f"envrun doctor: error: {exc}\n  fix: give a file written by `envrun doctor --node-record`",
               file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     sys.stdout.write(report.to_json() + "\n" if args.json else report.render())
     sys.exit(report.exit_code(args.strict))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from envbuild.errors import EXIT_CLEAN, EXIT_PROBLEMS
+
 LEVELS = ("ok", "info", "warn", "fail")
 
 
@@ -48,10 +50,9 @@ class DoctorReport:
         return sum(1 for finding in self.findings if finding.level == level)
 
     def exit_code(self, strict: bool = False) -> int:
-        """0 clean; 1 warnings with --strict; 2 any failure (the documented contract of `envrun doctor`)."""
-        if self.count("fail"):
-            return 2
-        return 1 if strict and self.count("warn") else 0
+        """0 clean (warnings allowed); 1 a failure, or a warning with --strict: problems found, as every command
+        of both tools says it (envbuild.errors.EXIT_PROBLEMS; 2 is a usage error, never a finding)."""
+        return EXIT_PROBLEMS if self.count("fail") or (strict and self.count("warn")) else EXIT_CLEAN
 
     def render(self) -> str:
         lines = [f"envrun doctor: {self.headline}"]

@@ -67,7 +67,7 @@ def test_image_without_plugin_falls_back_to_sockets_between_nodes(tmp_path: Path
     assert "NCCL_NET='AWS Libfabric'" in net.fix
     assert report.exit_code() == 0
     strict = doctor(tmp_path / "s", "lumi-g", "lumi-g-node", "lumi-noplugin", strict_net=True)
-    assert by_area(strict, "interconnect")[0].level == "fail" and strict.exit_code() == 2
+    assert by_area(strict, "interconnect")[0].level == "fail" and strict.exit_code() == 1
 
 
 def test_plugin_with_the_hosts_libfabric_bound_in(tmp_path: Path) -> None:
@@ -79,7 +79,7 @@ def test_cpu_torch_on_lumi_fails_with_the_variant_fix(tmp_path: Path) -> None:
     report = doctor(tmp_path, "lumi-g", "lumi-g-node", "cpu")
     torch = by_area(report, "torch")[0]
     assert torch.level == "fail" and "CPU-only build" in torch.what and "variant: rocm7.0" in torch.fix
-    assert report.exit_code() == 2
+    assert report.exit_code() == 1
 
 
 def test_rocm_torch_on_puhti_fails(tmp_path: Path) -> None:
@@ -124,7 +124,7 @@ def test_forbidden_per_task_gpu_option_in_the_launch_fails(tmp_path: Path) -> No
     found = next(f for f in by_area(report, "allocation") if f.level == "fail")
     assert "--gpus-per-task" in found.what and "allow-task-sharing" in found.what + found.why + found.fix
     assert levels(report, "launch") == ["fail"]  # envrun itself refuses the same launch
-    assert report.exit_code() == 2
+    assert report.exit_code() == 1
 
 
 def test_torch_without_gpu_inside_the_job_fails(tmp_path: Path) -> None:
@@ -189,7 +189,24 @@ def test_torchvision_of_another_variant_in_the_image_fails(tmp_path: Path) -> No
                                       environ={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, cwd=str(tmp_path)))
     family = [f for f in by_area(report, "torch") if "torchvision" in f.what]
     assert len(family) == 1 and family[0].level == "fail" and "PyPI's default build" in family[0].what
-    assert report.exit_code() == 2
+    assert report.exit_code() == 1
+
+
+def test_a_failure_found_exits_1_not_2(tmp_path: Path) -> None:
+    """The exit contract of every command (envbuild.errors): 1 problems found; 2 stays a usage error (issue 31:
+    the doctor exited 2 for a failure)."""
+    import subprocess
+    import sys
+
+    image = make_image(tmp_path, "laif")
+    dist = image / "opt/venv/lib/python3.12/site-packages/torchvision-0.25.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.25.0\n")
+    done = subprocess.run([sys.executable, "-m", "envbuild.cli.envrun_main", "doctor", "--system", "lumi-g", "--json",
+                           "--image", str(image), "--host-record", str(HOSTS / "lumi-g-node.json")],
+                          capture_output=True, text=True, cwd=tmp_path, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1, done.stderr
+    assert "fail" in {finding["level"] for finding in json.loads(done.stdout)["findings"]}
 
 
 def test_an_overlays_torchvision_is_checked_against_the_bases_torch(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def test_exit_codes() -> None:
     report.findings.append(warn("a", "hm", "why", "fix"))
     assert report.exit_code() == 0 and report.exit_code(strict=True) == 1
     report.findings.append(fail("a", "bad", "why", "fix"))
-    assert report.exit_code() == 2 and report.exit_code(strict=True) == 2
+    assert report.exit_code() == 1 and report.exit_code(strict=True) == 1
     with pytest.raises(ValueError):
         ok("a", "x").__class__("nope", "a", "x")
 
