@@ -1,5 +1,5 @@
-"""Shared fixtures. Markers (pyproject.toml): apptainer, slurm, slow, gpu. CI provisions every tool
-and runs them all; a missing tool makes the marked tests fail, not skip, unless
+"""Shared fixtures. Markers (pyproject.toml): apptainer, slurm, slow, network, browser. CI provisions every
+tool and runs them all; a missing tool makes the marked tests fail, not skip, unless
 ENVBUILD_ALLOW_SKIP=1 is set (for a quick unit-only run on a laptop)."""
 
 from __future__ import annotations
@@ -62,6 +62,16 @@ def _slurm_up() -> tuple[bool, str]:
             _slurm_failed_once = True
             return False, said
         time.sleep(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that really builds (apptainer, in the shared build_cache store) reaches the network: its lock
+    resolves from PyPI through the host's pip configuration, and a base the store lacks is debootstrapped from
+    the Debian mirror. Marked here from the fixture, so that no such test can forget the marker (the real-uv
+    lock tests use the store's uv cache only, offline against the local index: not marked)."""
+    for item in items:
+        if "build_cache" in getattr(item, "fixturenames", ()) and item.get_closest_marker("apptainer"):
+            item.add_marker(pytest.mark.network)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

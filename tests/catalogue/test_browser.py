@@ -15,6 +15,8 @@ from tests.conftest import REPO, run_cli
 from tests.support.catalogue_images import example_images
 from tests.support.chromium import dump_dom, find_chromium, screenshot
 
+pytestmark = pytest.mark.browser
+
 ENVBUILD = str(REPO / "bin" / "envbuild")
 OTHER_RGB = (0xFF, 0xE8, 0xA3)  # the --other colour of envbuild.catalogue.pageassets: a differing cell
 

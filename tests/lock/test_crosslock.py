@@ -56,6 +56,7 @@ def _pypi_reachable() -> None:
         pytest.fail(message, pytrace=False)
 
 
+@pytest.mark.network
 def test_an_aarch64_lock_resolves_here_and_pins_aarch64_wheels(work: dict[str, object]) -> None:
     """~10 s: uv reads torch's metadata from PyPI (no wheel is downloaded; nothing is built or run)."""
     _pypi_reachable()
