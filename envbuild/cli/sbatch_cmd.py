@@ -10,12 +10,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
-import time
-from typing import Any
 
+from envbuild.app.run.batchjob import SbatchRequest, check_script, sbatch
+from envbuild.app.run.batchjob import file_name as file_name  # re-exported: the job file's name, as tests see it
 from envbuild.errors import EnvbuildError, UsageError
 
 EPILOG = """Defaults for --account, --partition, --time, --launcher and --requeue-max can be set in the envrun
@@ -82,147 +81,24 @@ def main(argv: list[str]) -> None:
         sys.exit(130)
 
 
-def run(args: Any, argv: list[str]) -> int:
+def run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.check:
-        from envbuild.recipes.detect import resolve_site_recipe
-        from envbuild.slurm.check.pitfalls import check_script_file
-
-        # the check runs a site's rules only on that site's evidence: with no recipe for the site, none
-        site_recipe, site = resolve_site_recipe(args.system, os.environ)
-        return check_script_file(args.check, site_recipe, sys.stdout, site=site, as_json=args.json)
+        return check_script(args.check, args.system, as_json=args.json)
     if args.json:
         raise UsageError("--json is the output of --check", "envrun sbatch --check SCRIPT --json")
-    from envbuild.recipes.detect import resolve_recipe
-
-    recipe, _why = resolve_recipe(args.system, os.environ)
-    command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command)
     if args.wait and not args.submit:
         raise UsageError("--wait follows a submitted job", "add --submit")
-    job = plan(args, recipe, command, argv)
-    from envbuild.slurm.batch.script import render_script
-
-    text = render_script(job)
-    for warning in job.warnings:
-        print(f"envrun sbatch: warning: {warning}", file=sys.stderr)
-    if not (args.script or args.submit):
-        sys.stdout.write(text)
-        return 0
-    path = args.script or os.path.join(".envrun", "jobs", f"{file_name(job.job_name)}-{time.strftime('%Y%m%d-%H%M%S')}.sbatch")
-    _write_script(path, text)
-    if not args.submit:
-        print(f"envrun sbatch: wrote {path}; submit it with: sbatch {shlex.quote(path)}", file=sys.stderr)
-        return 0
-    from envbuild.slurm.batch.submit import submit, wait_for_job
-
-    job_id = submit(path, os.getcwd())
-    print(job_id, flush=True)
-    print(f"envrun sbatch: submitted job {job_id} ({path}; output {job.request.output.replace('%x', job.job_name).replace('%j', job_id)})",
-          file=sys.stderr, flush=True)
-    if args.wait:
-        return wait_for_job(job_id, os.getcwd())
-    return 0
+    return sbatch(sbatch_request(args, argv), script=args.script, submit=args.submit, wait=args.wait)
 
 
-def plan(args: Any, recipe: Any, command: tuple[str, ...], argv: list[str]) -> Any:
-    from envbuild.host.node import read_host_node
-    from envbuild.host.runtime import Runtime, find_runtime
-    from envbuild.launch.project import find_environment, image_and_overlays
-    from envbuild.launch.visibility import HostPaths
-    from envbuild.slurm.batch.plan import DEFAULT_OUTPUT, BatchRequest, Requeue, plan_batch
-    from envbuild.slurm.batch.resources import JobRequest
-    from envbuild.slurm.batch.staging import describe_source
-    from envbuild.slurm.batch.stepcommand import infer_launcher
-
-    cwd = os.getcwd()
-    defaults = _batch_defaults(recipe.name)
-    environment = find_environment(image=args.image, overlays=args.overlays, environ=os.environ, cwd=cwd)
-    image, overlays, warnings, _notes = image_and_overlays(environment, args.force_overlay)
-    binds = tuple(getattr(args, "binds", ()))
-    for bind in binds:  # as envrun refuses it in the job, but before the queue
-        if not os.path.exists(bind.split(":", 1)[0]):
-            raise UsageError(f"bind source {bind.split(':', 1)[0]} does not exist (--bind {bind})",
-                             "create the directory, or fix the path given to --bind")
-    launcher = args.launcher or infer_launcher(command) or defaults.get("launcher") or "torchrun"
-    stages = tuple(describe_source(source, cwd) for source in args.stages)
-    account, account_source = args.account, "--account"
-    if not account and defaults.get("account"):
-        account, account_source = defaults["account"], "the envrun config (batch.account)"
-    for variable in ("SBATCH_ACCOUNT", "SLURM_ACCOUNT"):
-        if not account and os.environ.get(variable):
-            account, account_source = os.environ[variable], f"${variable}"
-    partition, partition_source = args.partition, "--partition"
-    if not partition and defaults.get("partition"):
-        partition, partition_source = defaults["partition"], "the envrun config (batch.partition)"
-    job = JobRequest(
-        nodes=args.nodes, gpus_per_node=args.gpus_per_node, time=args.time or defaults.get("time"),
-        account=account, account_source=account_source, partition=partition, partition_source=partition_source,
-        launcher=launcher, test=args.test, stage_gb=sum(s.size_gb for s in stages),
-        processes_per_node=getattr(args, "processes_per_node", None),  # envrun sweep on CPU-only nodes
+def sbatch_request(args: argparse.Namespace, argv: list[str]) -> SbatchRequest:
+    """What the options ask for; the script regenerates itself with the same words, less the delivery."""
+    return SbatchRequest(
+        command=tuple(args.command[1:] if args.command[:1] == ["--"] else args.command),
+        regenerate=shlex.join(["envrun", "sbatch", *(a for a in argv if a not in ("--submit", "--wait", "--print"))]),
+        system=args.system, nodes=args.nodes, gpus_per_node=args.gpus_per_node, time=args.time,
+        account=args.account, partition=args.partition, test=args.test, launcher=args.launcher,
+        job_name=args.job_name, output=args.log, image=args.image, overlays=tuple(args.overlays),
+        force_overlay=args.force_overlay, binds=tuple(args.binds), stages=tuple(args.stages),
+        requeue=args.requeue, requeue_max=args.requeue_max, signal_before=args.signal_before,
     )
-    requeue = None
-    if args.requeue:
-        limit = args.requeue_max if args.requeue_max is not None else defaults.get("requeue_max", 3)
-        requeue = Requeue(max_restarts=limit, grace_s=args.signal_before)
-    elif args.requeue_max is not None:
-        raise UsageError("--requeue-max without --requeue", "add --requeue")
-    request = BatchRequest(
-        command=command, job=job, image=image, overlays=overlays, job_name=args.job_name,
-        output=args.log or DEFAULT_OUTPUT, stages=stages, requeue=requeue, envrun=_envrun_command(), cwd=cwd,
-        regenerate=getattr(args, "regenerate", None) or
-        shlex.join(["envrun", "sbatch", *(a for a in argv if a not in ("--submit", "--wait", "--print"))]),
-        time_step=getattr(args, "time_step", False), binds=binds, config_binds=_config_binds(recipe.name, environment),
-        host_paths=HostPaths(),
-    )
-    runtime = find_runtime(probe=False) or Runtime("apptainer", "apptainer")
-    host = read_host_node(os.environ) if recipe.node is None else None
-    job_plan = plan_batch(recipe, request, runtime, host)
-    job_plan.warnings[:0] = warnings
-    return job_plan
-
-
-def file_name(job_name: str) -> str:
-    """The job name as one file name under .envrun/jobs: `/`, blanks, quotes and the like become `_`
-    (a job name is anything sbatch takes; a file name must stay in its directory)."""
-    import re
-
-    return re.sub(r"[^A-Za-z0-9_.+-]", "_", job_name).lstrip(".") or "job"
-
-
-def _batch_defaults(system: str) -> dict[str, Any]:
-    from envbuild.launch.config import batch_defaults_for, read_user_settings
-
-    return batch_defaults_for(read_user_settings(os.environ), system)
-
-
-def _config_binds(system: str, environment: Any) -> tuple[str, ...]:
-    """The binds envrun in the job adds from the envrun config and the project's envrun.yaml."""
-    from envbuild.launch.config import read_user_settings, settings_for
-    from envbuild.launch.project import project_settings
-
-    return (*settings_for(read_user_settings(os.environ), system)[0], *project_settings(environment, system)[0])
-
-
-def _envrun_command() -> str:
-    """`envrun` when the one on PATH is this one, else this one's absolute path: the installed script that
-    runs now, or a checkout's bin/envrun (which runs envrun as a module)."""
-    import shutil
-
-    import envbuild
-
-    here = [os.path.realpath(sys.argv[0])] if sys.argv and os.path.basename(sys.argv[0]) == "envrun" else []
-    checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(envbuild.__file__))), "bin", "envrun")
-    here += [checkout] if os.path.isfile(checkout) else []
-    found = shutil.which("envrun")
-    if not here or (found and os.path.realpath(found) in here):
-        return "envrun"
-    return here[0]
-
-
-def _write_script(path: str, text: str) -> None:
-    from envbuild.atomicfile import atomic_write
-
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    atomic_write(path, text.encode())
-    os.chmod(path, 0o755)  # noqa: S103 - a job script, run by its owner's sbatch

@@ -8,12 +8,11 @@ table (median time, throughput, speed-up, parallel efficiency, spread), CSV, JSO
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
-from typing import Any
 
-from envbuild.errors import EnvbuildError, UsageError
+from envbuild.app.run.sweep import SweepRequest, sweep
+from envbuild.errors import EnvbuildError
 
 EPILOG = """Each point is a batch job written by `envrun sbatch` (the same script, the same checks), with the
 step's wall time printed by the script (an `envrun-step: wall_ms=N exit=S` line). On nodes without GPUs,
@@ -69,83 +68,12 @@ def main(argv: list[str]) -> None:
         sys.exit(130)
 
 
-def run(args: Any, argv: list[str]) -> int:
-    from envbuild.host.node import read_host_node
-    from envbuild.recipes.detect import resolve_recipe
-    from envbuild.slurm.batch.plan import job_name
-    from envbuild.slurm.batch.resources import node_shape
-    from envbuild.slurm.batch.stepcommand import infer_launcher
-    from envbuild.slurm.sweep import state as sweepstate
-    from envbuild.slurm.sweep.points import parse_counts, plan_points
-    from envbuild.slurm.sweep.report import write_reports
-    from envbuild.slurm.sweep.runner import Slurm as SlurmCalls
-    from envbuild.slurm.sweep.runner import SweepRunner
-    from envbuild.slurm.sweep.table import build_table, render_text
-
-    command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command)
-    if not command:
-        raise UsageError("no training command given", "e.g. envrun sweep --nodes 1,2 -- python train.py")
-    if args.repeat < 1:
-        raise UsageError(f"--repeat {args.repeat}: each point needs at least one run", "e.g. --repeat 3")
-    recipe, _why = resolve_recipe(args.system, os.environ)
-    shape = node_shape(recipe, read_host_node(os.environ) if recipe.node is None else None)
-    unit = "GPU" if shape.gpus else "process"
-    capacity = shape.gpus or max(1, shape.cpus // shape.cores_per_process)
-    axis, text = ("nodes", args.nodes) if args.nodes else ("gpus", args.gpus)
-    points = plan_points(axis, parse_counts(text, f"--{axis}"), capacity, unit)
-    launcher = args.launcher or infer_launcher(command)
-    directory = args.report or f"sweep-{job_name(command)}"
-    image = os.path.abspath(args.image) if args.image else None
-    identity = {"command": list(command), "system": recipe.name, "image": image,
-                "overlays": [os.path.abspath(o) for o in args.overlays], "launcher": launcher, "unit": unit}
-    state = sweepstate.load(directory, identity)
-    state.points = sweepstate.merge_points(state.points, points)
-    work = sweepstate.todo(state, points, args.repeat)
-    say = sys.stderr
-    done = len(points) * args.repeat - len(work)
-    say.write(f"envrun sweep: {len(points)} point(s) x {args.repeat} run(s) on {recipe.name} "
-              f"({shape.why}); report in {directory}" + (f"; {done} run(s) finished earlier" if done else "") + "\n")
-    scripts = {(p.key, r): write_script(args, recipe, command, argv, directory, p, r) for p, r, what in work
-               if what == "run"}  # every script first: a request Slurm would refuse stops the sweep before any job
-    sweepstate.save(directory, state)
-    runner = SweepRunner(directory, state, lambda p, r: scripts[(p.key, r)], SlurmCalls.real(), say, os.getcwd(),
-                         args.repeat, poll_s=args.poll)
-    runner.run(work, args.serial)
-    rows = build_table(state.points, state.table_runs())
-    sys.stdout.write(render_text(rows))
-    written = write_reports(directory, rows, identity, warn=lambda text: say.write(f"envrun sweep: warning: {text}\n"))
-    say.write("envrun sweep: wrote " + ", ".join(written) + "\n")
-    return 1 if any(r.failed or r.runs == 0 for r in rows if r.point in points) else 0
-
-
-_WARNED: set[str] = set()
-
-
-def write_script(args: Any, recipe: Any, command: tuple[str, ...], argv: list[str], directory: str, point: Any,
-                 repeat: int) -> tuple[str, str]:
-    """The run's batch script from envrun sbatch's planner (its checks and warnings included), written into
-    the report directory; (script path, output pattern)."""
-    from envbuild.atomicfile import atomic_write
-    from envbuild.cli.sbatch_cmd import plan
-    from envbuild.slurm.batch.script import render_script
-    from envbuild.slurm.sweep.runner import log_pattern
-
-    pattern = log_pattern(directory, point, repeat)
-    options = argparse.Namespace(
-        image=args.image, overlays=args.overlays, force_overlay=args.force_overlay, launcher=args.launcher,
-        stages=[], account=args.account, partition=args.partition, time=args.time, test=args.test,
-        nodes=point.nodes, gpus_per_node=point.per_node if point.unit == "GPU" else None,
-        processes_per_node=point.per_node if point.unit == "process" else None,
-        requeue=False, requeue_max=None, signal_before=90, job_name=None, log=pattern, time_step=True,
-        regenerate=shlex.join(["envrun", "sweep", *argv]),
-    )
-    job = plan(options, recipe, command, argv)
-    job.job_name = f"{job.job_name}-{point.key}"
-    if point.key not in _WARNED:  # once per point, not once per repeat
-        _WARNED.add(point.key)
-        for warning in job.warnings:
-            print(f"envrun sweep: {point.describe()}: warning: {warning}", file=sys.stderr)
-    path = os.path.join(directory, "jobs", f"{point.key}-r{repeat + 1}.sbatch")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write(path, render_script(job).encode(), mode=0o755)
-    return path, pattern
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    axis, counts = ("nodes", args.nodes) if args.nodes else ("gpus", args.gpus)
+    return sweep(SweepRequest(
+        command=tuple(args.command[1:] if args.command[:1] == ["--"] else args.command), axis=axis, counts=counts,
+        regenerate=shlex.join(["envrun", "sweep", *argv]), system=args.system, image=args.image,
+        overlays=tuple(args.overlays), force_overlay=args.force_overlay, repeat=args.repeat, report=args.report,
+        launcher=args.launcher, time=args.time, account=args.account, partition=args.partition, test=args.test,
+        serial=args.serial, poll_s=args.poll,
+    ))

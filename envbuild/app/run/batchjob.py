@@ -1,0 +1,193 @@
+"""`envrun sbatch`: a batch job from what its options ask for (SbatchRequest), planned from the system recipe
+(envbuild.slurm.batch.plan) with the envrun config's defaults, then printed, written, or submitted and
+followed; `envrun sweep` plans each of its runs here too. `--check` reads a hand-written script instead."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from envbuild.errors import UsageError
+
+if TYPE_CHECKING:
+    from envbuild.launch.project import Environment
+    from envbuild.recipes.protocols import SystemRecipe
+    from envbuild.slurm.batch.plan import BatchJob
+
+
+@dataclass(frozen=True)
+class SbatchRequest:
+    """What `envrun sbatch`'s options ask for. None: envrun chooses (the envrun config, then its default)."""
+
+    command: tuple[str, ...]  # the training command, e.g. ("python", "train.py")
+    regenerate: str  # the command line that writes this script again (the script names it)
+    system: str | None = None  # None: $ENVBUILD_SYSTEM or detected
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    processes_per_node: int | None = None  # CPU-only nodes (envrun sweep): training processes per node
+    time: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    test: bool = False  # the system's test/development partition
+    launcher: str | None = None  # None: the command's own, the config's, else torchrun
+    job_name: str | None = None
+    output: str | None = None  # the job's output file pattern; None: DEFAULT_OUTPUT
+    image: str | None = None  # None: as envrun finds it
+    overlays: tuple[str, ...] = ()
+    force_overlay: bool = False
+    binds: tuple[str, ...] = ()
+    stages: tuple[str, ...] = ()  # directories or archives copied to node-local storage
+    requeue: bool = False
+    requeue_max: int | None = None
+    signal_before: int = 90  # seconds before the time limit that the checkpoint signal comes
+    time_step: bool = False  # print the step's wall time as an `envrun-step:` line (envrun sweep reads it)
+
+
+def check_script(path: str, system: str | None, *, as_json: bool) -> int:
+    """`envrun sbatch --check`: the pitfall rules on a batch script; 1 when it has errors or warnings."""
+    from envbuild.recipes.detect import resolve_site_recipe
+    from envbuild.slurm.check.pitfalls import check_script_file
+
+    # the check runs a site's rules only on that site's evidence: with no recipe for the site, none
+    site_recipe, site = resolve_site_recipe(system, os.environ)
+    return check_script_file(path, site_recipe, sys.stdout, site=site, as_json=as_json)
+
+
+def sbatch(request: SbatchRequest, *, script: str | None, submit: bool, wait: bool) -> int:
+    """Plan the job, then print the script; or write it to `script`; or submit it (written to `script` or
+    .envrun/jobs/) and print the job id, with `wait` following its output and returning the job's exit code."""
+    from envbuild.recipes.detect import resolve_recipe
+    from envbuild.slurm.batch.script import render_script
+
+    recipe, _why = resolve_recipe(request.system, os.environ)
+    job = plan_job(request, recipe)
+    text = render_script(job)
+    for warning in job.warnings:
+        print(f"envrun sbatch: warning: {warning}", file=sys.stderr)
+    if not (script or submit):
+        sys.stdout.write(text)
+        return 0
+    path = script or os.path.join(".envrun", "jobs", f"{file_name(job.job_name)}-{time.strftime('%Y%m%d-%H%M%S')}.sbatch")
+    _write_script(path, text)
+    if not submit:
+        print(f"envrun sbatch: wrote {path}; submit it with: sbatch {shlex.quote(path)}", file=sys.stderr)
+        return 0
+    from envbuild.slurm.batch.submit import submit as submit_script
+    from envbuild.slurm.batch.submit import wait_for_job
+
+    job_id = submit_script(path, os.getcwd())
+    print(job_id, flush=True)
+    output = job.request.output.replace("%x", job.job_name).replace("%j", job_id)
+    print(f"envrun sbatch: submitted job {job_id} ({path}; output {output})", file=sys.stderr, flush=True)
+    if wait:
+        return wait_for_job(job_id, os.getcwd())
+    return 0
+
+
+def plan_job(request: SbatchRequest, recipe: SystemRecipe) -> BatchJob:
+    """The batch job on `recipe` (request.system's, resolved by the caller): the environment as envrun finds
+    it, binds checked, the envrun config's batch defaults (then $SBATCH_ACCOUNT) where the request leaves a
+    value open, planned by envbuild.slurm.batch.plan."""
+    from envbuild.host.node import read_host_node
+    from envbuild.host.runtime import Runtime, find_runtime
+    from envbuild.launch.project import find_environment, image_and_overlays
+    from envbuild.launch.visibility import HostPaths
+    from envbuild.slurm.batch.plan import DEFAULT_OUTPUT, BatchRequest, Requeue, plan_batch
+    from envbuild.slurm.batch.resources import JobRequest
+    from envbuild.slurm.batch.staging import describe_source
+    from envbuild.slurm.batch.stepcommand import infer_launcher
+
+    cwd = os.getcwd()
+    defaults = _batch_defaults(recipe.name)
+    environment = find_environment(image=request.image, overlays=request.overlays, environ=os.environ, cwd=cwd)
+    image, overlays, warnings, _notes = image_and_overlays(environment, request.force_overlay)
+    for bind in request.binds:  # as envrun refuses it in the job, but before the queue
+        if not os.path.exists(bind.split(":", 1)[0]):
+            raise UsageError(f"bind source {bind.split(':', 1)[0]} does not exist (--bind {bind})",
+                             "create the directory, or fix the path given to --bind")
+    launcher = request.launcher or infer_launcher(request.command) or defaults.get("launcher") or "torchrun"
+    stages = tuple(describe_source(source, cwd) for source in request.stages)
+    account, account_source = request.account, "--account"
+    if not account and defaults.get("account"):
+        account, account_source = defaults["account"], "the envrun config (batch.account)"
+    for variable in ("SBATCH_ACCOUNT", "SLURM_ACCOUNT"):
+        if not account and os.environ.get(variable):
+            account, account_source = os.environ[variable], f"${variable}"
+    partition, partition_source = request.partition, "--partition"
+    if not partition and defaults.get("partition"):
+        partition, partition_source = defaults["partition"], "the envrun config (batch.partition)"
+    job = JobRequest(
+        nodes=request.nodes, gpus_per_node=request.gpus_per_node, time=request.time or defaults.get("time"),
+        account=account, account_source=account_source, partition=partition, partition_source=partition_source,
+        launcher=launcher, test=request.test, stage_gb=sum(s.size_gb for s in stages),
+        processes_per_node=request.processes_per_node,
+    )
+    requeue = None
+    if request.requeue:
+        limit = request.requeue_max if request.requeue_max is not None else defaults.get("requeue_max", 3)
+        requeue = Requeue(max_restarts=limit, grace_s=request.signal_before)
+    elif request.requeue_max is not None:
+        raise UsageError("--requeue-max without --requeue", "add --requeue")
+    batch = BatchRequest(
+        command=request.command, job=job, image=image, overlays=overlays, job_name=request.job_name,
+        output=request.output or DEFAULT_OUTPUT, stages=stages, requeue=requeue, envrun=_envrun_command(), cwd=cwd,
+        regenerate=request.regenerate, time_step=request.time_step, binds=request.binds,
+        config_binds=_config_binds(recipe.name, environment), host_paths=HostPaths(),
+    )
+    runtime = find_runtime(probe=False) or Runtime("apptainer", "apptainer")
+    host = read_host_node(os.environ) if recipe.node is None else None
+    job_plan = plan_batch(recipe, batch, runtime, host)
+    job_plan.warnings[:0] = warnings
+    return job_plan
+
+
+def file_name(job_name: str) -> str:
+    """The job name as one file name under .envrun/jobs: `/`, blanks, quotes and the like become `_`
+    (a job name is anything sbatch takes; a file name must stay in its directory)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", job_name).lstrip(".") or "job"
+
+
+def _batch_defaults(system: str) -> dict[str, Any]:
+    from envbuild.launch.config import batch_defaults_for, read_user_settings
+
+    return batch_defaults_for(read_user_settings(os.environ), system)
+
+
+def _config_binds(system: str, environment: Environment) -> tuple[str, ...]:
+    """The binds envrun in the job adds from the envrun config and the project's envrun.yaml."""
+    from envbuild.launch.config import read_user_settings, settings_for
+    from envbuild.launch.project import project_settings
+
+    return (*settings_for(read_user_settings(os.environ), system)[0], *project_settings(environment, system)[0])
+
+
+def _envrun_command() -> str:
+    """`envrun` when the one on PATH is this one, else this one's absolute path: the installed script that
+    runs now, or a checkout's bin/envrun (which runs envrun as a module)."""
+    import shutil
+
+    import envbuild
+
+    here = [os.path.realpath(sys.argv[0])] if sys.argv and os.path.basename(sys.argv[0]) == "envrun" else []
+    checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(envbuild.__file__))), "bin", "envrun")
+    here += [checkout] if os.path.isfile(checkout) else []
+    found = shutil.which("envrun")
+    if not here or (found and os.path.realpath(found) in here):
+        return "envrun"
+    return here[0]
+
+
+def _write_script(path: str, text: str) -> None:
+    from envbuild.atomicfile import atomic_write
+
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    atomic_write(path, text.encode())
+    os.chmod(path, 0o755)  # noqa: S103 - a job script, run by its owner's sbatch
