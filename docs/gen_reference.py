@@ -1,6 +1,6 @@
-"""Write docs/reference/cli.md and docs/reference/spec.md from the code that defines them.
+"""Write docs/reference/cli.md, spec.md and modules.md from the code that defines them.
 
-    .venv/bin/python docs/gen_reference.py           # rewrite both files
+    .venv/bin/python docs/gen_reference.py           # rewrite the three files
     .venv/bin/python docs/gen_reference.py --check   # exit 1 when a committed file differs (what the test runs)
 
 The CLI reference is each command's own `--help` text: click's formatter over the `envbuild` group (the
@@ -8,15 +8,18 @@ lazily loaded subcommands included: envbuild.cli.lazygroup) and argparse's over 
 at a fixed width of 100 columns. mkdocs-click would render the click half only, needs mkdocs to run, and
 would show a different text than the terminal does; this writes plain Markdown anyone reads on the forge, in
 exactly the words a user sees. The spec reference is the JSON Schema that `envbuild schema` prints
-(envbuild.spec.jsonschema): one table per object, the pydantic field descriptions as the text.
+(envbuild.spec.jsonschema): one table per object, the pydantic field descriptions as the text. The module map
+lists every module of envbuild/ with the first sentence of its docstring.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 CLI_MD = ROOT / "docs" / "reference" / "cli.md"
 SPEC_MD = ROOT / "docs" / "reference" / "spec.md"
+MODULES_MD = ROOT / "docs" / "reference" / "modules.md"
 WIDTH = 100
 REGENERATE = ".venv/bin/python docs/gen_reference.py"
 
@@ -167,8 +171,35 @@ def spec_markdown() -> str:
     return "".join(out)
 
 
+def _summary(path: Path) -> str:
+    """The first sentence of a module's docstring (read with ast: nothing is imported)."""
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    paragraph = " ".join(docstring.split("\n\n", 1)[0].split())
+    sentence = re.split(r"(?<=[.:;])\s(?=[A-Z`(])", paragraph, maxsplit=1)[0]
+    return _cell(sentence)
+
+
+def modules_markdown() -> str:
+    package_root = ROOT / "envbuild"
+    out = [_HEADER.format(what="the module docstrings under envbuild/", cmd=REGENERATE), "# Module map\n\n",
+           "Every module of `envbuild/` with the first sentence of its docstring. Packages import only packages "
+           "below them (`PACKAGE_ORDER` in tests/test_architecture.py); how the layers fit: "
+           "[development.md](../development.md).\n"]
+    packages = sorted({path.parent for path in package_root.rglob("*.py") if "__pycache__" not in path.parts})
+    for package in packages:
+        name = package.relative_to(ROOT).as_posix()
+        init = package / "__init__.py"
+        summary = _summary(init) if init.exists() else ""
+        out.append(f"\n## `{name}/`\n\n" + (f"{summary}\n\n" if summary else ""))
+        modules = [module for module in sorted(package.glob("*.py")) if module.name != "__init__.py"]
+        if modules:
+            out.append("| module | what |\n|---|---|\n")
+            out.extend(f"| `{module.name}` | {_summary(module)} |\n" for module in modules)
+    return "".join(out)
+
+
 def generated() -> dict[Path, str]:
-    return {CLI_MD: cli_markdown(), SPEC_MD: spec_markdown()}
+    return {CLI_MD: cli_markdown(), SPEC_MD: spec_markdown(), MODULES_MD: modules_markdown()}
 
 
 def stale_files() -> list[Path]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import warnings
 from pathlib import Path
 
 import click
@@ -27,6 +28,7 @@ GENERATED = {ROOT / "docs" / "reference" / "cli.md", ROOT / "docs" / "reference"
 TOP_DIRS = ("envbuild", "tests", "bench", "examples", "envs", "recipes", "provision", "docs")
 _PATH = re.compile(r"(?<![\w./~$-])((?:[A-Za-z_][\w.-]*/)+[\w.*-]+\.(?:py|md|yaml|yml|sh|lock|png|json))(?![\w/])")
 _TOP_PATH = re.compile(r"(?<![\w./~$-])((?:" + "|".join(TOP_DIRS) + r")/[\w./*-]*[\w*])/?(?![\w/])")
+_LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)#\s]+)(?:#[^)]*)?\)")
 _MODULE = re.compile(r"(?<![\w./-])(envbuild(?:\.[a-z_][a-z0-9_]*)+)")
 # Paths of other projects, inside images or stores, in the wheel, and placeholders, named on purpose:
 # torch/version.py, deepspeed/launcher/runner.py, conda-meta/*.json, cotainr's cli.py, a store's envs/*/,
@@ -63,8 +65,11 @@ def _named_paths(text: str) -> set[str]:
 
 def _broken_names(path: Path) -> list[str]:
     text = path.read_text(encoding="utf-8")
-    bases = (ROOT, ROOT / "envbuild", ROOT / "tests", path.parent)
+    bases = (ROOT, ROOT / "envbuild", ROOT / "tests", ROOT / "docs", path.parent)
     broken = [f"path {name}" for name in sorted(_named_paths(text)) if not _exists(name, bases)]
+    if path.suffix == ".md":  # a link is relative to its page
+        broken += [f"link {target}" for target in sorted({m.group(1) for m in _LINK.finditer(text)})
+                   if not (path.parent / target).exists()]
     broken += [f"module {name}" for name in sorted({m.group(1).rstrip(".") for m in _MODULE.finditer(text)})
                if not _module_exists(name)]
     return broken
@@ -134,6 +139,13 @@ def _strict(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+def _unparsed(ctx: click.Context) -> list[str]:
+    """The words a group left for its subcommand (click 8.2 deprecates `protected_args`; 9 puts them in `args`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return [*getattr(ctx, "protected_args", ()), *ctx.args]
+
+
 def parse_error(words: list[str]) -> str | None:
     """Why the tool's parser refuses these words, or None when it accepts them."""
     generator = load_generator()
@@ -154,7 +166,7 @@ def parse_error(words: list[str]) -> str | None:
             ctx = command.make_context(words[0] if parent is None else command.name, list(args), parent=parent)
             if not isinstance(command, click.Group):
                 return None
-            rest = [*ctx.protected_args, *ctx.args]
+            rest = _unparsed(ctx)
             if not rest:
                 return None
             _, sub, args = command.resolve_command(ctx, rest)
@@ -186,8 +198,10 @@ def test_documented_command_lines_parse(where, words):
 def test_the_checker_sees_bad_names_and_bad_options(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("`envbuild/batch/resources.py`, `envbuild.app.buildcommand`, `envbuild/cli/lazygroup.py`, "
-                    "envbuild.cli.lazygroup.LazyGroup\n")
-    assert _broken_names(page) == ["path envbuild/batch/resources.py", "module envbuild.app.buildcommand"]
+                    "envbuild.cli.lazygroup.LazyGroup, [a page](nowhere.md), [the spec](../../envs/x.yaml)\n")
+    (tmp_path / "nowhere.md").write_text("")  # exists beside the page: a link, not a repository path
+    assert _broken_names(page) == ["path envbuild/batch/resources.py", "link ../../envs/x.yaml",
+                                   "module envbuild.app.buildcommand"]
     assert parse_error(["envbuild", "build", "x.yaml", "--no-such-option"]) is not None
     assert parse_error(["envbuild", "build", "x.yaml", "--dry-run"]) is None
     assert parse_error(["envbuild", "cache", "prune", "--older-than", "30d"]) is None
