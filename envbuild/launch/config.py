@@ -33,10 +33,12 @@ TYPE_CHECKING = False  # pathlib and typing stay off envrun's start-up path
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
-    from typing import Any
+    from typing import Any, TypeVar
 
     from envbuild.launch.configschema import EnvrunConfig
     from envbuild.strictmodel import StrictModel
+
+    Model = TypeVar("Model", bound=StrictModel)
 
 # What an absent config means; a plain object so that envrun needs no pydantic for it.
 EMPTY = SimpleNamespace(binds=(), env={})
@@ -67,7 +69,7 @@ def load_envrun_config(environ: Mapping[str, str] | None = None) -> EnvrunConfig
     return validate_file(path, EnvrunConfig, "envrun config", "binds, env and systems")
 
 
-def validate_file(path: Path, model: type[StrictModel], what: str, keys: str) -> Any:
+def validate_file(path: Path, model: type[Model], what: str, keys: str) -> Model:
     """`path` validated as `model`; every problem is a UsageError at file:line:column with a fix."""
     from pydantic import ValidationError
 
@@ -110,16 +112,18 @@ def read_settings(path: str, *, project: bool = False) -> dict[str, Any]:
     cache = content_cache_name("project" if project else "config", content, CACHE_FORMAT)
     cached = read_cached(cache, cache, lambda data: is_settings_data(data, project=project))
     if cached is not MISS:
-        return cached
+        checked: dict[str, Any] = cached  # is_settings_data checked its shape
+        return checked
     from pathlib import Path
 
     from envbuild.launch.configschema import EnvrunConfig, ProjectConfig
 
+    data: EnvrunConfig | ProjectConfig
     if project:
         data = validate_file(Path(path), ProjectConfig, "envrun.yaml", "image, overlays, binds, env and systems")
     else:
         data = validate_file(Path(path), EnvrunConfig, "envrun config", "binds, env and systems")
-    plain = data.model_dump(mode="json")
+    plain: dict[str, Any] = data.model_dump(mode="json")
     write_cached(cache, cache, plain)
     return plain
 

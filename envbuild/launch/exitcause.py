@@ -135,10 +135,10 @@ def _root_cause(lines: list[str]) -> tuple[str, str, str, str] | None:
     code = re.match(r"(-?\d+)", fields.get("exitcode", ""))
     if rank is None or code is None:
         return None
-    value = int(code.group(1))
-    if value < 0:
+    status = int(code.group(1))
+    if status < 0:
         name = re.search(r"\((SIG[A-Z0-9]+)\)", fields["exitcode"])
-        outcome = f"was killed by {name.group(1) if name else f'signal {-value}'}"
+        outcome = f"was killed by {name.group(1) if name else f'signal {-status}'}"
     else:
-        outcome = f"exited with code {value}"
+        outcome = f"exited with code {status}"
     return rank.group(1), rank.group(2), fields.get("host", ""), outcome

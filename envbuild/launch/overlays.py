@@ -19,8 +19,10 @@ from envbuild.host.usercache import MISS, read_cached, write_cached
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any
+    from collections.abc import Callable, Sequence
+    from typing import Any, TypeVar
+
+    Value = TypeVar("Value")
 
 
 class Overlay:
@@ -32,7 +34,8 @@ class Overlay:
 
     @property
     def mount(self) -> str:
-        return self.record["mount"]
+        mount: str = self.record["mount"]  # overlayformat.check_record checked it is text
+        return mount
 
 
 def read_overlays(paths: Sequence[str]) -> list[Overlay]:
@@ -155,7 +158,7 @@ def _sha256(path: str) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
-def _cached(path: str, kind: str, compute: Any, check: Any = None) -> Any:
+def _cached(path: str, kind: str, compute: Callable[[str], Value], check: Callable[[Any], bool]) -> Value:
     """compute(path), kept in the user's cache per (absolute path, size, mtime_ns) when it is plain data.
     The file name is a crc32 of that key (hashlib's import costs 5 ms); the key is stored with the value
     and compared on reading, and `check` (value -> bool) must accept what is read back."""
@@ -164,7 +167,8 @@ def _cached(path: str, kind: str, compute: Any, check: Any = None) -> Any:
     name = f"{kind}-{zlib.crc32(key.encode()):08x}{len(key):x}.marshal"
     stored = read_cached(name, key, check)
     if stored is not MISS:
-        return stored
+        found: Value = stored  # plain data that `check` accepted
+        return found
     value = compute(path)
     write_cached(name, key, value)
     return value

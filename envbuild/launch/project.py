@@ -170,8 +170,7 @@ def image_and_overlays(environment: Environment, force: bool) -> tuple[str, tupl
     image, source = environment.image, environment.source
     notes = [f"image{' and overlays' if environment.overlays else ''} from {source}"]
     if not environment.overlays:
-        require_image(image, source)
-        return image, (), [], notes
+        return require_image(image, source), (), [], notes
     from envbuild.launch.overlays import check_overlays, read_overlays
 
     overlays = read_overlays(environment.overlays)
@@ -186,7 +185,8 @@ def image_and_overlays(environment: Environment, force: bool) -> tuple[str, tupl
     return image, tuple((o.path, o.mount) for o in overlays), warnings, notes + checked
 
 
-def require_image(image: str | None, source: str) -> None:
+def require_image(image: str | None, source: str) -> str:
     if not image or not os.path.exists(image):
         named = "" if source == "the command line" else f" (named by {source})"
         raise UsageError(f"image {image} does not exist{named}", "build it with `envbuild build SPEC -o IMG.sif` or fix the path")
+    return image

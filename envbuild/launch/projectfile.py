@@ -132,7 +132,7 @@ def _written_by_envbuild(line: str, current: Any) -> bool:
     if mark is None:
         return False
     try:
-        return yaml.safe_load(mark.group("value")) == current
+        return bool(yaml.safe_load(mark.group("value")) == current)
     except yaml.YAMLError:
         return False
 

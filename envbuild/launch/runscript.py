@@ -53,10 +53,14 @@ def image_runscript(image: str) -> tuple[str, str] | None:
     from envbuild.launch.overlays import cached_per_file
 
     try:
-        verdict = cached_per_file(image, "runscripts-1", _read_sif_verdict)
+        return cached_per_file(image, "runscripts-1", _read_sif_verdict, _is_verdict)
     except OSError:
         return None
-    return tuple(verdict) if verdict else None  # type: ignore[return-value]
+
+
+def _is_verdict(value: object) -> bool:
+    """Whether a cached value has the shape _read_sif_verdict gives."""
+    return value is None or (type(value) is tuple and len(value) == 2 and all(type(part) is str for part in value))
 
 
 def _read_dir(root: str, path: str) -> str | None:

@@ -15,13 +15,15 @@ Light: os, _signal (signal without enum) and select; the cause is worked out aft
 
 from __future__ import annotations
 
-import _signal
 import os
 import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal as _signal  # typeshed has no stub for the C module; signal re-exports what is used of it
     from collections.abc import Callable
+else:
+    import _signal
 
 _FORWARDED = ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGQUIT")
 _FROM_TERMINAL = ("SIGINT", "SIGQUIT")

@@ -86,8 +86,8 @@ def render_wrapper(command: str, image: str, recipe: SystemRecipe, runtime_name:
     assert tail[-3] == TASK_SHIM_NAME and tail[-1] == _CMD
     # with overlays, torchrun runs under the overlay's python (see envbuild.launch.plan's torchrun_argv)
     tail[-1:] = ["python", "-m", "torch.distributed.run"] if overlays and command == "torchrun" else [command]
-    words = " ".join(quote(w) for w in tail)  # the shim's own shell text may span lines: quoted, it stays one word
-    lines.append(f'exec {quoted_head} "$image" {words} "$@"')
+    command_text = " ".join(quote(w) for w in tail)  # the shim's own shell text may span lines: quoted, it stays one word
+    lines.append(f'exec {quoted_head} "$image" {command_text} "$@"')
     return "\n".join(lines) + "\n"
 
 
