@@ -78,8 +78,9 @@ def _with_unit(number: str, unit: int) -> int | None:
         return None
     if not point:
         return int(whole) * unit
-    exact = (int(whole or "0") * 10 ** len(fraction) + int(fraction or "0")) * unit
-    return -(-exact // 10 ** len(fraction))  # rounded up to whole seconds
+    scale: int = 10 ** len(fraction)  # typed Any: int ** int is a float for a negative exponent
+    exact = (int(whole or "0") * scale + int(fraction or "0")) * unit
+    return -(-exact // scale)  # rounded up to whole seconds
 
 
 def _slurm_seconds(value: str) -> int | None:

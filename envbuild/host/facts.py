@@ -54,7 +54,7 @@ def host_debian_mirror(
         except OSError:
             continue
         for stanza in re.split(r"\n\s*\n", text):
-            fields = dict(
+            fields: dict[str, str] = dict(
                 (m.group(1).lower(), m.group(2).strip())
                 for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, re.M)
             )

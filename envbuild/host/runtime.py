@@ -103,10 +103,10 @@ def default_cache_dir(environ: dict[str, str] | None = None) -> Path:
 
 def cache_dir_path(environ: dict[str, str] | None = None) -> str:
     """$ENVBUILD_CACHE_DIR, else $XDG_CACHE_HOME/envbuild, else ~/.cache/envbuild (as a string)."""
-    environ = os.environ if environ is None else environ
-    if environ.get("ENVBUILD_CACHE_DIR"):
-        return environ["ENVBUILD_CACHE_DIR"]
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
+    variables = os.environ if environ is None else environ
+    if variables.get("ENVBUILD_CACHE_DIR"):
+        return variables["ENVBUILD_CACHE_DIR"]
+    base = variables.get("XDG_CACHE_HOME") or os.path.join(variables.get("HOME") or os.path.expanduser("~"), ".cache")
     return os.path.join(base, "envbuild")
 
 

@@ -87,9 +87,10 @@ def cached_version_line(path: str) -> str:
         return ""
     key = f"{os.path.realpath(path)}|{info.st_ino}|{info.st_size}|{info.st_mtime_ns}"
     name = f"version-{zlib.crc32(key.encode()):08x}-{len(key):x}"
-    line = read_cached(name, key, lambda value: type(value) is str and "\n" not in value)
-    if line is not MISS:
-        return line
+    cached = read_cached(name, key, lambda value: type(value) is str and "\n" not in value)
+    if cached is not MISS:
+        checked: str = cached  # one line of text, as the check says
+        return checked
     line = probe_version_line(path)
     if line:
         write_cached(name, key, line)  # an unwritable cache: probe again next time

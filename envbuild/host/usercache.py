@@ -186,7 +186,8 @@ def _read_private(name: str, directory: int) -> bytes | None:
 
 
 def _read_all(handle: int, size: int) -> bytes:
-    chunks, left = [], size + 1  # one byte more: a file that grew is read to its end
+    chunks: list[bytes] = []
+    left = size + 1  # one byte more: a file that grew is read to its end
     while True:
         chunk = os.read(handle, max(left, 1 << 16))
         if not chunk:
