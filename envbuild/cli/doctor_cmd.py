@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
-    from envbuild.doctor.gather import DoctorRequest, node_record, resolve, run_doctor
-    from envbuild.doctor.hostrecord import record_lines
+    from envbuild.app.run.doctor import doctor, print_node_record
+    from envbuild.doctor.gather import DoctorRequest
 
     args = build_parser().parse_args(argv)
     command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command)
@@ -58,9 +58,9 @@ def main(argv: list[str]) -> None:
                             environ=dict(os.environ), cwd=os.getcwd())
     try:
         if args.node_record:
-            print("\n".join(record_lines(node_record(resolve(request), request.environ))), flush=True)
+            print_node_record(request)
             return
-        report = run_doctor(request)
+        code = doctor(request, strict=args.strict, as_json=args.json)
     except EnvbuildError as exc:
         print(exc.render(), file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -68,5 +68,4 @@ def main(argv: list[str]) -> None:
         print(f"envrun doctor: error: {exc}\n  fix: give a file written by `envrun doctor --node-record`",
               file=sys.stderr)
         sys.exit(EXIT_USAGE)
-    sys.stdout.write(report.to_json() + "\n" if args.json else report.render())
-    sys.exit(report.exit_code(args.strict))
+    sys.exit(code)
