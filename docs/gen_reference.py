@@ -64,7 +64,8 @@ def _click_commands(group: Any) -> Iterator[tuple[list[str], Any, Any]]:
     import click
 
     def walk(command: click.Command, words: list[str], parent: click.Context | None) -> Iterator[tuple[list[str], Any, Any]]:
-        ctx = click.Context(command, info_name=words[-1], parent=parent, terminal_width=WIDTH, max_content_width=WIDTH)
+        settings = {**command.context_settings, "terminal_width": WIDTH, "max_content_width": WIDTH}  # as make_context
+        ctx = click.Context(command, info_name=words[-1], parent=parent, **settings)
         yield words, command, ctx
         if isinstance(command, click.Group):
             for name in command.list_commands(ctx):
