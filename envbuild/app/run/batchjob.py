@@ -1,6 +1,6 @@
 """`envrun sbatch`: a batch job from what its options ask for (SbatchRequest), planned from the system recipe
 (envbuild.slurm.batch.plan) with the envrun config's defaults, then printed, written, or submitted and
-followed; `envrun sweep` plans each of its runs here too. `--check` reads a hand-written script instead."""
+followed. `envrun sweep` plans each of its runs here too; `--check` reads a hand-written script instead."""
 
 from __future__ import annotations
 
