@@ -24,6 +24,7 @@ import os
 import posixpath
 import shutil
 import stat
+import sys
 from collections.abc import Iterator
 
 from envbuild.imagetree.inroot import MAX_SYMLINK_HOPS, Link, resolve_in_root
@@ -361,10 +362,29 @@ def _directory_for(root: str, inside: str, walk: bool | None) -> None:
 
 def _remove_entry(parent: int, name: str) -> None:
     info = os.stat(name, dir_fd=parent, follow_symlinks=False)
-    if stat.S_ISDIR(info.st_mode):
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(name, dir_fd=parent)
+    elif sys.version_info >= (3, 11):
         shutil.rmtree(name, dir_fd=parent)
     else:
-        os.unlink(name, dir_fd=parent)
+        remove_tree_at(parent, name)
+
+
+def remove_tree_at(parent: int, name: str) -> None:
+    """The directory `name` in the directory open as `parent`, and all in it, never following a symlink:
+    shutil.rmtree's dir_fd form, which Python 3.10 lacks."""
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    try:
+        with os.scandir(fd) as entries:
+            children = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+        for child, is_directory in children:
+            if is_directory:
+                remove_tree_at(fd, child)
+            else:
+                os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
 
 
 def _set_mode(root: str, inside: str, mode: int, times: os.stat_result, walk: bool | None) -> None:

@@ -40,8 +40,11 @@ def _kind(mode: int) -> str:
 
 
 def _sha256(path: str) -> str:
+    digest = hashlib.sha256()  # block by block: hashlib.file_digest is Python 3.11's
     with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _entry(path: str, info: os.stat_result, *, digest: bool) -> Entry:

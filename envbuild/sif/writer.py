@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 import uuid
+from io import BufferedIOBase
 from pathlib import Path
 from typing import BinaryIO
 
@@ -184,14 +185,14 @@ def squashfs_size(handle: BinaryIO, offset: int, path: str) -> int:
     superblock = os.pread(handle.fileno(), 96, offset)
     if superblock[:4] != b"hsqs":
         raise SystemExit(f"{path}: no squashfs at offset {offset} (was mksquashfs run with -offset {offset}?)")
-    bytes_used = struct.unpack_from("<Q", superblock, 40)[0]
+    bytes_used: int = struct.unpack_from("<Q", superblock, 40)[0]
     size = -(-bytes_used // SQUASHFS_PAD) * SQUASHFS_PAD
     if offset + size > os.fstat(handle.fileno()).st_size:
         raise SystemExit(f"{path}: the squashfs ({bytes_used} bytes at {offset}) is cut short")
     return size
 
 
-def content_id(handle: BinaryIO, start: int, end: int, tail: bytes, when: int, arch: bytes) -> bytes:
+def content_id(handle: BufferedIOBase, start: int, end: int, tail: bytes, when: int, arch: bytes) -> bytes:
     """An image UUID derived from everything else in the file (name-based, RFC 4122 version 5)."""
     digest = hashlib.sha256()
     buffer = bytearray(4 << 20)

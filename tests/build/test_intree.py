@@ -124,6 +124,24 @@ def test_removing_and_moving_out_act_on_the_entry_never_on_a_link_target(tree: t
     assert (root.parent / "freeze.txt").read_text() == "six==1.16.0\n"
 
 
+def test_removing_a_tree_by_descriptor_removes_links_never_their_targets(tree: tuple[Path, Path]) -> None:
+    """remove_tree_at: where shutil.rmtree has no dir_fd (Python 3.10), the tree's directories go this way."""
+    root, host = tree
+    (root / "old" / "deep").mkdir(parents=True)
+    (root / "old" / "deep" / "file").write_text("x")
+    (root / "old" / "to-host").symlink_to(host)
+    (root / "old" / "deep" / "to-secret").symlink_to(host / "secret.json")
+    parent = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        intree.remove_tree_at(parent, "old")
+        (root / "link").symlink_to(host)
+        with pytest.raises(OSError):  # a link named as the tree is refused (ENOTDIR or ELOOP), not followed
+            intree.remove_tree_at(parent, "link")
+    finally:
+        os.close(parent)
+    assert not (root / "old").exists() and (host / "secret.json").exists() and (root / "link").is_symlink()
+
+
 def test_directories_get_exactly_the_mode_asked_and_existing_ones_keep_theirs(tree: tuple[Path, Path], walk: bool) -> None:
     root, _ = tree
     (root / "etc").chmod(0o700)
