@@ -28,7 +28,7 @@ GENERATED = {ROOT / "docs" / "reference" / "cli.md", ROOT / "docs" / "reference"
 TOP_DIRS = ("envbuild", "tests", "bench", "examples", "envs", "recipes", "provision", "docs")
 _PATH = re.compile(r"(?<![\w./~$-])((?:[A-Za-z_][\w.-]*/)+[\w.*-]+\.(?:py|md|yaml|yml|sh|lock|png|json))(?![\w/])")
 _TOP_PATH = re.compile(r"(?<![\w./~$-])((?:" + "|".join(TOP_DIRS) + r")/[\w./*-]*[\w*])/?(?![\w/])")
-_LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)#\s]+)(?:#[^)]*)?\)")
+_LINK = re.compile(r"\]\((?!https?:|mailto:)([^)#\s]*)(?:#([^)\s]*))?\)")
 _MODULE = re.compile(r"(?<![\w./-])(envbuild(?:\.[a-z_][a-z0-9_]*)+)")
 # Paths of other projects, inside images or stores, in the wheel, and placeholders, named on purpose:
 # torch/version.py, deepspeed/launcher/runner.py, conda-meta/*.json, cotainr's cli.py, a store's envs/*/,
@@ -57,6 +57,13 @@ def _module_exists(dotted: str) -> bool:
     return False
 
 
+def _anchors(markdown: str) -> set[str]:
+    """The anchors a page offers: `<a id="...">` and its headings as GitHub slugs them."""
+    ids = set(re.findall(r'<a id="([^"]+)"', markdown))
+    headings = re.findall(r"^#+\s+(.*)$", markdown, re.M)
+    return ids | {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
 def _named_paths(text: str) -> set[str]:
     found = {m.group(1) for m in _TOP_PATH.finditer(text)}
     found |= {m.group(1) for m in _PATH.finditer(text)}
@@ -67,9 +74,13 @@ def _broken_names(path: Path) -> list[str]:
     text = path.read_text(encoding="utf-8")
     bases = (ROOT, ROOT / "envbuild", ROOT / "tests", ROOT / "docs", path.parent)
     broken = [f"path {name}" for name in sorted(_named_paths(text)) if not _exists(name, bases)]
-    if path.suffix == ".md":  # a link is relative to its page
-        broken += [f"link {target}" for target in sorted({m.group(1) for m in _LINK.finditer(text)})
-                   if not (path.parent / target).exists()]
+    if path.suffix == ".md":  # a link is relative to its page; an anchor names an id or a heading there
+        for target, anchor in sorted({(m.group(1), m.group(2) or "") for m in _LINK.finditer(text)}):
+            page = path.parent / target if target else path
+            if not page.exists():
+                broken.append(f"link {target}")
+            elif anchor and page.suffix == ".md" and anchor not in _anchors(page.read_text(encoding="utf-8")):
+                broken.append(f"link {target}#{anchor}")
     broken += [f"module {name}" for name in sorted({m.group(1).rstrip(".") for m in _MODULE.finditer(text)})
                if not _module_exists(name)]
     return broken
@@ -198,9 +209,9 @@ def test_documented_command_lines_parse(where, words):
 def test_the_checker_sees_bad_names_and_bad_options(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("`envbuild/batch/resources.py`, `envbuild.app.buildcommand`, `envbuild/cli/lazygroup.py`, "
-                    "envbuild.cli.lazygroup.LazyGroup, [a page](nowhere.md), [the spec](../../envs/x.yaml)\n")
+                    "envbuild.cli.lazygroup.LazyGroup, [a page](nowhere.md), [the spec](../../envs/x.yaml), [up](#no-heading)\n")
     (tmp_path / "nowhere.md").write_text("")  # exists beside the page: a link, not a repository path
-    assert _broken_names(page) == ["path envbuild/batch/resources.py", "link ../../envs/x.yaml",
+    assert _broken_names(page) == ["path envbuild/batch/resources.py", "link #no-heading", "link ../../envs/x.yaml",
                                    "module envbuild.app.buildcommand"]
     assert parse_error(["envbuild", "build", "x.yaml", "--no-such-option"]) is not None
     assert parse_error(["envbuild", "build", "x.yaml", "--dry-run"]) is None
