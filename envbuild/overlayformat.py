@@ -12,6 +12,10 @@ made (the RECORD keys below), with the spec and lock it was built from.
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing stays off envrun's start-up path
+if TYPE_CHECKING:
+    from typing import Any
+
 # Where LUMI's documentation and EasyBuild modules mount a user's squashed venv.
 DEFAULT_MOUNT = "/user-software"
 # Relative to the overlay's root (so at run time: <mount>/.envbuild/overlay.json).
@@ -50,7 +54,7 @@ def is_squashfs_file(head: bytes) -> bool:
     return head[:4] == SQUASHFS_MAGIC
 
 
-def check_record(record: object, where: str) -> dict:
+def check_record(record: object, where: str) -> dict[str, Any]:
     """The record if it has every key envrun and the inventory rely on; ValueError naming what is missing."""
     if not isinstance(record, dict):
         raise ValueError(f"{where}: {RECORD_FILE} is not a JSON object")

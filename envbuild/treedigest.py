@@ -17,7 +17,7 @@ import hashlib
 import os
 import stat
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 _CHUNK = 1 << 20
 # A per-file digest: inode, size, modification time (ns), sha256. Fixed-size records: any bytes read back are
@@ -57,7 +57,7 @@ def tree_digest(root: str, *, known: Mapping[FileKey, str] | None = None, found:
     return "sha256:" + digest.hexdigest()
 
 
-def _walk_sorted(root: str, prefix: str):
+def _walk_sorted(root: str, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
     with os.scandir(os.path.join(root, prefix) if prefix else root) as entries:
         ordered = sorted(entries, key=lambda e: e.name)
     for entry in ordered:

@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from envbuild.errors import ImageFormatError
@@ -58,7 +59,7 @@ def open_image(path: str) -> Iterator[OpenImage]:
     try:
         tree: Tree = guarded(path, lambda: SquashfsTree(fs))
         for part in squashfs_overlays(layout, partition):  # envbuild build --layered: the difference on top
-            upper = guarded(path, lambda part=part: Squashfs(path, part.offset, part.size))
+            upper = guarded(path, partial(Squashfs, path, part.offset, part.size))
             uppers.append(upper)
             tree = LayeredTree(tree, upper)
         yield OpenImage(path=path, tree=tree, layout=layout, partition=partition, fs=fs)

@@ -41,7 +41,7 @@ def record_in_tree(tree: Tree, path: str) -> dict[str, Any] | None:
         raise ImageFormatError(path, f"unreadable overlay record: {exc}", "build the overlay again") from None
 
 
-def read_overlay_record(path: str) -> dict:
+def read_overlay_record(path: str) -> dict[str, Any]:
     """The overlay's record (envbuild.overlayformat). ImageFormatError when `path` is no envbuild overlay."""
     from envbuild.inventory.squashfs import DECODE_ERRORS, Squashfs
     from envbuild.inventory.trees import SquashfsTree

@@ -278,7 +278,8 @@ class Squashfs:
         if inode_type not in (5, 12):  # basic and extended character device
             return False
         raw, _, _ = self._metadata(position, offset, 8)
-        return struct.unpack("<2I", raw)[1] == 0  # nlink, rdev
+        _nlink, rdev = struct.unpack("<2I", raw)
+        return bool(rdev == 0)
 
     def listdir(self, directory: Inode) -> list[Entry]:
         """The entries of a directory inode, in the image's (sorted) order; "." and ".." are not stored."""

@@ -78,6 +78,7 @@ class SquashfsTree:
     def read(self, path: str, limit: int) -> bytes | None:
         parent, name = posixpath.split(path)
         entry = (self._listing(parent) or {}).get(name)
+        inode: Inode | None
         if entry is not None and entry.kind == "file":
             inode = self.fs.inode(entry.ref)
         else:  # not reached by a walk, or behind a symlink: resolve from the root
