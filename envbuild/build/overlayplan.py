@@ -344,7 +344,7 @@ def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: 
 
 
 def _squash_step(request: BuildRequest, entry: EntryPaths, key: str, venv: str, processors: int) -> Step:
-    from envbuild.sif.writer import mksquashfs_argv
+    from envbuild.sif.compression import mksquashfs_argv
 
     options = request.options
     partial = f"{entry.overlay}.partial-{options.build_id}"

@@ -7,11 +7,12 @@ import sys
 from dataclasses import replace
 
 from envbuild.build.actions import Action, MakeDirs, Remove, Run, WriteFile
-from envbuild.sif.compression import check_compression
-from envbuild.sif.manifest import MANIFEST_NAME
-from envbuild.sif.writer import OBJECTS_DIR, PARTITION_OFFSET, checked_epoch, mksquashfs_argv
+from envbuild.sif.compression import check_compression, checked_epoch, mksquashfs_argv
+from envbuild.sif.format import PARTITION_OFFSET
+from envbuild.store.layout import EntryPaths
 
 NICE = ("nice", "-n", "10")  # what runs beside the tests of a layered build (squash_with_manifest)
+OBJECTS_DIR = "sif-objects"  # under the work dir: the definition, metadata and arch the writer's helper finds
 
 
 def squash_actions(sandbox: str, output_partial: str, *, compression: str = "gzip", processors: int | None = None,
@@ -58,7 +59,7 @@ def squash_with_manifest(squash: tuple[Action, ...], *, sandbox: str, partial: s
     assemble) made to leave the tree manifest in the image entry (`entry_dir`), or, with `parent_dir`
     (a stored full image's entry), to write the layered image instead of squashing everything. `upper`:
     the user layer's files lie in that directory over `sandbox` (the env layer: envbuild.build.upperplan)."""
-    manifest_out = f"{entry_dir}/{MANIFEST_NAME}"
+    manifest_out = EntryPaths(entry_dir).manifest
     common = ("--compression", compression, *(("--all-root",) if all_root else ()))
     if parent_dir is None:
         return (*squash, Run((python, "-m", "envbuild.sif.manifest", *common, sandbox, manifest_out)))
@@ -69,7 +70,7 @@ def squash_with_manifest(squash: tuple[Action, ...], *, sandbox: str, partial: s
     assert isinstance(metadata, Run) and "metadata" in metadata.argv, metadata
     return (*squash[:-3], replace(metadata, argv=(*NICE, *metadata.argv)), Run((
         *NICE, python, "-m", "envbuild.sif.layeredwriter", "--sandbox", sandbox, *(("--upper", upper) if upper else ()),
-        "--parent-sif", f"{parent_dir}/image.sif",
-        "--manifest", f"{parent_dir}/{MANIFEST_NAME}", "--manifest-out", manifest_out, "--objects", f"{work}/sif-objects",
+        "--parent-sif", EntryPaths(parent_dir).image,
+        "--manifest", EntryPaths(parent_dir).manifest, "--manifest-out", manifest_out, "--objects", f"{work}/{OBJECTS_DIR}",
         "--work", work, *common, *(("--processors", str(processors)) if processors else ()),
         *(("--epoch", str(source_date_epoch)) if source_date_epoch is not None else ()), "--runtime", runtime, partial)))

@@ -16,7 +16,7 @@ import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from envbuild.host.node import VISIBLE_DEVICE_VARIABLES
+from envbuild.host.node import VISIBLE_DEVICE_VARIABLES, usable_cpus
 
 # Variables the checks read: the job's, the visible-device lists, the caches, NCCL/libfabric settings.
 RECORDED_PREFIXES = ("SLURM_", "NCCL_", "RCCL_", "FI_", "ENVRUN_")
@@ -128,7 +128,7 @@ def capture_host(paths: list[str], patterns: list[str], writable: list[str],
                  environ: dict[str, str] | None = None, container: dict[str, Any] | None = None) -> HostRecord:
     """This machine's record for the given paths, glob patterns and cache directories."""
     environ = dict(os.environ if environ is None else environ)
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = usable_cpus()
     return HostRecord(
         hostname=socket.gethostname().split(".")[0], cpus=cpus,
         env={k: v for k, v in environ.items() if k.startswith(RECORDED_PREFIXES) or k in RECORDED_NAMES},

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from envbuild.host.arch import host_arch
+from envbuild.host.node import usable_cpus
 from envbuild.host.pip import PipSettings, read_host_pip_settings
 from envbuild.host.runtime import Runtime, default_cache_dir, ensure_store_root, find_runtime, require_runtime
 
@@ -145,7 +146,7 @@ def gather_host_facts(*, need_runtime: bool = True, cache_dir: Path | None = Non
         runtime_version=(runtime.version or tool_version([runtime.path, "--version"])) if need_runtime else "",
         host_info=build_host_info(),
         python=sys.executable,
-        cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        cpus=usable_cpus(),
         pip_module=own_pip()[0], pip_version=own_pip()[1], machine=host_arch(),
     )
 

@@ -35,14 +35,22 @@ class HostNode:
         self.why = why or {}
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity, which Slurm, cgroups and taskset narrow (the machine's
+    count where there is no affinity, off Linux)."""
+    import os
+
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def read_host_node(environ: Mapping[str, str], cpus: int | None = None,
                    listdir: Callable[[str], list[str]] | None = None) -> HostNode:
     """CPUs this process may run on (its affinity, which Slurm and cgroups narrow), and the GPUs the
     drivers show, narrowed by the visible-device variables when they are set."""
-    import os
-
     if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cpus = usable_cpus()
     listdir = listdir or _listdir
     why = {"cpus": f"{cpus} CPUs in this process's affinity"}
     nvidia = [e for e in listdir("/proc/driver/nvidia/gpus")]

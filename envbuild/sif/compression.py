@@ -1,12 +1,16 @@
-"""Squashfs compressions: which mksquashfs options each name means and which runtimes read the result.
+"""mksquashfs, as a plan writes it: which options each compression name means, which runtimes read the
+result, and the whole command line that writes a tree into a SIF's partition or an overlay file. Pure.
 
-Its own small module because `envbuild build` checks --compression before anything else, and
-envbuild.sif.writer (the SIF writer, with its actions) cost a no-op rebuild 25-35 ms to import.
+Apart from envbuild.sif.writer (the SIF writer, an executor) because `envbuild build` checks --compression
+before anything else, and the planners (envbuild.build.squashplan, envbuild.build.overlayplan) write the
+command without importing an executor.
 """
 
 from __future__ import annotations
 
 from envbuild.errors import UsageError
+from envbuild.host.node import usable_cpus
+from envbuild.sif.format import PARTITION_OFFSET
 
 # Compressions mksquashfs can write and container runtimes can read, with the mksquashfs options
 # used for each, and an optional level ("gzip:6", "zstd:9").
@@ -63,3 +67,33 @@ def check_compression(name: str) -> tuple[str, ...]:
 def compression_note(name: str) -> str | None:
     """Which runtimes can run an image with this compression, when not every one can (for a warning)."""
     return _NOT_EVERYWHERE.get(name.partition(":")[0])
+
+
+def mksquashfs_argv(sandbox: str, output: str, *, compression: str = "gzip", processors: int | None = None,
+                    source_date_epoch: int | None = None, all_root: bool = False, offset: int = PARTITION_OFFSET,
+                    mksquashfs: str = "mksquashfs") -> tuple[str, ...]:
+    """The mksquashfs command that writes `sandbox` into `output` at `offset` (zero-filling the bytes before)."""
+    if processors is not None and processors < 1:
+        raise UsageError(f"mksquashfs processors must be at least 1 (got {processors})", "leave it unset to use every CPU allowed")
+    argv = [
+        # A SOURCE_DATE_EPOCH in the environment would make mksquashfs clamp every file time (stale
+        # .pycs, see the module doc) and, together with -mkfs-time, refuse to run.
+        "env", "-u", "SOURCE_DATE_EPOCH",
+        mksquashfs, sandbox, output, "-noappend", *check_compression(compression),
+        "-processors", str(processors if processors is not None else usable_cpus()),
+        "-offset", str(offset),
+        # The progress bar stays on: the executor shows its percentage in the live line and keeps it out
+        # of the log (envbuild.build.execute.progress.progress_bar); mksquashfs draws it off a terminal too.
+    ]
+    if all_root:
+        argv.append("-all-root")  # as apptainer build does for a non-root user: the image's files belong to root
+    if source_date_epoch is not None:
+        argv += ["-mkfs-time", str(checked_epoch(source_date_epoch))]
+    return tuple(argv)
+
+
+def checked_epoch(value: int) -> int:
+    # mksquashfs stores times as unsigned 32-bit seconds.
+    if not 0 <= value < 2**32:
+        raise UsageError(f"source_date_epoch {value} is outside 0..{2**32 - 1}", "give seconds since 1970-01-01 UTC")
+    return value

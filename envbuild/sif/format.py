@@ -28,6 +28,12 @@ VERSION = "01"
 HEADER = struct.Struct("<32s10s3s3s16s8q")
 DESCRIPTOR = struct.Struct("<i?3I7q128s384s")
 PARTITION_EXTRA = struct.Struct("<ii3s")
+DESCRIPTORS_OFFSET = 4096
+DESCRIPTOR_CAPACITY = 48
+DATA_OFFSET = DESCRIPTORS_OFFSET + DESCRIPTOR_CAPACITY * DESCRIPTOR.size
+# Where the squashfs starts: the first 4096-aligned offset after the 48-descriptor table, as a
+# partition written by the sif library is aligned (header 128 B, table at 4096, 48 x 585 B).
+PARTITION_OFFSET = 32768
 # Group ids are stored with this bit set so that 0 can mean "no group".
 GROUP_MASK = 0xF0000000
 

@@ -41,36 +41,27 @@ import uuid
 from pathlib import Path
 from typing import BinaryIO
 
+from envbuild.sif.compression import checked_epoch, mksquashfs_argv
 from envbuild.sif.format import (
     ARCH_CODES,
     DATA_DEFFILE,
     DATA_GENERIC_JSON,
+    DATA_OFFSET,
     DATA_PARTITION,
     DESCRIPTOR,
+    DESCRIPTOR_CAPACITY,
+    DESCRIPTORS_OFFSET,
     FS_SQUASHFS,
     HEADER,
     MAGIC,
     PART_PRIMARY_SYSTEM,
     PARTITION_EXTRA,
+    PARTITION_OFFSET,
     VERSION,
 )
 from envbuild.sif.manifest import Delta, TreeView, compute_delta, read_manifest, walk, write_manifest
 from envbuild.sif.reader import read_sif_layout
-from envbuild.sif.writer import (
-    DATA_OFFSET,
-    DESCRIPTOR_CAPACITY,
-    DESCRIPTORS_OFFSET,
-    LAUNCH_SCRIPT,
-    METADATA_NAME,
-    PARTITION_OFFSET,
-    SQUASHFS_PAD,
-    assemble,
-    checked_epoch,
-    content_id,
-    descriptor,
-    mksquashfs_argv,
-    squashfs_size,
-)
+from envbuild.sif.writer import LAUNCH_SCRIPT, METADATA_NAME, SQUASHFS_PAD, assemble, content_id, descriptor, squashfs_size
 
 PART_OVERLAY = 4
 # Above this share of the tree's bytes a delta saves too little and stacks a large second copy.

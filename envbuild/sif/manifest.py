@@ -22,7 +22,6 @@ import stat
 import sys
 from dataclasses import dataclass
 
-MANIFEST_NAME = "tree-manifest.json.gz"
 MANIFEST_VERSION = 1
 
 # One entry: kind, mode, uid, gid, mtime_ns, size, extra (symlink target | sha256 | rdev | ""), dev, ino

@@ -42,74 +42,32 @@ from io import BufferedIOBase
 from pathlib import Path
 from typing import BinaryIO
 
-from envbuild.errors import UsageError
-from envbuild.sif.compression import check_compression
+from envbuild.sif.compression import checked_epoch
 from envbuild.sif.format import (
     ARCH_CODES,
     DATA_DEFFILE,
     DATA_GENERIC_JSON,
+    DATA_OFFSET,
     DATA_PARTITION,
     DESCRIPTOR,
+    DESCRIPTOR_CAPACITY,
+    DESCRIPTORS_OFFSET,
     FS_SQUASHFS,
     GROUP_MASK,
     HEADER,
     MAGIC,
     PART_PRIMARY_SYSTEM,
     PARTITION_EXTRA,
+    PARTITION_OFFSET,
     VERSION,
 )
 
-# Where the squashfs starts: the first 4096-aligned offset after the 48-descriptor table, as a
-# partition written by the sif library is aligned (header 128 B, table at 4096, 48 x 585 B).
-PARTITION_OFFSET = 32768
 LAUNCH_SCRIPT = b"#!/usr/bin/env run-singularity\n"
-DESCRIPTORS_OFFSET = 4096
-DESCRIPTOR_CAPACITY = 48
-DATA_OFFSET = DESCRIPTORS_OFFSET + DESCRIPTOR_CAPACITY * DESCRIPTOR.size
 _GROUP = 1 | GROUP_MASK  # 1 is the default group
 METADATA_NAME = "inspect-metadata.json"
 SQUASHFS_PAD = 4096  # mksquashfs pads the file system to a multiple of 4 KiB (unless -nopad)
 # uuid5 namespace for image ids derived from content (any fixed UUID works; this one is ours).
 _ID_NAMESPACE = uuid.UUID("6f1c5d2e-3b7a-5e0f-9a41-8d2c7e6b0a53")
-OBJECTS_DIR = "sif-objects"  # under work_dir: the definition, metadata and arch found in the sandbox
-
-
-def default_processors() -> int:
-    """The CPUs this process may run on (a Slurm job or taskset may allow fewer than the machine has)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
-
-
-def mksquashfs_argv(sandbox: str, output: str, *, compression: str = "gzip", processors: int | None = None,
-                    source_date_epoch: int | None = None, all_root: bool = False, offset: int = PARTITION_OFFSET,
-                    mksquashfs: str = "mksquashfs") -> tuple[str, ...]:
-    """The mksquashfs command that writes `sandbox` into `output` at `offset` (zero-filling the bytes before)."""
-    if processors is not None and processors < 1:
-        raise UsageError(f"mksquashfs processors must be at least 1 (got {processors})", "leave it unset to use every CPU allowed")
-    argv = [
-        # A SOURCE_DATE_EPOCH in the environment would make mksquashfs clamp every file time (stale
-        # .pycs, see the module doc) and, together with -mkfs-time, refuse to run.
-        "env", "-u", "SOURCE_DATE_EPOCH",
-        mksquashfs, sandbox, output, "-noappend", *check_compression(compression),
-        "-processors", str(processors if processors is not None else default_processors()),
-        "-offset", str(offset),
-        # The progress bar stays on: the executor shows its percentage in the live line and keeps it out
-        # of the log (envbuild.build.execute.progress.progress_bar); mksquashfs draws it off a terminal too.
-    ]
-    if all_root:
-        argv.append("-all-root")  # as apptainer build does for a non-root user: the image's files belong to root
-    if source_date_epoch is not None:
-        argv += ["-mkfs-time", str(checked_epoch(source_date_epoch))]
-    return tuple(argv)
-
-
-def checked_epoch(value: int) -> int:
-    # mksquashfs stores times as unsigned 32-bit seconds.
-    if not 0 <= value < 2**32:
-        raise UsageError(f"source_date_epoch {value} is outside 0..{2**32 - 1}", "give seconds since 1970-01-01 UTC")
-    return value
 
 
 # --- helper: metadata ---------------------------------------------------------------------------

@@ -38,6 +38,7 @@ COMPLETE = "complete"
 META = "meta.json"
 LAST_USED = "last-used"
 CONTENT = "content.json"
+MANIFEST = "tree-manifest.json.gz"  # images: what a --layered build compares with (envbuild.sif.manifest)
 
 # A build that is still running keeps touching its files; an hour of silence means it was killed. This is
 # a floor, never lowered by --older-than, because removing a running build's scratch breaks that build.
@@ -106,6 +107,11 @@ class EntryPaths:
     def image(self) -> str:
         """images: the SIF file."""
         return f"{self.dir}/image.sif"
+
+    @property
+    def manifest(self) -> str:
+        """full images: every file of the tree, for a --layered build over this image (envbuild.sif.manifest)."""
+        return f"{self.dir}/{MANIFEST}"
 
     @property
     def overlay(self) -> str:

@@ -23,7 +23,8 @@ from envbuild.build.layers import plan_layers
 from envbuild.build.paths import RECORD_DIR
 from envbuild.build.plan import plan_base
 from envbuild.build.request import BuildRequest, Layers
-from envbuild.sif.writer import assemble, mksquashfs_argv
+from envbuild.sif.compression import mksquashfs_argv
+from envbuild.sif.writer import assemble
 from envbuild.spec.load import LoadedSpec, load_spec
 from tests.support.plan_fixtures import FIXED_FACTS
 
@@ -239,7 +240,8 @@ def test_session_plans_the_env_step_on_the_chosen_parent(tmp_path: Path, store: 
 def test_a_dry_run_plans_on_the_parents_the_store_holds_and_holds_nothing(tmp_path: Path, store: Path) -> None:
     """`--dry-run` prints the plan the build would run: the difference installed on a stored env layer
     and, with --layered as root, the user layer in a directory over it, layered over a stored image."""
-    from envbuild.sif.manifest import MANIFEST_NAME, write_manifest
+    from envbuild.sif.manifest import write_manifest
+    from envbuild.store.layout import MANIFEST as MANIFEST_NAME
 
     loaded = write_spec(tmp_path, ["six", "idna"])
     layers, request = layers_for(tmp_path, store, ["six", "idna"])

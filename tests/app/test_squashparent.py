@@ -9,7 +9,8 @@ from pathlib import Path
 from envbuild.app.build.squashparent import env_lineage, find_squash_parent
 from envbuild.build.layers import image_key
 from envbuild.build.render import render_build_plan
-from envbuild.sif.manifest import MANIFEST_NAME, write_manifest
+from envbuild.sif.manifest import write_manifest
+from envbuild.store.layout import MANIFEST as MANIFEST_NAME
 from tests.support.plan_fixtures import fixed_plan, fixed_request
 
 

@@ -16,20 +16,13 @@ import pytest
 from envbuild.build.actions import MakeDirs, Remove, Run, WriteFile
 from envbuild.build.squashplan import squash_actions
 from envbuild.errors import UsageError
+from envbuild.host.node import usable_cpus
 from envbuild.inventory.facts import read_image_facts
 from envbuild.inventory.image import read_inventory
-from envbuild.sif.compression import check_compression, compression_note
+from envbuild.sif.compression import check_compression, compression_note, mksquashfs_argv
+from envbuild.sif.format import PARTITION_OFFSET
 from envbuild.sif.reader import read_object, read_sif_layout
-from envbuild.sif.writer import (
-    METADATA_NAME,
-    PARTITION_OFFSET,
-    assemble,
-    default_processors,
-    go_json,
-    mksquashfs_argv,
-    rootfs_arch,
-    write_objects,
-)
+from envbuild.sif.writer import METADATA_NAME, assemble, go_json, rootfs_arch, write_objects
 from tests.support.inventory_layout import install_host_tools, lay_out
 
 EPOCH = 1_700_000_000
@@ -62,7 +55,7 @@ def test_mksquashfs_argv_epoch_and_all_root() -> None:
 
 def test_processors_default_to_the_cpus_this_process_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
-    assert default_processors() == 3
+    assert usable_cpus() == 3
     argv = mksquashfs_argv("/w/sandbox", "/o/img.sif.partial")
     assert argv[argv.index("-processors") + 1] == "3"
 

@@ -9,7 +9,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from envbuild.sif.writer import assemble, mksquashfs_argv
+from envbuild.sif.compression import mksquashfs_argv
+from envbuild.sif.writer import assemble
 from tests.support.inventory_layout import lay_out
 from tests.support.overlay_fixtures import make_overlay
 

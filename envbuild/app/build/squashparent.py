@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from envbuild.build.request import BuildRequest, Layers
-from envbuild.sif.manifest import MANIFEST_NAME, read_manifest
+from envbuild.sif.manifest import read_manifest
 from envbuild.store.layout import EntryPaths, kind_dir
 
 _MAX_ANCESTORS = 16
@@ -59,8 +59,7 @@ def find_squash_parent(store_root: Path, *, env_entry: str, env_parent: str | No
         if entry_dir.name == image_entry:
             continue
         entry = EntryPaths(str(entry_dir))
-        manifest_path = entry_dir / MANIFEST_NAME
-        if not (os.path.exists(entry.complete) and manifest_path.is_file() and os.path.isfile(entry.image)):
+        if not (os.path.exists(entry.complete) and os.path.isfile(entry.manifest) and os.path.isfile(entry.image)):
             continue
         meta = _meta(entry)
         if not meta or not isinstance(meta.get("parent"), str):
@@ -69,7 +68,7 @@ def find_squash_parent(store_root: Path, *, env_entry: str, env_parent: str | No
         by_env.setdefault(str(meta["parent"]), []).append((used, entry_dir.name))
     for env in env_lineage(store_root, env_entry, env_parent):
         for _used, name in sorted(by_env.get(env, ()), key=lambda item: (-item[0], item[1])):
-            manifest = read_manifest(str(images / name / MANIFEST_NAME))
+            manifest = read_manifest(EntryPaths(str(images / name)).manifest)
             if manifest and manifest.get("compression") == compression and bool(manifest.get("all_root")) == all_root:
                 return name
     return None
