@@ -21,7 +21,7 @@ from tests.docs.test_reference_current import load_generator
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 SOURCES = sorted((ROOT / "envbuild").rglob("*.py"))
-GENERATED = {ROOT / "docs" / "reference" / "cli.md", ROOT / "docs" / "reference" / "spec.md"}
+GENERATED = {ROOT / "docs" / "reference" / name for name in ("cli.md", "spec.md", "modules.md")}  # their sources are checked
 
 # Folders of this repository a path in the docs starts with; package-relative names (`build/plan.py`) are
 # looked up under envbuild/ (and tests/), as the docstrings write them.
@@ -206,6 +206,75 @@ def test_documented_command_lines_parse(where, words):
     assert error is None, f"{where}: `{shlex.join(words)}` is refused by the parser: {error} (fix: the command line in the docs)"
 
 
+def _options_of(words: list[str]) -> tuple[dict[str, bool], list[str]] | None:
+    """The options the command that `words` names accepts (name -> takes a value), and the words after its name."""
+    generator = load_generator()
+    if words[0] == "envrun":
+        subcommand = words[1] if len(words) > 1 and words[1] in generator.ENVRUN_SUBCOMMANDS else None
+        parser = generator.envrun_parser(subcommand)
+        options = {name: action.nargs != 0 for action in parser._actions for name in action.option_strings}
+        return options, words[2:] if subcommand else words[1:]
+    command: click.Command = generator.envbuild_group()
+    rest = words[1:]
+    while isinstance(command, click.Group) and rest and not rest[0].startswith("-"):
+        ctx = click.Context(command, info_name=command.name)
+        sub = command.get_command(ctx, rest[0])
+        if sub is None:
+            return None
+        command, rest = sub, rest[1:]
+    ctx = click.Context(command, info_name=command.name, **command.context_settings)
+    options = {name: not (getattr(param, "is_flag", False) or getattr(param, "count", False))
+               for param in command.get_params(ctx) for name in (*param.opts, *param.secondary_opts) if name.startswith("-")}
+    return options, rest
+
+
+def unknown_options(words: list[str]) -> list[str]:
+    """The option words in a mention such as `envrun sbatch --print` that its command does not have: what a
+    renamed option leaves behind in the prose. Values and the training command after `--` are not looked at."""
+    found = _options_of(words)
+    if found is None:
+        return [next(word for word in words[1:] if not word.startswith("-"))]  # no such subcommand
+    options, rest = found
+    unknown, index = [], 0
+    while index < len(rest):
+        word = rest[index]
+        if word == "--" or (words[0] == "envrun" and not word.startswith("-")):
+            break  # envrun's own options end where the command starts
+        name = word.split("=", 1)[0]
+        if word.startswith("-") and word != "-":
+            if name not in options and not re.fullmatch(r"-[A-Za-z]\S+", word):  # -B/path: a short option and its value
+                unknown.append(name)
+            index += 1 if "=" in word or not options.get(name, False) else 2
+            continue
+        index += 1
+    return unknown
+
+
+def _mentioned_commands() -> list[tuple[str, list[str]]]:
+    """`envbuild ...` / `envrun ...` in inline code in the prose (not in code blocks)."""
+    found = []
+    for path in DOCS:
+        if path in GENERATED:
+            continue
+        text = path.read_text(encoding="utf-8")
+        prose = re.sub(r"```.*?```", lambda block: "\n" * block.group(0).count("\n"), text, flags=re.S)
+        for match in re.finditer(r"(?<!`)`((?:envbuild|envrun) [^`]+)`(?!`)", prose):
+            try:
+                words = shlex.split(match.group(1).replace("...", " "))
+            except ValueError:
+                continue
+            words = [part.strip("[]") for word in words for part in word.split("|") if part.strip("[]")]  # [--a|--b]
+            found.append((f"{path.relative_to(ROOT)}:{prose.count(chr(10), 0, match.start()) + 1}", words))
+    return found
+
+
+@pytest.mark.parametrize(("where", "words"), _documented_commands() + _mentioned_commands(),
+                         ids=lambda value: value if isinstance(value, str) else "")
+def test_documented_options_exist(where, words):
+    unknown = unknown_options(words)
+    assert not unknown, f"{where}: `{shlex.join(words)}` names {', '.join(unknown)}, which the command does not have (fix: the docs)"
+
+
 def test_the_checker_sees_bad_names_and_bad_options(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("`envbuild/batch/resources.py`, `envbuild.app.buildcommand`, `envbuild/cli/lazygroup.py`, "
@@ -218,3 +287,7 @@ def test_the_checker_sees_bad_names_and_bad_options(tmp_path):
     assert parse_error(["envbuild", "cache", "prune", "--older-than", "30d"]) is None
     assert parse_error(["envrun", "sbatch", "--nodes", "two"]) is not None
     assert parse_error(["envrun", "--image", "x.sif", "srun", "torchrun", "train.py"]) is None
+    assert unknown_options(["envrun", "sbatch", "--no-such", "--nodes", "2", "--", "python", "--x"]) == ["--no-such"]
+    assert unknown_options(["envbuild", "cache", "prune", "--older-than", "30d", "--bogus"]) == ["--bogus"]
+    assert unknown_options(["envrun", "-B/data", "--image", "x.sif", "python", "--lr", "3"]) == []
+    assert unknown_options(["envbuild", "cache", "purge", "--all"]) == ["purge"]
