@@ -38,6 +38,7 @@ def stale_reasons(lock: Lock, current: LockInputs) -> list[str]:
 def _by_project(requirements: Iterable[str]) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for text in requirements:
+        project: str
         try:
             project = canonicalize_name(Requirement(text).name)
         except InvalidRequirement:

@@ -88,10 +88,10 @@ def _final_stage(builder: SpecBuilder, text: str, source: str) -> list[tuple[int
         stages[-1].append((number, raw))
     if len(stages) == 1:
         return stages[0]
-    names = {}
-    for stage in stages[:-1]:
-        start = next(number for number, line in stage if _STAGE_START.match(line.strip()))
-        header = itertools.takewhile(lambda numbered: not numbered[1].strip().startswith("%"), stage)
+    names: dict[str, int] = {}  # an earlier stage's name -> the line it starts on
+    for previous in stages[:-1]:
+        start = next(number for number, line in previous if _STAGE_START.match(line.strip()))
+        header = itertools.takewhile(lambda numbered: not numbered[1].strip().startswith("%"), previous)
         named = [line.split(":", 1)[1].strip() for _, line in header if re.match(r"^\s*stage\s*:", line, re.I)]
         names[named[0] if named else str(len(names))] = start
     section = ""

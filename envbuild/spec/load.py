@@ -8,7 +8,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -17,6 +17,9 @@ from envbuild.errors import SpecError, SpecProblem
 from envbuild.recipes.load import available_recipes, recipes_dir
 from envbuild.spec.model import FileCopy, Spec
 from envbuild.yamlsource import FieldPath, LocatedDocument, load_yaml_file, parse_yaml_text
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,7 @@ def _family_problems(document: LocatedDocument, spec: Spec) -> list[SpecProblem]
     if pytorch is None:
         return []
     problems: list[SpecProblem] = []
-    listed = [(("python", "pytorch", "extras", i), text) for i, text in enumerate(pytorch.extras)]
+    listed: list[tuple[FieldPath, str]] = [(("python", "pytorch", "extras", i), text) for i, text in enumerate(pytorch.extras)]
     listed += [(("python", "packages", i), text) for i, text in enumerate(spec.python.packages)]
     for loc, text in listed:
         found = companion_problem(text, pytorch.version)
@@ -174,7 +177,7 @@ _FIELD_HINTS: dict[str, str] = {
 }
 
 
-def _problem_from_error(document: LocatedDocument, error: dict[str, Any]) -> SpecProblem:
+def _problem_from_error(document: LocatedDocument, error: ErrorDetails) -> SpecProblem:
     loc: FieldPath = tuple(part for part in error["loc"] if not _is_union_tag(part))
     kind = error["type"]
     field = _dotted(loc)

@@ -19,13 +19,16 @@ import posixpath
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuild.errors import UsageError
 from envbuild.spec.importshell import script_lines
+
+if TYPE_CHECKING:
+    from envbuild.spec.importenv import EnvEntry
 from envbuild.spec.model import NAME_PATTERN, VENV_PREFIX, src_leaves_spec_dir
 
 RecipeFormat = Literal["def", "dockerfile"]
@@ -78,7 +81,7 @@ class SpecBuilder:
         self.requirements: list[str] = []
         self.pytorch: dict[str, Any] | None = None
         self.post: list[str] = []
-        self.env: dict[str, str] = {}
+        self.env: dict[str, EnvEntry] = {}
         self.labels: dict[str, str] = {}
         self.files: list[dict[str, object]] = []
         self.tests: list[str] = []

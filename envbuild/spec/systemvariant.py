@@ -6,12 +6,15 @@ a warning: it builds a torch that never sees the GPUs, which is seldom meant."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from envbuild.errors import SpecError, SpecProblem
 from envbuild.recipes.load import available_recipes, load_recipe
 from envbuild.spec.model import PyTorch, Spec
 from envbuild.yamlsource import LocatedDocument
+
+if TYPE_CHECKING:
+    from envbuild.recipes.protocols import SystemRecipe
 
 VARIANT_FIELD = ("python", "pytorch", "variant")
 
@@ -48,14 +51,14 @@ def system_torch_variant(document: LocatedDocument, spec: Spec) -> ChosenVariant
     return ChosenVariant(spec.model_copy(update={"python": python}), origin)
 
 
-def _recipe_line(recipe: Any) -> str:
+def _recipe_line(recipe: SystemRecipe) -> str:
     """'recipes/lumi-g.yaml:LINE' (the cite without the field name)."""
     return recipe.cite("pytorch.default_variant").rsplit(" ", 1)[0]
 
 
-def _cpu_on_gpus_warning(document: LocatedDocument, pytorch: PyTorch, recipe: Any) -> list[SpecProblem]:
-    node = getattr(recipe, "node", None)
-    if pytorch.variant != "cpu" or node is None or not node.gpus:
+def _cpu_on_gpus_warning(document: LocatedDocument, pytorch: PyTorch, recipe: SystemRecipe | None) -> list[SpecProblem]:
+    node = recipe.node if recipe is not None else None
+    if recipe is None or pytorch.variant != "cpu" or node is None or not node.gpus:
         return []
     default = recipe.pytorch.default_variant
     pos = document.position_of(VARIANT_FIELD)
