@@ -206,8 +206,9 @@ def test_documented_command_lines_parse(where, words):
     assert error is None, f"{where}: `{shlex.join(words)}` is refused by the parser: {error} (fix: the command line in the docs)"
 
 
-def _options_of(words: list[str]) -> tuple[dict[str, bool], list[str]] | None:
-    """The options the command that `words` names accepts (name -> takes a value), and the words after its name."""
+def _options_of(words: list[str]) -> tuple[dict[str, bool], list[str]] | str:
+    """The options the command that `words` names accepts (name -> takes a value) and the words after its name;
+    or the word that names no subcommand."""
     generator = load_generator()
     if words[0] == "envrun":
         subcommand = words[1] if len(words) > 1 and words[1] in generator.ENVRUN_SUBCOMMANDS else None
@@ -220,7 +221,7 @@ def _options_of(words: list[str]) -> tuple[dict[str, bool], list[str]] | None:
         ctx = click.Context(command, info_name=command.name)
         sub = command.get_command(ctx, rest[0])
         if sub is None:
-            return None
+            return rest[0]
         command, rest = sub, rest[1:]
     ctx = click.Context(command, info_name=command.name, **command.context_settings)
     options = {name: not (getattr(param, "is_flag", False) or getattr(param, "count", False))
@@ -232,8 +233,8 @@ def unknown_options(words: list[str]) -> list[str]:
     """The option words in a mention such as `envrun sbatch --print` that its command does not have: what a
     renamed option leaves behind in the prose. Values and the training command after `--` are not looked at."""
     found = _options_of(words)
-    if found is None:
-        return [next(word for word in words[1:] if not word.startswith("-"))]  # no such subcommand
+    if isinstance(found, str):
+        return [found]  # no such subcommand
     options, rest = found
     unknown, index = [], 0
     while index < len(rest):
