@@ -13,8 +13,9 @@ from typing import Any, TypeVar
 import click
 
 from envbuild.cli.common import reports_errors
+from envbuild.cli.options import CACHE_DIR, DRY_RUN, JSON, click_option
 from envbuild.durations import parse_duration
-from envbuild.errors import EnvbuildError, UsageError
+from envbuild.errors import EXIT_PROBLEMS, EnvbuildError, UsageError, exit_status_help
 from envbuild.store.debris import abandoned
 from envbuild.store.entries import StoreEntry, entry_to_dict, human_age, human_size, list_entries, parse_size
 from envbuild.store.layout import ENTRY_DIRS, KIND_ORDER
@@ -24,10 +25,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _cache_dir_option(func: F) -> F:
-    return click.option(
-        "--cache-dir", type=click.Path(file_okay=False, path_type=Path), metavar="PATH",
-        help="the store to use (default: $ENVBUILD_CACHE_DIR, else $XDG_CACHE_HOME/envbuild, else ~/.cache/envbuild)",
-    )(func)
+    return click_option(CACHE_DIR, type=click.Path(file_okay=False, path_type=Path))(func)
 
 
 def _store_root(cache_dir: Path | None) -> Path:
@@ -36,7 +34,8 @@ def _store_root(cache_dir: Path | None) -> Path:
     return (cache_dir or default_cache_dir()).expanduser().absolute()
 
 
-@click.group("cache")
+@click.group("cache", epilog="\b\n" + exit_status_help("an entry could not be removed, or (verify) does not match "
+                                                           "its record"))
 def cache_group() -> None:
     """Look at and clean up envbuild's build store: cached bases, environments, images, build scratch."""
 
@@ -50,7 +49,8 @@ def dir_command(cache_dir: Path | None) -> None:
 
 
 @cache_group.command("ls")
-@click.option("--json", "as_json", is_flag=True, help="print a JSON list instead of a table")
+@click_option(JSON, "as_json", note='a list of {"kind", "name", "path", "complete", "created", "last_used", "size_bytes", '
+              '"description", "meta"}')
 @_cache_dir_option
 @reports_errors
 def ls_command(as_json: bool, cache_dir: Path | None) -> None:
@@ -95,7 +95,7 @@ def render_entry_table(entries: list[StoreEntry], now: float) -> str:
               help="then remove the least recently used entries until the store is under SIZE (e.g. 50G, 1.5T)")
 @click.option("--downloads", is_flag=True,
               help="include the uv/pip download caches (alone: empty them; with --older-than/--max-size: by the same rules)")
-@click.option("--dry-run", is_flag=True, help="print what would be removed and remove nothing")
+@click_option(DRY_RUN, note="it prints what would be removed")
 @_cache_dir_option
 @reports_errors
 def prune_command(older_than: str | None, max_size: str | None, downloads: bool, dry_run: bool, cache_dir: Path | None) -> None:
@@ -120,7 +120,7 @@ def prune_command(older_than: str | None, max_size: str | None, downloads: bool,
     freed, failed = _remove_all(root, chosen, now, busy_is_failure=False)
     click.echo(f"freed {human_size(freed)}")
     if failed:
-        sys.exit(1)
+        sys.exit(EXIT_PROBLEMS)
 
 
 @cache_group.command("rm")
@@ -144,11 +144,12 @@ def rm_command(names: tuple[str, ...], remove_everything: bool, cache_dir: Path 
     freed, failed = _remove_all(root, chosen, time.time(), busy_is_failure=True)
     click.echo(f"freed {human_size(freed)}")
     if failed:
-        sys.exit(1)
+        sys.exit(EXIT_PROBLEMS)
 
 
 @cache_group.command("verify")
-@click.option("--json", "as_json", is_flag=True, help="print a JSON object (entries and summary) instead of lines")
+@click_option(JSON, "as_json", note='{"store", "summary": {STATUS: count}, "entries": [{"kind", "name", "path", '
+              '"status", "details"}]}')
 @_cache_dir_option
 @reports_errors
 def verify_command(as_json: bool, cache_dir: Path | None) -> None:
@@ -182,7 +183,7 @@ def verify_command(as_json: bool, cache_dir: Path | None) -> None:
                        f"(`envbuild cache rm --cache-dir {root} KIND/NAME`) and find out who changed "
                        f"{'them' if many else 'it'}: whoever can write the store can change what its users build and run",
                        err=True)
-        sys.exit(1)
+        sys.exit(EXIT_PROBLEMS)
 
 
 def resolve_entry_names(entries: list[StoreEntry], names: tuple[str, ...] | list[str]) -> list[StoreEntry]:

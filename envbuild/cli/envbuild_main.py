@@ -10,9 +10,11 @@ from pathlib import Path
 import click
 
 from envbuild import __version__
+from envbuild.app.validate import VALIDATION_JSON
 from envbuild.cli.common import reports_errors
 from envbuild.cli.lazygroup import LazyGroup
-from envbuild.errors import SpecProblem, UsageError
+from envbuild.cli.options import BUILD_LOG, CACHE_DIR, DRY_RUN, JSON, OUTPUT, QUIET, SYSTEM, VERBOSE, click_option
+from envbuild.errors import EXIT_PROBLEMS, SpecProblem, UsageError, exit_status_help
 
 # The build machinery (pydantic models, planners) is imported inside the commands that use it:
 # `envbuild packages` over many images should not pay for it at every start.
@@ -27,7 +29,13 @@ LAZY_COMMANDS = {
 }
 
 
-@click.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+def exit_status_epilog(problems: str = "a failed build, what a check found, an image that could not be read") -> str:
+    """The exit contract (envbuild.errors) as a click epilog; \\b keeps click from rewrapping its lines."""
+    return "\b\n" + exit_status_help(problems)
+
+
+@click.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=exit_status_epilog())
 @click.version_option(__version__, prog_name="envbuild")
 def main() -> None:
     """Build reproducible Apptainer/Singularity environments for ML on HPC systems."""
@@ -40,23 +48,20 @@ def _compression(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return value
 
 
-_cache_dir_option = click.option(
-    "--cache-dir", type=click.Path(path_type=Path), envvar="ENVBUILD_CACHE_DIR",
-    help="the build store (default: $ENVBUILD_CACHE_DIR, else ~/.cache/envbuild); e.g. a project dir on the parallel file system",
-)
+_cache_dir_option = click_option(CACHE_DIR, type=click.Path(path_type=Path), envvar="ENVBUILD_CACHE_DIR")
 
 
-@main.command()
+@main.command(epilog=exit_status_epilog("the build failed"))
 @click.argument("spec", type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="image to write (default: ./<name>.sif; ./<name>.sqsh for a spec with overlay:)")
+@click_option(OUTPUT, type=click.Path(path_type=Path), note="the image (.sif), or the venv overlay (.sqsh) of a spec "
+              "with overlay:", default_help="./<name>.sif; ./<name>.sqsh for a spec with overlay:")
 @click.option("--locked", is_flag=True, help="install exactly SPEC.lock (the lock file next to SPEC); fail if it is "
                                              "missing or stale. Without a flag a current lock is installed and a "
                                              "stale one resolved again and rewritten (as uv sync does)")
 @click.option("--frozen", is_flag=True, help="install SPEC.lock as it is, without checking it against the spec")
 @click.option("--upgrade", is_flag=True, help="resolve every package anew (newest allowed) and rewrite SPEC.lock")
 @click.option("--compression", default="gzip:6", show_default=True, callback=_compression, metavar="NAME[:LEVEL]",
-              help="squashfs compression: gzip (every runtime reads it; level 6 squashes 3.5x faster than 9 for +1 %% size), "
+              help="squashfs compression: gzip (every runtime reads it; level 6 squashes 3.5x faster than 9 for +1 % size), "
                    "zstd (apptainer >= 1.4 only; 15x faster, faster start-up), lz4, xz; gzip:N, zstd:N set the level")
 @click.option("--layered", is_flag=True,
               help="write only the difference to a stored image (a package added, the user layer changed) as a SIF "
@@ -64,15 +69,15 @@ _cache_dir_option = click.option(
                    "the runtime mounts SIF overlay partitions (apptainer/SingularityCE as root or setuid with overlay "
                    "enabled; see README); checked with the local runtime, else the whole tree is squashed")
 @_cache_dir_option
-@click.option("--dry-run", is_flag=True, help="print the build plan and run nothing")
-@click.option("-v", "--verbose", is_flag=True, help="stream every tool's output as it comes")
-@click.option("-q", "--quiet", is_flag=True, help="print warnings, errors and the result only")
+@click_option(DRY_RUN, note="it prints the build plan")
+@click_option(VERBOSE)
+@click_option(QUIET)
 @click.option("--heartbeat", type=click.FloatRange(min=0), envvar="ENVBUILD_HEARTBEAT", metavar="SECONDS",
               help="without a terminal (batch logs, CI): print `still running: STEP, N s` this often "
                    "(default 30; 0: never; env ENVBUILD_HEARTBEAT)")
 @click.option("--keep-work", is_flag=True, help="keep the build sandbox (also after a failure) for inspection")
-@click.option("--log", "log_path", type=click.Path(path_type=Path), help="log file (default: <output>.build.log)")
-@click.option("--system", help="conda env files: the system recipe (default: detected, else local); a spec names its own")
+@click_option(BUILD_LOG, "log_path", type=click.Path(path_type=Path))
+@click_option(SYSTEM, note="for a conda env file (a spec names its own)")
 @click.option("--accept-licenses", is_flag=True, help="conda env files: accept the Miniforge license (cotainr --accept-licenses)")
 @reports_errors
 def build(spec: Path, output: Path | None, locked: bool, frozen: bool, upgrade: bool, compression: str, layered: bool,
@@ -137,13 +142,13 @@ def _source_date_epoch() -> int | None:
     return int(value)
 
 
-@main.command()
+@main.command(epilog=exit_status_epilog("the lock could not be made"))
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("--upgrade", is_flag=True, help="re-resolve every package to the newest allowed version")
 @click.option("--upgrade-package", "-P", "upgrade_packages", multiple=True, metavar="NAME",
               help="re-resolve only NAME (repeatable); every other pin is kept")
 @_cache_dir_option
-@click.option("-v", "--verbose", is_flag=True, help="stream the tools' output")
+@click_option(VERBOSE)
 @reports_errors
 def lock(spec: Path, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None, verbose: bool) -> None:
     """Pin every Python package of SPEC, with hashes, into SPEC.lock next to it.
@@ -167,12 +172,12 @@ def lock(spec: Path, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir
     click.echo(str(path))
 
 
-@main.command()
+@main.command(epilog=exit_status_epilog("IMAGE (or SPEC, or BASE) does not match: each difference is listed"))
 @click.argument("image", type=click.Path(path_type=Path))
 @click.argument("spec", type=click.Path(path_type=Path), required=False)
 @click.option("--base", type=click.Path(path_type=Path), metavar="BASE.sif",
               help="for a venv overlay (.sqsh): check that BASE is the image it was made for and provides what it kept")
-@click.option("--json", "as_json", is_flag=True, help="print the findings as JSON")
+@click_option(JSON, "as_json", note='{"image", "spec", "ok", "passed": [...], "differences": [{"area", "message"}]}')
 @reports_errors
 def verify(image: Path, spec: Path | None, base: Path | None, as_json: bool) -> None:
     """Check that IMAGE matches its build record and lock, and, given SPEC, that spec (and SPEC.lock).
@@ -198,35 +203,35 @@ def verify(image: Path, spec: Path | None, base: Path | None, as_json: bool) -> 
     else:
         click.echo(render_verification(result), nl=False)
     if not result.ok:
-        sys.exit(1)
+        sys.exit(EXIT_PROBLEMS)
 
 
-@main.command()
+@main.command(epilog=exit_status_epilog("a file has a problem (each is listed)"))
 @click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--system", help="conda env files: the system recipe to check them for (default: detected, else local), "
-                               "as `envbuild build --system`; a spec names its own")
+@click_option(SYSTEM, note="for a conda env file, as `envbuild build --system` (a spec names its own)")
+@click_option(JSON, "as_json", note=VALIDATION_JSON)
 @reports_errors
-def validate(specs: tuple[Path, ...], system: str | None) -> None:
+def validate(specs: tuple[Path, ...], system: str | None, as_json: bool) -> None:
     """Check spec files (or conda env files, as `envbuild build` reads them, their pip list included);
     print each problem with file:line and how to fix it."""
-    from envbuild.app.build.condasession import conda_env_warnings
-    from envbuild.errors import EnvbuildError
-    from envbuild.spec.load import load_build_input
+    from envbuild.app.validate import validate_file, validation_to_dict
 
-    failed = 0
+    results = []
     for path in specs:
-        try:
-            loaded = load_build_input(path, system=system)
-            warnings = conda_env_warnings(loaded)
-            click.echo(f"{path}: ok ({loaded.spec.name}, system {loaded.spec.system})")
-            warn_about(loaded.warnings)
-            for warning in warnings:
-                click.echo(f"warning: {warning}", err=True)
-        except EnvbuildError as exc:
-            failed += 1
-            click.echo(exc.render(), err=True)
-    if failed:
-        sys.exit(2)
+        result = validate_file(path, system)
+        results.append(result)
+        if as_json:
+            continue
+        if result.ok:
+            click.echo(f"{path}: ok ({result.name}, system {result.system})")
+        else:
+            click.echo(result.rendered_problems, err=True)
+        for warning in result.rendered_warnings:
+            click.echo(warning, err=True)
+    if as_json:
+        click.echo(json.dumps(validation_to_dict(results), indent=2))
+    if not all(result.ok for result in results):
+        sys.exit(EXIT_PROBLEMS)
 
 
 @main.command()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from envbuild.cli.common import reports_errors
+from envbuild.cli.options import JSON, OUTPUT, OVERLAY, click_option
 from envbuild.errors import ImageFormatError, UsageError
 from envbuild.host.runtime import require_runtime
 from envbuild.inventory.cache import InventoryCache
@@ -54,11 +55,10 @@ def _report(exc: ImageFormatError) -> None:
 @click.command("packages")
 @click.argument("images", nargs=-1, required=True)
 @click.option("--grep", "pattern", metavar="REGEX", help="only packages whose name matches (Python regex, case-insensitive)")
-@click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+@click_option(JSON, "as_json", note="instead of the table")
 @click.option("--matrix", "as_matrix", is_flag=True, help="one row per package, one column per image, versions in the cells")
-@click.option("--overlay", "overlays", multiple=True, metavar="SQSH",
-              help="a venv overlay (.sqsh) mounted on each image; repeatable, in mount order. Lists the combination: "
-                   "the overlay's venv as its Python sees it, inherited packages marked 'pip (base PREFIX)'")
+@click_option(OVERLAY, "overlays", multiple=True, note="on each image; lists the combination: the overlay's venv as its "
+              "Python sees it, inherited packages marked 'pip (base PREFIX)'")
 @click.option("--no-cache", is_flag=True, help=_NO_CACHE_HELP)
 @click.option("--via-runtime", is_flag=True, help="start each image with apptainer/singularity instead of reading the file "
                                                    "(for encrypted images; slower; never cached)")
@@ -148,7 +148,7 @@ def _facts(path: str, cache: InventoryCache) -> ImageFacts:
 @click.command("diff")
 @click.argument("image_a")
 @click.argument("image_b")
-@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click_option(JSON, "as_json")
 @click.option("--no-cache", is_flag=True, help=_NO_CACHE_HELP)
 @reports_errors
 def diff_command(image_a: str, image_b: str, as_json: bool, no_cache: bool) -> None:
@@ -166,7 +166,7 @@ def diff_command(image_a: str, image_b: str, as_json: bool, no_cache: bool) -> N
 
 @click.command("inspect")
 @click.argument("image")
-@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click_option(JSON, "as_json")
 @click.option("--no-cache", is_flag=True, help=_NO_CACHE_HELP)
 @reports_errors
 def inspect_command(image: str, as_json: bool, no_cache: bool) -> None:
@@ -185,8 +185,8 @@ def inspect_command(image: str, as_json: bool, no_cache: bool) -> None:
 
 @click.command("catalogue")
 @click.argument("images", nargs=-1, required=True)
-@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
-              help="directory to write index.html and catalogue.json into (created when missing)")
+@click_option(OUTPUT, required=True, type=click.Path(path_type=Path), metavar="DIR",
+              note="a directory: index.html and catalogue.json go into it (created when missing)")
 @click.option("--title", default="Image catalogue", show_default=True, help="the page's heading")
 @click.option("--no-cache", is_flag=True, help=_NO_CACHE_HELP)
 @reports_errors

@@ -9,15 +9,16 @@ from pathlib import Path
 import click
 
 from envbuild.cli.common import reports_errors
+from envbuild.cli.options import OUTPUT, SYSTEM, click_option
 from envbuild.errors import UsageError
 
 
 @click.command("import")
 @click.argument("recipe", type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="spec file to write (default: print it)")
+@click_option(OUTPUT, type=click.Path(path_type=Path), note="the spec", default_help="print it")
 @click.option("--format", "fmt", type=click.Choice(["def", "dockerfile"]),
               help="what RECIPE is (default: told from its name and first line)")
-@click.option("--system", default="local", show_default=True, help="the spec's system recipe (e.g. lumi-g)")
+@click_option(SYSTEM, default="local", note="written into the spec as its system:", default_help="local")
 @click.option("--build-arg", "build_arg", multiple=True, metavar="NAME=VALUE",
               help="a value for a build argument (%arguments / {{ NAME }} of a definition file, ARG of a "
                    "Dockerfile), over the file's default; repeat for more")
@@ -60,7 +61,7 @@ def import_command(recipe: Path, output: Path | None, fmt: str | None, system: s
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["def", "dockerfile"]), required=True,
               help="def: an Apptainer definition file (apptainer build --fakeroot); dockerfile: a Dockerfile")
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="file to write (default: print it)")
+@click_option(OUTPUT, type=click.Path(path_type=Path), note="the definition file or Dockerfile", default_help="print it")
 @click.option("--no-lock", is_flag=True, help="ignore the lock next to SPEC; install the spec's requirements unpinned")
 @reports_errors
 def export_command(spec: Path, fmt: str, output: Path | None, no_lock: bool) -> None:

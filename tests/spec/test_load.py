@@ -189,9 +189,34 @@ def test_cli_validate_exit_codes(tmp_path: Path, repo: Path) -> None:
     ok = runner.invoke(main, ["validate", str(repo / "envs/local-cpu-pytorch.yaml")])
     assert ok.exit_code == 0 and "ok (local-cpu-pytorch, system local)" in ok.output
     result = runner.invoke(main, ["validate", str(bad)])
-    assert result.exit_code == 2
+    assert result.exit_code == 1, "problems found (envbuild.errors' contract; 2 is a usage error)"
     assert f"{bad}:4:3: python.installer: Input should be 'auto', 'uv' or 'pip'" in result.output
     assert "Traceback" not in result.output
+    assert runner.invoke(main, ["validate"]).exit_code == 2, "no SPECS: a usage error"
+
+
+def test_cli_validate_json(tmp_path: Path, repo: Path) -> None:
+    """`envbuild validate --json`: the schema its --help documents (app/validate.py VALIDATION_JSON)."""
+    import json
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nbase: debootstrap:bookworm\npython:\n  installer: conda\n")
+    good = repo / "envs/local-cpu-pytorch.yaml"
+    result = CliRunner().invoke(main, ["validate", "--json", str(good), str(bad), str(tmp_path / "missing.yaml")])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["ok"] is False and [f["ok"] for f in data["files"]] == [True, False, False]
+    first, second, third = data["files"]
+    assert first == {"file": str(good), "ok": True, "name": "local-cpu-pytorch", "system": "local", "problems": [],
+                     "warnings": []}
+    assert second["name"] is None and second["problems"] == [
+        {"line": 4, "column": 3, "field": "python.installer", "message": second["problems"][0]["message"],
+         "fix": second["problems"][0]["fix"]}]
+    assert "Input should be 'auto', 'uv' or 'pip'" in second["problems"][0]["message"]
+    assert third["problems"][0]["line"] is None and "no such file" in third["problems"][0]["message"]
+    assert set(first) == {"file", "ok", "name", "system", "problems", "warnings"}
+    clean = CliRunner().invoke(main, ["validate", "--json", str(good)])
+    assert clean.exit_code == 0 and json.loads(clean.stdout)["ok"] is True
 
 
 def test_cli_build_missing_spec_is_a_clear_error(tmp_path: Path) -> None:
