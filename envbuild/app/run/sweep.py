@@ -49,9 +49,9 @@ def sweep(request: SweepRequest) -> int:
     from envbuild.slurm.batch.stepcommand import infer_launcher
     from envbuild.slurm.sweep import state as sweepstate
     from envbuild.slurm.sweep.points import parse_counts, plan_points
-    from envbuild.slurm.sweep.report import write_reports
     from envbuild.slurm.sweep.runner import Slurm as SlurmCalls
     from envbuild.slurm.sweep.runner import SweepRunner
+    from envbuild.slurm.sweep.state import write_reports
     from envbuild.slurm.sweep.table import build_table, render_text
 
     command = request.command

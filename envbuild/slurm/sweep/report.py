@@ -1,6 +1,6 @@
 """The sweep's table as files: CSV and JSON (pure text, golden-tested), and a one-page HTML report holding the
 table and the plot (the PNG embedded as a data: URI, so the page is one self-contained file to mail or
-attach). `write_reports` writes them all into the report directory."""
+attach). Pure: envbuild.slurm.sweep.state.write_reports writes them into the report directory."""
 
 from __future__ import annotations
 
@@ -9,13 +9,9 @@ import csv
 import html
 import io
 import json
-import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from envbuild.slurm.sweep.table import HEADER, Row, format_seconds, render_text, text_rows
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
+from envbuild.slurm.sweep.table import HEADER, Row, format_seconds, text_rows
 
 CSV_COLUMNS = ("nodes", "per_node", "workers", "unit", "runs", "failed", "median_time_s", "throughput",
                "throughput_unit", "speedup", "efficiency", "spread_pct", "status")
@@ -78,32 +74,3 @@ td,th{{border:1px solid #bbb;padding:.25em .6em;text-align:right}}img{{max-width
 {picture}
 </body></html>
 """
-
-
-def write_reports(directory: str, rows: list[Row], identity: dict[str, Any],
-                  warn: Callable[[str], object] | None = None) -> list[str]:
-    """table.txt, table.csv, table.json, scaling.png (when a point finished) and report.html; the paths.
-    The plot is the one part that may fail (matplotlib): the report is written without it, and `warn` says why."""
-    from envbuild.atomicfile import atomic_write
-
-    written = []
-    for name, text in (("table.txt", render_text(rows)), ("table.csv", render_csv(rows)),
-                       ("table.json", render_json(rows, identity))):
-        atomic_write(os.path.join(directory, name), text)
-        written.append(os.path.join(directory, name))
-    png, no_plot = None, "fewer than one finished point"
-    if any(r.time_s is not None for r in rows):
-        try:
-            from envbuild.slurm.sweep.plot import render_png
-
-            png = render_png(rows, title=" ".join(identity.get("command", []))[:80])
-        except Exception as exc:  # noqa: BLE001 - any matplotlib failure: the tables are worth more than the plot
-            no_plot = f"matplotlib could not draw it: {type(exc).__name__}: {exc}"
-            if warn is not None:
-                warn(f"no scaling plot ({no_plot}); the tables and report.html are written")
-        else:
-            atomic_write(os.path.join(directory, "scaling.png"), png)
-            written.append(os.path.join(directory, "scaling.png"))
-    atomic_write(os.path.join(directory, "report.html"), render_html(rows, identity, png, no_plot))
-    written.append(os.path.join(directory, "report.html"))
-    return written

@@ -1,10 +1,12 @@
 """A sweep's report directory: sweep.json records what was asked and every run, rewritten (atomically) after
 each change, so that running the same sweep again with the same --report dir skips finished runs, follows
-jobs still in the queue and retries failed ones. Reading and deciding are pure; `save` writes the file.
+jobs still in the queue and retries failed ones. Reading and deciding are pure; `save` writes the file and
+`write_reports` the tables and the report.
 
     REPORT/sweep.json      this state
     REPORT/jobs/KEY-rN.sbatch, REPORT/jobs/KEY-rN-JOBID.out   each run's script and output
-    REPORT/table.csv, table.json, scaling.png, report.html   written by envbuild.slurm.sweep.report
+    REPORT/table.txt, table.csv, table.json, scaling.png, report.html   rendered by envbuild.slurm.sweep.report,
+                                                             written by write_reports
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild.errors import EnvbuildError
 from envbuild.slurm.sweep.points import ScalePoint
-from envbuild.slurm.sweep.table import Run
+from envbuild.slurm.sweep.report import render_csv, render_html, render_json
+from envbuild.slurm.sweep.table import Row, Run, render_text
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 STATE_FILE = "sweep.json"
 SUBMITTED = "SUBMITTED"  # a run whose job was submitted and has not been seen ending
@@ -106,3 +112,32 @@ def save(directory: str, state: SweepState) -> None:
     data = {"format": FORMAT, "identity": state.identity, "points": [asdict(p) for p in state.points],
             "runs": state.runs}
     atomic_write(os.path.join(directory, STATE_FILE), json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def write_reports(directory: str, rows: list[Row], identity: dict[str, Any],
+                  warn: Callable[[str], object] | None = None) -> list[str]:
+    """table.txt, table.csv, table.json, scaling.png (when a point finished) and report.html; the paths.
+    The plot is the one part that may fail (matplotlib): the report is written without it, and `warn` says why."""
+    from envbuild.atomicfile import atomic_write
+
+    written = []
+    for name, text in (("table.txt", render_text(rows)), ("table.csv", render_csv(rows)),
+                       ("table.json", render_json(rows, identity))):
+        atomic_write(os.path.join(directory, name), text)
+        written.append(os.path.join(directory, name))
+    png, no_plot = None, "fewer than one finished point"
+    if any(r.time_s is not None for r in rows):
+        try:
+            from envbuild.slurm.sweep.plot import render_png
+
+            png = render_png(rows, title=" ".join(identity.get("command", []))[:80])
+        except Exception as exc:  # noqa: BLE001 - any matplotlib failure: the tables are worth more than the plot
+            no_plot = f"matplotlib could not draw it: {type(exc).__name__}: {exc}"
+            if warn is not None:
+                warn(f"no scaling plot ({no_plot}); the tables and report.html are written")
+        else:
+            atomic_write(os.path.join(directory, "scaling.png"), png)
+            written.append(os.path.join(directory, "scaling.png"))
+    atomic_write(os.path.join(directory, "report.html"), render_html(rows, identity, png, no_plot))
+    written.append(os.path.join(directory, "report.html"))
+    return written

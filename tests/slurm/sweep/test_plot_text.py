@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.slurm.sweep import plot
-from envbuild.slurm.sweep.report import write_reports
+from envbuild.slurm.sweep.state import write_reports
 from tests.slurm.sweep.test_report import IDENTITY, rows
 
 # mathtext fails on `$x_^$` (ParseSyntaxException) and would draw `$SCRATCH/x ... $HOME` as math
