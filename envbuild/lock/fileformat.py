@@ -107,23 +107,14 @@ class _LockDocument(_LockModel):
     packages: dict[Annotated[str, AfterValidator(_canonical_name)], _PackageEntry]
 
 
-def read_lock(text: str, source: str) -> Lock:
-    """Parse and check a lock file's text; `source` (its path) starts every error message. A build reads its
-    lock more than once (settling it, then building): the result for the same text is kept."""
-    key = (text, source)
-    if key not in _READ:
-        _READ.clear()  # one lock per process, in practice
-        _READ[key] = _read_lock(text, source)
-    return _READ[key]
-
-
-_READ: dict[tuple[str, str], Lock] = {}
-# libyaml's loader where PyYAML has it: the reference lock (52 packages, 2400 YAML nodes) took the pure-Python
-# loader about 60 ms of every no-op build, twice.
+# libyaml's loader where PyYAML has it: the pure-Python one is several times slower on a lock of a few
+# thousand YAML nodes, which every no-op build reads.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _read_lock(text: str, source: str) -> Lock:
+def read_lock(text: str, source: str) -> Lock:
+    """Parse and check a lock file's text; `source` (its path) starts every error message. A command reads
+    and parses its lock once (envbuild.app.lock.buildlock)."""
     try:
         data = yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader (libyaml's or PyYAML's)
     except yaml.YAMLError as exc:

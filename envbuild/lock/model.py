@@ -12,7 +12,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.utils import canonicalize_name
 
@@ -85,7 +85,15 @@ class Lock:
         object.__setattr__(self, "packages", ordered)
 
 
-# --- inputs and the uv call -----------------------------------------------------------------------
+class LoadedLock(NamedTuple):
+    """A lock as a build installs it: parsed, its text (recorded in the image), its file."""
+
+    lock: Lock
+    text: str
+    path: Path
+
+
+# --- the inputs ----------------------------------------------------------------------------------
 
 
 def lock_inputs(spec: Spec, torch_index: str | None) -> LockInputs:
@@ -104,12 +112,6 @@ def lock_inputs(spec: Spec, torch_index: str | None) -> LockInputs:
         torch_index=redact(torch_index) if torch_index else None,
         interpreter=spec.python.interpreter,
     )
-
-
-# --- uv's output ----------------------------------------------------------------------------------
-
-
-# --- the lock file --------------------------------------------------------------------------------
 
 
 # --- using a lock ---------------------------------------------------------------------------------

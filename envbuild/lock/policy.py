@@ -72,7 +72,7 @@ def decide_lock(state: LockState, flags: LockFlags, *, spec_path: str) -> LockDe
                              f"create it with: envbuild lock {spec_path}")
         if flags.frozen:
             return LockDecision("use-unchecked", f"--frozen: installing {path} as it is, not checked against the spec")
-        if state.stale:  # --locked with a stale lock: the caller raises the detailed error (load_fresh_lock)
+        if state.stale:  # --locked with a stale lock: the caller raises the detailed error (installed_lock)
             return LockDecision("use", f"--locked: {path} is stale")
         return LockDecision("use", f"using {path} ({state.packages} packages)")
     if not state.lockable:

@@ -14,7 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# check_spec_architecture is re-exported: envbuild.app.lock.buildlock imports it from here.
 from envbuild.app.build.archchecks import check_spec_architecture
 from envbuild.app.build.envparent import find_env_parent
 from envbuild.app.build.request import make_request, read_digest, read_digest_file
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     from envbuild.app.build.prefetch import ParentPrefetch
     from envbuild.build.execute.executor import BuildExecutor
     from envbuild.build.request import BuildPlan, BuildRequest, Layers
-    from envbuild.lock.model import Lock
+    from envbuild.lock.model import LoadedLock
     from envbuild.spec.load import LoadedSpec
 
 
@@ -50,17 +49,17 @@ def image_key_of(path: Path) -> str | None:
 class BuildSession(Session):
     _prefetch: ParentPrefetch | None = None
 
-    def prefetch_parent(self, stale: tuple[Lock, str, Path]) -> None:
+    def prefetch_parent(self, stale: LoadedLock) -> None:
         """Called as the stale lock is resolved again: copy its env layer meanwhile (envbuild.app.build.prefetch)."""
         from envbuild.app.build.prefetch import start_parent_prefetch
         from envbuild.errors import EnvbuildError
 
         try:
-            self._prefetch = start_parent_prefetch(self.loaded, self.options, *stale, uses=self._uses, use=self._use)
+            self._prefetch = start_parent_prefetch(self.loaded, self.options, stale, uses=self._uses, use=self._use)
         except (EnvbuildError, OSError):
             self._prefetch = None  # only a guess: the build itself reports what is wrong, after the lock
 
-    def while_resolving(self) -> Callable[[tuple[Lock, str, Path]], None]:
+    def while_resolving(self) -> Callable[[LoadedLock], None]:
         return self.prefetch_parent
 
     def dry_run(self) -> str:

@@ -17,11 +17,11 @@ if TYPE_CHECKING:
     from envbuild.build.overlayplan import OverlayBasePlan, OverlayPlan
     from envbuild.build.request import BuildRequest
     from envbuild.host.facts import HostFacts
-    from envbuild.lock.model import Lock
+    from envbuild.lock.model import LoadedLock
 
 
 class OverlaySession(Session):
-    def _request(self, facts: HostFacts, lock: tuple[Lock, str, Path] | None = None) -> BuildRequest:
+    def _request(self, facts: HostFacts, lock: LoadedLock | None = None) -> BuildRequest:
         from envbuild.app.build.request import make_request
         from envbuild.sif.reader import read_sif_layout
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from envbuild.app.build.request import BuildOptions
-    from envbuild.lock.model import Lock
+    from envbuild.lock.model import LoadedLock
     from envbuild.spec.load import LoadedSpec
 
 
@@ -108,7 +108,7 @@ class ParentPrefetch:
         subprocess.run(["rm", "-rf", "--one-file-system", self.work_dir], check=False)
 
 
-def start_parent_prefetch(loaded: LoadedSpec, options: BuildOptions, previous: Lock, lock_text: str, lock_path: Path, *,
+def start_parent_prefetch(loaded: LoadedSpec, options: BuildOptions, previous: LoadedLock, *,
                           uses: ExitStack, use: Callable[[Path, str, str], None]) -> ParentPrefetch | None:
     """Start copying the env layer `previous` (the lock before it is resolved again) built, or would have taken
     as its parent; None when there is none in the store. Its use lock and the copy's work lock are held, and
@@ -122,7 +122,7 @@ def start_parent_prefetch(loaded: LoadedSpec, options: BuildOptions, previous: L
     from envbuild.store.locks import entry_lock, forget_lock
 
     facts = gather_host_facts(cache_dir=options.cache_dir)
-    request = make_request(loaded, options, facts, lock=(previous, lock_text, lock_path))
+    request = make_request(loaded, options, facts, lock=previous)
     base = plan_base(request)
     digest = read_digest(base)
     if not digest or not os.path.exists(EntryPaths(base.entry).complete):

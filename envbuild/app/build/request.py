@@ -11,12 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envbuild.errors import EnvbuildError, UsageError
+# The lock a request takes is read and decided once, by envbuild.app.lock.decision; these two of its names
+# are where a build's callers have found them.
+from envbuild.app.lock.decision import load_fresh_lock as load_fresh_lock
+from envbuild.app.lock.decision import torch_index_for as torch_index_for
 
 if TYPE_CHECKING:
     from envbuild.build.request import BasePlan, BuildRequest
     from envbuild.host.facts import HostFacts
-    from envbuild.lock.model import Lock
+    from envbuild.lock.model import LoadedLock
+    from envbuild.lock.policy import LockFlags
     from envbuild.spec.load import LoadedSpec
 
 
@@ -36,40 +40,12 @@ class BuildOptions:
     source_date_epoch: int | None = None
     layered: bool = False  # the difference as a SIF overlay partition over a stored image (envbuild.app.build.squashparent)
 
+    @property
+    def lock_flags(self) -> LockFlags:
+        """--locked, --frozen, --upgrade, as envbuild.lock.policy takes them."""
+        from envbuild.lock.policy import LockFlags
 
-def torch_index_for(loaded: LoadedSpec) -> str | None:
-    from envbuild.recipes.load import load_recipe
-
-    if loaded.spec.python.pytorch is None or loaded.spec.overlay is not None:
-        return None  # without PyTorch the recipe has nothing to say; an overlay keeps the base's torch
-    return loaded.spec.python.pytorch_index_url(load_recipe(loaded.spec.system))
-
-
-def load_fresh_lock(loaded: LoadedSpec) -> tuple[Lock, str, Path]:
-    """The lock next to the spec, checked to still describe the spec; a clear error otherwise."""
-    from envbuild.inventory.torchfamily import check_locked_family
-    from envbuild.lock.fileformat import read_lock
-    from envbuild.lock.model import lock_inputs, lock_path_for
-    from envbuild.lock.staleness import stale_reasons
-
-    path = lock_path_for(loaded.path)
-    if not path.is_file():
-        raise UsageError(f"--locked: there is no lock file {path} for {loaded.path}",
-                         f"create it with: envbuild lock {loaded.path}")
-    text = path.read_text(encoding="utf-8")
-    lock = read_lock(text, str(path))
-    reasons = stale_reasons(lock, lock_inputs(loaded.spec, torch_index_for(loaded)))
-    if reasons:
-        raise EnvbuildError(
-            f"--locked: {path} is stale for {loaded.path}:\n" + "\n".join(f"  - {r}" for r in reasons),
-            f"refresh it with `envbuild lock {loaded.path}` (keeps the other pins) and commit it, or build without --locked",
-        )
-    # Before anything is fetched or installed (a lock from an older envbuild was never checked).
-    check_locked_family(lock.packages, str(path), then=f"run `envbuild lock {loaded.path}` again")
-    from envbuild.app.build.archchecks import check_lock_arch
-
-    check_lock_arch(loaded, lock, path)
-    return lock, text, path
+        return LockFlags(locked=self.locked, frozen=self.frozen, upgrade=self.upgrade)
 
 
 def _base_identity(loaded: LoadedSpec) -> tuple[str | None, str]:
@@ -104,7 +80,7 @@ def _recipe_digest(system: str) -> str:
     return file_digest(str(path)) if path.is_file() else ""
 
 
-def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *, lock: tuple[Lock, str, Path] | None,
+def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *, lock: LoadedLock | None,
                  other_arch_ok: bool = False) -> BuildRequest:
     """The build's request; refused here, before any download, when the system's architecture is not this
     machine's or the local base's (envbuild.build.archcheck). other_arch_ok: a lock resolved for another
@@ -121,9 +97,8 @@ def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *,
     built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch if epoch is not None else time.time()))
     locked = LockSource()
     if lock is not None:
-        parsed, text, _ = lock
-        locked = LockSource(requirements=requirements_with_hashes(parsed), text=text, sha256=lock_sha256(text),
-                            python=".".join(parsed.target.python.split(".")[:2]))
+        locked = LockSource(requirements=requirements_with_hashes(lock.lock), text=lock.text, sha256=lock_sha256(lock.text),
+                            python=".".join(lock.lock.target.python.split(".")[:2]))
     request = BuildRequest(
         source=SpecSource(spec=spec, text=loaded.text, sha256=loaded.sha256, directory=str(loaded.directory.absolute()),
                           file_digests=_file_digests(loaded)),

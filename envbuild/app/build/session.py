@@ -10,14 +10,12 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from envbuild.app.build.request import load_fresh_lock
-
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
     from envbuild.app.build.request import BuildOptions
-    from envbuild.lock.model import Lock
+    from envbuild.lock.model import LoadedLock
     from envbuild.spec.load import LoadedSpec
 
 
@@ -30,7 +28,7 @@ class Session(abc.ABC):
         self.out = out
         self._uses = contextlib.ExitStack()  # the store entries this session reads (use locks)
         # The lock to install, as envbuild.app.lock.buildlock chose it (uv's conventions); unset: --locked's only.
-        self.chosen_lock: tuple[Lock, str, Path] | None = None
+        self.chosen_lock: LoadedLock | None = None
         self.lock_chosen = False
         self.lock_note = ""  # --dry-run: which lock case applies
         self.started = time.monotonic()  # the command's start: a build's total includes the lock and the base
@@ -43,7 +41,7 @@ class Session(abc.ABC):
     def build(self) -> Path:
         """Build the output; returns its path."""
 
-    def while_resolving(self) -> Callable[[tuple[Lock, str, Path]], None] | None:
+    def while_resolving(self) -> Callable[[LoadedLock], None] | None:
         """What to start while a stale lock is resolved again (given the stale lock); None: nothing."""
         return None
 
@@ -51,13 +49,17 @@ class Session(abc.ABC):
         """Let go of what the session holds (use locks, work made ahead) when it ends without building."""
         self._uses.close()
 
-    def choose_lock(self, lock: tuple[Lock, str, Path] | None, note: str = "") -> None:
+    def choose_lock(self, lock: LoadedLock | None, note: str = "") -> None:
         self.chosen_lock, self.lock_chosen, self.lock_note = lock, True, note
 
-    def the_lock(self) -> tuple[Lock, str, Path] | None:
+    def the_lock(self) -> LoadedLock | None:
         if self.lock_chosen:
             return self.chosen_lock
-        return load_fresh_lock(self.loaded) if self.options.locked else None
+        if not self.options.locked:
+            return None
+        from envbuild.app.lock.decision import load_fresh_lock
+
+        return load_fresh_lock(self.loaded)
 
     def _say(self, text: str, *, result: bool = False) -> None:
         """A line of progress; with -q only warnings and the result (`result`) are printed."""

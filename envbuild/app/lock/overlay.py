@@ -1,4 +1,5 @@
-"""`envbuild lock SPEC` for an overlay spec: pin, with hashes, exactly what the overlay adds to its base.
+"""The resolution of an overlay spec's lock (`envbuild lock SPEC`, and a build whose lock is stale): pin,
+with hashes, exactly what the overlay adds to its base.
 
 uv resolves image locks on the host, but for an overlay the base's installed packages decide what is
 added, and uv does not see a base venv's packages (see envbuild.build.overlayplan). So pip, inside the base
@@ -22,15 +23,12 @@ if TYPE_CHECKING:
 
 def run_overlay_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None,
                      verbose: bool, out: TextIO) -> Path:
-    from envbuild.app.lock.session import read_previous_lock, write_lock
-    from envbuild.lock.model import lock_path_for
+    """`envbuild lock SPEC` for an overlay spec: resolve (keeping the old lock's pins unless upgrading) and write SPEC.lock."""
+    from envbuild.app.lock.decision import rewrite_lock
 
-    path = lock_path_for(loaded.path)
-    previous = read_previous_lock(path, out)
-    lock = resolve_overlay_lock(loaded, previous, upgrade=upgrade, upgrade_packages=upgrade_packages,
-                                cache_dir=cache_dir, verbose=verbose, out=out)
-    write_lock(loaded, path, previous, lock, out)
-    return path
+    return rewrite_lock(loaded, lambda previous: resolve_overlay_lock(loaded, previous, upgrade=upgrade,
+                                                                      upgrade_packages=upgrade_packages,
+                                                                      cache_dir=cache_dir, verbose=verbose, out=out), out)
 
 
 def resolve_overlay_lock(loaded: LoadedSpec, previous: Lock | None, *, upgrade: bool, upgrade_packages: tuple[str, ...],

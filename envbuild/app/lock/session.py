@@ -1,5 +1,6 @@
-"""`envbuild lock SPEC`: get the base into the store, ask its Python for the target (version, platform),
-resolve with uv on the host for that target, and write SPEC.lock (only when its content changes)."""
+"""The resolution of an image spec's lock (`envbuild lock SPEC`, and a build whose lock is stale): get the
+base into the store, ask its Python for the target (version, platform), resolve with uv on the host for
+that target. SPEC.lock itself is read and written by envbuild.app.lock.decision."""
 
 from __future__ import annotations
 
@@ -108,21 +109,19 @@ def _ask_base(request: BuildRequest, rootfs: str, python: str) -> LockTarget:
 
 def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None,
              verbose: bool, out: TextIO) -> Path:
-    from envbuild.lock.model import lock_path_for
+    """`envbuild lock SPEC` for an image spec: resolve (keeping the old lock's pins unless upgrading) and write SPEC.lock."""
+    from envbuild.app.lock.decision import rewrite_lock
 
-    path = lock_path_for(loaded.path)
-    previous = read_previous_lock(path, out)
-    lock = resolve_lock(loaded, previous, upgrade=upgrade, upgrade_packages=upgrade_packages, cache_dir=cache_dir,
-                        verbose=verbose, out=out)
-    write_lock(loaded, path, previous, lock, out)
-    return path
+    return rewrite_lock(loaded, lambda previous: resolve_lock(loaded, previous, upgrade=upgrade, upgrade_packages=upgrade_packages,
+                                                              cache_dir=cache_dir, verbose=verbose, out=out), out)
 
 
 def resolve_lock(loaded: LoadedSpec, previous: Lock | None, *, upgrade: bool, upgrade_packages: tuple[str, ...],
                  cache_dir: Path | None, verbose: bool, out: TextIO, log_path: Path | None = None,
                  quiet: bool = False) -> Lock:
     """The spec's lock, resolved now (keeping `previous`'s pins unless upgrading); nothing is written."""
-    from envbuild.app.build.request import BuildOptions, make_request, read_digest, torch_index_for
+    from envbuild.app.build.request import BuildOptions, make_request, read_digest
+    from envbuild.app.lock.decision import torch_index_for
     from envbuild.build.execute.executor import BuildExecutor
     from envbuild.build.plan import plan_base
     from envbuild.host.arch import host_arch
@@ -199,7 +198,7 @@ def _resolve_for_other_arch(loaded: LoadedSpec, request: BuildRequest, arch: str
                             upgrade: bool, upgrade_packages: tuple[str, ...], quiet: bool, out: TextIO) -> Lock:
     """A lock for a system of another architecture: uv resolves for its platform (--python-platform) on this
     machine, from the spec's lock_target; nothing is fetched or run, so the lock records no base digest."""
-    from envbuild.app.build.request import torch_index_for
+    from envbuild.app.lock.decision import torch_index_for
     from envbuild.inventory.torchfamily import check_locked_family
     from envbuild.lock.model import Lock, lock_inputs
 
@@ -214,51 +213,6 @@ def _resolve_for_other_arch(loaded: LoadedSpec, request: BuildRequest, arch: str
     return Lock(inputs=lock_inputs(spec, torch_index_for(loaded)), target=target, base_digest=None,
                 recipe_digest=request.recipe_digest, resolver=f"uv {facts.uv_version}", packages=packages,
                 spec_name=spec.name)
-
-
-def read_previous_lock(path: Path, out: TextIO) -> Lock | None:
-    """The existing lock (its pins are kept when re-locking); None when there is none or it is unreadable."""
-    from envbuild.lock.fileformat import read_lock
-
-    if not path.is_file():
-        return None
-    try:
-        return read_lock(path.read_text(encoding="utf-8"), str(path))
-    except EnvbuildError as exc:
-        print(f"note: ignoring the unreadable old lock ({exc.message}); resolving from scratch", file=out)
-        return None
-
-
-def write_lock(loaded: LoadedSpec, path: Path, previous: Lock | None, lock: Lock, out: TextIO, *,
-               for_build: bool = False) -> str:
-    """Write `lock` to `path` when its text changes, saying what changed; returns the lock's text.
-
-    for_build: a build goes on from the resolved lock when the spec's directory is read-only (a shared
-    checkout), with a warning, instead of failing after the resolution."""
-    from envbuild.lock.fileformat import render_lock
-
-    text = render_lock(lock, spec_path_for_comment=_relative(loaded.path))
-    old_text = path.read_text(encoding="utf-8") if path.is_file() else None
-    for line in _changes(previous, lock):
-        print(line, file=out)
-    count = len(lock.packages)
-    if text == old_text:
-        print(f"{path} is unchanged ({count} packages)", file=out)
-        return text
-    from envbuild.atomicfile import atomic_write
-
-    try:
-        atomic_write(path, text)
-    except OSError as exc:
-        if not for_build:
-            raise
-        print(f"warning: cannot write {path} ({exc.strerror}); building from the lock resolved now, "
-              f"which is kept in the image's record", file=out, flush=True)
-        return text
-    then = f"later builds install exactly it (envbuild build {loaded.path})" if for_build else \
-        f"build it with: envbuild build {loaded.path}"
-    print(f"wrote {path} ({count} packages); {then}", file=out, flush=True)
-    return text
 
 
 def _resolve(request: BuildRequest, target: LockTarget, previous: Lock | None, *, upgrade: bool,
@@ -292,21 +246,3 @@ def _resolve(request: BuildRequest, target: LockTarget, previous: Lock | None, *
                             "check the package names and versions in the spec, and that the package sources "
                             "(pip.conf index-url / find-links) have them")
         return parse_uv_requirements(Path(output_file).read_text(encoding="utf-8"))
-
-
-def _changes(previous: Lock | None, lock: Lock) -> list[str]:
-    if previous is None:
-        return []
-    old = {p.name: p.version for p in previous.packages}
-    new = {p.name: p.version for p in lock.packages}
-    lines = [f"  + {n} {new[n]}" for n in sorted(new.keys() - old.keys())]
-    lines += [f"  - {n} {old[n]}" for n in sorted(old.keys() - new.keys())]
-    lines += [f"  ~ {n} {old[n]} -> {new[n]}" for n in sorted(new.keys() & old.keys()) if old[n] != new[n]]
-    return lines
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.absolute().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
