@@ -85,7 +85,8 @@ def resolve(request: DoctorRequest) -> Setting:
     recipe, why = resolve_recipe(request.system, request.environ)
     user_binds, user_env = settings_for(read_user_settings(request.environ), recipe.name)
     notes: list[str] = []
-    image, overlays = None, ()
+    image: str | None = None
+    overlays: tuple[tuple[str, str], ...] = ()
     project_binds: tuple[str, ...] = ()
     project_env: dict[str, str] = {}
     ignored: list[Finding] = []
@@ -138,7 +139,8 @@ def container_answer(setting: Setting, environ: dict[str, str]) -> dict[str, Any
         return {"error": f"no answer in {NODE_TIMEOUT_S} s"}
     for line in done.stdout.splitlines():
         if line.startswith(CONTAINER_MARK):
-            return json.loads(line[len(CONTAINER_MARK):])
+            answer: dict[str, Any] = json.loads(line[len(CONTAINER_MARK):])  # the probe prints one JSON object
+            return answer
     return {"error": f"exit {done.returncode}: " + " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])}
 
 

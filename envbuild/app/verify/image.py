@@ -101,7 +101,10 @@ def record_env(record: dict[str, Any]) -> str | None:
     (the record's "venv"; None when cotainr only took the base image)."""
     from envbuild.spec.model import VENV_PREFIX
 
-    return record.get("venv", VENV_PREFIX) if isinstance(record, dict) else VENV_PREFIX
+    if not isinstance(record, dict):
+        return VENV_PREFIX
+    venv: str | None = record.get("venv", VENV_PREFIX)
+    return venv
 
 
 def pins(lines: list[str]) -> dict[str, str]:
@@ -328,7 +331,7 @@ def _compare_env(result: Verification, contents: ImageContents, env: Mapping[str
 
 def _env_shown(value: str | EnvEdit | None) -> str:
     """An env entry as the spec writes it: 'value', {prepend: '/a'}, or None where it is not set."""
-    return value.describe() if hasattr(value, "describe") else repr(value)
+    return repr(value) if value is None or isinstance(value, str) else value.describe()
 
 
 def render_verification(result: Verification) -> str:

@@ -89,11 +89,12 @@ class Beside:
         with self._lock:
             if self._stopping.is_set():
                 return
+            process: subprocess.Popen[str] | None
             try:
                 process = start_child(run.argv, env=tool_environment(self.environ, run.env), cwd=run.cwd)
             except FileNotFoundError:
                 process = None
-            else:
+            if process is not None:
                 self._processes[index] = process
         if process is None:
             tail.append(f"{run.argv[0]}: not found")

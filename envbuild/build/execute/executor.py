@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -86,7 +87,7 @@ class BuildExecutor:
         self._live: LiveLine | None = None
         self.beside: Beside | None = None  # commands in the background of this step (the tests beside the squash)
         self.foreground: subprocess.Popen[str] | None = None  # the step's tool that runs now
-        self.guards: list = []  # hard-link guards checking in the background (envbuild.build.execute.fsactions.guard_tree)
+        self.guards: list[tuple[threading.Thread, list[str]]] = []  # hard-link guards at work (fsactions.guard_tree)
 
     def execute(self, plan: BuildPlan) -> None:
         self.execute_steps(plan.steps, plan.work_dir, "build")
