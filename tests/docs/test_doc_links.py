@@ -1,5 +1,5 @@
-"""What the docs name exists: repository paths and module names in README.md, docs/**/*.md and the sources
-under envbuild/, and every documented `envbuild ...` / `envrun ...` command line parses with the real parsers.
+"""What the docs name exists: repository paths and module names in README.md, docs/**/*.md (and the READMEs
+of examples/ and provision/) and the sources under envbuild/, and every documented `envbuild ...` / `envrun ...` command line parses with the real parsers.
 
 Only parsing: click's `make_context` and argparse's `parse_args` check the words against the definitions,
 nothing runs. A moved module shows up here as the docstrings and pages that still name it.
@@ -19,7 +19,8 @@ import pytest
 from tests.docs.test_reference_current import load_generator
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md"),
+               *(path for folder in ("examples", "provision", "bench", "tests") for path in (ROOT / folder).glob("README.md"))])
 SOURCES = sorted((ROOT / "envbuild").rglob("*.py"))
 GENERATED = {ROOT / "docs" / "reference" / name for name in ("cli.md", "spec.md", "modules.md")}  # their sources are checked
 
