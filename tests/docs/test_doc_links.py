@@ -1,5 +1,6 @@
 """What the docs name exists: repository paths and module names in README.md, docs/**/*.md (and the READMEs
-of examples/ and provision/) and the sources under envbuild/, and every documented `envbuild ...` / `envrun ...` command line parses with the real parsers.
+of examples/ and provision/) and the sources under envbuild/; every documented `envbuild ...` / `envrun ...`
+command line parses with the real parsers, and every option the prose names exists.
 
 Only parsing: click's `make_context` and argparse's `parse_args` check the words against the definitions,
 nothing runs. A moved module shows up here as the docstrings and pages that still name it.
