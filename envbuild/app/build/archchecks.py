@@ -17,12 +17,11 @@ if TYPE_CHECKING:
 
 def check_lock_arch(loaded: LoadedSpec, lock: Lock, path: Path) -> None:
     """A lock holds the wheels of one architecture: one for another than the system's cannot be installed."""
-    from envbuild.build.archcheck import target_arch
-    from envbuild.host.arch import host_arch
+    from envbuild.host.arch import host_arch, system_arch
     from envbuild.recipes.load import load_recipe
 
     recipe = load_recipe(loaded.spec.system)
-    wanted = target_arch(recipe, host_arch())
+    wanted = system_arch(recipe, host_arch())
     if lock.target.arch != wanted:
         raise EnvbuildError(
             f"--locked: {path} was resolved for {lock.target.arch} ({lock.target.platform}), but system "

@@ -35,11 +35,15 @@ def lock_for_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, ov
     settled = settle_lock(loaded, options.lock_flags, overlay=overlay)  # refuses --locked/--frozen without a lock
     check_spec_architecture(loaded)  # a spec for a machine this one cannot build for is refused before any lock talk
     decision = settled.decision
-    say = (lambda text: None) if options.quiet else (lambda text: print(text, file=out, flush=True))
+
+    def say(text: str) -> None:
+        if not options.quiet:
+            print(text, file=out, flush=True)
+
     if settled.installs:
-        lock = installed_lock(loaded, settled)
+        installed = installed_lock(loaded, settled)
         say(decision.message)
-        return lock
+        return installed
     if decision.action == "unlocked":
         if settled.state.lockable:
             say(f"note: {decision.message}")

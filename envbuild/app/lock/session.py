@@ -171,10 +171,10 @@ def resolve_lock(loaded: LoadedSpec, previous: Lock | None, *, upgrade: bool, up
 
 def _other_arch(loaded: LoadedSpec, host: str) -> str | None:
     """The system's architecture when it is not this machine's (the base cannot run here); else None."""
-    from envbuild.build.archcheck import target_arch
+    from envbuild.host.arch import system_arch
     from envbuild.recipes.load import load_recipe
 
-    target = target_arch(load_recipe(loaded.spec.system), host)
+    target = system_arch(load_recipe(loaded.spec.system), host)
     return target if host and target != host else None
 
 
