@@ -154,8 +154,8 @@ def rm_command(names: tuple[str, ...], remove_everything: bool, cache_dir: Path 
 @reports_errors
 def verify_command(as_json: bool, cache_dir: Path | None) -> None:
     """Check every entry of the store against its content record: each stored image and overlay is hashed,
-    each base's and env layer's root file system digested again. Exit 1 when any entry does not match (README, "Trust
-    model"); entries without a record (made by an older envbuild) are listed, not counted as failures."""
+    each base's and env layer's root file system digested again. Exit 1 when any entry does not match
+    (docs/concepts/trust.md); entries without a record (made by an older envbuild) are listed, not counted as failures."""
     from envbuild.store.integrity import MISMATCH, verify_entries
 
     root = _store_root(cache_dir)

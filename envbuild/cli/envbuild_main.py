@@ -67,7 +67,7 @@ _cache_dir_option = click_option(CACHE_DIR, type=click.Path(path_type=Path), env
               help="write only the difference to a stored image (a package added, the user layer changed) as a SIF "
                    "squashfs overlay partition over that image's squashfs: seconds instead of a full squash. Runs where "
                    "the runtime mounts SIF overlay partitions (apptainer/SingularityCE as root or setuid with overlay "
-                   "enabled; see README); checked with the local runtime, else the whole tree is squashed")
+                   "enabled; see docs/concepts/layered-images.md); checked with the local runtime, else the whole tree is squashed")
 @_cache_dir_option
 @click_option(DRY_RUN, note="it prints the build plan")
 @click_option(VERBOSE)

@@ -8,7 +8,7 @@ compresses all of it again (35 s with gzip:6 on 2 cores). Here the new image is:
                                removed path: overlayfs semantics, as apptainer stacks a SIF's overlay
                                partitions as read-only lower layers above the root file system.
 The parent is a full image in the store whose tree manifest (envbuild.sif.manifest) was
-recorded when it was squashed. The other ways weighed (README, Performance): mksquashfs append adds
+recorded when it was squashed. The other ways weighed (docs/reports/performance.md): mksquashfs append adds
 files only under new names in the root directory (it cannot replace or remove a file), and reusing
 compressed blocks would need a squashfs writer of our own.
 

@@ -5,7 +5,7 @@ reuse and by `envbuild cache verify`.
 
 The record lives in the entry (`content.json`), so it only tells a change made without rewriting it: a
 corrupted or truncated file, an image overwritten in place, an entry copied in from elsewhere. Whoever
-can write the entry can rewrite the record too; that is the store's trust model (README, "Trust model"):
+can write the entry can rewrite the record too; that is the store's trust model (docs/concepts/trust.md):
 write access to a store is the power to change what every user of it builds and runs.
 """
 

@@ -31,7 +31,7 @@ from envbuild.store.layout import COMPLETE
 if TYPE_CHECKING:
     from envbuild.build.request import BasePlan
 
-TRUST_MODEL = "README.md, \"Trust model\""
+TRUST_MODEL = "docs/concepts/trust.md"
 
 
 def take_stored_file(store_root: Path, kind: str, entry_dir: str, name: str, partial: str | None, *,

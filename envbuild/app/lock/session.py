@@ -38,7 +38,7 @@ _PLATFORM = re.compile(r"[a-z0-9_]+-[a-z0-9_]+")
 def target_cache_file(store_root: Path, base_entry: str) -> str | None:
     """Where the base's answer is kept: its store entry, unless others can write it. The answer decides what
     the lock resolves for, and asking again costs one container start (0.1-0.2 s), so a store others can
-    write keeps none of it: it is a cache, and such a store's copy is not read (README, "Trust model")."""
+    write keeps none of it: it is a cache, and such a store's copy is not read (docs/concepts/trust.md)."""
     from envbuild.store.integrity import others_can_write
 
     name = "python-target.json"

@@ -174,7 +174,7 @@ class BuildExecutor:
                 self._log.flush()
                 action_started = time.monotonic()
                 self._do(step, action)
-                # Each action's time in the log: where a build's time goes (README, Performance).
+                # Each action's time in the log: where a build's time goes (docs/reports/performance.md).
                 self._log.write(f"  ({time.monotonic() - action_started:.1f} s)\n")
         self._live = None
         seconds = time.monotonic() - started
