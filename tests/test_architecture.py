@@ -36,11 +36,16 @@ def all_modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
 
 
-def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
-    """The envbuild modules `name` imports anywhere in its file; `from pkg import mod` counts as pkg.mod."""
+def imported_modules(name: str, path: Path, known: set[str], *, for_types: bool = True) -> set[str]:
+    """The envbuild modules `name` imports anywhere in its file; `from pkg import mod` counts as pkg.mod.
+    `for_types=False`: only those it imports where they run, not those under `if TYPE_CHECKING:`."""
     found: set[str] = set()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = set() if for_types else _type_checking_nodes(tree)
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -52,6 +57,15 @@ def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
             found.add(target)
             found.update(f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in known)
     return {module for module in found if module in known and module != name}
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """The nodes under `if TYPE_CHECKING:`: imports for annotations only, never run."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            skipped.update(id(inner) for statement in node.body for inner in ast.walk(statement))
+    return skipped
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -160,3 +174,134 @@ def dry_run_loads_nothing_heavy(tmp_path: Path, argv: list[str]) -> None:
         reports.append(json.loads(done.stderr.strip().splitlines()[-1]))
     assert reports[1]["code"] in (0, None), reports
     assert reports[1]["heavy"] == [], f"envrun --dry-run loaded {reports[1]['heavy']}"
+
+
+# --- the planners do no I/O ------------------------------------------------------------------------------------
+# The pure side of the one-way flow (spec -> validated model -> pure plan -> thin executors): what these modules
+# compute is data and text, golden-tested; reading the host and writing files is the executors' part.
+PURE_PLANNERS = (
+    "envbuild.build.actions", "envbuild.build.archcheck", "envbuild.build.condacheck", "envbuild.build.condaplan",
+    "envbuild.build.layers", "envbuild.build.overlayplan", "envbuild.build.plan", "envbuild.build.record",
+    "envbuild.build.recordscripts", "envbuild.build.render", "envbuild.build.request", "envbuild.build.sandbox",
+    "envbuild.build.squashplan", "envbuild.build.upperplan",
+    "envbuild.launch.plan", "envbuild.launch.sizing",
+    "envbuild.slurm.batch.plan", "envbuild.slurm.batch.requeue", "envbuild.slurm.batch.resources",
+    "envbuild.slurm.batch.script", "envbuild.slurm.batch.stepcommand",
+    "envbuild.catalogue.jsonform", "envbuild.catalogue.model", "envbuild.catalogue.page", "envbuild.catalogue.summary",
+    "envbuild.slurm.sweep.metrics", "envbuild.slurm.sweep.points", "envbuild.slurm.sweep.report",
+    "envbuild.slurm.sweep.table",
+)
+# Packages that are executors or above them: a planner imports none of their modules.
+EXECUTOR_PACKAGES = ("envbuild.build.execute", "envbuild.app", "envbuild.cli", "envbuild.doctor")
+# Modules a planner imports for their pure part although another part of them reads the host: each with what
+# the planner takes from it. Shrink this list; never grow it without that reason.
+MIXED_MODULES = {
+    "envbuild.host.arch": "build.archcheck: system_arch, the recipe's architecture named as uname names it; "
+                          "host_arch and the ELF reader beside it read this machine",
+    "envbuild.host.node": "launch.plan: GPU_RUNTIME_FLAGS; read_host_node beside it reads the node's GPUs and CPUs, "
+                          "one light module for envrun's start-up",
+    "envbuild.sif.format": "build.squashplan: PARTITION_OFFSET; read_sif_arch beside it reads a SIF's 128-byte "
+                           "header with struct only, for envrun's start-up",
+    "envbuild.launch.allocation": "launch.sizing, slurm.batch.plan: read_allocation parses a job's variables; "
+                                  "gpus_from_scontrol (one scontrol call) is called by app/run/launch.py only",
+    "envbuild.launch.runscript": "launch.plan: GPU_SWITCHES; image_runscript beside it reads the image's runscript "
+                                 "(called by app/run/launch.py)",
+    "envbuild.launch.visibility": "launch.plan: check_visibility asks the host through the HostPaths the request "
+                                  "brings (a test brings a table)",
+    "envbuild.launch.overlays": "launch.plan: checked_overlays reads each overlay's record while planning (left: "
+                                "to move into app/run/launch.py with the request)",
+    "envbuild.slurm.batch.staging": "slurm.batch.plan, slurm.batch.script: StageSource and the staging script "
+                                    "text; describe_source (sizes, archive listings) is called by "
+                                    "app/run/batchjob.py only",
+    "envbuild.inventory.facts": "catalogue.model, catalogue.summary: the ImageFacts record, kept with "
+                                "read_image_facts that fills it",
+    "envbuild.store.entries": "catalogue.page: human_size; the store listing beside it reads the disk",
+}
+# What counts as I/O in the source: these standard modules, open(), os's calls on files, processes and the
+# environment, and the pathlib methods that touch the file system.
+IO_STDLIB = frozenset({
+    "subprocess", "shutil", "socket", "tempfile", "glob", "fcntl", "pty", "select", "ctypes", "mmap", "sqlite3",
+    "zipfile", "tarfile", "gzip", "urllib", "http", "multiprocessing", "threading", "asyncio", "webbrowser",
+})
+OS_STRING_WORK = frozenset({  # os's names that only work on strings (expanduser: the spec's `~/` paths)
+    "path.join", "path.basename", "path.dirname", "path.split", "path.splitext", "path.normpath", "path.isabs",
+    "path.relpath", "path.commonpath", "path.expanduser", "fsencode", "fsdecode", "fspath", "strerror", "sep",
+})
+PATH_IO_METHODS = frozenset({
+    "read_text", "read_bytes", "write_text", "write_bytes", "open", "iterdir", "glob", "rglob", "mkdir", "touch",
+    "unlink", "rmdir", "exists", "is_file", "is_dir", "is_symlink", "lstat", "chmod", "symlink_to", "hardlink_to",
+    "readlink", "samefile", "resolve",
+})
+
+
+def _dotted(node: ast.expr) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def io_done_by(path: Path) -> list[str]:
+    """Where the source of `path` does I/O, as `line: what` (imports under TYPE_CHECKING do not count)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = _type_checking_nodes(tree)
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] in IO_STDLIB]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in IO_STDLIB:
+            found.append(f"{node.lineno}: from {node.module} import")
+        elif isinstance(node, ast.Attribute) and _dotted(node) == "os.environ":
+            found.append(f"{node.lineno}: os.environ")
+        elif isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            if name == "open":
+                found.append(f"{node.lineno}: open()")
+            elif name.startswith("os.") and name != "os.environ.get" and name[3:] not in OS_STRING_WORK:
+                found.append(f"{node.lineno}: {name}()")
+            elif isinstance(node.func, ast.Attribute) and node.func.attr in PATH_IO_METHODS:
+                found.append(f"{node.lineno}: .{node.func.attr}()")
+    return sorted(set(found), key=lambda text: int(text.split(":")[0]))
+
+
+def test_the_pure_planners_do_no_io() -> None:
+    modules = all_modules()
+    assert set(PURE_PLANNERS) <= set(modules), "a planner named here was moved: " + ", ".join(set(PURE_PLANNERS) - set(modules))
+    problems = [f"{name}:{where}" for name in PURE_PLANNERS for where in io_done_by(modules[name])]
+    assert problems == [], "I/O in a pure planner (move it to the executor side):\n" + "\n".join(problems)
+
+
+def test_the_pure_planners_import_no_executor() -> None:
+    modules = all_modules()
+    known = set(modules)
+    problems = []
+    for name in PURE_PLANNERS:
+        for target in sorted(imported_modules(name, modules[name], known, for_types=False)):
+            if target.startswith(tuple(f"{package}." for package in EXECUTOR_PACKAGES)) or target in EXECUTOR_PACKAGES:
+                problems.append(f"{name} imports the executor {target}")
+            elif target not in MIXED_MODULES and (io := io_done_by(modules[target])):
+                problems.append(f"{name} imports {target}, which does I/O ({'; '.join(io[:3])})")
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_mixed_modules_still_do_io_and_are_imported_by_a_planner() -> None:
+    """A module that lost its I/O, or that no planner imports any more, leaves MIXED_MODULES."""
+    modules = all_modules()
+    known = set(modules)
+    imported = set().union(*(imported_modules(name, modules[name], known, for_types=False) for name in PURE_PLANNERS))
+    stale = [name for name in MIXED_MODULES if name not in imported or not io_done_by(modules[name])]
+    assert stale == []
+
+
+def test_the_io_reader_sees_each_kind_of_io(tmp_path: Path) -> None:
+    source = tmp_path / "sample.py"
+    source.write_text("import subprocess\nfrom shutil import copy\nimport os\nif TYPE_CHECKING:\n    import socket\n"
+                      "def f(p):\n    open(p)\n    os.stat(p)\n    os.path.join(p, 'x')\n    p.read_text()\n"
+                      "    os.environ['A']\n    return 'a'.replace('a', 'b')\n", encoding="utf-8")
+    assert io_done_by(source) == ["1: import subprocess", "2: from shutil import", "7: open()", "8: os.stat()",
+                                  "10: .read_text()", "11: os.environ"]

@@ -30,9 +30,9 @@ from envbuild.build.actions import (
     WriteFile,
     WriteRunWrappers,
 )
-from envbuild.build.execute.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BaseProbe, in_base
 from envbuild.build.install import BASE_PTH_SCRIPT, PackageSources
 from envbuild.build.layers import base_cache_key, sources_identity
+from envbuild.build.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BaseProbe, in_base
 from envbuild.build.paths import HOST_MOUNT
 from envbuild.build.plan import IMAGE_DIR_MODE, output_step
 from envbuild.build.request import BuildRequest

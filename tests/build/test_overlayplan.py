@@ -14,7 +14,6 @@ from dataclasses import replace
 import pytest
 
 from envbuild.build.actions import Run, Step, WriteFile, WriteRunWrappers
-from envbuild.build.execute.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BaseProbe
 from envbuild.build.overlayplan import (
     OverlayPlan,
     _check_mount,
@@ -27,6 +26,7 @@ from envbuild.build.overlayplan import (
     split_requirements,
     torch_constraints,
 )
+from envbuild.build.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BaseProbe
 from envbuild.build.render import render_steps
 from envbuild.build.request import BuildRequest
 from envbuild.errors import EnvbuildError

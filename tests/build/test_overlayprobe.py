@@ -1,4 +1,4 @@
-"""The base image probe (envbuild.build.execute.overlayprobe): reading its JSON, running a command after $WITH_CONDA,
+"""The base image probe (envbuild.build.overlayprobe): reading its JSON, running a command after $WITH_CONDA,
 and the probe scripts themselves, run for real on this machine without a container: /bin/sh (dash, as on
 Debian images) runs PROBE_SHELL against the host's Python, the way `apptainer exec BASE /bin/sh -c ...`
 runs it inside a base image."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.build.execute.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BaseProbe, in_base, parse_probe
+from envbuild.build.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BaseProbe, in_base, parse_probe
 from envbuild.errors import EnvbuildError
 from envbuild.spec.model import VENV_PREFIX
 

@@ -13,8 +13,8 @@ from envbuild.app.build.session import Session
 from envbuild.errors import UsageError
 
 if TYPE_CHECKING:
-    from envbuild.build.execute.overlayprobe import BaseProbe
     from envbuild.build.overlayplan import OverlayBasePlan, OverlayPlan
+    from envbuild.build.overlayprobe import BaseProbe
     from envbuild.build.request import BuildRequest
     from envbuild.host.facts import HostFacts
     from envbuild.lock.model import LoadedLock
@@ -165,7 +165,7 @@ def _read(path: str) -> str:
 
 
 def _cached_probe(base: OverlayBasePlan) -> BaseProbe | None:
-    from envbuild.build.execute.overlayprobe import parse_probe
+    from envbuild.build.overlayprobe import parse_probe
 
     text = _read(base.probe_file)
     return parse_probe(text, base.probe_file) if text else None
