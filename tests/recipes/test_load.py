@@ -3,6 +3,8 @@ light view (what envrun loads) computes exactly what the validated model does.""
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from envbuild.launch.nodefacts import cpu_masks, node_facts
 from envbuild.recipes.load import available_recipes, load_recipe, recipes_dir, validate_recipe_file
 from envbuild.recipes.ops import cores_to_mask, from_cached, parse_core_list
+from envbuild.recipes.protocols import SystemRecipe
 from envbuild.recipes.schema import dump_for_cache
 
 NAMES = available_recipes()
@@ -38,6 +41,47 @@ def test_cached_view_matches_model(name: str) -> None:
         assert cpu_masks(node_facts(view, None), view.node.gpus) == cpu_masks(node_facts(model, None), model.node.gpus)
     assert view.env == model.env and view.binds == model.binds
     assert view.pytorch_index_for("cu126") == model.pytorch_index_for("cu126")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cached_view_has_every_member_readers_are_typed_with(name: str) -> None:
+    """mypy holds the pydantic model to recipes/protocols.py; the view, whose attributes come from data, is held
+    to it here: every member of SystemRecipe and of its parts is there, with the model's value."""
+    model = validate_recipe_file(recipes_dir() / f"{name}.yaml", name)
+    _same_members(from_cached(dump_for_cache(model)), model, SystemRecipe, name)
+
+
+def _same_members(view: object, model: object, protocol: type, where: str) -> None:
+    hints = typing.get_type_hints(protocol)
+    hints.update({member: typing.get_type_hints(value.fget)["return"]
+                  for member, value in vars(protocol).items() if isinstance(value, property)})
+    methods = [member for member, value in vars(protocol).items() if callable(value) and not member.startswith("_")]
+    assert all(callable(getattr(view, member, None)) for member in methods), where
+    for member, hint in hints.items():
+        assert hasattr(view, member), f"{where}.{member}"
+        _same_value(getattr(view, member), getattr(model, member), hint, f"{where}.{member}")
+
+
+def _same_value(view: object, model: object, hint: object, where: str) -> None:
+    parts = [part for part in typing.get_args(hint) if part is not type(None)] if typing.get_origin(hint) is typing.Union \
+        or type(hint).__name__ == "UnionType" else [hint]
+    hint = parts[0] if len(parts) == 1 else hint
+    origin = typing.get_origin(hint)
+    nested = typing.get_args(hint)[0 if origin is tuple else -1] if origin in (Mapping, tuple) else hint  # tuple[X, ...]
+    if not (isinstance(nested, type) and getattr(nested, "_is_protocol", False)):
+        assert view == model, where
+    elif model is None:
+        assert view is None, where
+    elif origin is Mapping:
+        assert isinstance(view, Mapping) and isinstance(model, Mapping) and view.keys() == model.keys(), where
+        for key in model:
+            _same_members(view[key], model[key], nested, f"{where}.{key}")
+    elif origin is tuple:
+        assert isinstance(view, tuple) and isinstance(model, tuple) and len(view) == len(model), where
+        for index, (item, expected) in enumerate(zip(view, model, strict=True)):
+            _same_members(item, expected, nested, f"{where}.{index}")
+    else:
+        _same_members(view, model, nested, where)
 
 
 def test_lumi_masks_are_the_documented_ones() -> None:
