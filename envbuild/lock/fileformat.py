@@ -114,7 +114,7 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def read_lock(text: str, source: str) -> Lock:
     """Parse and check a lock file's text; `source` (its path) starts every error message. A command reads
-    and parses its lock once (envbuild.app.lock.buildlock)."""
+    and parses its lock once (envbuild.app.lock.decision)."""
     try:
         data = yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader (libyaml's or PyYAML's)
     except yaml.YAMLError as exc:

@@ -1,5 +1,7 @@
 """`envbuild build SPEC` from start to end: picks the session for the spec's kind (pip image, venv overlay,
-conda), settles the lock first (envbuild.app.lock.buildlock: uv's conventions), then builds or prints the plan.
+conda), settles the lock first (SPEC.lock read and decided once, after uv's conventions, by
+envbuild.app.lock.decision; installed or resolved again by envbuild.app.lock.buildlock), hands the session
+the lock so read (it reads no lock file itself), then builds or prints the plan.
 
 The lock is settled here, outside the sessions, because resolving one runs `envbuild lock`'s own session
 (envbuild.app.lock.session), which is made of the build session's parts."""
