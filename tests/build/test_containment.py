@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from envbuild.build.actions import MakeDirs
-from envbuild.build.execute.containment import make_dirs, tool_environment
+from envbuild.build.execute.fsactions import make_host_dirs
+from envbuild.build.execute.tools import tool_environment
 from envbuild.host.runtime import ensure_store_root
 
 
@@ -42,8 +43,8 @@ def test_make_dirs_gives_every_new_directory_the_mode_and_leaves_existing_ones(t
     existing = tmp_path / "root"
     existing.mkdir(mode=0o700)
     with umask(mask):
-        make_dirs(str(existing / "a" / "b"), 0o755)
-        make_dirs(str(tmp_path / "plain"), None)
+        make_host_dirs(str(existing / "a" / "b"), 0o755)
+        make_host_dirs(str(tmp_path / "plain"), None)
     assert mode(existing) == 0o700
     assert mode(existing / "a") == mode(existing / "a" / "b") == 0o755
     assert mode(tmp_path / "plain") == 0o777 & ~mask

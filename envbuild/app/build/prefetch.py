@@ -85,10 +85,10 @@ class ParentPrefetch:
         return self
 
     def _record(self, source: str) -> None:
-        from envbuild.build.execute import treeops
+        from envbuild.build.execute.fsactions import file_states
 
         try:
-            Path(self.snapshot).write_text(json.dumps(treeops.file_states(source)), encoding="utf-8")
+            Path(self.snapshot).write_text(json.dumps(file_states(source)), encoding="utf-8")
         except OSError as exc:
             self._failure.append(str(exc))
 

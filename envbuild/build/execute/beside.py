@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from envbuild.build.actions import JoinBeside, Run, StartBeside, Step
-from envbuild.build.execute.childproc import start_child, stop_child
-from envbuild.build.execute.containment import tool_environment
+from envbuild.build.execute.tools import start_child, stop_child, tool_environment
 from envbuild.build.render import redact
 from envbuild.errors import ToolError
 
@@ -167,6 +166,10 @@ def start_beside(executor: Any, step: Step, action: StartBeside) -> None:
 
 
 def join_beside(executor: Any, step: Step, action: JoinBeside) -> None:
+    _join_background(executor)
+
+
+def _join_background(executor: Any) -> None:
     beside, executor.beside = executor.beside, None
     if beside is not None:
         beside.join(executor._log)
@@ -183,7 +186,7 @@ def raise_if_beside_failed(executor: Any) -> None:
     """After the step's tool ended badly: when a background command failed first (and so stopped the tool),
     its failure is the one to report."""
     if executor.beside is not None and executor.beside.failure is not None:
-        join_beside(executor, None, None)  # type: ignore[arg-type]
+        _join_background(executor)
 
 
 def stop_beside(executor: Any) -> None:

@@ -47,9 +47,9 @@ from envbuild.build.execute.beside import (
     start_beside,
     stop_beside,
 )
-from envbuild.build.execute.containment import tool_environment
 from envbuild.build.execute.heartbeat import LiveLine
 from envbuild.build.execute.progress import StepRecord, clean_line, progress_bar, render_summary
+from envbuild.build.execute.tools import tool_environment
 from envbuild.build.render import redact
 from envbuild.build.request import BasePlan, BuildPlan
 from envbuild.errors import ToolError
@@ -276,8 +276,8 @@ class BuildExecutor:
         self._log.write(check_torch_family(action) + "\n")
 
     def _run(self, step: Step, action: Run) -> None:
-        from envbuild.build.execute.childproc import start_child, stop_child
         from envbuild.build.execute.diskspace import says_disk_full
+        from envbuild.build.execute.tools import start_child, stop_child
 
         env = tool_environment(os.environ, action.env)
         self._tail.clear()

@@ -1,5 +1,6 @@
-"""The executor's file-system actions: write, merge, copy, remove, rename, copy trees (recording a snapshot meanwhile), guard trees, clamp
-times, record digests, write run wrappers. Each is `handler(executor, step, action)`, as in
+"""The executor's file-system actions: write, merge, copy, remove, rename, copy trees (recording a snapshot
+meanwhile), guard trees (the states the hard-link guard compares: file_states), clamp times, record digests,
+write run wrappers. Each is `handler(executor, step, action)`, as in
 envbuild.build.execute.executor's handler table; they use only the executor's `_run`, `_say` and `_log`."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import subprocess
 import threading
 from pathlib import Path
@@ -33,7 +35,6 @@ from envbuild.build.actions import (
     WriteRunWrappers,
     inside_of,
 )
-from envbuild.build.execute import containment, treeops
 from envbuild.build.execute.wrapperfiles import write_run_wrappers
 from envbuild.imagetree import intree
 
@@ -102,7 +103,8 @@ def check_links_inside(executor: Any, step: Step, action: CheckLinksInside) -> N
 
 
 def copy_tree(executor: Any, step: Step, action: CopyTree) -> None:
-    if action.snapshot is None:
+    snapshot = action.snapshot
+    if snapshot is None:
         executor._run(step, Run(action.argv()))
         return
     # The record walks the tree in a thread (lstat releases the GIL) while cp runs as its own process.
@@ -110,7 +112,7 @@ def copy_tree(executor: Any, step: Step, action: CopyTree) -> None:
 
     def record() -> None:
         try:
-            Path(action.snapshot).write_text(json.dumps(treeops.file_states(action.src)), encoding="utf-8")  # type: ignore[arg-type]
+            Path(snapshot).write_text(json.dumps(file_states(action.src)), encoding="utf-8")
         except BaseException as exc:  # noqa: BLE001 - raised in the step's thread below
             failure.append(exc)
 
@@ -187,7 +189,7 @@ def make_dirs(executor: Any, step: Step, action: MakeDirs) -> None:
         if action.root is not None:
             intree.make_dirs_in_tree(action.root, inside_of(action.root, path), action.mode)
         else:
-            containment.make_dirs(path, action.mode)
+            make_host_dirs(path, action.mode)
 
 
 def touch(executor: Any, step: Step, action: Touch) -> None:
@@ -239,7 +241,7 @@ def guard_tree(executor: Any, step: Step, action: GuardTree) -> None:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         try:
             before = json.loads(Path(action.snapshot).read_text(encoding="utf-8"))
-            after = treeops.file_states(action.path)
+            after = file_states(action.path)
             changed = sorted(name for name, state in before.items() if list(after.get(name, state)) != list(state))
             if changed:
                 with contextlib.suppress(FileNotFoundError):
@@ -269,7 +271,7 @@ def join_guards(executor: Any) -> None:
 
 
 def clamp_times(executor: Any, step: Step, action: ClampTimes) -> None:
-    treeops.clamp_times(action.path, action.epoch)
+    clamp_tree_times(action.path, action.epoch)
 
 
 def record_digest(executor: Any, step: Step, action: RecordDigest) -> None:
@@ -283,3 +285,47 @@ def write_wrappers(executor: Any, step: Step, action: WriteRunWrappers) -> None:
     executor._log.write(f"wrote {len(names)} wrappers: {' '.join(names)}\n")
     if kept:
         executor._say(f"warning: kept existing files in {action.dest} that envbuild did not write: {' '.join(kept)}")
+
+
+# --- whole trees and directories -----------------------------------------------------------------
+
+
+def make_host_dirs(path: str, mode: int | None) -> None:
+    """os.makedirs(path, exist_ok=True); with `mode`, every directory it creates gets exactly `mode` (not
+    less the umask), the existing ones keep theirs."""
+    missing = []
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):
+        missing.append(probe)
+        probe = os.path.dirname(probe)
+    os.makedirs(path, exist_ok=True)
+    if mode is not None:
+        for created in missing:
+            os.chmod(created, mode)
+
+
+def file_states(root: str) -> dict[str, tuple[int, int]]:
+    """relative path -> (mtime in ns, size) of every regular file under `root` (lstat, no symlinks)."""
+    states: dict[str, tuple[int, int]] = {}
+    prefix = len(root.rstrip("/")) + 1
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode):
+                states[path[prefix:]] = (info.st_mtime_ns, info.st_size)
+    return states
+
+
+def clamp_tree_times(root: str, epoch: int) -> None:
+    """Times later than `epoch` become `epoch`, without following symlinks (children before parents:
+    changing a directory's entries never touches its own times, but keep the order obvious)."""
+    for directory, dirs, files in os.walk(root, topdown=False):
+        for name in (*files, *dirs):
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            if info.st_mtime > epoch or info.st_atime > epoch:
+                os.utime(path, (min(info.st_atime, epoch), min(info.st_mtime, epoch)), follow_symlinks=False)
+    info = os.lstat(root)
+    if info.st_mtime > epoch:
+        os.utime(root, (min(info.st_atime, epoch), epoch), follow_symlinks=False)

@@ -1,6 +1,8 @@
-"""Starting a build tool so that it can be stopped completely, and stopping it.
+"""Starting a build's tools and stopping them: the environment they start with, and a session of their own so
+that they can be stopped completely.
 
-Each tool runs in a session (process group) of its own. Then an interruption stops the tool and
+A tool gets the host's environment less what the container runtime would carry into the container. Each tool
+runs in a session (process group) of its own. Then an interruption stops the tool and
 everything it started (apptainer's starter, the shell, uv or mksquashfs inside) before the step's
 cleanup removes their half-written files; otherwise a still-running writer could recreate files under
 a directory being deleted, or keep the store's disk busy after envbuild has exited.
@@ -12,6 +14,21 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Mapping
+
+# apptainer and singularity pass these into every container, --cleanenv or not (APPTAINERENV_HF_TOKEN
+# becomes HF_TOKEN inside): a build step would see, and a post command could write into the image, what
+# the user meant for their own runs. Builds pass their own variables with the prefix (Run.env).
+CONTAINER_ENV_PREFIXES = ("APPTAINERENV_", "SINGULARITYENV_")
+
+
+def tool_environment(environ: Mapping[str, str], extra: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
+    """The environment of a build tool: the host's, less what the runtime would carry into the container,
+    plus the action's own variables."""
+    env = {key: value for key, value in environ.items() if not key.startswith(CONTAINER_ENV_PREFIXES)}
+    env.update(dict(extra))
+    return env
+
 
 # mksquashfs and uv stop within a second of SIGTERM here; apptainer forwards it to the container's
 # process. Slurm's KillWait (30 s by default) is the hard limit for the whole cleanup, so 10 s is ample.
