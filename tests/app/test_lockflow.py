@@ -104,3 +104,47 @@ def test_a_conda_dry_run_reads_no_lock(tmp_path: Path, monkeypatch: pytest.Monke
         plan = run_build(load_spec(spec), BuildOptions(output=tmp_path / "tiny.sif", cache_dir=tmp_path / "store"),
                          io.StringIO(), dry_run=True)
     assert plan is not None and counts == {"opens": 0, "parses": 0}
+
+
+@pytest.fixture
+def resolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resolution (uv on the host) replaced by a lock of the spec's packages."""
+    import envbuild.app.lock.session
+
+    def fake(loaded: LoadedSpec, previous: Lock | None, **_: object) -> Lock:
+        assert previous is not None, "the old lock's pins are kept, from the one reading"
+        names = [r.split("=")[0] for r in loaded.spec.python.requirements()]
+        return Lock(inputs=lock_inputs(loaded.spec, None), target=previous.target, base_digest=previous.base_digest,
+                    recipe_digest=previous.recipe_digest, resolver="uv 0.13.9", spec_name="tiny",
+                    packages=tuple(LockedPackage(name, "1.0", ("sha256:" + "b" * 64,)) for name in names))
+
+    monkeypatch.setattr(envbuild.app.lock.session, "resolve_lock", fake)
+
+
+def test_a_build_reads_its_stale_lock_once_to_resolve_and_rewrite_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     resolved: None) -> None:
+    """Read once: decided stale, its pins kept, the copy of its env layer started, its text compared with."""
+    from envbuild.app.lock.buildlock import lock_for_build
+
+    _, lock_path = write_locked_spec(tmp_path, IMAGE_SPEC)
+    stale_text = lock_path.read_text()
+    (tmp_path / "tiny.yaml").write_text(IMAGE_SPEC.replace("[six]", "[six, idna]"))
+    loaded = load_spec(tmp_path / "tiny.yaml")
+    given: list[str] = []
+    with count(lock_path, monkeypatch) as counts:
+        lock = lock_for_build(loaded, BuildOptions(output=tmp_path / "tiny.sif"), io.StringIO(), overlay=False,
+                              while_resolving=lambda stale: given.append(stale.text))
+    assert counts == {"opens": 1, "parses": 1}
+    assert given == [stale_text], "the stale lock, as read, for the copy of its env layer made meanwhile"
+    assert lock is not None and lock.text == lock_path.read_text() and "idna" in lock.text
+
+
+def test_envbuild_lock_reads_the_old_lock_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resolved: None) -> None:
+    from envbuild.app.lock.session import run_lock
+
+    loaded, lock_path = write_locked_spec(tmp_path, IMAGE_SPEC)
+    out = io.StringIO()
+    with count(lock_path, monkeypatch) as counts:
+        assert run_lock(loaded, upgrade=False, upgrade_packages=(), cache_dir=None, verbose=False, out=out) == lock_path
+    assert counts == {"opens": 1, "parses": 1}
+    assert "  ~ six 1.17.0 -> 1.0" in out.getvalue() and "1.0" in lock_path.read_text()
