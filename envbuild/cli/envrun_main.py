@@ -19,6 +19,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
+# envrun's subcommands (its first word), each with its own --help; `envrun --help` lists them from here.
+SUBCOMMANDS = {
+    "sbatch": "write, check, submit and follow a Slurm batch script that runs COMMAND with envrun",
+    "sweep": "run COMMAND as one batch job per scale point and report how it scales",
+    "doctor": "find what would make a job fail or run slowly, before it runs",
+    "signal-ranks": "forward a signal to this node's ranks (what envrun sbatch --requeue scripts run)",
+}
+
+DESCRIPTION = "Run COMMAND inside IMG with the system's binds, environment and CPU binding.\n\ncommands:\n" + "".join(
+    f"  {name:<14}{summary}\n" for name, summary in SUBCOMMANDS.items())
+
 EPILOG = """examples:
   envrun --image env.sif srun torchrun train.py --lr 3e-4     # one launcher per node
   envrun --image env.sif srun python train.py                 # one task per GPU
@@ -55,34 +66,38 @@ others may write. A group project that shares one: add its directory to $ENVRUN_
 Under srun, envrun waits for srun and passes its messages through; when the step fails it adds one line naming
 the cause it can read from srun's exit status and messages: a rank's exit code or signal, a time limit (Slurm's
 "DUE TO TIME LIMIT"), a node that failed, or a container runtime that could not start. Its exit status is srun's.
+
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """For --help and for what the fast loop leaves to argparse; the shared options' words come from
+    envbuild.cli.options, imported here only (never on the way to exec)."""
     import argparse
 
+    from envbuild.cli.options import BIND, DRY_RUN, DURATION_FORMS, FORCE_OVERLAY, IMAGE, OVERLAY, SYSTEM, add_option
+    from envbuild.errors import exit_status_help
+
     parser = argparse.ArgumentParser(
-        prog="envrun", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
-        description="Run COMMAND inside IMG with the system's binds, environment and CPU binding.",
+        prog="envrun", formatter_class=argparse.RawDescriptionHelpFormatter, description=DESCRIPTION,
+        usage="envrun [options] COMMAND ...\n       envrun {" + ",".join(SUBCOMMANDS) + "} ...",
+        epilog=EPILOG + exit_status_help("the launch failed; once COMMAND runs, envrun exits with its status "
+                                         "(under srun, srun's)"),
     )
     parser.add_argument("--version", action="version", version=f"envrun, version {__version__}")
-    parser.add_argument("--image", metavar="IMG",
-                        help="the .sif image (default: $ENVRUN_IMAGE, envrun.yaml here or above, the one *.sif here)")
-    parser.add_argument("--overlay", dest="overlays", action="append", default=[], metavar="FILE.sqsh",
-                        help="a venv overlay built by envbuild, mounted read-only at its mount point over IMG "
-                             "(repeatable: later ones on top; default: $ENVRUN_OVERLAYS, envrun.yaml)")
-    parser.add_argument("--force-overlay", action="store_true",
-                        help="run an overlay on a base other than the one it was built for (with a warning)")
-    parser.add_argument("--bind", "-B", dest="binds", action="append", default=[], metavar="SRC[:DEST[:OPTS]]",
-                        help="extra bind mount (repeatable)")
-    parser.add_argument("--system", metavar="NAME", help="system recipe (default: $ENVBUILD_SYSTEM or detected)")
-    parser.add_argument("--dry-run", action="store_true", help="print the launch as a runnable shell script and run nothing")
+    add_option(parser, IMAGE)
+    add_option(parser, OVERLAY, dest="overlays", action="append", default=[], note="read-only, at its mount point",
+               default_help="$ENVRUN_OVERLAYS, else overlays: in envrun.yaml")
+    add_option(parser, FORCE_OVERLAY)
+    add_option(parser, BIND, dest="binds", action="append", default=[])
+    add_option(parser, SYSTEM)
+    add_option(parser, DRY_RUN, note="it prints the launch as a runnable shell script")
     parser.add_argument("--explain", action="store_true", help="say why each setting was chosen (on stderr), then run")
     parser.add_argument("--strict-net", action="store_true",
                         help="set NCCL_NET from the recipe, so NCCL/RCCL fail instead of falling back to TCP sockets")
     parser.add_argument("--step-timeout", metavar="DURATION",
-                        help="time limit for the srun step, e.g. 90s, 30m, 2h or Slurm's 1:30:00 (a bare number is "
-                             "minutes): srun --time, rounded up to whole minutes. Slurm then stops every task "
+                        help=f"time limit for the srun step, e.g. {DURATION_FORMS}: srun --time, rounded up to whole "
+                             "minutes. Slurm then stops every task "
                              "(SIGTERM, SIGKILL after KillWait), also ranks hung in a collective "
                              "(default: $ENVRUN_STEP_TIMEOUT)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="srun ..., torchrun ..., python ... or any program")
@@ -172,7 +187,7 @@ _SITE = {"added": False}
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["sbatch"], ["doctor"], ["sweep"], ["signal-ranks"]):
+    if argv[:1] and argv[0] in SUBCOMMANDS:
         _full_site()
     if argv[:1] == ["sbatch"]:  # nobody runs Slurm's sbatch inside a container: envrun's own subcommand
         from envbuild.cli.sbatch_cmd import main as sbatch_main

@@ -46,7 +46,7 @@ OVERLAY = SharedOption(("--overlay",), "FILE.sqsh",
 FORCE_OVERLAY = SharedOption(("--force-overlay",), None,
                              "run an overlay on a base other than the one it was built for (with a warning)")
 BIND = SharedOption(("--bind", "-B"), "SRC[:DEST[:OPTS]]", "an extra bind mount (repeatable)")
-DRY_RUN = SharedOption(("--dry-run",), None, "print what would run, and run nothing")
+DRY_RUN = SharedOption(("--dry-run",), None, "run nothing, print what would run")
 OUTPUT = SharedOption(("-o", "--output"), "FILE", "where to write the output")
 JSON = SharedOption(("--json",), None, "print the report as JSON")
 VERBOSE = SharedOption(("-v", "--verbose"), None, "stream every tool's output as it comes")

@@ -15,7 +15,24 @@ import sys
 
 from envbuild.app.run.batchjob import SbatchRequest, check_script, sbatch
 from envbuild.app.run.batchjob import file_name as file_name  # re-exported: the job file's name, as tests see it
-from envbuild.errors import EnvbuildError, UsageError
+from envbuild.cli.options import (
+    ACCOUNT,
+    BIND,
+    DRY_RUN,
+    FORCE_OVERLAY,
+    IMAGE,
+    JOB_OUTPUT,
+    JSON,
+    OUTPUT,
+    OVERLAY,
+    PARTITION,
+    SYSTEM,
+    TEST_PARTITION,
+    TIME,
+    add_option,
+    add_renamed,
+)
+from envbuild.errors import EnvbuildError, UsageError, exit_status_help
 
 EPILOG = """Defaults for --account, --partition, --time, --launcher and --requeue-max can be set in the envrun
 config (~/.config/envbuild/envrun.yaml, or $ENVRUN_CONFIG):
@@ -25,31 +42,39 @@ config (~/.config/envbuild/envrun.yaml, or $ENVRUN_CONFIG):
 --account also comes from $SBATCH_ACCOUNT. Arguments of the training command may name staged data as
 {staged} (the first --stage) or {staged:2}; it also sees $ENVRUN_STAGED, $ENVRUN_STAGED_2, ...
 With --requeue the training sees $ENVRUN_CHECKPOINT_FILE (it appears when the time limit is near; each
-rank also gets SIGUSR1) and $ENVRUN_RESTART (0 on the first run)."""
+rank also gets SIGUSR1) and $ENVRUN_RESTART (0 on the first run).
+
+Renamed (the old spelling still works, with a note): --script is -o/--output, --print is --dry-run,
+--log is --job-output.
+
+""" + exit_status_help("--check found errors or warnings; with --submit --wait, the job's own exit status")
+
+CHECK_JSON = ('{"file", "system", "site_rules", "findings": [{"rule", "level": error|warning|info, "line", "what", '
+              '"why", "source", "fix", "edit": [LINE, NEW LINE] or null}], "notes": [...]}')
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="envrun sbatch", formatter_class=argparse.RawDescriptionHelpFormatter,
                                      description="Write a Slurm batch script that runs COMMAND with envrun, from the "
                                      "system's recipe; check one; submit and follow it.", epilog=EPILOG)
-    parser.add_argument("--system", metavar="S", help="system recipe (default: $ENVBUILD_SYSTEM or detected)")
+    add_option(parser, SYSTEM)
     parser.add_argument("--nodes", "-N", type=int, default=1, metavar="N", help="nodes (default 1)")
     parser.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs per node (default: all of a node's)")
-    parser.add_argument("--time", "-t", metavar="T", help="time limit, e.g. 02:00:00 (default: config, else 1 hour)")
-    parser.add_argument("--account", "-A", metavar="A", help="project/budget (default: config, $SBATCH_ACCOUNT)")
-    parser.add_argument("--partition", "-p", metavar="P", help="partition (default: the smallest that fits)")
-    parser.add_argument("--test", action="store_true", help="use the system's test/development partition")
+    add_option(parser, TIME)
+    add_option(parser, ACCOUNT)
+    add_option(parser, PARTITION)
+    add_option(parser, TEST_PARTITION)
     parser.add_argument("--launcher", choices=("torchrun", "srun", "accelerate", "deepspeed"),
                         help="torchrun/accelerate/deepspeed: one launcher per node; srun: one task per GPU "
                              "(default: the command's own, config, else torchrun)")
     parser.add_argument("--job-name", "-J", metavar="NAME", help="job name (default: the script's name)")
-    parser.add_argument("--log", metavar="PATTERN", help="the job's output file (default %%x-%%j.out)")
-    parser.add_argument("--image", metavar="IMG", help="the .sif image (default: as envrun finds it)")
-    parser.add_argument("--overlay", dest="overlays", action="append", default=[], metavar="SQSH",
-                        help="a venv overlay over IMG (repeatable)")
-    parser.add_argument("--force-overlay", action="store_true", help="an overlay built for another base")
-    parser.add_argument("--bind", "-B", dest="binds", action="append", default=[], metavar="SRC[:DEST[:OPTS]]",
-                        help="extra bind mount for the job's envrun (repeatable)")
+    add_option(parser, JOB_OUTPUT)
+    add_renamed(parser, "--log", JOB_OUTPUT, dest="job_output")
+    add_option(parser, IMAGE)
+    add_option(parser, OVERLAY, dest="overlays", action="append", default=[],
+               default_help="$ENVRUN_OVERLAYS, else overlays: in envrun.yaml")
+    add_option(parser, FORCE_OVERLAY)
+    add_option(parser, BIND, dest="binds", action="append", default=[], note="for the job's envrun")
     parser.add_argument("--stage", dest="stages", action="append", default=[], metavar="SRC",
                         help="a directory or archive copied/extracted once per node to node-local storage (repeatable)")
     parser.add_argument("--requeue", action="store_true",
@@ -58,14 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--signal-before", type=int, default=90, metavar="S",
                         help="seconds before the time limit that the checkpoint signal comes (default 90)")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--print", action="store_true", help="print the script (the default)")
-    mode.add_argument("-o", "--script", metavar="FILE", help="write the script to FILE")
+    add_option(mode, DRY_RUN, note="print the script (the default)")
+    add_renamed(mode, "--print", DRY_RUN, dest="dry_run")
+    add_option(mode, OUTPUT, note="the batch script")
+    add_renamed(mode, "--script", OUTPUT, dest="output")
     mode.add_argument("--submit", action="store_true", help="submit it (written to -o FILE or .envrun/jobs/); "
                       "prints the job id")
     mode.add_argument("--check", metavar="SCRIPT", help="check a batch script's #SBATCH and srun lines instead")
     parser.add_argument("--wait", action="store_true", help="with --submit: follow the output, exit with the job's code")
-    parser.add_argument("--json", action="store_true", help="with --check: the findings as JSON (rule, level, line, "
-                        "what, why, fix, edit)")
+    add_option(parser, JSON, note=f"with --check: {CHECK_JSON}")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ...")
     return parser
 
@@ -88,17 +114,18 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError("--json is the output of --check", "envrun sbatch --check SCRIPT --json")
     if args.wait and not args.submit:
         raise UsageError("--wait follows a submitted job", "add --submit")
-    return sbatch(sbatch_request(args, argv), script=args.script, submit=args.submit, wait=args.wait)
+    return sbatch(sbatch_request(args, argv), script=args.output, submit=args.submit, wait=args.wait)
 
 
 def sbatch_request(args: argparse.Namespace, argv: list[str]) -> SbatchRequest:
     """What the options ask for; the script regenerates itself with the same words, less the delivery."""
     return SbatchRequest(
         command=tuple(args.command[1:] if args.command[:1] == ["--"] else args.command),
-        regenerate=shlex.join(["envrun", "sbatch", *(a for a in argv if a not in ("--submit", "--wait", "--print"))]),
+        regenerate=shlex.join(["envrun", "sbatch", *(a for a in argv if a not in ("--submit", "--wait", "--dry-run",
+                                                                                  "--print"))]),
         system=args.system, nodes=args.nodes, gpus_per_node=args.gpus_per_node, time=args.time,
         account=args.account, partition=args.partition, test=args.test, launcher=args.launcher,
-        job_name=args.job_name, output=args.log, image=args.image, overlays=tuple(args.overlays),
+        job_name=args.job_name, output=args.job_output, image=args.image, overlays=tuple(args.overlays),
         force_overlay=args.force_overlay, binds=tuple(args.binds), stages=tuple(args.stages),
         requeue=args.requeue, requeue_max=args.requeue_max, signal_before=args.signal_before,
     )

@@ -12,7 +12,20 @@ import shlex
 import sys
 
 from envbuild.app.run.sweep import SweepRequest, sweep
-from envbuild.errors import EnvbuildError
+from envbuild.cli.options import (
+    ACCOUNT,
+    FORCE_OVERLAY,
+    IMAGE,
+    OUTPUT,
+    OVERLAY,
+    PARTITION,
+    SYSTEM,
+    TEST_PARTITION,
+    TIME,
+    add_option,
+    add_renamed,
+)
+from envbuild.errors import EnvbuildError, exit_status_help
 
 EPILOG = """Each point is a batch job written by `envrun sbatch` (the same script, the same checks), with the
 step's wall time printed by the script (an `envrun-step: wall_ms=N exit=S` line). On nodes without GPUs,
@@ -24,7 +37,10 @@ after training; KEY=NUMBER words, the last such line counts):
 Without it the table compares the steps' wall times. Speed-up and efficiency are against the smallest point
 that finished. The report directory (default sweep-SCRIPT) holds sweep.json, each run's script and output
 (jobs/), table.txt/.csv/.json, scaling.png and report.html; running the same sweep again with it skips
-finished runs, follows jobs still queued and retries failed ones. The exit status is 1 when a run failed."""
+finished runs, follows jobs still queued and retries failed ones. --report is now -o/--output (the old
+spelling still works, with a note).
+
+""" + exit_status_help("a run failed (its row says which and why)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,19 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
     axis.add_argument("--nodes", metavar="LIST", help="node counts, e.g. 1,2,4 (whole nodes each)")
     axis.add_argument("--gpus", metavar="LIST", help="GPU counts, e.g. 1,2,4,8 (one node while they fit); on nodes "
                       "without GPUs, training processes")
-    parser.add_argument("--system", metavar="S", help="system recipe (default: $ENVBUILD_SYSTEM or detected)")
-    parser.add_argument("--image", metavar="IMG", help="the .sif image (default: as envrun finds it)")
-    parser.add_argument("--overlay", dest="overlays", action="append", default=[], metavar="SQSH",
-                        help="a venv overlay over IMG (repeatable)")
-    parser.add_argument("--force-overlay", action="store_true", help="an overlay built for another base")
+    add_option(parser, SYSTEM)
+    add_option(parser, IMAGE)
+    add_option(parser, OVERLAY, dest="overlays", action="append", default=[],
+               default_help="$ENVRUN_OVERLAYS, else overlays: in envrun.yaml")
+    add_option(parser, FORCE_OVERLAY)
     parser.add_argument("--repeat", type=int, default=1, metavar="R", help="runs per point (default 1); the median counts")
-    parser.add_argument("--report", metavar="DIR", help="report directory (default: sweep-SCRIPT); re-run to resume")
+    add_option(parser, OUTPUT, metavar="DIR", note="the report directory; the same again resumes the sweep",
+               default_help="sweep-SCRIPT")
+    add_renamed(parser, "--report", OUTPUT, dest="output")
     parser.add_argument("--launcher", choices=("torchrun", "srun", "accelerate", "deepspeed"),
                         help="as envrun sbatch (default: the command's own, config, else torchrun)")
-    parser.add_argument("--time", "-t", metavar="T", help="time limit of each job (default: as envrun sbatch)")
-    parser.add_argument("--account", "-A", metavar="A", help="project/budget (default: config, $SBATCH_ACCOUNT)")
-    parser.add_argument("--partition", "-p", metavar="P", help="partition (default: the smallest that fits)")
-    parser.add_argument("--test", action="store_true", help="use the system's test/development partition")
+    add_option(parser, TIME, note="one for each job")
+    add_option(parser, ACCOUNT)
+    add_option(parser, PARTITION)
+    add_option(parser, TEST_PARTITION)
     parser.add_argument("--serial", action="store_true", help="one job at a time (nodes shared with other work, "
                         "e.g. a workstation: concurrent points would slow each other down)")
     parser.add_argument("--poll", type=float, default=2.0, metavar="S", help=argparse.SUPPRESS)
@@ -73,7 +91,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     return sweep(SweepRequest(
         command=tuple(args.command[1:] if args.command[:1] == ["--"] else args.command), axis=axis, counts=counts,
         regenerate=shlex.join(["envrun", "sweep", *argv]), system=args.system, image=args.image,
-        overlays=tuple(args.overlays), force_overlay=args.force_overlay, repeat=args.repeat, report=args.report,
+        overlays=tuple(args.overlays), force_overlay=args.force_overlay, repeat=args.repeat, report=args.output,
         launcher=args.launcher, time=args.time, account=args.account, partition=args.partition, test=args.test,
         serial=args.serial, poll_s=args.poll,
     ))

@@ -1,4 +1,4 @@
-"""Secrets in the environment of `envbuild build --dry-run`, `envrun --dry-run` and `envrun sbatch --print`
+"""Secrets in the environment of `envbuild build --dry-run`, `envrun --dry-run` and `envrun sbatch --dry-run`
 never reach their output; `envbuild validate` and `build` warn about a spec that would bake one into its
 image. No apptainer needed: nothing is built (tests/integration/test_secrets.py builds)."""
 
@@ -30,10 +30,10 @@ def test_envrun_plans_and_batch_scripts_carry_no_secret(tmp_path: Path) -> None:
     env, kinds = canary_environment(tmp_path, "127.0.0.1:9/simple")
     canaries = list(kinds.values())
     for argv in ([ENVRUN, "--system", "local", "--image", "/etc/hostname", "--dry-run", "srun", "torchrun", "train.py"],
-                 [ENVRUN, "sbatch", "--system", "local", "--image", "/etc/hostname", "--account", "p1", "--print",
+                 [ENVRUN, "sbatch", "--system", "local", "--image", "/etc/hostname", "--account", "p1", "--dry-run",
                   "--", "python", "train.py"],
                  [ENVRUN, "sbatch", "--system", "lumi-g", "--image", "/etc/hostname", "--account", "p1", "--nodes", "2",
-                  "--print", "--", "python", "train.py"]):
+                  "--dry-run", "--", "python", "train.py"]):
         result = run_cli(argv, env_extra=env, cwd=tmp_path, timeout=120)
         assert result.returncode == 0, f"{argv}: {result.stderr}"
         assert found_in_text(result.stdout + result.stderr, canaries) == [], argv

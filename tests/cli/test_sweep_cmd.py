@@ -80,7 +80,7 @@ def test_refusals_come_before_any_job(slurm: StandIn, capsys: pytest.CaptureFixt
     assert sweep("--gpus", "1") == 2
     assert "no training command given" in capsys.readouterr().err
     assert sweep("--nodes", "1", "--repeat", "0", "--", "python", "train.py") == 2
-    assert sweep("--nodes", "1", "--report", "r", "--", "python", "train.py") == 0
-    assert sweep("--nodes", "1", "--report", "r", "--", "python", "other.py") == 1
+    assert sweep("--nodes", "1", "-o", "r", "--", "python", "train.py") == 0
+    assert sweep("--nodes", "1", "--output", "r", "--", "python", "other.py") == 1
     assert "holds another sweep: its command was" in capsys.readouterr().err
     assert len(slurm.scripts) == 1

@@ -14,7 +14,7 @@ from tests.cli.test_sbatch_cmd import project, run  # noqa: F401 - the fixture i
 
 @pytest.mark.parametrize(("argv", "where"), [
     (["-J", "a\ntouch PWNED"], "--job-name: 'a\\ntouch PWNED' holds a newline (at character 2)"),
-    (["--log", "x\n.out"], "--log: 'x\\n.out' holds a newline"),
+    (["--job-output", "x\n.out"], "--job-output: 'x\\n.out' holds a newline"),
     (["-A", "p\r"], "--account: 'p\\r' holds a carriage return"),
     (["-p", "debug\x1b[2J"], "--partition: 'debug\\x1b[2J' holds the control character \\x1b"),
 ])

@@ -120,7 +120,7 @@ def test_hostile_values_reach_sbatch_and_the_step_as_written(text: str, tmp_path
 @pytest.mark.parametrize("field", ["job_name", "output", "account", "partition", "command", "image", "stage"])
 def test_a_newline_in_a_value_is_refused_with_its_option(text: str, field: str, tmp_path: Path) -> None:
     base = BatchRequest(command=("python", "train.py"), job=JobRequest(), image="/images/env.sif")
-    where = {"job_name": "--job-name", "output": "--log", "account": "--account", "partition": "--partition",
+    where = {"job_name": "--job-name", "output": "--job-output", "account": "--account", "partition": "--partition",
              "command": "word 3 of the training command", "image": "--image", "stage": "--stage"}[field]
     changed = {
         "job_name": {"job_name": text}, "output": {"output": text}, "image": {"image": text},

@@ -105,7 +105,7 @@ def refuse_control_in_request(request: BatchRequest) -> None:
     """Every value the user gave that lands in the script, on one line (a newline in any of them would
     start a line of its own in the script, or in the #SBATCH lines sbatch reads): a located error if not."""
     job = request.job
-    given = [(request.job_name or "", "--job-name"), (request.output, "--log"), (job.account or "", job.account_source),
+    given = [(request.job_name or "", "--job-name"), (request.output, "--job-output"), (job.account or "", job.account_source),
              (job.partition or "", job.partition_source), (job.time or "", "--time"), (request.image, "--image"),
              *((path, "--overlay") for path, _mount in request.overlays),
              *((source.path, "--stage") for source in request.stages), *((bind, "--bind") for bind in request.binds),

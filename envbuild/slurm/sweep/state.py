@@ -1,5 +1,5 @@
 """A sweep's report directory: sweep.json records what was asked and every run, rewritten (atomically) after
-each change, so that running the same sweep again with the same --report dir skips finished runs, follows
+each change, so that running the same sweep again with the same -o/--output dir skips finished runs, follows
 jobs still in the queue and retries failed ones. Reading and deciding are pure; `save` writes the file and
 `write_reports` the tables and the report.
 
@@ -94,13 +94,13 @@ def load(directory: str, identity: dict[str, Any]) -> SweepState:
         old_identity = data["identity"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise EnvbuildError(f"{path} is not a sweep state this envrun can read ({exc})",
-                            f"give another --report directory, or remove {path} to start the sweep over") from None
+                            f"give another -o/--output directory, or remove {path} to start the sweep over") from None
     differs = [key for key in sorted(set(identity) | set(old_identity)) if identity.get(key) != old_identity.get(key)]
     if differs:
         key = differs[0]
         raise EnvbuildError(f"{directory} holds another sweep: its {key} was {old_identity.get(key)!r}, now "
                             f"{identity.get(key)!r}",
-                            "give another --report directory for a different sweep (re-running the same sweep "
+                            "give another -o/--output directory for a different sweep (re-running the same sweep "
                             "there resumes it)")
     return SweepState(identity=old_identity, points=points, runs=runs)
 
