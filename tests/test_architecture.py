@@ -182,7 +182,7 @@ def dry_run_loads_nothing_heavy(tmp_path: Path, argv: list[str]) -> None:
 PURE_PLANNERS = (
     "envbuild.build.actions", "envbuild.build.archcheck", "envbuild.build.condacheck", "envbuild.build.condaplan",
     "envbuild.build.layers", "envbuild.build.overlayplan", "envbuild.build.plan", "envbuild.build.record",
-    "envbuild.build.recordscripts", "envbuild.build.render", "envbuild.build.request", "envbuild.build.sandbox",
+    "envbuild.build.render", "envbuild.build.request", "envbuild.build.sandbox",
     "envbuild.build.squashplan", "envbuild.build.upperplan",
     "envbuild.launch.plan", "envbuild.launch.sizing",
     "envbuild.slurm.batch.plan", "envbuild.slurm.batch.requeue", "envbuild.slurm.batch.resources",

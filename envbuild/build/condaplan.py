@@ -30,8 +30,7 @@ from envbuild.build.plan import (
     start_tests,
     wrappers_step,
 )
-from envbuild.build.record import build_record, env_lines, image_labels
-from envbuild.build.recordscripts import RECORD_ENVIRONMENTS_SCRIPT
+from envbuild.build.record import RECORD_ENVIRONMENTS_SCRIPT, build_record, env_lines, image_labels
 from envbuild.build.request import BuildPlan, BuildRequest, Layers
 from envbuild.build.sandbox import sandbox_exec
 from envbuild.spec.conda import CONDA_ENV_PREFIX, CONDA_PREFIX, CondaEnv

@@ -38,7 +38,7 @@ from envbuild.build.plan import (
     start_tests,
     wrappers_step,
 )
-from envbuild.build.recordscripts import RECORD_ENVIRONMENTS_SCRIPT
+from envbuild.build.record import RECORD_ENVIRONMENTS_SCRIPT
 from envbuild.build.request import BuildPlan, BuildRequest
 from envbuild.build.sandbox import Bind, sandbox_exec
 from envbuild.build.squashplan import NICE

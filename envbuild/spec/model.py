@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import shlex
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -18,7 +19,6 @@ from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, Va
 from envbuild.envnames import ENV_NAME_PATTERN, ENV_NAME_RULE
 from envbuild.overlayformat import DEFAULT_MOUNT
 from envbuild.spec.conda import CondaEnv
-from envbuild.spec.locktarget import LockTargetFacts
 from envbuild.spec.torchfamily import pin_companions
 from envbuild.strictmodel import StrictModel, check_version
 
@@ -170,6 +170,36 @@ def _normalise_shorthand(name: str, value: str | bool | None) -> str | None:
     except InvalidSpecifier:
         raise ValueError(f"{value!r} is not a version or version specifier for {name}") from None
     return f"{name}{text}"
+
+
+class LockTargetFacts(StrictModel):
+    """The base image's Python and C library, so that `envbuild lock` can resolve for a system of another
+    architecture (aarch64 on an x86_64 machine) without running the base; the architecture is the recipe's."""
+
+    python: str = Field(description="the base's Python version, e.g. 3.12 or 3.12.3 (python3 --version in the base)")
+    glibc: str = Field(description="the base's glibc version, e.g. 2.39 (ldd --version in the base)")
+
+    @field_validator("python", "glibc", mode="before")
+    @classmethod
+    def _numbers_as_text(cls, value: Any) -> Any:
+        # YAML reads `python: 3.12` as a float; keep what the user meant (an unquoted 3.10 reads as 3.1).
+        if isinstance(value, float):
+            raise ValueError(f"{value} reads as a number in YAML; quote it, e.g. '{value}'")
+        return value
+
+    @field_validator("python")
+    @classmethod
+    def _valid_python(cls, value: str) -> str:
+        if not re.match(r"^3\.\d+(\.\d+)?$", value):
+            raise ValueError(f"{value!r} is not a Python 3 version (write e.g. '3.12')")
+        return value
+
+    @field_validator("glibc")
+    @classmethod
+    def _valid_glibc(cls, value: str) -> str:
+        if not re.match(r"^2\.\d+$", value):
+            raise ValueError(f"{value!r} is not a glibc version (write e.g. '2.39')")
+        return value
 
 
 class PythonEnv(StrictModel):
@@ -364,6 +394,25 @@ EnvValue = Annotated[str | EnvEdit, BeforeValidator(_env_entry)]
 # Mount points that would hide what the base image needs to run (its Python, libraries, /etc).
 _HIDDEN_BY_MOUNT = ("/", "/bin", "/sbin", "/lib", "/lib64", "/usr", "/etc", "/opt", "/var", "/tmp", "/home", "/root",  # noqa: S108 - a name, not a file
                     "/proc", "/sys", "/dev", "/run", "/.singularity.d")
+
+
+# The spec's `env:` as shell assignments, `NAME=word`, one per line, in the order written: the image's environment
+# script, an exported definition file's %environment and an exported Dockerfile's ENV lines all say the same
+# thing with them (Docker's ENV reads quotes and ${NAME:+word} as the shell does). Every user value is one
+# quoted word; an edit adds to the variable's value with the ':' only when the variable is set and not empty,
+# so an unset variable gains no empty entry (which the shell and the dynamic loader read as the current directory).
+def env_assignments(env: dict[str, str | EnvEdit]) -> list[str]:
+    """`NAME=word` for every entry: a literal value as one quoted word, an edit as one line per side."""
+    lines = []
+    for name, value in env.items():
+        if not isinstance(value, EnvEdit):
+            lines.append(f"{name}={shlex.quote(value)}")
+            continue
+        if value.prepend is not None:
+            lines.append(f'{name}={shlex.quote(value.prepend)}"${{{name}:+:${name}}}"')
+        if value.append is not None:
+            lines.append(f'{name}="${{{name}:+${name}:}}"{shlex.quote(value.append)}')
+    return lines
 
 
 class OverlaySettings(StrictModel):

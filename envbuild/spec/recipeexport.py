@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from packaging.requirements import Requirement
 
 from envbuild.errors import UsageError
-from envbuild.spec.envassign import env_assignments
 from envbuild.spec.importshell import HEREDOC
-from envbuild.spec.model import VENV_PREFIX, Spec
+from envbuild.spec.model import VENV_PREFIX, Spec, env_assignments
 from envbuild.spec.recipefiles import (
     RecipeFormat,
 )
