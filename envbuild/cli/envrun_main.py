@@ -13,7 +13,7 @@ import sys
 
 from envbuild import __version__
 from envbuild.app.run.launch import RunRequest, launch
-from envbuild.errors import EnvbuildError
+from envbuild.errors import EXIT_USAGE, EnvbuildError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ def _signal_ranks(argv: list[str]) -> None:
     """`envrun signal-ranks SIGNAL DIR`: what a --requeue batch script runs once per node (envbuild.slurm.batch.forward)."""
     if len(argv) != 2:
         print("usage: envrun signal-ranks SIGNAL DIR  (run by envrun sbatch --requeue scripts)", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     from envbuild.slurm.batch.forward import signal_ranks
 
     try:

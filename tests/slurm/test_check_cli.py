@@ -31,6 +31,24 @@ def test_check_exit_codes_and_report(capsys: pytest.CaptureFixture[str], monkeyp
     assert capsys.readouterr().out == f"{good}: clean for lumi-g (8 #SBATCH lines, 1 srun line checked)\n"
 
 
+def test_check_json_schema_as_its_help_documents(capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The keys `envrun sbatch --help` names for --check --json (sbatch_cmd.CHECK_JSON), and exit 1 with findings."""
+    from envbuild.cli.sbatch_cmd import CHECK_JSON
+
+    monkeypatch.delenv("SBATCH_ACCOUNT", raising=False)
+    bad = str(FIXTURES / "bad-lumi-g-cpus.sh")
+    assert run(["sbatch", "--system", "lumi-g", "--check", bad, "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"file", "system", "site_rules", "findings", "notes"}
+    assert (data["file"], data["system"], data["site_rules"]) == (bad, "lumi-g", True)
+    finding = data["findings"][0]
+    assert set(finding) == {"rule", "level", "line", "what", "why", "source", "fix", "edit"}
+    assert finding["level"] in ("error", "warning", "info") and finding["line"] == 6
+    assert finding["edit"] is None or (isinstance(finding["edit"][0], int) and isinstance(finding["edit"][1], str))
+    assert all(f'"{key}"' in CHECK_JSON for key in (*data, *finding))
+
+
 def test_check_a_missing_script(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert run(["sbatch", "--system", "puhti", "--check", str(tmp_path / "job.sh")]) == 2
     err = capsys.readouterr().err
