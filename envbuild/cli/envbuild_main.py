@@ -158,15 +158,11 @@ def lock(spec: Path, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir
     or --upgrade-package asks otherwise. Then `envbuild build SPEC` installs exactly it (--locked: and
     refuses a stale lock). For an overlay spec, pip in
     the base pins exactly what the overlay adds to it."""
-    from envbuild.app.lock.session import run_lock
+    from envbuild.app.lock.buildlock import run_lock
     from envbuild.spec.load import load_spec
 
     loaded = load_spec(spec)
     warn_about(loaded.warnings)
-    if loaded.spec.overlay is not None:
-        from envbuild.app.lock.overlay import run_overlay_lock
-
-        run_lock = run_overlay_lock
     path = run_lock(loaded, upgrade=upgrade, upgrade_packages=upgrade_packages,
                     cache_dir=cache_dir.absolute() if cache_dir else None, verbose=verbose, out=sys.stderr)
     click.echo(str(path))

@@ -1,7 +1,8 @@
 """What `envbuild build` does with SPEC.lock, after envbuild.app.lock.decision read and decided it once:
 installs the lock read (--dry-run says which case applies and writes nothing), or resolves again, keeping
-the old lock's pins, and rewrites it. The resolution is uv on the host for an image spec
-(envbuild.app.lock.session), pip in the base for an overlay spec (envbuild.app.lock.overlay).
+the old lock's pins, and rewrites it; and `envbuild lock SPEC`, which resolves and writes. The resolution
+is uv on the host for an image spec (envbuild.app.lock.session), pip in the base for an overlay spec
+(envbuild.app.lock.overlay).
 """
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, TextIO
 
-from envbuild.app.lock.decision import installed_lock, previous_lock, settle_lock, write_lock
+from envbuild.app.lock.decision import installed_lock, previous_lock, read_lock_file, settle_lock, write_lock
 from envbuild.lock.model import LoadedLock
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from envbuild.app.build.request import BuildOptions
     from envbuild.lock.model import Lock
@@ -53,23 +55,35 @@ def lock_for_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, ov
     previous = previous_lock(settled.file, out)
     if previous is not None and while_resolving is not None and not decision.upgrade:
         while_resolving(settled.file.loaded())
-    lock = _resolve(loaded, previous, options, out, overlay=overlay, upgrade=decision.upgrade)
+    lock = _resolve(loaded, previous, overlay=settled.overlay, upgrade=decision.upgrade, upgrade_packages=(),
+                    cache_dir=options.cache_dir, verbose=options.verbose, out=out, quiet=options.quiet)
     return LoadedLock(lock, write_lock(loaded, settled.file, lock, out, for_build=True), settled.file.path)
 
 
-def _resolve(loaded: LoadedSpec, previous: Lock | None, options: BuildOptions, out: TextIO, *, overlay: bool,
-             upgrade: bool) -> Lock:
+def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None,
+             verbose: bool, out: TextIO) -> Path:
+    """`envbuild lock SPEC`: resolve, keeping the old lock's pins unless upgrading, and write SPEC.lock (only
+    when its content changes); the old lock is read once."""
+    file = read_lock_file(loaded.path)
+    lock = _resolve(loaded, previous_lock(file, out), overlay=loaded.spec.overlay is not None, upgrade=upgrade,
+                    upgrade_packages=upgrade_packages, cache_dir=cache_dir, verbose=verbose, out=out, quiet=False)
+    write_lock(loaded, file, lock, out)
+    return file.path
+
+
+def _resolve(loaded: LoadedSpec, previous: Lock | None, *, overlay: bool, upgrade: bool, upgrade_packages: tuple[str, ...],
+             cache_dir: Path | None, verbose: bool, out: TextIO, quiet: bool) -> Lock:
     """The spec's lock resolved now, nothing written: by uv on the host for an image spec
     (envbuild.app.lock.session), by pip in the base for an overlay spec (envbuild.app.lock.overlay)."""
     if overlay:
         from envbuild.app.lock.overlay import resolve_overlay_lock
 
-        return resolve_overlay_lock(loaded, previous, upgrade=upgrade, upgrade_packages=(), cache_dir=options.cache_dir,
-                                    verbose=options.verbose, out=out, quiet=options.quiet)
+        return resolve_overlay_lock(loaded, previous, upgrade=upgrade, upgrade_packages=upgrade_packages,
+                                    cache_dir=cache_dir, verbose=verbose, out=out, quiet=quiet)
     from envbuild.app.lock.session import resolve_lock
 
-    return resolve_lock(loaded, previous, upgrade=upgrade, upgrade_packages=(), cache_dir=options.cache_dir,
-                        verbose=options.verbose, out=out, quiet=options.quiet)
+    return resolve_lock(loaded, previous, upgrade=upgrade, upgrade_packages=upgrade_packages, cache_dir=cache_dir,
+                        verbose=verbose, out=out, quiet=quiet)
 
 
 class _WarningsOnly(io.StringIO):

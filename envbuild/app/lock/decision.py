@@ -6,8 +6,8 @@ conventions (a current lock is installed exactly, a stale one resolved again and
 --frozen / --upgrade). Its SettledLock is passed down: `installed_lock` checks the lock it installs (still
 the spec's, its torch family, its architecture against the system's) and gives the LoadedLock that the
 build request and the sessions take; envbuild.app.lock.buildlock carries a resolution out from the same
-file (`previous_lock`: its pins kept; `write_lock`: its text compared with), as `envbuild lock` does
-(`rewrite_lock`). Nothing else reads or writes the lock file.
+file (`previous_lock`: its pins kept; `write_lock`: its text compared with), as `envbuild lock` does.
+Nothing else reads or writes the lock file.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, TextIO
 from envbuild.errors import EnvbuildError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from envbuild.lock.model import LoadedLock, Lock
     from envbuild.lock.policy import LockDecision, LockFlags, LockState
     from envbuild.spec.load import LoadedSpec
@@ -145,13 +143,6 @@ def load_fresh_lock(loaded: LoadedSpec) -> LoadedLock:
     from envbuild.lock.policy import LockFlags
 
     return installed_lock(loaded, settle_lock(loaded, LockFlags(locked=True), overlay=loaded.spec.overlay is not None))
-
-
-def rewrite_lock(loaded: LoadedSpec, resolve: Callable[[Lock | None], Lock], out: TextIO) -> Path:
-    """`envbuild lock SPEC`: `resolve` given the old lock (its pins kept unless upgrading), SPEC.lock written."""
-    file = read_lock_file(loaded.path)
-    write_lock(loaded, file, resolve(previous_lock(file, out)), out)
-    return file.path
 
 
 def previous_lock(file: LockFile, out: TextIO) -> Lock | None:

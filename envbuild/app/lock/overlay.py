@@ -21,16 +21,6 @@ if TYPE_CHECKING:
     from envbuild.spec.load import LoadedSpec
 
 
-def run_overlay_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None,
-                     verbose: bool, out: TextIO) -> Path:
-    """`envbuild lock SPEC` for an overlay spec: resolve (keeping the old lock's pins unless upgrading) and write SPEC.lock."""
-    from envbuild.app.lock.decision import rewrite_lock
-
-    return rewrite_lock(loaded, lambda previous: resolve_overlay_lock(loaded, previous, upgrade=upgrade,
-                                                                      upgrade_packages=upgrade_packages,
-                                                                      cache_dir=cache_dir, verbose=verbose, out=out), out)
-
-
 def resolve_overlay_lock(loaded: LoadedSpec, previous: Lock | None, *, upgrade: bool, upgrade_packages: tuple[str, ...],
                          cache_dir: Path | None, verbose: bool, out: TextIO, log_path: Path | None = None,
                          quiet: bool = False) -> Lock:

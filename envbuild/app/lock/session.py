@@ -107,15 +107,6 @@ def _ask_base(request: BuildRequest, rootfs: str, python: str) -> LockTarget:
     return LockTarget(python=version, platform=uv_python_platform(machine, glibc))
 
 
-def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None,
-             verbose: bool, out: TextIO) -> Path:
-    """`envbuild lock SPEC` for an image spec: resolve (keeping the old lock's pins unless upgrading) and write SPEC.lock."""
-    from envbuild.app.lock.decision import rewrite_lock
-
-    return rewrite_lock(loaded, lambda previous: resolve_lock(loaded, previous, upgrade=upgrade, upgrade_packages=upgrade_packages,
-                                                              cache_dir=cache_dir, verbose=verbose, out=out), out)
-
-
 def resolve_lock(loaded: LoadedSpec, previous: Lock | None, *, upgrade: bool, upgrade_packages: tuple[str, ...],
                  cache_dir: Path | None, verbose: bool, out: TextIO, log_path: Path | None = None,
                  quiet: bool = False) -> Lock:
