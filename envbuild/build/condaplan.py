@@ -21,7 +21,6 @@ from pathlib import PurePosixPath
 
 from envbuild.build.actions import Action, CheckReachable, MakeDirs, MergeJson, Remove, Run, Step, WriteFile
 from envbuild.build.layers import entry_name
-from envbuild.build.paths import ENV_SCRIPT, LABELS_FILE, RECORD_DIR
 from envbuild.build.plan import (
     IMAGE_DIR_MODE,
     file_steps,
@@ -32,7 +31,7 @@ from envbuild.build.plan import (
 )
 from envbuild.build.record import RECORD_ENVIRONMENTS_SCRIPT, build_record, env_lines, image_labels
 from envbuild.build.request import BuildPlan, BuildRequest, Layers
-from envbuild.build.sandbox import sandbox_exec
+from envbuild.build.sandbox import ENV_SCRIPT, LABELS_FILE, RECORD_DIR, sandbox_exec
 from envbuild.spec.conda import CONDA_ENV_PREFIX, CONDA_PREFIX, CondaEnv
 from envbuild.store.layout import StorePaths
 

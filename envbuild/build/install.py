@@ -7,9 +7,8 @@ import shlex
 from dataclasses import dataclass, replace
 
 from envbuild.build.actions import Action, MakeDirs, Remove, Touch, WriteFile
-from envbuild.build.paths import HOST_MOUNT
 from envbuild.build.request import BuildRequest
-from envbuild.build.sandbox import Bind, sandbox_exec
+from envbuild.build.sandbox import HOST_MOUNT, Bind, sandbox_exec
 from envbuild.host.pip import local_path_of
 from envbuild.host.secrets import has_credentials
 from envbuild.overlayformat import BASE_PTH

@@ -33,10 +33,9 @@ from envbuild.build.actions import (
 from envbuild.build.install import BASE_PTH_SCRIPT, PackageSources
 from envbuild.build.layers import base_cache_key, sources_identity
 from envbuild.build.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BaseProbe, in_base
-from envbuild.build.paths import HOST_MOUNT
 from envbuild.build.plan import IMAGE_DIR_MODE, output_step
 from envbuild.build.request import BuildRequest
-from envbuild.build.sandbox import Bind, sandbox_exec
+from envbuild.build.sandbox import HOST_MOUNT, Bind, sandbox_exec
 from envbuild.errors import EnvbuildError
 from envbuild.overlayformat import LOCK_FILE, OVERLAY_RECORD_FORMAT, RECORD_DIR, RECORD_FILE, SPEC_FILE
 from envbuild.spec.torchfamily import TORCH_FAMILY

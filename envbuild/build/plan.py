@@ -33,10 +33,9 @@ from envbuild.build.actions import (
 )
 from envbuild.build.install import PackageSources, install_actions, venv_actions
 from envbuild.build.layers import base_cache_key, choose_installer, plan_layers
-from envbuild.build.paths import ENV_SCRIPT, HOST_MOUNT, LABELS_FILE, RECORD_DIR, RUNTIME_WRITES
 from envbuild.build.record import FREEZE_TO_FILE_SCRIPT, RECORD_ENVIRONMENTS_SCRIPT, build_record, env_script, image_labels
 from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, Layers
-from envbuild.build.sandbox import sandbox_exec
+from envbuild.build.sandbox import ENV_SCRIPT, HOST_MOUNT, LABELS_FILE, RECORD_DIR, RUNTIME_WRITES, sandbox_exec
 from envbuild.spec.model import VENV_PREFIX
 from envbuild.store.layout import EntryPaths, StorePaths
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import shlex
 
 from envbuild.build.layers import installer_identity
-from envbuild.build.paths import DEFAULT_CONTAINER_PATH, RECORD_DIR
 from envbuild.build.request import BuildRequest, Layers
+from envbuild.build.sandbox import DEFAULT_CONTAINER_PATH, RECORD_DIR
 from envbuild.shelltext import comment, env_name
 from envbuild.spec.conda import CONDA_PREFIX
 from envbuild.spec.model import VENV_PREFIX, Spec, env_assignments

@@ -28,7 +28,6 @@ from dataclasses import replace
 from envbuild.build.actions import CopyTree, MakeDirs, Remove, Run, Step
 from envbuild.build.install import PackageSources
 from envbuild.build.layers import choose_installer, plan_layers
-from envbuild.build.paths import RECORD_DIR
 from envbuild.build.plan import (
     configure_step,
     env_step,
@@ -40,7 +39,7 @@ from envbuild.build.plan import (
 )
 from envbuild.build.record import RECORD_ENVIRONMENTS_SCRIPT
 from envbuild.build.request import BuildPlan, BuildRequest
-from envbuild.build.sandbox import Bind, sandbox_exec
+from envbuild.build.sandbox import RECORD_DIR, Bind, sandbox_exec
 from envbuild.build.squashplan import NICE
 from envbuild.spec.model import VENV_PREFIX
 from envbuild.store.layout import StorePaths

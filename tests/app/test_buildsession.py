@@ -20,9 +20,9 @@ from envbuild.app.build.envparent import find_env_parent
 from envbuild.app.build.imagesession import BuildSession, image_key_of
 from envbuild.app.build.request import BuildOptions, make_request
 from envbuild.build.layers import plan_layers
-from envbuild.build.paths import RECORD_DIR
 from envbuild.build.plan import plan_base
 from envbuild.build.request import BuildRequest, Layers
+from envbuild.build.sandbox import RECORD_DIR
 from envbuild.sif.compression import mksquashfs_argv
 from envbuild.sif.writer import assemble
 from envbuild.spec.load import LoadedSpec, load_spec

@@ -35,7 +35,7 @@ def image_key_of(path: Path) -> str | None:
     if not path.is_file():
         return None
     try:
-        from envbuild.build.paths import RECORD_DIR
+        from envbuild.build.sandbox import RECORD_DIR
         from envbuild.inventory.image import open_image
 
         with open_image(str(path)) as image:

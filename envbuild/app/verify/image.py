@@ -68,7 +68,7 @@ def _canonical(name: str) -> str:
 
 
 def _read_image(path: Path) -> ImageContents:
-    from envbuild.build.paths import RECORD_DIR
+    from envbuild.build.sandbox import RECORD_DIR
     from envbuild.inventory.image import guarded, open_image
     from envbuild.inventory.pyenvs import take_inventory
     from envbuild.inventory.torchfamily import env_family
