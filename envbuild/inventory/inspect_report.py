@@ -8,8 +8,7 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
-from envbuild.inventory.envscripts import STOCK_SCRIPTS
-from envbuild.inventory.facts import FILES, ImageFacts
+from envbuild.inventory.facts import FILES, STOCK_SCRIPTS, ImageFacts
 from envbuild.overlayformat import LOCK_FILE, SPEC_FILE
 from envbuild.store.entries import human_size
 from envbuild.terminaltext import printable

@@ -18,8 +18,7 @@ import pytest
 from envbuild.errors import ImageFormatError
 from envbuild.inventory.cache import InventoryCache
 from envbuild.inventory.diff import diff_images, diff_to_dict, render_diff
-from envbuild.inventory.envscripts import exported_variables
-from envbuild.inventory.facts import read_image_facts
+from envbuild.inventory.facts import exported_variables, read_image_facts
 from envbuild.inventory.image import read_inventory
 from envbuild.inventory.inspect_report import inspect_to_dict, render_inspect
 from envbuild.inventory.pkgmeta import parse_conda_meta_filename, parse_conda_meta_json, parse_core_metadata
