@@ -20,12 +20,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import posixpath
 import shutil
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 from envbuild.imagetree.inroot import MAX_SYMLINK_HOPS, Link, resolve_in_root
 
@@ -44,32 +46,26 @@ class OutsideTree(OSError):
     """A path inside a tree that cannot be used as asked (a file where a directory must be, no name to write)."""
 
 
-_openat2_state: dict[str, object] = {}
+@functools.cache
+def _libc_syscall() -> Callable[..., int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.syscall
+        call.restype = ctypes.c_long
+        call.argtypes = (ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+    except (OSError, AttributeError):
+        return None
+    return call
 
 
-def _libc_syscall() -> object | None:
-    if "syscall" not in _openat2_state:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            call = libc.syscall
-            call.restype = ctypes.c_long
-            call.argtypes = (ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
-        except (OSError, AttributeError):
-            call = None
-        _openat2_state["syscall"] = call
-    return _openat2_state["syscall"]
-
-
+@functools.cache
 def kernel_resolves_in_root() -> bool:
     """Whether openat2 with RESOLVE_IN_ROOT works here (asked once per process)."""
-    if "works" not in _openat2_state:
-        works = False
-        with contextlib.suppress(OSError):
-            fd = _openat2(os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), ".", os.O_PATH, 0, close_dirfd=True)
-            os.close(fd)
-            works = True
-        _openat2_state["works"] = works
-    return bool(_openat2_state["works"])
+    with contextlib.suppress(OSError):
+        fd = _openat2(os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), ".", os.O_PATH, 0, close_dirfd=True)
+        os.close(fd)
+        return True
+    return False
 
 
 def _openat2(dirfd: int, path: str, flags: int, mode: int, *, close_dirfd: bool = False, shown: str = "") -> int:
@@ -79,7 +75,7 @@ def _openat2(dirfd: int, path: str, flags: int, mode: int, *, close_dirfd: bool 
             raise OSError(errno.ENOSYS, "no syscall() in this C library")
         how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
         for _attempt in range(16):  # EAGAIN: a rename elsewhere raced the lookup; the kernel asks to try again
-            fd = call(_SYS_OPENAT2, dirfd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))  # type: ignore[operator]
+            fd = call(_SYS_OPENAT2, dirfd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
             if fd >= 0:
                 return int(fd)
             number = ctypes.get_errno()
@@ -206,7 +202,8 @@ def write_in_tree(root: str, inside: str, data: bytes | str, mode: int, *, walk:
         _write_new(parent, name, mode, lambda handle: handle.write(payload))
 
 
-def _write_new(parent: int, name: str, mode: int, fill, times: tuple[int, int] | None = None) -> None:  # type: ignore[no-untyped-def]
+def _write_new(parent: int, name: str, mode: int, fill: Callable[[BinaryIO], object],
+               times: tuple[int, int] | None = None) -> None:
     partial = _PARTIAL.format(name=name, pid=os.getpid())
     with contextlib.suppress(FileNotFoundError):
         os.unlink(partial, dir_fd=parent)  # left by a killed build of this same process id
@@ -301,7 +298,7 @@ def _copy_file(src: str, root: str, inside: str, mode: int | None, walk: bool | 
     with open(src, "rb") as source:
         info = os.fstat(source.fileno())
         with parent_in_tree(root, inside, walk=walk) as (parent, name):
-            def fill(handle) -> None:  # type: ignore[no-untyped-def]
+            def fill(handle: BinaryIO) -> None:
                 _copy_content(source.fileno(), handle.fileno(), info.st_size)
 
             _write_new(parent, name, stat.S_IMODE(info.st_mode) if mode is None else mode, fill,

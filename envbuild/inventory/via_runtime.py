@@ -91,10 +91,12 @@ def _run_bounded(command: list[str], timeout: float) -> tuple[int, bytes, bytes]
     (subprocess.TimeoutExpired) or MAX_LISTING_BYTES of output (_ListingTooLong)."""
     deadline = time.monotonic() + timeout
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = proc.stdout, proc.stderr
+    assert stdout is not None and stderr is not None  # both are PIPE
     out, err = bytearray(), bytearray()
     with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ, out)  # type: ignore[arg-type]
-        selector.register(proc.stderr, selectors.EVENT_READ, err)  # type: ignore[arg-type]
+        selector.register(stdout, selectors.EVENT_READ, out)
+        selector.register(stderr, selectors.EVENT_READ, err)
         try:
             while selector.get_map():
                 left = deadline - time.monotonic()
@@ -114,8 +116,8 @@ def _run_bounded(command: list[str], timeout: float) -> tuple[int, bytes, bytes]
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            proc.stdout.close()  # type: ignore[union-attr]
-            proc.stderr.close()  # type: ignore[union-attr]
+            stdout.close()
+            stderr.close()
 
 
 def read_inventory_via_runtime(image: str, runtime: str | None = None, timeout: int = 600) -> Inventory:

@@ -216,7 +216,10 @@ def layered_squash(args: argparse.Namespace) -> str:
     if manifest.get("compression") != args.compression or bool(manifest.get("all_root")) != args.all_root:
         raise Fallback("the parent image was squashed with another compression or owner mode")
     tree = TreeView(args.sandbox, args.upper)
-    delta = compute_delta(tree, manifest["entries"])  # type: ignore[arg-type]
+    entries = manifest.get("entries")
+    if not isinstance(entries, dict):
+        raise Fallback(f"the tree manifest at {args.manifest} lists no entries")
+    delta = compute_delta(tree, entries)
     if delta.bytes > MAX_FRACTION * max(delta.tree_bytes, 1):
         raise Fallback(f"the difference is {delta.bytes / 1e6:.0f} MB of {delta.tree_bytes / 1e6:.0f} MB")
     staging = f"{args.work}/delta-tree"

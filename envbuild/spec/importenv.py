@@ -122,14 +122,15 @@ def env_entry(name: str, parts: list[str | _Ref], earlier: dict[str, EnvEntry], 
             pieces[-1] += part
         else:
             pieces.append(part)
-    selves = [index for index, part in enumerate(pieces) if isinstance(part, _Ref)]
+    selves = [(index, part) for index, part in enumerate(pieces) if isinstance(part, _Ref)]
     if not selves:
         return "".join(p for p in pieces if isinstance(p, str))
     if len(selves) > 1:
         raise EnvProblem(f"${name} appears more than once; write it as prepend: and/or append:")
-    head = "".join(p for p in pieces[:selves[0]] if isinstance(p, str))
-    tail = "".join(p for p in pieces[selves[0] + 1:] if isinstance(p, str))
-    edit = _edit(name, pieces[selves[0]], head, tail)  # type: ignore[arg-type]
+    at, self_ref = selves[0]
+    head = "".join(p for p in pieces[:at] if isinstance(p, str))
+    tail = "".join(p for p in pieces[at + 1:] if isinstance(p, str))
+    edit = _edit(name, self_ref, head, tail)
     return _combined(before, edit)
 
 

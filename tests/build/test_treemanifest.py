@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+import gzip
+import json
 import os
 from pathlib import Path
 
-from envbuild.sif.manifest import compute_delta, read_manifest, write_manifest
+import pytest
+
+from envbuild.sif.layeredwriter import Fallback, layered_squash
+from envbuild.sif.manifest import MANIFEST_VERSION, compute_delta, read_manifest, write_manifest
 
 
 def _tree(root: Path) -> None:
@@ -112,3 +118,15 @@ def test_the_difference_of_a_tree_view_is_that_of_the_merged_sandbox(tmp_path: P
         {p for p in over_merged.paths if not os.path.isdir(lower / p.lstrip("/"))}
     assert over_view.whiteouts == over_merged.whiteouts == ()  # /olddir's content went with the directory
     assert over_view.bytes == over_merged.bytes
+
+
+def test_a_manifest_without_entries_makes_the_layered_writer_fall_back(tmp_path: Path) -> None:
+    manifest = tmp_path / "m.json.gz"
+    manifest.write_bytes(gzip.compress(json.dumps({"version": MANIFEST_VERSION, "compression": "gzip:6",
+                                                   "all_root": False}).encode()))
+    (tmp_path / "sandbox").mkdir()
+    (tmp_path / "upper").mkdir()
+    args = argparse.Namespace(manifest=str(manifest), compression="gzip:6", all_root=False,
+                              sandbox=str(tmp_path / "sandbox"), upper=str(tmp_path / "upper"))
+    with pytest.raises(Fallback, match="lists no entries"):
+        layered_squash(args)

@@ -90,10 +90,10 @@ def relate(rows: list[Row]) -> None:
     if not finished:
         return
     base = finished[0]
-    by_throughput = all(r.throughput is not None for r in finished) and base.throughput
+    base_throughput = base.throughput if all(r.throughput is not None for r in finished) else None
     for row in finished:
-        if by_throughput:
-            row.speedup = row.throughput / base.throughput  # type: ignore[operator]
+        if base_throughput and row.throughput is not None:
+            row.speedup = row.throughput / base_throughput
         elif row.time_s and base.time_s:
             row.speedup = base.time_s / row.time_s
         if row.speedup is not None:
