@@ -6,6 +6,7 @@ import difflib
 import hashlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from envbuild.envnames import ENV_NAME_FIX
 from envbuild.errors import SpecError, SpecProblem
+from envbuild.host.secrets import secret_reason
 from envbuild.recipes.load import available_recipes, recipes_dir
 from envbuild.spec.model import FileCopy, Spec
 from envbuild.yamlsource import FieldPath, LocatedDocument, load_yaml_file, parse_yaml_text
@@ -127,7 +129,6 @@ def _validate(document: LocatedDocument, text: str, path: Path, *, check_host: b
     except ValidationError as exc:
         problems = [_problem_from_error(document, error) for error in exc.errors()]
         raise SpecError(sorted(problems, key=lambda p: (p.line, p.column))) from None
-    from envbuild.spec.secretcheck import secret_warnings
     from envbuild.spec.systemvariant import system_torch_variant
 
     chosen = system_torch_variant(document, spec)
@@ -323,3 +324,48 @@ def _host_problems(document: LocatedDocument, loaded: LoadedSpec) -> list[SpecPr
         elif image.is_file() and image.suffix not in (".sif", ".simg", ".img"):
             add(("base",), f"{image} is a file but not a .sif image", "use a .sif file or a sandbox directory")
     return problems
+
+
+# --- secrets a spec would bake into its image ---------------------------------------------------------------
+# Every value of `env:` is written into the image's environment script, and the whole spec text into
+# /.envbuild/spec.yaml, readable by everyone who can read the image file. A warning, not an error: the value may
+# be a placeholder, and the user decides.
+
+_ENV_FIX = ("leave it out of the spec and set it where the job runs: apptainer passes the host's environment "
+            "into the container (export {name}=... before envrun, or in the job script, from a file only you can read)")
+_VALUE_FIX = ("leave the credentials out of the spec: an index that needs them goes into the host's pip configuration "
+              "(pip.conf, PIP_EXTRA_INDEX_URL), which builds use without writing it into the image, its log or a lock file")
+
+
+def secret_warnings(document: LocatedDocument) -> list[SpecProblem]:
+    """One located warning per value of the spec that looks like a secret (see envbuild.host.secrets)."""
+    warnings = []
+    for loc, name, value in _values(document.data, ()):
+        reason = secret_reason(name, value)
+        if reason is None:
+            continue
+        pos = document.position_of(loc)
+        field = "".join(f"[{part}]" if isinstance(part, int) else (f".{part}" if i else str(part)) for i, part in enumerate(loc))
+        baked = "the image's environment script and /.envbuild/spec.yaml" if loc[:1] == ("env",) else "/.envbuild/spec.yaml"
+        fix = _ENV_FIX.format(name=name) if loc[:1] == ("env",) and name else _VALUE_FIX
+        warnings.append(SpecProblem(document.file, pos.line, pos.column, field,
+                                    f"this value {reason}: it would be written into {baked}, readable by anyone "
+                                    "who can read the image", fix))
+    return warnings
+
+
+def _values(data: Any, loc: FieldPath) -> Iterator[tuple[FieldPath, str | None, str]]:
+    """(where, variable name or None, text) of every scalar in the document; `env:` and `labels:` entries
+    carry their key as the name."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            named = len(loc) == 1 and loc[0] in ("env", "labels") and isinstance(key, str)
+            if named and not isinstance(value, (dict, list)):
+                yield (*loc, key), key, "" if value is None else str(value)
+            else:
+                yield from _values(value, (*loc, key))
+    elif isinstance(data, list):
+        for index, item in enumerate(data):
+            yield from _values(item, (*loc, index))
+    elif isinstance(data, str):
+        yield loc, None, data
