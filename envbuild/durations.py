@@ -17,18 +17,21 @@ FORMS = f"90s, 30m, 2h, 1d or 2w (s, m, h, d, w), or Slurm's {SLURM_FORMS} (a ba
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def parse_duration(text: str, where: str, *, unit_required: bool = False, allow_zero: bool = False) -> int:
+def parse_duration(text: str, where: str, *, bare: str | None = "m", allow_zero: bool = False) -> int:
     """'90s' -> 90, '30m' -> 1800, '1.5h' -> 5400, '2w' -> 1209600, and Slurm's forms: '45' -> 2700 (minutes),
     '1:30:00' -> 5400, '1-12' -> 129600 (days-hours). `where` names the option in the error.
-    unit_required: a bare number is refused (where minutes-or-days would be a costly guess, e.g. what to delete);
+    bare: the unit of a bare number: "m" as Slurm's --time reads it; "s" where Slurm counts seconds (sbatch
+    --signal's @TIME); None: refused (where minutes-or-days would be a costly guess, e.g. what to delete).
     allow_zero: '0s' is a duration (else it is refused as no time at all)."""
     value = text.strip().lower()
     unit = UNITS.get(value[-1:])
     if unit is not None:
         seconds = _with_unit(value[:-1].strip(), unit)
-    elif unit_required and _is_number(value):
-        raise UsageError(f"{where}: {text!r} has no unit",
-                         f"write the unit, e.g. {value}d (days), {value}h (hours) or {value}m (minutes)")
+    elif _with_unit(value, 1) is not None:  # a bare number
+        if bare is None:
+            raise UsageError(f"{where}: {text!r} has no unit",
+                             f"write the unit, e.g. {value}d (days), {value}h (hours) or {value}m (minutes)")
+        seconds = _with_unit(value, UNITS[bare])
     else:
         seconds = _slurm_seconds(value)
     if seconds is None:

@@ -29,13 +29,16 @@ def test_what_is_not_a_duration_is_refused_where_and_with_the_forms(text: str) -
     assert raised.value.hint and ("30m" in raised.value.hint)
 
 
-def test_a_unit_can_be_required_and_zero_allowed() -> None:
-    """cache prune --older-than: a bare 30 (days? minutes?) chooses what to delete, so it is asked again."""
+def test_a_bare_number_is_minutes_seconds_or_refused_and_zero_can_be_allowed() -> None:
+    """cache prune --older-than: a bare 30 (days? minutes?) chooses what to delete, so it is asked again;
+    sbatch --signal-before counts seconds, as Slurm's --signal=SIG@TIME does."""
     with pytest.raises(UsageError) as raised:
-        parse_duration("30", "--older-than", unit_required=True)
+        parse_duration("30", "--older-than", bare=None)
     assert "has no unit" in raised.value.message and "30d" in (raised.value.hint or "")
-    assert parse_duration("0s", "--older-than", unit_required=True, allow_zero=True) == 0
-    assert parse_duration("1:00:00", "--older-than", unit_required=True) == 3600
+    assert parse_duration("0s", "--older-than", bare=None, allow_zero=True) == 0
+    assert parse_duration("1:00:00", "--older-than", bare=None) == 3600
+    assert parse_duration("90", "--signal-before", bare="s") == 90 and parse_duration("2m", "--signal-before", bare="s") == 120
+    assert parse_duration("1.5", "--time") == 90 and parse_duration("45", "--time") == 2700
 
 
 def test_what_slurm_reads_takes_slurms_forms_only() -> None:

@@ -102,7 +102,7 @@ def prune_command(older_than: str | None, max_size: str | None, downloads: bool,
     """Remove what is no longer needed. Without options: only what killed builds left behind (unfinished
     entries and build scratch that no running build holds, at once; kept work directories after an
     hour). Entries a running build uses are skipped."""
-    age = None if older_than is None else parse_duration(older_than, "--older-than", unit_required=True, allow_zero=True)
+    age = None if older_than is None else parse_duration(older_than, "--older-than", bare=None, allow_zero=True)
     size = parse_size(max_size) if max_size is not None else None
     root = _store_root(cache_dir)
     now = time.time()

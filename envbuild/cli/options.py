@@ -100,6 +100,23 @@ def click_option(option: SharedOption, *param_decls: str, note: str = "", defaul
     return click.option(*option.names, *param_decls, help=help_text(option, note=note, default_help=default_help), **kwargs)
 
 
+def duration_type(where: str, *, bare: str | None = "m") -> Callable[[str], int]:
+    """An argparse `type` for a time option that takes the one duration grammar (envbuild.durations) and gives
+    seconds; a value outside it is argparse's usage error (exit 2), with the forms to write instead."""
+    import argparse
+
+    from envbuild.durations import parse_duration
+    from envbuild.errors import UsageError
+
+    def seconds(text: str) -> int:
+        try:
+            return parse_duration(text, where, bare=bare)
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(f"{exc.message.removeprefix(where + ': ')}; fix: {exc.hint}") from None
+
+    return seconds
+
+
 def add_renamed(parser: argparse._ActionsContainer, old: str, option: SharedOption, *, dest: str) -> None:
     """`old` keeps working as a hidden alias of `option` (same dest, same value or flag), with a one-line
     note on stderr each time it is used."""

@@ -31,6 +31,7 @@ from envbuild.cli.options import (
     TIME,
     add_option,
     add_renamed,
+    duration_type,
 )
 from envbuild.errors import EnvbuildError, UsageError, exit_status_help
 
@@ -80,8 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--requeue", action="store_true",
                         help="checkpoint on a signal before the time limit and requeue the job")
     parser.add_argument("--requeue-max", type=int, metavar="N", help="most restarts with --requeue (default 3)")
-    parser.add_argument("--signal-before", type=int, default=90, metavar="S",
-                        help="seconds before the time limit that the checkpoint signal comes (default 90)")
+    parser.add_argument("--signal-before", type=duration_type("--signal-before", bare="s"), default=90,
+                        metavar="DURATION", help="how long before the time limit the checkpoint signal comes, e.g. 90s "
+                        "or 2m (a bare number is seconds, as sbatch --signal counts them; default 90s)")
     mode = parser.add_mutually_exclusive_group()
     add_option(mode, DRY_RUN, note="print the script (the default)")
     add_renamed(mode, "--print", DRY_RUN, dest="dry_run")

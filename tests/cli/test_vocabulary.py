@@ -91,6 +91,21 @@ def test_sbatch_time_takes_2h(capsys: pytest.CaptureFixture[str]) -> None:
     assert "#SBATCH --time=00:01:30" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("given", "seconds"), [("100", 100), ("100s", 100), ("2m", 120)])
+def test_sbatch_signal_before_takes_the_grammar_with_bare_seconds(given: str, seconds: int) -> None:
+    parsed = sbatch_cmd.build_parser().parse_args(["--signal-before", given, "--", "python", "t.py"])
+    assert parsed.signal_before == seconds
+    assert sbatch_cmd.build_parser().parse_args(["--", "python", "t.py"]).signal_before == 90
+
+
+def test_sbatch_signal_before_outside_the_grammar_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        sbatch_cmd.build_parser().parse_args(["--signal-before", "soon", "--", "python", "t.py"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2
+    assert "argument --signal-before: 'soon' is not a duration; fix: write it as 90s, 30m" in err
+
+
 @pytest.mark.usefixtures("project")
 def test_sbatch_time_that_is_no_duration_is_a_located_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["--system", "local", "--time", "soon", "--", "python", "train.py"]) == 2
