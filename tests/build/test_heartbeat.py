@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from envbuild.build.execute.heartbeat import LiveLine, heartbeat_interval
+from envbuild.build.execute.progress import LiveLine, heartbeat_interval
 
 
 class Clock:

@@ -47,8 +47,7 @@ from envbuild.build.execute.beside import (
     start_beside,
     stop_beside,
 )
-from envbuild.build.execute.heartbeat import LiveLine
-from envbuild.build.execute.progress import StepRecord, clean_line, progress_bar, render_summary
+from envbuild.build.execute.progress import LiveLine, StepRecord, clean_line, progress_bar, render_summary
 from envbuild.build.execute.tools import tool_environment
 from envbuild.build.render import redact
 from envbuild.build.request import BasePlan, BuildPlan
@@ -72,7 +71,7 @@ class BuildExecutor:
                  out: TextIO | None = None, quiet: bool = False, heartbeat_s: float | None = None,
                  started: float | None = None) -> None:
         """quiet: warnings, errors and the result only; verbose: every tool's output as it comes;
-        heartbeat_s: off a terminal, a `still running:` line this often (envbuild.build.execute.heartbeat);
+        heartbeat_s: off a terminal, a `still running:` line this often (envbuild.build.execute.progress);
         started: when the whole command began (time.monotonic()), for the total that finish() prints."""
         self.log_path = log_path
         self.store_root = store_root
@@ -166,7 +165,7 @@ class BuildExecutor:
         started = time.monotonic()
         if self.verbose:
             self._say(f"{label} ...")
-        # A live line on a terminal, `still running:` lines in a batch log (envbuild.build.execute.heartbeat).
+        # A live line on a terminal, `still running:` lines in a batch log (envbuild.build.execute.progress).
         with LiveLine(label, self.out, interval=self.heartbeat_s, quiet=self.quiet) as self._live:
             for number, action in enumerate(step.actions):
                 self._fault_pause(step, number)
