@@ -3,8 +3,8 @@ Recipe (envbuild.recipes.schema, when a recipe file is checked or a build valida
 RecipeView that envrun reads from the cache (envbuild.recipes.ops). Planners, checks and launches are
 annotated with these protocols, so the type checker holds both models to one shape.
 
-A member is an attribute where both models have the same type, and a property (read-only, so a narrower
-type fits) where the schema's is narrower: a Literal, a dict, a nested model. Type-checking only: modules on
+Every member is read-only, as both models are (the schema's are frozen): a property, so that a narrower type
+fits too (a Literal, a dict for a Mapping, a nested model for its protocol). Type-checking only: modules on
 envrun's launch path import this under TYPE_CHECKING (typing stays out of its start-up).
 """
 
@@ -15,17 +15,26 @@ from typing import Protocol
 
 
 class RecipeNode(Protocol):
-    gpus: int
-    gpu_type: str | None
-    cores: int
-    usable_cores: int | None
-    threads_per_core: int
-    cores_per_gpu: int | None
-    memory_gb: int | None
-    memory_per_gpu_gb: int | None
-    local_scratch: str | None
-    slurm_cpus_per_core: int
-
+    @property
+    def gpus(self) -> int: ...
+    @property
+    def gpu_type(self) -> str | None: ...
+    @property
+    def cores(self) -> int: ...
+    @property
+    def usable_cores(self) -> int | None: ...
+    @property
+    def threads_per_core(self) -> int: ...
+    @property
+    def cores_per_gpu(self) -> int | None: ...
+    @property
+    def memory_gb(self) -> int | None: ...
+    @property
+    def memory_per_gpu_gb(self) -> int | None: ...
+    @property
+    def local_scratch(self) -> str | None: ...
+    @property
+    def slurm_cpus_per_core(self) -> int: ...
     @property
     def gpu_vendor(self) -> str: ...
     @property
@@ -35,37 +44,50 @@ class RecipeNode(Protocol):
 
 
 class RecipePartition(Protocol):
-    full_node: bool
-    cpu_only: bool
-    test: bool
-    max_nodes: int | None
-    max_gpus_per_node: int | None
-    max_time: str | None
-
+    @property
+    def full_node(self) -> bool: ...
+    @property
+    def cpu_only(self) -> bool: ...
+    @property
+    def test(self) -> bool: ...
+    @property
+    def max_nodes(self) -> int | None: ...
+    @property
+    def max_gpus_per_node(self) -> int | None: ...
+    @property
+    def max_time(self) -> str | None: ...
     @property
     def billing(self) -> str: ...
 
 
 class RecipeRuntime(Protocol):
-    flags: tuple[str, ...]
+    @property
+    def flags(self) -> tuple[str, ...]: ...
 
 
 class RecipePyTorch(Protocol):
-    index: str
-    default_variant: str
+    @property
+    def index(self) -> str: ...
+    @property
+    def default_variant(self) -> str: ...
 
 
 class RecipeForbiddenOption(Protocol):
-    options: tuple[str, ...]
-    unless: str | None
-    why: str
+    @property
+    def options(self) -> tuple[str, ...]: ...
+    @property
+    def unless(self) -> str | None: ...
+    @property
+    def why(self) -> str: ...
 
 
 class RecipeLaunch(Protocol):
-    gpu_request: str | None
-    master_addr_suffix: str
-    bind_cpus: bool
-
+    @property
+    def gpu_request(self) -> str | None: ...
+    @property
+    def master_addr_suffix(self) -> str: ...
+    @property
+    def bind_cpus(self) -> bool: ...
     @property
     def per_task_gpu_env(self) -> Mapping[str, str]: ...
     @property
@@ -75,17 +97,23 @@ class RecipeLaunch(Protocol):
 
 
 class RecipeStaging(Protocol):
-    dir: str
-    gres: str | None
-    in_memory: bool
-    max_gb: int | None
-    cleanup: bool
+    @property
+    def dir(self) -> str: ...
+    @property
+    def gres(self) -> str | None: ...
+    @property
+    def in_memory(self) -> bool: ...
+    @property
+    def max_gb(self) -> int | None: ...
+    @property
+    def cleanup(self) -> bool: ...
 
 
 class RecipeBatch(Protocol):
-    account_required: bool
-    account_example: str | None
-
+    @property
+    def account_required(self) -> bool: ...
+    @property
+    def account_example(self) -> str | None: ...
     @property
     def memory(self) -> str: ...
     @property
@@ -95,17 +123,23 @@ class RecipeBatch(Protocol):
 
 
 class RecipeCotainr(Protocol):
-    base_image: str | None
-    rocm: str | None
-    cuda: str | None
+    @property
+    def base_image(self) -> str | None: ...
+    @property
+    def rocm(self) -> str | None: ...
+    @property
+    def cuda(self) -> str | None: ...
 
 
 class RecipeNetwork(Protocol):
-    plugins: tuple[str, ...]
-    nccl_net: str | None
-    strict_net: bool
-    host_libfabric: tuple[str, ...]
-
+    @property
+    def plugins(self) -> tuple[str, ...]: ...
+    @property
+    def nccl_net(self) -> str | None: ...
+    @property
+    def strict_net(self) -> bool: ...
+    @property
+    def host_libfabric(self) -> tuple[str, ...]: ...
     @property
     def fabric(self) -> str: ...
 
@@ -113,13 +147,18 @@ class RecipeNetwork(Protocol):
 class SystemRecipe(Protocol):
     """A system recipe as its readers see it (recipes/*.yaml, validated)."""
 
-    name: str
-    description: str
-    processes_per_node: int | None
-    binds: tuple[str, ...]
-    multinode_binds: tuple[str, ...]
-    notes: tuple[str, ...]
-
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def processes_per_node(self) -> int | None: ...
+    @property
+    def binds(self) -> tuple[str, ...]: ...
+    @property
+    def multinode_binds(self) -> tuple[str, ...]: ...
+    @property
+    def notes(self) -> tuple[str, ...]: ...
     @property
     def architecture(self) -> str: ...
     @property
@@ -140,6 +179,5 @@ class SystemRecipe(Protocol):
     def cotainr(self) -> RecipeCotainr: ...
     @property
     def network(self) -> RecipeNetwork: ...
-
     def cite(self, field: str) -> str: ...
     def pytorch_index_for(self, wheel_tag: str) -> str | None: ...
