@@ -187,7 +187,7 @@ PURE_PLANNERS = (
     "envbuild.launch.plan", "envbuild.launch.sizing",
     "envbuild.slurm.batch.plan", "envbuild.slurm.batch.requeue", "envbuild.slurm.batch.resources",
     "envbuild.slurm.batch.script", "envbuild.slurm.batch.stepcommand",
-    "envbuild.catalogue.jsonform", "envbuild.catalogue.model", "envbuild.catalogue.page", "envbuild.catalogue.summary",
+    "envbuild.catalogue.model", "envbuild.catalogue.page", "envbuild.catalogue.summary",
     "envbuild.slurm.sweep.metrics", "envbuild.slurm.sweep.points", "envbuild.slurm.sweep.report",
     "envbuild.slurm.sweep.table",
 )

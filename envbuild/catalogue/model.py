@@ -1,10 +1,13 @@
 """The catalogue's data (pure): images read (or why not), and the packages x images matrix with the
-cells that differ marked. The HTML page and the JSON file are two renderings of this one model."""
+cells that differ marked, and its JSON form (`catalogue.json` beside `index.html`: the page's data for scripts).
+The HTML page (envbuild.catalogue.page) and the JSON file are two renderings of this one model."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from envbuild.catalogue.summary import ImageSummary, summarize
 from envbuild.inventory.facts import ImageFacts
@@ -101,3 +104,47 @@ def build_catalogue(entries: list[ImageEntry], *, generated_at: str, envbuild_ve
     readable = [(entry.path, entry.facts.inventory) for entry in entries if entry.facts is not None]
     return Catalogue(title=title, generated_at=generated_at, envbuild_version=envbuild_version, images=images,
                      columns=tuple(path for path, _ in readable), packages=tuple(package_lines(readable)))
+
+
+# --- the JSON form ----------------------------------------------------------------------------------------------
+
+# Bump when a key changes meaning or goes away (adding keys does not bump it).
+CATALOGUE_FORMAT = 1
+
+
+def catalogue_to_dict(catalogue: Catalogue) -> dict[str, Any]:
+    images = []
+    for image in catalogue.images:
+        entry = asdict(image)
+        entry["error"] = image.error or None
+        entry["environments"] = [asdict(env) for env in image.environments]
+        entry["problems"] = list(image.problems)
+        images.append(entry)
+    packages = []
+    for line in catalogue.packages:
+        packages.append({
+            "name": line.name,
+            "key": line.key,
+            "differs": line.differs,  # the images that have it do not all have the same version(s)
+            "in_every_image": line.everywhere,
+            # Per image path: the cell as shown, its mark, and where each copy is installed.
+            "images": {
+                path: {"versions": cell.text, "state": cell.state,
+                       "where": [{"environment": env, "version": version, "source": source}
+                                 for env, version, source in cell.where]}
+                for path, cell in zip(catalogue.columns, line.cells, strict=True)
+            },
+        })
+    return {
+        "catalogue_format": CATALOGUE_FORMAT,
+        "title": catalogue.title,
+        "generated_at": catalogue.generated_at,
+        "envbuild_version": catalogue.envbuild_version,
+        "images": images,
+        "columns": list(catalogue.columns),
+        "packages": packages,
+    }
+
+
+def render_json(catalogue: Catalogue) -> str:
+    return json.dumps(catalogue_to_dict(catalogue), indent=2) + "\n"
