@@ -13,7 +13,8 @@ from __future__ import annotations
 from envbuild.errors import UsageError
 
 SLURM_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
-FORMS = f"90s, 30m, 2h, 1d or 2w (s, m, h, d, w), or Slurm's {SLURM_FORMS} (a bare number is minutes)"
+FORMS = f"90s, 30m, 2h, 1d or 2w (s, m, h, d, w), or Slurm's {SLURM_FORMS}"
+_BARE = {"m": " (a bare number is minutes)", "s": " (a bare number is seconds)", None: ""}
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
@@ -35,7 +36,7 @@ def parse_duration(text: str, where: str, *, bare: str | None = "m", allow_zero:
     else:
         seconds = _slurm_seconds(value)
     if seconds is None:
-        raise UsageError(f"{where}: {text!r} is not a duration", f"write it as {FORMS}")
+        raise UsageError(f"{where}: {text!r} is not a duration", f"write it as {FORMS}{_BARE.get(bare, '')}")
     return _positive(seconds, text, where, allow_zero)
 
 

@@ -9,10 +9,29 @@ from typing import Any, TypeVar
 
 import click
 
-from envbuild.errors import EnvbuildError
+from envbuild.errors import EnvbuildError, UsageError
 from envbuild.interrupts import Interrupted, interruptible
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def checked_value(check: Callable[[str], T]) -> Callable[[click.Context, click.Parameter, str | None], T | None]:
+    """A click callback that reads an option's value with `check`: our UsageError becomes click's usage error
+    (exit 2, the option named, the fix kept) instead of a traceback, since callbacks run before the command's
+    own error handling (reports_errors)."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> T | None:
+        if value is None:
+            return None
+        try:
+            return check(value)
+        except UsageError as exc:
+            message = next((exc.message.removeprefix(f"{name}: ") for name in param.opts
+                            if exc.message.startswith(f"{name}: ")), exc.message)  # click names the option itself
+            raise click.BadParameter(message + (f"\n  fix: {exc.hint}" if exc.hint else ""), ctx, param) from None
+
+    return callback
 
 
 def reports_errors(func: F) -> F:

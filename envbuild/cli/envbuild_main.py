@@ -11,7 +11,7 @@ import click
 
 from envbuild import __version__
 from envbuild.app.validate import VALIDATION_JSON
-from envbuild.cli.common import reports_errors
+from envbuild.cli.common import checked_value, reports_errors
 from envbuild.cli.lazygroup import LazyGroup
 from envbuild.cli.options import BUILD_LOG, CACHE_DIR, DRY_RUN, JSON, OUTPUT, QUIET, SYSTEM, VERBOSE, click_option
 from envbuild.errors import EXIT_PROBLEMS, SpecProblem, UsageError, exit_status_help
@@ -41,7 +41,14 @@ def main() -> None:
     """Build reproducible Apptainer/Singularity environments for ML on HPC systems."""
 
 
-def _compression(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def _heartbeat(value: str) -> float:
+    """--heartbeat in the one duration grammar (envbuild.durations); a bare number is seconds, 0 never."""
+    from envbuild.durations import parse_duration
+
+    return float(parse_duration(value, "--heartbeat", bare="s", allow_zero=True))
+
+
+def _compression(value: str) -> str:
     from envbuild.sif.compression import check_compression
 
     check_compression(value)  # a UsageError naming the accepted values
@@ -60,7 +67,7 @@ _cache_dir_option = click_option(CACHE_DIR, type=click.Path(path_type=Path), env
                                              "stale one resolved again and rewritten (as uv sync does)")
 @click.option("--frozen", is_flag=True, help="install SPEC.lock as it is, without checking it against the spec")
 @click.option("--upgrade", is_flag=True, help="resolve every package anew (newest allowed) and rewrite SPEC.lock")
-@click.option("--compression", default="gzip:6", show_default=True, callback=_compression, metavar="NAME[:LEVEL]",
+@click.option("--compression", default="gzip:6", show_default=True, callback=checked_value(_compression), metavar="NAME[:LEVEL]",
               help="squashfs compression: gzip (every runtime reads it; level 6 squashes 3.5x faster than 9 for +1 % size), "
                    "zstd (apptainer >= 1.4 only; 15x faster, faster start-up), lz4, xz; gzip:N, zstd:N set the level")
 @click.option("--layered", is_flag=True,
@@ -72,9 +79,9 @@ _cache_dir_option = click_option(CACHE_DIR, type=click.Path(path_type=Path), env
 @click_option(DRY_RUN, note="it prints the build plan")
 @click_option(VERBOSE)
 @click_option(QUIET)
-@click.option("--heartbeat", type=click.FloatRange(min=0), envvar="ENVBUILD_HEARTBEAT", metavar="SECONDS",
-              help="without a terminal (batch logs, CI): print `still running: STEP, N s` this often "
-                   "(default 30; 0: never; env ENVBUILD_HEARTBEAT)")
+@click.option("--heartbeat", callback=checked_value(_heartbeat), envvar="ENVBUILD_HEARTBEAT", metavar="DURATION",
+              help="without a terminal (batch logs, CI): print `still running: STEP, N s` this often, e.g. 30s or "
+                   "2m (a bare number is seconds; default 30s; 0: never; env ENVBUILD_HEARTBEAT)")
 @click.option("--keep-work", is_flag=True, help="keep the build sandbox (also after a failure) for inspection")
 @click_option(BUILD_LOG, "log_path", type=click.Path(path_type=Path))
 @click_option(SYSTEM, note="for a conda env file (a spec names its own)")

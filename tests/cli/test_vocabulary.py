@@ -113,6 +113,24 @@ def test_sbatch_time_that_is_no_duration_is_a_located_usage_error(capsys: pytest
     assert "error: --time: 'soon' is not a duration" in err and "fix: write it as 90s, 30m, 2h" in err
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--heartbeat", "soon"], "Invalid value for '--heartbeat': 'soon' is not a duration"),
+    (["--compression", "bogus"], "Invalid value for '--compression': unknown squashfs compression 'bogus'"),
+])
+def test_a_bad_value_read_by_a_click_callback_is_a_usage_error_not_a_traceback(argv: list[str], message: str) -> None:
+    result = CliRunner().invoke(envbuild_main, ["build", "spec.yaml", *argv])
+    assert result.exception is None or isinstance(result.exception, SystemExit), "no traceback"
+    assert result.exit_code == 2 and message in result.output and "fix: " in result.output
+
+
+def test_heartbeat_takes_the_grammar_with_bare_seconds(tmp_path: Path) -> None:
+    from envbuild.cli.envbuild_main import _heartbeat
+
+    assert [_heartbeat(text) for text in ("30", "30s", "2m", "0")] == [30.0, 30.0, 120.0, 0.0]
+    result = CliRunner().invoke(envbuild_main, ["build", str(tmp_path / "none.yaml")], env={"ENVBUILD_HEARTBEAT": "2m"})
+    assert result.exit_code == 2 and "none.yaml: no such file" in result.output, "the value passed, the spec is missing"
+
+
 # ------------------------------------------------------------------------------------------- help texts
 
 
