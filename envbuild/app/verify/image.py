@@ -96,7 +96,7 @@ def _read_image(path: Path) -> ImageContents:
     return ImageContents(record=record, spec_text=spec_text, lock_text=lock_text, installed=installed, family=tuple(family))
 
 
-def record_env(record: dict[str, Any]) -> str | None:
+def record_env(record: object) -> str | None:
     """The prefix of the environment the build made: envbuild's venv, or the conda env of a cotainr build
     (the record's "venv"; None when cotainr only took the base image)."""
     from envbuild.spec.model import VENV_PREFIX
