@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from envbuild.errors import UsageError
@@ -193,9 +194,22 @@ def long_name(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def parse_directive_line(text: str, line: int) -> list[Directive]:
-    words = directive_words(text)
-    found: list[Directive] = []
+@dataclass(frozen=True)
+class OptionWord:
+    """One option of a command line as Slurm's getopt reads it, or a word that is no option (`name` None)."""
+
+    name: str | None
+    value: str | None  # None: a flag, or a value missing at the end of the line
+    written: str  # as written: the option, and its value's word where that is the next one
+    takes_value: bool = False
+    more_flags: str = ""  # the letters after a short flag (`-lK`)
+
+
+def getopt_words(words: tuple[str, ...] | list[str], *, long_name: Callable[[str], str], long_with_value: set[str],
+                 short_name: Callable[[str], str], short_with_value: Callable[[str], bool]) -> Iterator[OptionWord]:
+    """Slurm's options read as its getopt reads them, for sbatch's directives and srun's command line alike. A
+    value is `--name=value`, `-xvalue`, `-x=value`, or the next word where the option takes one (`--name value`,
+    `-x value`)."""
     index = 0
     while index < len(words):
         word = words[index]
@@ -203,24 +217,31 @@ def parse_directive_line(text: str, line: int) -> list[Directive]:
         if word.startswith("--"):
             raw, eq, value = word[2:].partition("=")
             name = long_name(raw)
-            if not eq and name in LONG_WITH_VALUE and index < len(words):
+            if not eq and name in long_with_value and index < len(words):
                 value, eq = words[index], "="
                 word = f"{word} {value}"
                 index += 1
-            found.append(Directive(line, name, value if eq else None, word))
+            yield OptionWord(name, value if eq else None, word, takes_value=bool(eq))
         elif word.startswith("-") and len(word) > 1:
             letter = word[1]
-            name = SHORT_NAMES.get(letter, letter)
-            if letter in SHORT_FLAGS:
-                found.append(Directive(line, name, None, word))
+            if not short_with_value(letter):
+                yield OptionWord(short_name(letter), None, word, more_flags=word[2:])
                 continue
             argument = word[2:].lstrip("=") or None
             if argument is None and index < len(words):
                 argument = words[index]
                 word = f"{word} {argument}"
                 index += 1
-            found.append(Directive(line, name, argument, word))
-    return found
+            yield OptionWord(short_name(letter), argument, word, takes_value=True)
+        else:
+            yield OptionWord(None, None, word)
+
+
+def parse_directive_line(text: str, line: int) -> list[Directive]:
+    options = getopt_words(directive_words(text), long_name=long_name, long_with_value=LONG_WITH_VALUE,
+                           short_name=lambda letter: SHORT_NAMES.get(letter, letter),
+                           short_with_value=lambda letter: letter not in SHORT_FLAGS)
+    return [Directive(line, option.name, option.value, option.written) for option in options if option.name is not None]
 
 
 # --- the body -----------------------------------------------------------------------------------------
@@ -268,30 +289,17 @@ def expand_words(command: SimpleCommand, start: int, variables: dict[str, str]) 
 def srun_options(written: tuple[str, ...]) -> tuple[str, ...]:
     """srun's options as --name=value or --flag: `-n 2`, `-n2`, `--ntasks 2`, `--ntasks=2` all `--ntasks=2`."""
     out: list[str] = []
-    index = 0
-    while index < len(written):
-        word = written[index]
-        index += 1
-        if word.startswith("--"):
-            raw, eq, value = word[2:].partition("=")
-            name = ALIASES.get(raw, raw)
-            if not eq and name in SRUN_LONG_WITH_VALUE and index < len(written):
-                value, eq = written[index], "="
-                index += 1
-            out.append(f"--{name}={value}" if eq else f"--{name}")
-        elif word.startswith("-") and len(word) > 1:
-            name = SRUN_SHORT_NAMES.get(word[1], word[1])
-            if word[1] in SRUN_SHORT_WITH_VALUE:
-                value = word[2:].lstrip("=")
-                if not value and index < len(written):
-                    value = written[index]
-                    index += 1
-                out.append(f"--{name}={value}")
-            else:
-                out.append(f"--{name}")
-                out += [f"--{SRUN_SHORT_NAMES.get(letter, letter)}" for letter in word[2:]]  # -lK
+    options = getopt_words(written, long_name=lambda raw: ALIASES.get(raw, raw), long_with_value=SRUN_LONG_WITH_VALUE,
+                           short_name=lambda letter: SRUN_SHORT_NAMES.get(letter, letter),
+                           short_with_value=SRUN_SHORT_WITH_VALUE.__contains__)
+    for option in options:
+        if option.name is None:
+            out.append(option.written)
+        elif option.takes_value:
+            out.append(f"--{option.name}={option.value or ''}")
         else:
-            out.append(word)
+            out.append(f"--{option.name}")
+            out += [f"--{SRUN_SHORT_NAMES.get(letter, letter)}" for letter in option.more_flags]  # -lK
     return tuple(out)
 
 
