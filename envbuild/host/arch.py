@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import stat
 
+from envbuild.errors import UsageError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -96,3 +98,30 @@ def system_arch(recipe: Any, host: str) -> str:
     if getattr(recipe, "node", None) is None and host:
         return host
     return str(getattr(recipe, "architecture", "x86_64"))
+
+
+def check_image_arch(image: str, raw: str | None, recipe: Any, *, under_srun: bool, host: str | None = None) -> None:
+    """Refuse `image`, whose SIF header names the architecture `raw` (envbuild.sif.format.read_sif_arch: 128
+    bytes, cheap on every launch), when that is not the one it will run on: this machine's, or under srun the
+    system's nodes' (the recipe's `architecture:`; a login node may differ from the compute nodes). envrun asks
+    before the container starts, instead of the container's `exec format error` (or qemu's slowness where
+    binfmt emulation is installed). A sandbox directory or a file that is not a SIF (`raw` None) is not
+    checked, nor are overlays: a squashfs carries no architecture, and a venv overlay's compiled extensions
+    were built against its base, which is checked."""
+    found = normalise_arch(raw or "")
+    if not found:
+        return  # not a SIF, or a header with no architecture: nothing to compare
+    here = host or host_arch()
+    if under_srun:
+        wanted, where = system_arch(recipe, here), f"system {recipe.name}'s nodes"
+        if getattr(recipe, "node", None) is not None:
+            where += f" ({recipe.cite('architecture')})"
+    else:
+        wanted, where = here, "this machine"
+    if found == wanted:
+        return
+    raise UsageError(
+        f"image {image} is {found} (its SIF header says {raw}), but {where} {'run' if under_srun else 'is'} {wanted}: "
+        f"its programs cannot run here (the container would fail with `exec format error`)",
+        f"use an image built for {wanted}: build the spec on an {wanted} machine (the system's login node) with a base "
+        f"of that architecture, or pick the system the image is for (--system NAME)")

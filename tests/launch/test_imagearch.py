@@ -8,12 +8,17 @@ from pathlib import Path
 import pytest
 
 from envbuild.errors import UsageError
-from envbuild.launch.imagearch import check_image_arch
+from envbuild.host.arch import check_image_arch
 from envbuild.recipes.load import load_recipe
+from envbuild.sif.format import read_sif_arch
 from tests.conftest import REPO, run_cli
 from tests.support.archfixtures import recipes_with_arm_system, recording_tools, sif_with_arch
 
 FIXTURE_SIF = REPO / "tests" / "fixtures" / "inventory" / "layout-a.gzip.sif"  # amd64
+
+
+def check(image: str, recipe: object, **where: object) -> None:
+    check_image_arch(image, read_sif_arch(image), recipe, **where)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -23,25 +28,25 @@ def recipes(tmp_path: Path) -> Path:
 
 def test_same_architecture_and_unreadable_headers_pass(tmp_path: Path, recipes: Path) -> None:
     local = load_recipe("local", recipes)
-    check_image_arch(str(FIXTURE_SIF), local, under_srun=False, host="x86_64")
+    check(str(FIXTURE_SIF), local, under_srun=False, host="x86_64")
     not_sif = tmp_path / "env.sif"
     not_sif.write_bytes(b"not a SIF")
-    check_image_arch(str(not_sif), local, under_srun=False, host="aarch64")  # nothing to compare
-    check_image_arch(str(tmp_path), local, under_srun=False, host="aarch64")  # a sandbox directory
+    check(str(not_sif), local, under_srun=False, host="aarch64")  # nothing to compare
+    check(str(tmp_path), local, under_srun=False, host="aarch64")  # a sandbox directory
 
 
 def test_another_architecture_here_or_on_the_systems_nodes_is_refused(tmp_path: Path, recipes: Path) -> None:
     arm = sif_with_arch(FIXTURE_SIF, tmp_path / "arm.sif")
     with pytest.raises(UsageError) as here:
-        check_image_arch(str(arm), load_recipe("local", recipes), under_srun=False, host="x86_64")
+        check(str(arm), load_recipe("local", recipes), under_srun=False, host="x86_64")
     assert here.value.message == (f"image {arm} is aarch64 (its SIF header says arm64), but this machine is x86_64: its "
                                   "programs cannot run here (the container would fail with `exec format error`)")
     assert here.value.hint.startswith("use an image built for x86_64: build the spec on an x86_64 machine")
     armsys = load_recipe("armsys", recipes)
     # Under srun the system's nodes decide, not the login node envrun starts on.
-    check_image_arch(str(arm), armsys, under_srun=True, host="x86_64")
+    check(str(arm), armsys, under_srun=True, host="x86_64")
     with pytest.raises(UsageError) as nodes:
-        check_image_arch(str(FIXTURE_SIF), armsys, under_srun=True, host="x86_64")
+        check(str(FIXTURE_SIF), armsys, under_srun=True, host="x86_64")
     assert "is x86_64 (its SIF header says amd64), but system armsys's nodes (recipes/armsys.yaml:3 architecture) " \
            "run aarch64" in nodes.value.message
 

@@ -72,21 +72,22 @@ def launch(request: RunRequest) -> None:
 
 def plan_for(request: RunRequest, environ: Mapping[str, str], cwd: str) -> LaunchPlan:
     """Gather what the planner needs (the environment, the recipe, the binds, the job, this node) and plan."""
+    from envbuild.host.arch import check_image_arch
     from envbuild.host.node import read_host_node
     from envbuild.host.runtime import require_runtime
     from envbuild.launch.allocation import gpus_from_scontrol, read_allocation
     from envbuild.launch.config import config_path, read_user_settings, settings_for
-    from envbuild.launch.imagearch import check_image_arch
     from envbuild.launch.plan import LaunchRequest, plan_launch
     from envbuild.launch.project import find_environment, image_and_overlays, project_settings
     from envbuild.launch.runscript import image_runscript
     from envbuild.launch.visibility import HostPaths
     from envbuild.recipes.detect import resolve_recipe
+    from envbuild.sif.format import read_sif_arch
 
     environment = find_environment(image=request.image, overlays=request.overlays, environ=environ, cwd=cwd)
     image_path, overlays, warnings, notes = image_and_overlays(environment, request.force_overlay)
     recipe, why = resolve_recipe(request.system, environ)
-    check_image_arch(image_path, recipe, under_srun=request.command[:1] == ["srun"])  # before the runtime starts
+    check_image_arch(image_path, read_sif_arch(image_path), recipe, under_srun=request.command[:1] == ["srun"])  # before the runtime starts
     runscript = image_runscript(image_path)  # ("run", what it does): start with `run`, as the image's makers do
     if runscript and runscript[0] == "exec":
         notes.append(f"image {image_path}: {runscript[1]}")
