@@ -10,7 +10,7 @@
 Prints one row per compression with the ratios the issue sets goals for (no-op <= 1 s,
 +1 pkg <= 15 % of cold).
 
-    .venv/bin/python bench/build_cache.py [--compression gzip:6,zstd] [--repeat 5] [--workdir DIR]
+    .venv/bin/python bench/build_cache.py [--compression gzip:6,zstd] [--repeat 5] [--workdir DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.quick import QUICK_LAST_PACKAGE, QUICK_SPEC, seed_store  # noqa: E402
+
 SPEC = REPO / "envs/local-cpu-pytorch.yaml"
 EXTRA = "tabulate"
 
@@ -41,9 +45,8 @@ def build(spec: Path, output: Path, store: Path, compression: str) -> float:
     return elapsed
 
 
-def specs(work: Path) -> tuple[Path, Path]:
-    text = SPEC.read_text()
-    marker = "    - accelerate"
+def specs(work: Path, quick: bool) -> tuple[Path, Path]:
+    text, marker = (QUICK_SPEC, QUICK_LAST_PACKAGE) if quick else (SPEC.read_text(), "    - accelerate")
     assert marker in text, f"{SPEC} changed: cannot find {marker!r} to add a package after"
     plain, plus = work / "ref.yaml", work / "ref-plus.yaml"
     plain.write_text(text)
@@ -51,13 +54,16 @@ def specs(work: Path) -> tuple[Path, Path]:
     return plain, plus
 
 
-def measure(compression: str, work: Path, repeat: int) -> dict[str, float]:
+def measure(compression: str, work: Path, repeat: int, quick: bool) -> dict[str, float]:
     store = work / f"store-{compression.replace(':', '-')}"
     shutil.rmtree(store, ignore_errors=True)
-    plain, plus = specs(work)
+    if quick:
+        seed_store(store)
+    plain, plus = specs(work, quick)
     image = work / f"out-{compression.replace(':', '-')}" / "ref.sif"
     row: dict[str, float] = {}
-    print(f"[{compression}] cold build (empty store, empty uv cache) ...", flush=True)
+    print(f"[{compression}] cold build ({'the base from the test store' if quick else 'empty store'}, empty uv cache) ...",
+          flush=True)
     row["cold"] = build(plain, image, store, compression)
     print(f"[{compression}] cold {row['cold']:.1f} s; no-op x{repeat} ...", flush=True)
     row["noop"] = statistics.median(build(plain, image, store, compression) for _ in range(repeat))
@@ -76,10 +82,12 @@ def main() -> None:
     parser.add_argument("--compression", default="gzip:6,zstd", help="comma-separated list (default gzip:6,zstd)")
     parser.add_argument("--repeat", type=int, default=5, help="no-op runs (median)")
     parser.add_argument("--workdir", type=Path, help="scratch directory (default: a temporary one under /var/tmp)")
+    parser.add_argument("--quick", action="store_true", help="tiny input (bench/quick.py: one small package, the base "
+                        "from the test store): shows the script runs to its end, not the reference figures")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="envbuild-bench-cache-", dir="/var/tmp"))
     work.mkdir(parents=True, exist_ok=True)
-    rows = {c: measure(c, work, args.repeat) for c in args.compression.split(",")}
+    rows = {c: measure(c, work, args.repeat, args.quick) for c in args.compression.split(",")}
     print()
     print(f"{'compression':<12}{'cold':>9}{'no-op':>9}{'+1 pkg':>9}{'+1/cold':>9}{'store':>9}{'size':>10}")
     for name, row in rows.items():

@@ -8,7 +8,7 @@ The manual way is what users do today (LUMI/CSC course material, cotainr's metho
 Both start cold: empty envbuild cache and empty pip/uv caches, so both download and debootstrap.
 Prints each phase, the total times, the ratio envbuild/manual and the image sizes.
 
-    .venv/bin/python bench/build_vs_manual.py [--keep] [--workdir DIR]
+    .venv/bin/python bench/build_vs_manual.py [--keep] [--workdir DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.quick import quick_base_rootfs, seed_store, write_quick_spec  # noqa: E402
 from envbuild.host.facts import host_debian_mirror  # noqa: E402
 from envbuild.host.pip import read_host_pip_settings  # noqa: E402
 
 PACKAGES = ["torch==2.13.0", "transformers", "lightning", "accelerate"]  # as envs/local-cpu-pytorch.yaml
+QUICK_PACKAGES = ["six"]  # as bench/quick.py's spec
 
 
 def timed(label: str, argv: list[str], results: dict[str, float], env: dict[str, str] | None = None) -> str:
@@ -41,17 +43,20 @@ def timed(label: str, argv: list[str], results: dict[str, float], env: dict[str,
     return proc.stderr
 
 
-def manual(work: Path) -> tuple[float, int]:
+def manual(work: Path, quick: bool) -> tuple[float, int]:
     """The by-hand method, with pip honouring the host's pip configuration the way a user would set it up."""
     print("manual (debootstrap + exec --writable pip install + apptainer build):", flush=True)
     results: dict[str, float] = {}
     sandbox = work / "manual-sandbox"
     image = work / "manual.sif"
-    cmd = ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates", "bookworm", str(sandbox)]
-    mirror = host_debian_mirror()
-    if mirror:
-        cmd.append(mirror)
-    timed("debootstrap", cmd, results)
+    if quick:  # a copy of the test store's base stands in for debootstrap, as envbuild's seeded store does
+        timed("copy of the test store's base", ["cp", "-a", str(quick_base_rootfs()), str(sandbox)], results)
+    else:
+        cmd = ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates", "bookworm", str(sandbox)]
+        mirror = host_debian_mirror()
+        if mirror:
+            cmd.append(mirror)
+        timed("debootstrap", cmd, results)
     (sandbox / "etc/hosts").write_text("127.0.0.1\tlocalhost\n")
     timed("venv", ["apptainer", "exec", "--writable", "--no-home", "--cleanenv", str(sandbox), "python3", "-m", "venv", "/opt/venv"],
           results)
@@ -72,20 +77,24 @@ def manual(work: Path) -> tuple[float, int]:
         binds += ["--bind", f"{pip.cert}:/etc/ssl/certs/ca-certificates.crt:ro"]
         args += ["--cert", "/etc/ssl/certs/ca-certificates.crt"]
     timed("pip install", ["apptainer", "exec", "--writable", "--no-home", "--cleanenv", *binds, str(sandbox),
-                          "/opt/venv/bin/pip", "install", "--no-cache-dir", *args, *PACKAGES], results)
+                          "/opt/venv/bin/pip", "install", "--no-cache-dir", *args,
+                          *(QUICK_PACKAGES if quick else PACKAGES)], results)
     timed("apptainer build (default gzip)", ["apptainer", "build", "--force", str(image), str(sandbox)], results)
     total = sum(results.values())
     print(f"  {'total':<34} {total:7.1f} s", flush=True)
     return total, image.stat().st_size
 
 
-def with_envbuild(work: Path, compression: str) -> tuple[float, int]:
+def with_envbuild(work: Path, compression: str, quick: bool) -> tuple[float, int]:
     print(f"envbuild build --compression {compression} (empty store, empty uv cache):", flush=True)
     image = work / f"envbuild-{compression.replace(':', '-')}.sif"
     cache = work / f"envbuild-cache-{compression.replace(':', '-')}"
     env = dict(os.environ, ENVBUILD_CACHE_DIR=str(cache))
+    if quick:
+        seed_store(cache)
+    spec = write_quick_spec(work) if quick else REPO / "envs/local-cpu-pytorch.yaml"
     results: dict[str, float] = {}
-    stderr = timed("envbuild build", [str(REPO / "bin/envbuild"), "build", str(REPO / "envs/local-cpu-pytorch.yaml"), "-o",
+    stderr = timed("envbuild build", [str(REPO / "bin/envbuild"), "build", str(spec), "-o",
                                       str(image), "--compression", compression], results, env=env)
     # Where the time went: each step's line (the build log has each action's time too).
     for line in stderr.splitlines():
@@ -100,12 +109,14 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None, help="scratch dir (default: a temp dir under /var/tmp)")
     parser.add_argument("--keep", action="store_true", help="keep images and sandboxes")
     parser.add_argument("--compression", default="gzip:6,zstd", help="envbuild runs, comma-separated (default gzip:6,zstd)")
+    parser.add_argument("--quick", action="store_true", help="tiny input (bench/quick.py: one small package, the base "
+                        "from the test store, no debootstrap): shows the script runs to its end, not the reference figures")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="envbuild-bench-", dir="/var/tmp"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        manual_s, manual_size = manual(work)
-        runs = {c: with_envbuild(work, c) for c in args.compression.split(",")}
+        manual_s, manual_size = manual(work, args.quick)
+        runs = {c: with_envbuild(work, c, args.quick) for c in args.compression.split(",")}
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

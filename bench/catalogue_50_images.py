@@ -13,7 +13,7 @@ Two directories of 50:
 The OS page cache is warm for every run alike (the files were just written or read): "cold" is the
 inventory cache, not the disk. Each command runs --repeat times; medians are reported.
 
-    .venv/bin/python bench/catalogue_50_images.py [-n 3] [--count 50] [--workdir DIR] [--keep]
+    .venv/bin/python bench/catalogue_50_images.py [-n 3] [--count 50] [--workdir DIR] [--keep] [--small-only]
 """
 
 from __future__ import annotations
@@ -108,12 +108,15 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=50)
     parser.add_argument("--workdir", type=Path, help="keep the images here between runs (default: a temporary dir)")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--small-only", action="store_true", help="leave the reference set out even when it is built")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="catalogue-bench-", dir="/var/tmp"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         shelves = {"small": small_images(work, args.count)}
-        if REFERENCE.is_file():
+        if args.small_only:
+            pass
+        elif REFERENCE.is_file():
             shelves["reference"] = reference_links(work, args.count)
         else:
             print(f"{REFERENCE} not built: the reference set is left out (examples/run_main.sh builds it)")

@@ -8,13 +8,14 @@ compression every apptainer and singularity can run).
 The tree defaults to the reference image (build/local-cpu-pytorch.sif, envs/local-cpu-pytorch.yaml)
 unsquashed into a temp dir; --apptainer-build also times today's `apptainer build --force` of it.
 
-    .venv/bin/python bench/compression.py [--tree DIR] [--runs 5] [--compressions gzip,zstd,lz4,xz]
+    .venv/bin/python bench/compression.py [--tree DIR] [--runs 5] [--compressions gzip,zstd,lz4,xz] [--start CMD]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -30,7 +31,7 @@ from envbuild.build.squashplan import squash_actions  # noqa: E402
 from envbuild.sif.reader import read_sif_layout  # noqa: E402
 
 REFERENCE = REPO / "build/local-cpu-pytorch.sif"
-START = ["python", "-c", "import torch"]
+START = ["python", "-c", "import torch"]  # the default --start: what a user's job does first
 
 
 def unsquash(image: Path, dest: Path) -> None:
@@ -67,12 +68,12 @@ def apptainer_build(tree: Path, image: Path, runtime: str) -> float:
     return time.monotonic() - started
 
 
-def start_time(runtime: str, image: Path) -> float:
+def start_time(runtime: str, image: Path, start: list[str]) -> float:
     started = time.monotonic()
-    proc = subprocess.run([runtime, "exec", str(image), *START], capture_output=True, text=True)
+    proc = subprocess.run([runtime, "exec", str(image), *start], capture_output=True, text=True)
     elapsed = time.monotonic() - started
     if proc.returncode != 0:
-        raise SystemExit(f"{runtime} exec {image} {' '.join(START)} failed:\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"{runtime} exec {image} {' '.join(start)} failed:\n{proc.stderr[-2000:]}")
     return elapsed
 
 
@@ -82,6 +83,7 @@ def main() -> None:
     parser.add_argument("--image", type=Path, default=REFERENCE, help="image to unsquash when --tree is not given")
     parser.add_argument("--compressions", default="gzip,zstd,lz4,xz", help="comma-separated; the first is the baseline")
     parser.add_argument("--runs", type=int, default=5, help="start-up runs per image (median reported)")
+    parser.add_argument("--start", default=shlex.join(START), help=f"the command timed in each image (default: {shlex.join(START)})")
     parser.add_argument("--processors", type=int, default=None, help="mksquashfs -processors (default: CPUs we may use)")
     parser.add_argument("--runtime", default=shutil.which("apptainer") or shutil.which("singularity") or "apptainer")
     parser.add_argument("--apptainer-build", action="store_true", help="also time `apptainer build --force` of the tree (gzip)")
@@ -89,6 +91,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the images (and the unsquashed tree)")
     args = parser.parse_args()
     names = [c.strip() for c in args.compressions.split(",") if c.strip()]
+    start = shlex.split(args.start)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="envbuild-compression-", dir="/var/tmp"))
     work.mkdir(parents=True, exist_ok=True)
     squash_s: dict[str, float] = {}
@@ -112,10 +115,10 @@ def main() -> None:
                 build_s = apptainer_build(tree, built, args.runtime)
                 print(f"  apptainer build (gzip) {build_s:7.1f} s  {built.stat().st_size / 2**20:8.1f} MiB", flush=True)
                 built.unlink()
-        start_time(args.runtime, images[names[0]])  # warm-up: the runtime's own files into the page cache
+        start_time(args.runtime, images[names[0]], start)  # warm-up: the runtime's own files into the page cache
         for run in range(args.runs):
             for name in names:  # in turn, so that drift in the machine's load hits every image alike
-                starts[name].append(start_time(args.runtime, images[name]))
+                starts[name].append(start_time(args.runtime, images[name], start))
             print(f"  start-up run {run + 1}/{args.runs}: " + "  ".join(f"{n} {starts[n][-1]:.2f} s" for n in names), flush=True)
     finally:
         if not args.keep:
@@ -124,7 +127,7 @@ def main() -> None:
     base = names[0]
     median = {name: statistics.median(values) for name, values in starts.items()}
     print()
-    print(f"tree: {args.tree or args.image}   start-up: {args.runtime} exec IMG {' '.join(START)} (median of {args.runs})")
+    print(f"tree: {args.tree or args.image}   start-up: {args.runtime} exec IMG {' '.join(start)} (median of {args.runs})")
     print(f"{'compression':<12}{'squash (s)':>11}{'x' + base:>9}{'size (MiB)':>12}{'x' + base:>9}{'start-up (s)':>14}{'x' + base:>9}")
     for name in names:
         print(f"{name:<12}{squash_s[name]:>11.1f}{squash_s[name] / squash_s[base]:>9.2f}{sizes[name] / 2**20:>12.1f}"

@@ -92,10 +92,17 @@ def loop_answer(output: str) -> set[tuple[str, str, str]]:
 
 
 def envbuild_answer(output: str) -> set[tuple[str, str, str]]:
+    """`envbuild packages` table -> (image, name, version), its columns found by the header's names (a column
+    added to the table, as ARCH was, must not break the comparison)."""
+    lines = output.splitlines()
+    if not lines:
+        return set()
+    header = lines[0].split()
+    image, name, version = header.index("IMAGE"), header.index("PACKAGE"), header.index("VERSION")
     answer = set()
-    for line in output.splitlines()[1:]:
-        image, _env, name, version, _source = line.split()
-        answer.add((image, name.lower(), version))
+    for line in lines[1:]:
+        cells = line.split()
+        answer.add((cells[image], cells[name].lower(), cells[version]))
     return answer
 
 

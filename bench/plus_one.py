@@ -12,7 +12,7 @@ back, so both resolve and install the difference on the same parent. Every build
 that none pays for writing back the previous one's 800 MB. Prints each build's steps (the breakdown), the
 ratios, and whether `envbuild packages` lists the same packages in both +1 images.
 
-    .venv/bin/python bench/plus_one.py [--compression gzip:6] [--workdir DIR]
+    .venv/bin/python bench/plus_one.py [--compression gzip:6] [--workdir DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -23,11 +23,16 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.quick import QUICK_LAST_PACKAGE, QUICK_SPEC, seed_store  # noqa: E402
+
 SPEC = REPO / "envs/local-cpu-pytorch.yaml"
 EXTRA = "tabulate"
 _STEP = re.compile(r"^\s+build \d+/\d+\s+(.*?)\s+(\d+\.\d) s$")
@@ -68,22 +73,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--compression", default="gzip:6")
     parser.add_argument("--workdir", type=Path, help="scratch directory (default: a temporary one under /var/tmp)")
+    parser.add_argument("--quick", action="store_true", help="tiny input (bench/quick.py: one small package, the base "
+                        "from the test store): shows the script runs to its end, not the reference figures")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="envbuild-bench-plus-one-", dir="/var/tmp"))
     work.mkdir(parents=True, exist_ok=True)
     store = work / "store"
     shutil.rmtree(store, ignore_errors=True)
-    text = SPEC.read_text()
-    marker = "    - accelerate"
+    text, marker = (QUICK_SPEC, QUICK_LAST_PACKAGE) if args.quick else (SPEC.read_text(), "    - accelerate")
     assert marker in text, f"{SPEC} changed: cannot find {marker!r} to add a package after"
     plain, plus = work / "ref.yaml", work / "ref-plus.yaml"
     plain.write_text(text)
     plus.write_text(text.replace(marker, f"{marker}\n    - {EXTRA}", 1))
-    lock = SPEC.with_suffix(".lock").read_text()
-    plain.with_suffix(".lock").write_text(lock)
+    if args.quick:  # the quick spec ships no lock: made here, before any timing
+        seed_store(store)
+        subprocess.run([str(REPO / "bin/envbuild"), "lock", str(plain)], env=dict(os.environ, ENVBUILD_CACHE_DIR=str(store)),
+                       check=True, capture_output=True)
+        lock = plain.with_suffix(".lock").read_text()
+    else:
+        lock = SPEC.with_suffix(".lock").read_text()
+        plain.with_suffix(".lock").write_text(lock)
     load = os.getloadavg()[0]
 
-    print("cold build (empty store, empty uv cache) ...", flush=True)
+    print(f"cold build ({'the base from the test store' if args.quick else 'empty store'}, empty uv cache) ...", flush=True)
     cold, cold_steps = build(plain, work / "cold.sif", store, args.compression)
     after_cold = entries(store)
     print(f"cold {cold:.1f} s; +{EXTRA}, full squash ...", flush=True)

@@ -13,7 +13,7 @@ env layer now gets, in either store), read from the build logs.
 
     .venv/bin/python bench/store_verify.py [--source /var/tmp/envbuild-test-cache] [--spec envs/local-cpu-pytorch.yaml]
         [--runs 7] [--plus-one-runs 5] [--plus-one-args=--layered] [--work /var/tmp/envbuild-bench-verify]
-        [--envbuild OTHER-CHECKOUT/bin/envbuild]
+        [--envbuild OTHER-CHECKOUT/bin/envbuild] [--quick]
 
 SOURCE must hold the spec's base, env layer and image (build it once: ENVBUILD_CACHE_DIR=SOURCE bin/envbuild
 build SPEC), and the packages' indexes must be at hand (the +1 build resolves again).
@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]  # envbuild, and bench/plus_one.py beside this script
 
 from plus_one import EXTRA, entries, forget  # noqa: E402 - bench/plus_one.py, beside this script: the same +1
+from quick import QUICK_LAST_PACKAGE, seed_store, write_quick_spec  # noqa: E402 - bench/quick.py, likewise
 
 from envbuild.store.integrity import (  # noqa: E402
     env_layer_problem,
@@ -103,9 +104,10 @@ def timed(argv: list[str], store: Path, expect: str, *, refuse: str = "warning")
     return elapsed
 
 
-def plus_one_spec(spec: Path, work: Path) -> tuple[Path, str]:
-    """SPEC plus one package in WORK, beside the lock SPEC ships (stale for it); (the spec, that lock's text)."""
-    text, marker = spec.read_text(), "    - accelerate"
+def plus_one_spec(spec: Path, work: Path, marker: str) -> tuple[Path, str]:
+    """SPEC plus one package (after the line MARKER) in WORK, beside the lock SPEC ships (stale for it);
+    (the spec, that lock's text)."""
+    text = spec.read_text()
     if marker not in text:
         raise SystemExit(f"{spec} changed: cannot find {marker!r} to add a package after")
     plus = work / spec.name
@@ -125,6 +127,19 @@ def env_record_seconds(log: Path) -> float | None:
     return None
 
 
+def quick_source(work: Path, envbuild: str) -> Path:
+    """A SOURCE store for --quick: the test store's base, and the quick spec (WORK/bench-quick.yaml, named so that
+    its env layer's name starts with the spec's stem) locked and built."""
+    source = work / "quick-source"
+    shutil.rmtree(source, ignore_errors=True)
+    seed_store(source)
+    spec = write_quick_spec(work, "bench-quick.yaml")
+    env = {**os.environ, "ENVBUILD_CACHE_DIR": str(source)}
+    for argv in (["lock", str(spec)], ["build", str(spec), "-o", str(work / "quick-source.sif")]):
+        subprocess.run([envbuild, *argv], env=env, check=True, capture_output=True)
+    return source
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, default=Path("/var/tmp/envbuild-test-cache"))
@@ -135,8 +150,14 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/var/tmp/envbuild-bench-verify"))
     parser.add_argument("--envbuild", default=str(REPO / "bin/envbuild"),
                         help="the envbuild timed (another checkout's bin/envbuild: the same runs with that code)")
+    parser.add_argument("--quick", action="store_true", help="tiny input (bench/quick.py: SOURCE is a store made in "
+                        "--work from the test store's base and one small package): shows the script runs to its end, "
+                        "not the reference figures")
     args = parser.parse_args()
     envbuild = args.envbuild
+    marker = "    - accelerate"
+    if args.quick:
+        args.source, args.spec, marker = quick_source(args.work, envbuild), args.work / "bench-quick.yaml", QUICK_LAST_PACKAGE
     stores = {"private": args.work / "private", "group-writable": args.work / "shared"}
     env_digests: dict[str, tuple[str, dict[tuple[int, int, int], str]]] = {}
     for name, store in stores.items():
@@ -180,7 +201,7 @@ def main() -> None:
     if args.plus_one_runs:
         plus_dir = args.work / "plus-one"
         plus_dir.mkdir(parents=True, exist_ok=True)
-        plus, stale_lock = plus_one_spec(args.spec, plus_dir)
+        plus, stale_lock = plus_one_spec(args.spec, plus_dir, marker)
         keep = {name: entries(store) for name, store in stores.items()}
 
         def plus_one(name: str) -> float:
