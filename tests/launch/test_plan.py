@@ -20,6 +20,7 @@ from envbuild.launch.plan import LaunchRequest, plan_launch
 from envbuild.recipes.load import load_recipe
 from tests.build.test_plan import check_golden
 from tests.support.launch_allocations import (
+    HOST,
     JUPITER_1_NODE,
     JUPITER_2_NODES,
     JUWELS_1_GPU,
@@ -49,7 +50,6 @@ RUNTIME = Runtime("/usr/bin/apptainer", "apptainer")
 
 
 # The host envrun runs on, fixed so that plans for `node: host` recipes are the same on every machine.
-HOST = HostNode(cpus=2, why={"cpus": "2 CPUs in this process's affinity"})
 
 
 def plan(*command: str, system: str = "local", environ: dict[str, str] | None = None, binds: tuple[str, ...] = (),

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.host.node import HostNode
 from envbuild.host.runtime import Runtime
 from envbuild.recipes.load import load_recipe
 from envbuild.slurm.batch.plan import BatchRequest, Requeue, plan_batch
@@ -15,6 +14,7 @@ from envbuild.slurm.batch.resources import JobRequest
 from envbuild.slurm.batch.script import render_script
 from envbuild.slurm.batch.staging import StageSource
 from envbuild.slurm.check.pitfalls import check_script, render_report
+from tests.support.launch_allocations import HOST
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "batch"
 
@@ -43,7 +43,6 @@ def test_course_style_scripts_pass_clean(name: str, system: str, sruns: int) -> 
 
 
 RUNTIME = Runtime("apptainer", "apptainer")
-HOST = HostNode(cpus=2, why={"cpus": "2 CPUs in this process's affinity"})
 STAGED = (StageSource(path="/scratch/project_2001234/data.tar", kind="tar", name="data", size_gb=50.0),)
 
 # (id, system, job request, command, stages, requeue)

@@ -19,7 +19,6 @@ import pytest
 
 from envbuild.build.record import env_script
 from envbuild.errors import UsageError
-from envbuild.host.node import HostNode
 from envbuild.host.runtime import Runtime
 from envbuild.launch.plan import LaunchRequest, plan_launch
 from envbuild.launch.request import LaunchPlan
@@ -34,8 +33,8 @@ from tests.support.hostile_text import (
     marker_files,
     read_records,
 )
+from tests.support.launch_allocations import HOST
 
-HOST = HostNode(cpus=2, why={"cpus": "2 CPUs in this process's affinity"})
 STUB_DIR = f"runtime $(touch {MARKER}) 'q\" `x`"  # the container runtime's directory, itself hostile
 CASES = [*hostile_strings(40), *NEWLINES]
 

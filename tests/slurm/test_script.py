@@ -9,7 +9,6 @@ import subprocess
 
 import pytest
 
-from envbuild.host.node import HostNode
 from envbuild.host.runtime import Runtime
 from envbuild.recipes.load import load_recipe
 from envbuild.slurm.batch.plan import BatchRequest, Requeue, plan_batch
@@ -17,9 +16,9 @@ from envbuild.slurm.batch.resources import JobRequest
 from envbuild.slurm.batch.script import render_script, shell_word
 from envbuild.slurm.batch.staging import StageSource
 from tests.build.test_plan import check_golden
+from tests.support.launch_allocations import HOST
 
 RUNTIME = Runtime("/usr/bin/apptainer", "apptainer")
-HOST = HostNode(cpus=2, why={"cpus": "2 CPUs in this process's affinity"})
 LUMI_IMAGE = "/appl/local/laifs/containers/lumi-multitorch-latest.sif"
 CSC_IMAGE = "/projappl/project_2001234/env.sif"
 ROIHU_IMAGE = "/projappl/project_2001234/env-aarch64.sif"

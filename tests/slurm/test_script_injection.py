@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from envbuild.errors import UsageError
-from envbuild.host.node import HostNode
 from envbuild.host.runtime import Runtime
 from envbuild.recipes.load import load_recipe
 from envbuild.slurm.batch.plan import BatchRequest, Requeue, plan_batch
@@ -36,9 +35,9 @@ from tests.support.hostile_text import (
     marker_files,
     read_records,
 )
+from tests.support.launch_allocations import HOST
 
 RUNTIME = Runtime("/usr/bin/apptainer", "apptainer")
-HOST = HostNode(cpus=2, why={"cpus": "2 CPUs in this process's affinity"})
 # a directory a stand-in envrun lives in, itself named to inject
 ENVRUN_DIR = f"bin $(touch {MARKER}) 'q\" `x`"
 

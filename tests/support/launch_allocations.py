@@ -9,6 +9,11 @@ any GPU request. Job ids and node names are made up. LUMI and JUWELS count hardw
 
 from __future__ import annotations
 
+from envbuild.host.node import HostNode
+
+# The node envrun plans on in tests: 2 CPUs in its affinity, no GPU (golden plans and scripts were made with it).
+HOST = HostNode(cpus=2, why={"cpus": "2 CPUs in this process's affinity"})
+
 
 def job(nodes: int = 1, partition: str = "", cluster: str = "", *, ntasks_per_node: int | None = None,
         ntasks: int | None = None, cpus_per_task: int | None = None, cpus_per_node: int, gpus: int = 0,
