@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-import envbuild.host.facts
 from envbuild.app.build.envparent import find_env_parent
 from envbuild.app.build.imagesession import BuildSession, image_key_of
 from envbuild.app.build.request import BuildOptions, make_request
@@ -26,7 +25,7 @@ from envbuild.build.sandbox import RECORD_DIR
 from envbuild.sif.compression import mksquashfs_argv
 from envbuild.sif.writer import assemble
 from envbuild.spec.load import LoadedSpec, load_spec
-from tests.support.plan_fixtures import FIXED_FACTS
+from tests.support.plan_fixtures import FIXED_FACTS, session_store
 
 DIGEST = "sha256:" + "d" * 64
 SPEC = """\
@@ -45,11 +44,7 @@ class BuildStarted(Exception):
 
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "store"
-    root.mkdir()
-    facts = replace(FIXED_FACTS, cache_dir=root)
-    monkeypatch.setattr(envbuild.host.facts, "gather_host_facts", lambda **_: facts)
-    return root
+    return session_store(tmp_path, monkeypatch)
 
 
 def write_spec(directory: Path, packages: list[str]) -> LoadedSpec:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import envbuild.host.facts
 from envbuild.app.build.imagesession import BuildSession
 from envbuild.app.build.request import BuildOptions, make_request
 from envbuild.build.layers import plan_layers
@@ -25,17 +24,14 @@ from envbuild.store.layout import StorePaths
 from envbuild.treedigest import tree_digest
 from tests.app.test_buildsession import BuildStarted, write_sif, write_spec
 from tests.store.test_integrity import share
-from tests.support.plan_fixtures import FIXED_FACTS
+from tests.support.plan_fixtures import FIXED_FACTS, session_store
 
 STRANGER = 65534
 
 
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "store"
-    root.mkdir()
-    facts = replace(FIXED_FACTS, cache_dir=root)
-    monkeypatch.setattr(envbuild.host.facts, "gather_host_facts", lambda **_: facts)
+    root = session_store(tmp_path, monkeypatch)
 
     def rebuilt(*_: object, **__: object) -> None:
         raise BuildStarted  # the stored image was not used: the session builds it again

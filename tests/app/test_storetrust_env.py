@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,18 +26,14 @@ from envbuild.treedigest import tree_digest
 from tests.app.test_buildsession import BuildStarted
 from tests.app.test_storetrust import STRANGER, share_with_group, stored_base
 from tests.store.test_integrity import chown_tree
-from tests.support.plan_fixtures import FIXED_FACTS
+from tests.support.plan_fixtures import session_store
 
 SITE = "opt/envbuild/venv/lib/python3.11/site-packages"
 
 
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty store the session's host facts point at (as in tests/app/test_buildsession.py)."""
-    root = tmp_path / "store"
-    root.mkdir()
-    monkeypatch.setattr(envbuild.host.facts, "gather_host_facts", lambda **_: replace(FIXED_FACTS, cache_dir=root))
-    return root
+    return session_store(tmp_path, monkeypatch)
 
 
 @pytest.fixture

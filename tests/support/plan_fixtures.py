@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from envbuild.build.plan import plan_base, plan_build
 from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, ImageOptions, SpecSource
 from envbuild.host.facts import HostFacts, Runtime
@@ -88,3 +90,15 @@ def fixed_plan(spec_file: str, **overrides: object) -> BuildPlan:
 
 def fixed_base_plan(spec_file: str, **overrides: object) -> BasePlan:
     return plan_base(fixed_request(spec_file, **overrides))
+
+
+def session_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty store at tmp_path/store that a build session's host facts point at (FIXED_FACTS otherwise), for
+    the `store` fixtures of the session tests."""
+    import envbuild.host.facts
+
+    root = tmp_path / "store"
+    root.mkdir()
+    facts = replace(FIXED_FACTS, cache_dir=root)
+    monkeypatch.setattr(envbuild.host.facts, "gather_host_facts", lambda **_: facts)
+    return root
