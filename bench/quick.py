@@ -11,6 +11,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from envbuild.store.layout import kind_dir
+
 # The test suite's shared store (tests/conftest.py, fixture build_cache): it holds the base once any real
 # build test ran on this machine.
 TEST_STORE = Path(os.environ.get("ENVBUILD_TEST_CACHE", "/var/tmp/envbuild-test-cache"))
@@ -37,15 +39,15 @@ def write_quick_spec(directory: Path, name: str = "quick.yaml") -> Path:
 def seed_store(store: Path, source: Path = TEST_STORE) -> None:
     """Hard-link SOURCE's complete debootstrap bases into STORE (nothing is copied; a base is never
     written to once complete)."""
-    (store / "bases").mkdir(parents=True, exist_ok=True)
+    kind_dir(store, "base").mkdir(parents=True, exist_ok=True)
     bases = sorted((source / "bases").glob("debootstrap-bookworm-*")) if (source / "bases").is_dir() else []
     complete = [entry for entry in bases if (entry / "complete").exists()]
     if not complete:
         raise SystemExit(f"--quick needs a debootstrap base in {source} (any real build test makes one, or "
                          f"ENVBUILD_CACHE_DIR={source} bin/envbuild build envs/local-cpu-pytorch.yaml)")
     for entry in complete:
-        if not (store / "bases" / entry.name).exists():
-            subprocess.run(["cp", "-al", str(entry), str(store / "bases" / entry.name)], check=True)
+        if not (kind_dir(store, "base") / entry.name).exists():
+            subprocess.run(["cp", "-al", str(entry), str(kind_dir(store, "base") / entry.name)], check=True)
 
 
 def quick_base_rootfs(source: Path = TEST_STORE) -> Path:

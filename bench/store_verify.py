@@ -43,6 +43,7 @@ from envbuild.store.integrity import (  # noqa: E402
     others_can_write,
     write_content_record,
 )
+from envbuild.store.layout import kind_dir  # noqa: E402
 from envbuild.treedigest import tree_digest, write_file_digests  # noqa: E402
 
 
@@ -162,13 +163,13 @@ def main() -> None:
     env_digests: dict[str, tuple[str, dict[tuple[int, int, int], str]]] = {}
     for name, store in stores.items():
         make_store(args.source, store, shared=name != "private", env_digests=env_digests)
-        entry = next((store / "images").iterdir())
+        entry = next(kind_dir(store, "image").iterdir())
         if (others_can_write(store, entry, ("image.sif",)) is None) != (name == "private"):
             raise SystemExit(f"the {name} store {store} is not seen as {name} by envbuild.store.integrity")
     outputs = {name: args.work / f"out-{name}" / "ref.sif" for name in stores}
     for output in outputs.values():
         output.parent.mkdir(parents=True, exist_ok=True)
-    reference_env = next(e for e in (stores["group-writable"] / "envs").iterdir() if e.name.startswith(f"{args.spec.stem}-"))
+    reference_env = next(e for e in kind_dir(stores["group-writable"], "env").iterdir() if e.name.startswith(f"{args.spec.stem}-"))
     digest_times = []
     for _ in range(3):
         started = time.perf_counter()
@@ -226,7 +227,7 @@ def main() -> None:
         for name, store in stores.items():
             forget(store, keep[name])
 
-    image = next((stores["private"] / "images").glob("*/image.sif"))
+    image = next(kind_dir(stores["private"], "image").glob("*/image.sif"))
     print(f"reference image {args.spec.name}: {image.stat().st_size / 2**20:.0f} MiB; medians of {args.runs} runs "
           f"({args.plus_one_runs} for the +1)")
     print(f"{'':<52}{'private (s)':>13}{'group-writable (s)':>20}{'ratio':>8}")

@@ -25,6 +25,7 @@ from envbuild.build.sandbox import RECORD_DIR
 from envbuild.sif.compression import mksquashfs_argv
 from envbuild.sif.writer import assemble
 from envbuild.spec.load import LoadedSpec, load_spec
+from envbuild.store.layout import kind_dir
 from tests.support.plan_fixtures import FIXED_FACTS, session_store
 
 DIGEST = "sha256:" + "d" * 64
@@ -143,7 +144,7 @@ def test_output_is_rebuilt_when_anything_differs(tmp_path: Path, store: Path, mo
 
 def add_env(store: Path, name: str, *, compat: str, requirements: list[str], freeze: list[str],
             last_used: float | None = 1_000_000.0, complete: bool = True, meta: str | None = None) -> Path:
-    entry = store / "envs" / name
+    entry = kind_dir(store, "env") / name
     entry.mkdir(parents=True)
     (entry / "meta.json").write_text(meta if meta is not None else json.dumps(
         {"kind": "env", "compat": compat, "requirements": requirements, "locked": False}))
@@ -164,7 +165,7 @@ def layers_for(tmp_path: Path, store: Path, packages: list[str]) -> tuple[Layers
 def test_no_env_layers_no_parent(tmp_path: Path, store: Path) -> None:
     layers, request = layers_for(tmp_path, store, ["six", "idna"])
     assert find_env_parent(store, layers, request) is None
-    (store / "envs").mkdir()
+    kind_dir(store, "env").mkdir()
     assert find_env_parent(store, layers, request) is None
 
 
@@ -225,7 +226,7 @@ def test_session_plans_the_env_step_on_the_chosen_parent(tmp_path: Path, store: 
     assert "install the difference on top of env layer tiny-parent" in env.title
     assert "reusing env layer tiny-parent: installing only the difference" in out.getvalue()
     # The layer itself already complete: no parent is looked for.
-    complete = store / "envs" / layers.env_entry
+    complete = kind_dir(store, "env") / layers.env_entry
     complete.mkdir(parents=True)
     (complete / "complete").write_text("")
     again = session._plan(request, layers, use=session._use, say=session._say)
@@ -242,7 +243,7 @@ def test_a_dry_run_plans_on_the_parents_the_store_holds_and_holds_nothing(tmp_pa
     layers, request = layers_for(tmp_path, store, ["six", "idna"])
     complete_base(request)
     add_env(store, "tiny-parent", compat=layers.env_compat, requirements=["six"], freeze=["six==1.17.0"])
-    image = store / "images" / "tiny-old"
+    image = kind_dir(store, "image") / "tiny-old"
     image.mkdir(parents=True)
     (image / "meta.json").write_text(json.dumps({"kind": "image", "parent": "tiny-parent"}))
     (image / "image.sif").write_bytes(b"")

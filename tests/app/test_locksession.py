@@ -13,6 +13,7 @@ import pytest
 
 from envbuild.app.lock.session import probe_target, target_cache_file
 from envbuild.host.runtime import Runtime
+from envbuild.store.layout import kind_dir
 from tests.support.plan_fixtures import FIXED_FACTS, fixed_request
 
 
@@ -82,7 +83,7 @@ def test_a_store_others_can_write_keeps_no_answer(tmp_path: Path) -> None:
     from tests.store.test_integrity import share
 
     store = tmp_path / "store"
-    entry = store / "bases" / "debootstrap-bookworm-0123456789abcdef"
+    entry = kind_dir(store, "base") / "debootstrap-bookworm-0123456789abcdef"
     entry.mkdir(parents=True)
     assert target_cache_file(store, str(entry)) == f"{entry}/python-target.json"
     share(store)

@@ -11,18 +11,19 @@ from envbuild.build.layers import image_key
 from envbuild.build.render import render_build_plan
 from envbuild.sif.manifest import write_manifest
 from envbuild.store.layout import MANIFEST as MANIFEST_NAME
+from envbuild.store.layout import kind_dir
 from tests.support.plan_fixtures import fixed_plan, fixed_request
 
 
 def _env(store: Path, name: str, parent: str) -> None:
-    entry = store / "envs" / name
+    entry = kind_dir(store, "env") / name
     entry.mkdir(parents=True)
     (entry / "meta.json").write_text(json.dumps({"kind": "env", "parent": parent}))
     (entry / "complete").write_text("x\n")
 
 
 def _image(store: Path, name: str, env: str, *, compression: str = "gzip:6", manifest: bool = True) -> None:
-    entry = store / "images" / name
+    entry = kind_dir(store, "image") / name
     entry.mkdir(parents=True)
     (entry / "meta.json").write_text(json.dumps({"kind": "image", "parent": env}))
     (entry / "image.sif").write_bytes(b"")

@@ -20,7 +20,7 @@ from envbuild.build.request import Layers
 from envbuild.errors import EnvbuildError
 from envbuild.spec.load import LoadedSpec
 from envbuild.store.integrity import write_content_record
-from envbuild.store.layout import StorePaths
+from envbuild.store.layout import StorePaths, kind_dir
 from envbuild.treedigest import tree_digest
 from tests.app.test_buildsession import BuildStarted, write_sif, write_spec
 from tests.store.test_integrity import share
@@ -187,7 +187,7 @@ def test_an_overlays_base_digest_is_recomputed_from_the_sif_in_a_shared_store(tm
     from envbuild.treedigest import file_digest
 
     store = tmp_path / "store"
-    entry = store / "overlays" / "base-x"
+    entry = kind_dir(store, "overlay") / "base-x"
     entry.mkdir(parents=True)
     base_sif = tmp_path / "base.sif"
     base_sif.write_bytes(b"SIF" * 100)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.store.layout import kind_dir
+
 # the fixture `store` (a fresh store seeded from the shared test cache) and how envbuild is run against it
 from tests.integration.test_build_store import envbuild, store  # noqa: F401
 from tests.store.test_integrity import share
@@ -31,7 +33,7 @@ def test_a_tampered_image_in_a_group_writable_store_is_built_again(tmp_path: Pat
     spec.write_text(SPEC)
     first = envbuild(["build", str(spec), "-o", str(output), "--compression", "zstd"], store)
     assert first.returncode == 0, first.stderr[-4000:]
-    (entry,) = (store / "images").iterdir()
+    (entry,) = kind_dir(store, "image").iterdir()
     record = json.loads((entry / "content.json").read_text())
     assert record["files"]["image.sif"]["size"] == (entry / "image.sif").stat().st_size == output.stat().st_size
 
@@ -43,7 +45,7 @@ def test_a_tampered_image_in_a_group_writable_store_is_built_again(tmp_path: Pat
     (entry / "image.sif").write_bytes(bytes(data))
     # And a file of the env layer the image was made from: the installer's copy of six, replaced (renamed
     # over, never written through: the layer's other files are hard links into the shared test cache).
-    (env,) = (store / "envs").iterdir()
+    (env,) = kind_dir(store, "env").iterdir()
     (six,) = env.glob("rootfs/opt/envbuild/venv/lib/python3*/site-packages/six.py")
     text = six.read_text()
     (six.parent / "six.py.new").write_text(text.replace("import", "imp0rt", 1))

@@ -21,7 +21,7 @@ from envbuild.build.actions import RecordDigest
 from envbuild.build.request import BuildPlan, Layers
 from envbuild.spec.load import LoadedSpec
 from envbuild.store.integrity import write_content_record
-from envbuild.store.layout import StorePaths
+from envbuild.store.layout import StorePaths, kind_dir
 from envbuild.treedigest import tree_digest
 from tests.app.test_buildsession import BuildStarted
 from tests.app.test_storetrust import STRANGER, share_with_group, stored_base
@@ -260,7 +260,7 @@ def test_a_parent_checked_while_the_lock_was_resolved_is_not_digested_again(tmp_
     other = stored_env(store, "tiny-2222222222222222", layers, {})
     share_with_group(store)
     tamper(best)
-    work = store / "work" / "tiny-prefetch"
+    work = kind_dir(store, "work") / "tiny-prefetch"
     session = BuildSession(loaded, BuildOptions(output=output, cache_dir=store), out=io.StringIO())
     session._prefetch = ParentPrefetch(parent=best.name, work_dir=str(work), tree=f"{work}/rootfs",
                                        snapshot=f"{work}/parent.snapshot").check(str(best))

@@ -14,6 +14,7 @@ from envbuild.app.build.request import torch_index_for
 from envbuild.lock.fileformat import render_lock
 from envbuild.lock.model import Lock, LockedPackage, LockTarget, lock_inputs
 from envbuild.spec.load import load_spec
+from envbuild.store.layout import kind_dir
 from tests.conftest import REPO, run_cli
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
@@ -69,11 +70,11 @@ def store(tmp_path: Path, build_cache: Path) -> Path:
     """A fresh store holding the shared cache's complete debootstrap bases (hard links), as in
     tests/integration/test_build_store.py: nothing is debootstrapped twice."""
     root = tmp_path / "store"
-    (root / "bases").mkdir(parents=True)
-    bases = sorted(p for p in (build_cache / "bases").glob("debootstrap-bookworm-*") if (p / "complete").exists()) \
-        if (build_cache / "bases").is_dir() else []
+    kind_dir(root, "base").mkdir(parents=True)
+    bases = sorted(p for p in kind_dir(build_cache, "base").glob("debootstrap-bookworm-*") if (p / "complete").exists()) \
+        if kind_dir(build_cache, "base").is_dir() else []
     for entry in bases:
-        subprocess.run(["cp", "-al", str(entry), str(root / "bases" / entry.name)], check=True)
+        subprocess.run(["cp", "-al", str(entry), str(kind_dir(root, "base") / entry.name)], check=True)
     return root
 
 

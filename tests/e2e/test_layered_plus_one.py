@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.store.layout import kind_dir
 from tests.conftest import REPO, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.apptainer, pytest.mark.slurm]
@@ -62,7 +63,7 @@ def test_reference_plus_tabulate_layered_runs_under_slurm_and_lists_the_full_reb
     build_log = Path(f"{layered}.build.log").read_text()
     assert "in a directory over the env layer" in build_log and "/sandbox" not in build_log
     assert "-prefetch/rootfs " in build_log, build_log[:3000]
-    assert not [p for p in (store / "work").iterdir()], "the build's work directories were left behind"
+    assert not [p for p in kind_dir(store, "work").iterdir()], "the build's work directories were left behind"
 
     launch = run_cli([str(REPO / "bin/envrun"), "--image", str(layered), "srun", "-n1", "python", "-c",
                       "import tabulate, torch; print('LAYERED_OK', tabulate.__version__)"],

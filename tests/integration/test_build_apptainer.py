@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.store.layout import kind_dir
 from tests.conftest import REPO, run_cli
 
 pytestmark = pytest.mark.apptainer
@@ -67,7 +68,7 @@ def small_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path
     yield spec, image, result
     # Each run's spec is new (the {run} id), so its image entry would pile up in the shared test cache
     # (one per CI run): remove what this run made.
-    for entry in (build_cache / "images").glob("small-*"):
+    for entry in kind_dir(build_cache, "image").glob("small-*"):
         if (entry / "complete").exists() and (entry / "complete").stat().st_mtime >= started:
             run_cli([ENVBUILD, "cache", "rm", f"image/{entry.name}"], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
 
@@ -126,8 +127,8 @@ def test_failing_spec_test_loses_nothing(small_image, build_cache: Path) -> None
     assert "Traceback" not in result.stderr
     assert (target.read_bytes()[:4096], target.stat().st_size) == before
     assert not list(target.parent.glob("*.partial-*"))
-    assert not list((build_cache / "work").glob("failing-*")), "work directory left behind"
-    assert not [p for p in (build_cache / "images").glob("failing-*") if (p / "complete").exists()], "a failed image was stored"
+    assert not list(kind_dir(build_cache, "work").glob("failing-*")), "work directory left behind"
+    assert not [p for p in kind_dir(build_cache, "image").glob("failing-*") if (p / "complete").exists()], "a failed image was stored"
 
 
 def test_dry_run_runs_nothing(tmp_path: Path) -> None:

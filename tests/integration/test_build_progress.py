@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.store.layout import kind_dir
 from tests.conftest import REPO, run_cli
 
 ENVBUILD = str(REPO / "bin/envbuild")
@@ -33,11 +34,11 @@ post:
 def store(tmp_path: Path, build_cache: Path) -> Path:
     """A fresh store with the shared cache's debootstrap bases (hard links) and uv download cache."""
     root = tmp_path / "store"
-    (root / "bases").mkdir(parents=True)
-    if (build_cache / "bases").is_dir():
-        for entry in (build_cache / "bases").glob("debootstrap-bookworm-*"):
+    kind_dir(root, "base").mkdir(parents=True)
+    if kind_dir(build_cache, "base").is_dir():
+        for entry in kind_dir(build_cache, "base").glob("debootstrap-bookworm-*"):
             if (entry / "complete").exists():
-                subprocess.run(["cp", "-al", str(entry), str(root / "bases" / entry.name)], check=True)
+                subprocess.run(["cp", "-al", str(entry), str(kind_dir(root, "base") / entry.name)], check=True)
     if (build_cache / "uv").is_dir():
         (root / "uv").symlink_to(build_cache / "uv")
     return root

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.store.layout import kind_dir
 from tests.conftest import REPO, run_cli
 
 ENVBUILD = str(REPO / "bin/envbuild")
@@ -44,11 +45,11 @@ def write_spec(directory: Path, packages: list[str], flavour: str = "plain") -> 
 def store(tmp_path: Path, build_cache: Path) -> Path:
     """A fresh store holding the shared cache's complete bases (hard-linked) and its uv cache."""
     root = tmp_path / "store"
-    (root / "bases").mkdir(parents=True)
+    kind_dir(root, "base").mkdir(parents=True)
     # The shared cache gets its base from the session's reference build, or from here the first time.
-    for entry in sorted((build_cache / "bases").glob("debootstrap-bookworm-*")) if (build_cache / "bases").is_dir() else []:
+    for entry in sorted(kind_dir(build_cache, "base").glob("debootstrap-bookworm-*")) if kind_dir(build_cache, "base").is_dir() else []:
         if (entry / "complete").exists():
-            subprocess.run(["cp", "-al", str(entry), str(root / "bases" / entry.name)], check=True)
+            subprocess.run(["cp", "-al", str(entry), str(kind_dir(root, "base") / entry.name)], check=True)
     (build_cache / "uv").mkdir(exist_ok=True)
     (root / "uv").symlink_to(build_cache / "uv")
     return root
@@ -227,7 +228,7 @@ def test_same_lock_and_epoch_give_a_bit_identical_sif(tmp_path: Path, store: Pat
     assert envbuild(["lock", str(spec)], store).returncode == 0
     second_store = tmp_path / "store2"
     (second_store / "bases").mkdir(parents=True)
-    for entry in (store / "bases").iterdir():
+    for entry in kind_dir(store, "base").iterdir():
         subprocess.run(["cp", "-al", str(entry), str(second_store / "bases" / entry.name)], check=True)
     (second_store / "uv").symlink_to(build_cache / "uv")
     images = []

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.store.layout import kind_dir
 from tests.conftest import run_cli
 from tests.support.build_faults import ENVBUILD, assert_nothing_left, log_has, start_build, wait_for, write_spec
 
@@ -113,10 +114,10 @@ def test_sigkill_debris_goes_with_the_next_build_or_a_prune(tmp_path: Path, debo
     # 2. Killed after the partial output copy: the work directory and the partial file beside the output
     #    stay; the next build removes both before it starts, and succeeds.
     kill_at("output:0")
-    assert list(out_dir.glob("fault.sif.partial-*")) and any((store / "work").iterdir())
+    assert list(out_dir.glob("fault.sif.partial-*")) and any(kind_dir(store, "work").iterdir())
     done = run_cli([ENVBUILD, "build", str(spec), "-o", str(output), "--compression", "zstd"],
                    env_extra={"ENVBUILD_CACHE_DIR": str(store)}, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "removed what killed builds left" in done.stderr and ".partial-" in done.stderr, done.stderr
-    assert not list(out_dir.glob("*partial*")) and not any((store / "work").iterdir())
+    assert not list(out_dir.glob("*partial*")) and not any(kind_dir(store, "work").iterdir())
     assert output.is_file()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.store.layout import kind_dir
 from tests.integration.test_build_store import envbuild, store  # noqa: F401 - `store` is a fixture
 
 pytestmark = [pytest.mark.apptainer]
@@ -65,8 +66,8 @@ def test_layered_image_equals_a_full_rebuild_and_is_reproducible(tmp_path: Path,
     first = tmp_path / "first.sif"
     build(write_spec(tmp_path, ["six"], with_file=True), first, store)
     assert partitions(first) == ["primary-system"]
-    parent_entry = next(p.parent for p in (store / "images").glob("*/tree-manifest.json.gz"))
-    first_envs = set((store / "envs").iterdir())
+    parent_entry = next(p.parent for p in kind_dir(store, "image").glob("*/tree-manifest.json.gz"))
+    first_envs = set(kind_dir(store, "env").iterdir())
 
     spec = write_spec(tmp_path, ["six", "idna"], with_file=False)
     layered = tmp_path / "layered.sif"
@@ -85,7 +86,7 @@ def test_layered_image_equals_a_full_rebuild_and_is_reproducible(tmp_path: Path,
 
     # Reproducible: the same parent and lock give the same bytes. The +1 env layer and image are removed from
     # the store first, as in a second store holding the same parent (the record names the env layer's parent).
-    for entry in [*(set((store / "envs").iterdir()) - first_envs), *(set((store / "images").iterdir()) - {parent_entry})]:
+    for entry in [*(set(kind_dir(store, "env").iterdir()) - first_envs), *(set(kind_dir(store, "image").iterdir()) - {parent_entry})]:
         shutil.rmtree(entry)
     again = tmp_path / "again.sif"
     build(spec, again, store, "--layered")

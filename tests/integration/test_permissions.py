@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.store.layout import kind_dir
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.apptainer]
@@ -65,8 +66,8 @@ def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     previous = os.umask(mask)
     try:
         gather_host_facts(cache_dir=store)  # what every build does first: the store's root is made here
-        (store / "bases").mkdir()
-        subprocess.run(["cp", "-al", str(debootstrap_base.parent), str(store / "bases")], check=True)
+        kind_dir(store, "base").mkdir()
+        subprocess.run(["cp", "-al", str(debootstrap_base.parent), str(kind_dir(store, "base"))], check=True)
         project.mkdir()
         (project / "vocab.txt").write_text("a\nb\n")
         (project / "tiny.yaml").write_text(IMAGE_SPEC)

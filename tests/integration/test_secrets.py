@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.store.layout import kind_dir
 from tests.conftest import REPO, run_cli
 from tests.support.canaries import canary_environment, found_in_text, found_in_tree
 
@@ -118,9 +119,9 @@ def leak(tmp_path_factory: pytest.TempPathFactory, build_cache: Path, debootstra
     canaries = list(kinds.values())
     index.accepted = {f"{kinds['confuser']}:{kinds['confpw']}", f"{kinds['envuser']}:{kinds['envpw']}"}
     store = work / "store"
-    (store / "bases").mkdir(parents=True)
+    kind_dir(store, "base").mkdir(parents=True)
     entry = debootstrap_base.parent
-    subprocess.run(["cp", "-al", str(entry), str(store / "bases" / entry.name)], check=True)
+    subprocess.run(["cp", "-al", str(entry), str(kind_dir(store, "base") / entry.name)], check=True)
     project = work / "project"
     project.mkdir()
     (project / "tiny.yaml").write_text(SPEC)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.host.pip import read_host_pip_settings
+from envbuild.store.layout import kind_dir
 from tests.conftest import REPO, run_cli
 
 ENVBUILD = str(REPO / "bin/envbuild")
@@ -44,9 +45,9 @@ tests:
 def store(tmp_path: Path, build_cache: Path, debootstrap_base: Path) -> Path:
     """A fresh store holding the shared cache's debootstrap base (hard-linked) and its uv download cache."""
     root = tmp_path / "store"
-    (root / "bases").mkdir(parents=True)
+    kind_dir(root, "base").mkdir(parents=True)
     entry = debootstrap_base.parent
-    subprocess.run(["cp", "-al", str(entry), str(root / "bases" / entry.name)], check=True)
+    subprocess.run(["cp", "-al", str(entry), str(kind_dir(root, "base") / entry.name)], check=True)
     (build_cache / "uv").mkdir(exist_ok=True)
     (root / "uv").symlink_to(build_cache / "uv")
     return root
@@ -101,7 +102,7 @@ def test_a_torchvision_of_another_variant_stops_lock_and_build_and_a_matching_on
     assert "fix: make torchvision 0.28.0+cpu reachable" in failed.stderr and "Traceback" not in said
     assert "inside the image" not in said  # stopped before the spec's tests (and squashing)
     assert not image.exists()
-    assert not list((store / "envs").glob("torch-family-*/complete")), "a mismatched env layer was kept as complete"
+    assert not list(kind_dir(store, "env").glob("torch-family-*/complete")), "a mismatched env layer was kept as complete"
 
     wheels = standin_torchvision_wheel(tmp_path / "standin-wheels")
     find_links = " ".join([*read_host_pip_settings().find_links, str(wheels.parent)])

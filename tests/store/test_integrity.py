@@ -27,6 +27,7 @@ from envbuild.store.integrity import (
     verify_entries,
     write_content_record,
 )
+from envbuild.store.layout import kind_dir
 from envbuild.treedigest import tree_digest
 
 STRANGER = 65534  # nobody
@@ -34,7 +35,7 @@ STRANGER = 65534  # nobody
 
 def make_image(root: Path, name: str = "tiny-0123456789abcdef", content: bytes = b"SIF" * 1000, *,
                record: bool = True) -> Path:
-    entry = root / "images" / name
+    entry = kind_dir(root, "image") / name
     entry.mkdir(parents=True)
     (entry / "image.sif").write_bytes(content)
     (entry / "meta.json").write_text("{}\n")
@@ -45,7 +46,7 @@ def make_image(root: Path, name: str = "tiny-0123456789abcdef", content: bytes =
 
 
 def make_base(root: Path, name: str = "debootstrap-bookworm-0123456789abcdef", *, record: bool = True) -> Path:
-    entry = root / "bases" / name
+    entry = kind_dir(root, "base") / name
     (entry / "rootfs" / "etc").mkdir(parents=True)
     (entry / "rootfs" / "etc" / "os-release").write_text("ID=debian\n")
     os.symlink("usr/bin", entry / "rootfs" / "bin")
@@ -59,7 +60,7 @@ def make_base(root: Path, name: str = "debootstrap-bookworm-0123456789abcdef", *
 
 def make_env(root: Path, name: str = "tiny-env-0123456789abcdef", *, record: bool = True) -> Path:
     """A complete env layer as the env step leaves it: its tree, meta, freeze and (`record`) tree digest."""
-    entry = root / "envs" / name
+    entry = kind_dir(root, "env") / name
     site = entry / "rootfs" / "opt" / "envbuild" / "venv" / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
     (site / "six.py").write_text("# six\n")
@@ -128,7 +129,7 @@ def test_size_is_checked_always_and_the_hash_when_asked(tmp_path: Path) -> None:
 def test_a_store_only_the_user_can_write_is_private(tmp_path: Path) -> None:
     root = tmp_path / "store"
     entry = make_image(root)
-    for path in (root, root / "images", entry):
+    for path in (root, kind_dir(root, "image"), entry):
         path.chmod(0o755)
     assert others_can_write(root, entry, ("image.sif",)) is None
 
@@ -137,9 +138,9 @@ def test_a_store_only_the_user_can_write_is_private(tmp_path: Path) -> None:
 def test_a_group_writable_part_makes_the_store_shared(tmp_path: Path, where: str) -> None:
     root = tmp_path / "store"
     entry = make_image(root)
-    for path in (root, root / "images", entry):
+    for path in (root, kind_dir(root, "image"), entry):
         path.chmod(0o755)
-    path = {"root": root, "kind": root / "images", "entry": entry, "file": entry / "image.sif",
+    path = {"root": root, "kind": kind_dir(root, "image"), "entry": entry, "file": entry / "image.sif",
             "record": entry / "content.json"}[where]
     share(path)
     assert others_can_write(root, entry, ("image.sif",)) == \
@@ -151,7 +152,7 @@ def test_the_users_own_group_writing_is_the_user_writing(tmp_path: Path) -> None
     only they are in: that is still a store only they can write."""
     root = tmp_path / "store"
     entry = make_image(root)
-    for path in (root, root / "images", entry):
+    for path in (root, kind_dir(root, "image"), entry):
         os.chown(path, -1, os.getegid())
         path.chmod(0o775)
     private = is_private_group(os.getegid())
@@ -165,7 +166,7 @@ def test_an_entry_owned_by_a_stranger_makes_the_store_shared(tmp_path: Path) -> 
         pytest.skip("chown to a stranger needs root (CI runs the tests as root)")
     root = tmp_path / "store"
     entry = make_image(root)
-    for path in (root, root / "images", entry):
+    for path in (root, kind_dir(root, "image"), entry):
         path.chmod(0o755)
     chown_tree(entry, STRANGER)
     assert f"belongs to user nobody (uid {STRANGER})" in (others_can_write(root, entry, ("image.sif",)) or "")
@@ -174,9 +175,9 @@ def test_an_entry_owned_by_a_stranger_makes_the_store_shared(tmp_path: Path) -> 
 def test_a_symlinked_entry_is_not_the_users_alone(tmp_path: Path) -> None:
     root = tmp_path / "store"
     real = make_image(tmp_path / "elsewhere")
-    (root / "images").mkdir(parents=True)
-    os.symlink(real, root / "images" / real.name)
-    assert others_can_write(root, root / "images" / real.name) == f"{root / 'images' / real.name} is a symbolic link"
+    kind_dir(root, "image").mkdir(parents=True)
+    os.symlink(real, kind_dir(root, "image") / real.name)
+    assert others_can_write(root, kind_dir(root, "image") / real.name) == f"{root / 'images' / real.name} is a symbolic link"
 
 
 # --- envbuild cache verify -----------------------------------------------------------------------------
@@ -240,7 +241,7 @@ def test_an_env_layer_without_a_recorded_digest_is_unrecorded(tmp_path: Path) ->
     root = tmp_path / "store"
     make_env(root, record=False)
     make_env(root, "other-env-0123456789abcdef")
-    (root / "envs" / "other-env-0123456789abcdef" / "digest").write_text("sha256:not-a-digest\n")
+    (kind_dir(root, "env") / "other-env-0123456789abcdef" / "digest").write_text("sha256:not-a-digest\n")
     code, output = verify(root)
     assert code == 0
     assert "unrecorded  env/tiny-env-0123456789abcdef  no recorded tree digest for rootfs" in output
@@ -326,6 +327,7 @@ TAKE = """
 import sys
 from pathlib import Path
 from envbuild.app.build.storetrust import take_stored_file
+from envbuild.store.layout import kind_dir
 store, entry, partial = sys.argv[1:]
 ok = take_stored_file(Path(store), "image", entry, "image.sif", partial, say=print)
 print("taken" if ok else "refused", "copy left" if Path(partial).exists() else "no copy")
@@ -355,7 +357,7 @@ def test_an_entry_a_stranger_planted_in_the_users_store_is_not_taken(tmp_path_fa
         top.chmod(0o755)  # both can reach it, as a project directory
         store = top / "store"
         entry = make_image(store)
-        os.chmod(store / "images", 0o777)
+        os.chmod(kind_dir(store, "image"), 0o777)
         for path in (store, *store.rglob("*")):
             os.lchown(path, user.pw_uid, user.pw_gid)
         out = top / "out"

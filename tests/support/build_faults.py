@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.store.layout import kind_dir
 from tests.conftest import REPO, run_cli
 
 ENVBUILD = str(REPO / "bin/envbuild")
@@ -67,7 +68,7 @@ def assert_nothing_left(store: Path, out_dir: Path, output: Path) -> None:
     lock free, no tool still running on the store."""
     assert not output.exists()
     assert sorted(p.name for p in out_dir.iterdir() if "partial" in p.name) == []
-    assert not any((store / "work").iterdir()) if (store / "work").exists() else True
+    assert not any(kind_dir(store, "work").iterdir()) if kind_dir(store, "work").exists() else True
     assert sorted(str(p) for p in store.rglob("*partial*") if re.search(r"\.partial(-|$)|envbuild-partial", p.name)
                   and "/rootfs/" not in str(p) and "/uv/" not in str(p)) == []
     listed = run_cli([ENVBUILD, "cache", "ls", "--json"], env_extra={"ENVBUILD_CACHE_DIR": str(store)})
