@@ -42,7 +42,8 @@ class LockFile:
         if self.error is not None:
             raise self.error
         if self.lock is None or self.text is None:
-            raise EnvbuildError(f"there is no lock file {self.path}")  # the policy refuses this case first
+            # the policy refuses this case first, with the spec's name in its fix
+            raise EnvbuildError(f"there is no lock file {self.path}", "make it with: envbuild lock SPEC")
         return LoadedLock(self.lock, self.text, self.path)
 
 
