@@ -104,6 +104,22 @@ def build_cache() -> Path:
     return path
 
 
+def seeded_store(root: Path, build_cache: Path, *, uv_cache: bool = True) -> Path:
+    """A fresh build store at `root` holding the shared cache's complete debootstrap bases, hard-linked (nothing
+    is debootstrapped twice), and with `uv_cache` the shared uv download cache, linked."""
+    from envbuild.store.layout import kind_dir
+
+    kind_dir(root, "base").mkdir(parents=True)
+    shared = kind_dir(build_cache, "base")
+    for entry in sorted(shared.glob("debootstrap-bookworm-*")) if shared.is_dir() else []:
+        if (entry / "complete").exists():
+            subprocess.run(["cp", "-al", str(entry), str(kind_dir(root, "base") / entry.name)], check=True)
+    if uv_cache:
+        (build_cache / "uv").mkdir(exist_ok=True)
+        (root / "uv").symlink_to(build_cache / "uv")
+    return root
+
+
 def run_cli(args: list[str], *, env_extra: dict[str, str] | None = None, timeout: int = 1800,
             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run bin/envbuild or bin/envrun as a user would, capturing output."""

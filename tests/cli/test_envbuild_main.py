@@ -5,7 +5,6 @@ by the build itself (apptainer: the check runs the base's interpreter)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,7 @@ from envbuild.app.build.request import torch_index_for
 from envbuild.lock.fileformat import render_lock
 from envbuild.lock.model import Lock, LockedPackage, LockTarget, lock_inputs
 from envbuild.spec.load import load_spec
-from envbuild.store.layout import kind_dir
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, seeded_store
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 
@@ -69,13 +67,7 @@ def test_dry_run_locked_without_a_lock_is_refused_the_same_way(tmp_path: Path) -
 def store(tmp_path: Path, build_cache: Path) -> Path:
     """A fresh store holding the shared cache's complete debootstrap bases (hard links), as in
     tests/integration/test_build_store.py: nothing is debootstrapped twice."""
-    root = tmp_path / "store"
-    kind_dir(root, "base").mkdir(parents=True)
-    bases = sorted(p for p in kind_dir(build_cache, "base").glob("debootstrap-bookworm-*") if (p / "complete").exists()) \
-        if kind_dir(build_cache, "base").is_dir() else []
-    for entry in bases:
-        subprocess.run(["cp", "-al", str(entry), str(kind_dir(root, "base") / entry.name)], check=True)
-    return root
+    return seeded_store(tmp_path / "store", build_cache, uv_cache=False)
 
 
 @pytest.mark.apptainer

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.store.layout import kind_dir
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, seeded_store
 
 ENVBUILD = str(REPO / "bin/envbuild")
 
@@ -33,15 +32,7 @@ post:
 @pytest.fixture
 def store(tmp_path: Path, build_cache: Path) -> Path:
     """A fresh store with the shared cache's debootstrap bases (hard links) and uv download cache."""
-    root = tmp_path / "store"
-    kind_dir(root, "base").mkdir(parents=True)
-    if kind_dir(build_cache, "base").is_dir():
-        for entry in kind_dir(build_cache, "base").glob("debootstrap-bookworm-*"):
-            if (entry / "complete").exists():
-                subprocess.run(["cp", "-al", str(entry), str(kind_dir(root, "base") / entry.name)], check=True)
-    if (build_cache / "uv").is_dir():
-        (root / "uv").symlink_to(build_cache / "uv")
-    return root
+    return seeded_store(tmp_path / "store", build_cache)
 
 
 def write_spec(directory: Path, packages: str = "six", sleep: int = 3) -> Path:

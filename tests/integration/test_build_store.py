@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.store.layout import kind_dir
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, seeded_store
 
 ENVBUILD = str(REPO / "bin/envbuild")
 
@@ -44,15 +44,8 @@ def write_spec(directory: Path, packages: list[str], flavour: str = "plain") -> 
 @pytest.fixture
 def store(tmp_path: Path, build_cache: Path) -> Path:
     """A fresh store holding the shared cache's complete bases (hard-linked) and its uv cache."""
-    root = tmp_path / "store"
-    kind_dir(root, "base").mkdir(parents=True)
     # The shared cache gets its base from the session's reference build, or from here the first time.
-    for entry in sorted(kind_dir(build_cache, "base").glob("debootstrap-bookworm-*")) if kind_dir(build_cache, "base").is_dir() else []:
-        if (entry / "complete").exists():
-            subprocess.run(["cp", "-al", str(entry), str(kind_dir(root, "base") / entry.name)], check=True)
-    (build_cache / "uv").mkdir(exist_ok=True)
-    (root / "uv").symlink_to(build_cache / "uv")
-    return root
+    return seeded_store(tmp_path / "store", build_cache)
 
 
 def envbuild(args: list[str], store: Path, **kwargs: object) -> subprocess.CompletedProcess[str]:

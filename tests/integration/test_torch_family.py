@@ -23,7 +23,7 @@ import pytest
 
 from envbuild.host.pip import read_host_pip_settings
 from envbuild.store.layout import kind_dir
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, seeded_store
 
 ENVBUILD = str(REPO / "bin/envbuild")
 
@@ -44,13 +44,7 @@ tests:
 @pytest.fixture
 def store(tmp_path: Path, build_cache: Path, debootstrap_base: Path) -> Path:
     """A fresh store holding the shared cache's debootstrap base (hard-linked) and its uv download cache."""
-    root = tmp_path / "store"
-    kind_dir(root, "base").mkdir(parents=True)
-    entry = debootstrap_base.parent
-    subprocess.run(["cp", "-al", str(entry), str(kind_dir(root, "base") / entry.name)], check=True)
-    (build_cache / "uv").mkdir(exist_ok=True)
-    (root / "uv").symlink_to(build_cache / "uv")
-    return root
+    return seeded_store(tmp_path / "store", build_cache)  # the debootstrap_base fixture made the base there first
 
 
 def standin_torchvision_wheel(directory: Path) -> Path:
