@@ -3,7 +3,7 @@
 Slurm sends SIGTERM at a job's time limit and on `scancel` (then SIGKILL after KillWait, 30 s by
 default: https://slurm.schedmd.com/slurm.conf.html#OPT_KillWait), a closed terminal or ssh session
 sends SIGHUP, and Ctrl-C sends SIGINT. Python's default for SIGTERM and SIGHUP is to die on the spot,
-which left a build's work directory (180-260 MB for a small spec) and half-written layers in the store.
+which left a build's work directory (hundreds of MB even for a small spec) and half-written layers in the store.
 Inside `interruptible()`, each of the three raises `Interrupted` in the main thread instead, so the
 executor stops its tool, removes what the step had begun and releases its locks, and the CLI exits with
 128 + the signal's number, as a shell reports a process killed by it.

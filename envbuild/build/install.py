@@ -47,7 +47,7 @@ def venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
     if request.lock.python:
         # A lock pins wheels for one Python (cp311...): refuse a base whose Python differs before
         # the installer fails on some wheel with a less helpful message. In the same container start
-        # (0.1 s each on the +1 build's path to its tests).
+        # (each start is on the +1 build's path to its tests).
         check = (f"import sys; v = '%d.%d' % sys.version_info[:2]; "
                  f"sys.exit(0 if v == {request.lock.python!r} else 'the lock was made for Python {request.lock.python}, "
                  f"but the base has Python ' + v + ': run envbuild lock again')")

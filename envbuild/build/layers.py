@@ -169,7 +169,7 @@ def choose_installer(spec: Spec, facts: HostFacts) -> str:
 
 def plan_layers(request: BuildRequest) -> Layers:
     """The store entries of the build's layers (base, env, image), from their keys. Here rather than in
-    envbuild.build.plan: a no-op build needs only these (and so imports no planner: 15-30 ms)."""
+    envbuild.build.plan: a no-op build needs only these (and so imports no planner, whose import it would feel)."""
     from envbuild.build.request import Layers as LayersOfBuild
 
     spec, facts = request.spec, request.facts

@@ -94,8 +94,8 @@ def plan_build(request: BuildRequest) -> BuildPlan:
 def image_steps(request: BuildRequest, entry: EntryPaths, layers: Layers, sandbox: str, work: str,
                 tests: tuple[str, ...] = ()) -> list[Step]:
     """The image into the store, then to the output. The output's copy is made from the new image while the
-    tests still run (a `--layered` image is written in about 1 s, its tests take 4-5 s, and the copy of its
-    390 MB took 0.2-1.2 s after them); the output step then only renames it into place once the image
+    tests still run (a `--layered` image is written long before its tests end, and the copy of its 390 MB
+    was on the build's path after them); the output step then only renames it into place once the image
     entry is complete."""
     return [squash_step(request, entry, layers, sandbox, work, tests=tests, output_partial=output_partial(request)),
             output_step(request, entry.image, f"put the image at {request.options.output}", made_ahead=True)]
@@ -193,8 +193,8 @@ def plan_base(request: BuildRequest) -> BasePlan:
         fetch: tuple[Action, ...] = (
             Remove((tree,)),
             # dpkg in the chroot reads this before it unpacks anything: no fsync per file (dpkg(1),
-            # --force-unsafe-io). Unpacking took 26 of debootstrap's 58 s here, and an fsync costs this disk
-            # 1.3 ms per small file; a base that does not complete is thrown away anyway.
+            # --force-unsafe-io). Unpacking is nearly half of debootstrap's time, and an fsync per small file is
+            # costly on such disks; a base that does not complete is thrown away anyway.
             MakeDirs((unsafe_io.rsplit("/", 1)[0],), root=tree), WriteFile(unsafe_io, "force-unsafe-io\n", root=tree),
             Run(tuple(argv)),
             Remove((unsafe_io,), root=tree),  # not left in the image: apt there syncs as usual
@@ -248,8 +248,8 @@ def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer
     actions: list[Action] = [Remove((partial, rootfs, entry.digest, entry.file_digests)), MakeDirs((entry.dir,))]
     snapshot = f"{entry.dir}/parent.snapshot"
     # Only the difference is installed on a parent env layer, and a new venv on the base, so the parent's
-    # files are shared by hard links instead of copied (1-2 GB of a parent: about 20 s on ext4; the base: 8 s
-    # of a cold build). Installers add, replace and delete files; should one ever write through a shared
+    # files are shared by hard links instead of copied (a copy of a parent's 1-2 GB, or of the base, would be a
+    # large part of the build). Installers add, replace and delete files; should one ever write through a shared
     # file (two packages shipping the same file), the guard below notices and retires the parent, whose
     # content would no longer match its key: the base is then made again when next needed.
     if layers.env_parent and request.env_parent_copy:
@@ -279,7 +279,7 @@ def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer
         Rename(partial, rootfs),
         # The layer's record, before it is complete and under its lock: a build taking it from a store others
         # can write compares the tree with it (envbuild.app.build.storetrust.take_env_layer). On a parent layer only
-        # the files the install added are read (1.7 s of the reference's 1.2 GB otherwise, a +1 build's 20 %).
+        # the files the install added are read (the whole 1.2 GB of the reference would be a good part of a +1 build).
         RecordDigest(rootfs, entry.digest, files_out=entry.file_digests,
                      reuse=store.env(layers.env_parent).file_digests if layers.env_parent else None),
         WriteFile(entry.meta, _meta_json(request, "env", layers.env_key, layers.env_parent or layers.base_entry,

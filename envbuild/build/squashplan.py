@@ -64,8 +64,8 @@ def squash_with_manifest(squash: tuple[Action, ...], *, sandbox: str, partial: s
     if parent_dir is None:
         return (*squash, Run((python, "-m", "envbuild.sif.manifest", *common, sandbox, manifest_out)))
     # The spec's tests, beside these, are a layered build's longest path (one imports torch, transformers and
-    # lightning: 4.1-4.4 s alone, 5.4-6.1 s at equal priority with the rest of this step, 5.0-5.3 s with
-    # this step niced on 2 cores); this step's 2 s of work then takes the CPU they leave.
+    # lightning, slower at equal priority with the rest of this step than with this step niced); this step's
+    # shorter work then takes the CPU they leave.
     metadata = squash[-3]
     assert isinstance(metadata, Run) and "metadata" in metadata.argv, metadata
     return (*squash[:-3], replace(metadata, argv=(*NICE, *metadata.argv)), Run((

@@ -1,12 +1,12 @@
 """Pure planner of a `--layered` build without a sandbox: the user layer in a directory over the env layer.
 
 A `--layered` +1 build squashes only the difference, so what was left of its time was mostly the sandbox
-around that difference (reference spec + tabulate on this 2-core machine, 2026-11-24): hard-linking the
-env layer's 46,000 paths into a sandbox (0.7-1.0 s), removing them again (0.6 s), and the tests waiting
-for both. Here the user layer's few files (environment script, labels, build record, files[]) are written
-to an empty directory instead, which lies over the env layer wherever the tree is used:
-  tests, record   `apptainer exec --overlay UPPER:ro ENV_LAYER` (a directory overlay: 0.09 s per exec,
-                  as against 0.08 s without), the record's files written through a bind of UPPER/.envbuild
+around that difference (reference spec + tabulate; docs/reports/performance.md): hard-linking the env
+layer's 46,000 paths into a sandbox, removing them again, and the tests waiting for both. Here the user
+layer's few files (environment script, labels, build record, files[]) are written to an empty directory
+instead, which lies over the env layer wherever the tree is used:
+  tests, record   `apptainer exec --overlay UPPER:ro ENV_LAYER` (a directory overlay: about as quick as
+                  an exec without), the record's files written through a bind of UPPER/.envbuild
   metadata        `apptainer inspect` of both layers' /.singularity.d merged (envbuild.sif.writer)
   difference      the env layer's tree with UPPER's files over it (envbuild.sif.manifest.TreeView)
   fallback        a full squash first merges the two into a sandbox (envbuild.sif.layeredwriter)
@@ -18,7 +18,7 @@ Only where the sandbox would hold nothing else and the runtime surely mounts a d
   - building as root. Layering itself needs a runtime that mounts SIF overlay partitions, which
     unprivileged apptainer does not (envbuild.sif.layeredwriter); a setuid install would mount a
     directory overlay too, but which install this is cannot be known without trying, so a build as
-    another user keeps the sandbox: the same image, 1.3-1.6 s later.
+    another user keeps the sandbox: the same image, later.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def user_layer_over_env(request: BuildRequest) -> bool:
 
 def beside_tests(run: Run, tests: tuple[str, ...]) -> Run:
     """`run` at nice 10 when the tests run beside it: they are the build's longest path (the reference spec's
-    import test: 3.8-4.4 s alone, 5.5-5.8 s in the build with the record at equal priority, 5.3-5.8 s niced;
-    2 cores, 2026-11-24). What runs niced after the record (metadata, the layered write) still ends first."""
+    import test, slower beside the record at equal priority than niced). What runs niced after the record
+    (metadata, the layered write) still ends first."""
     return replace(run, argv=(*NICE, *run.argv)) if tests else run
 
 
@@ -81,7 +81,7 @@ def plan_upper_build(request: BuildRequest) -> BuildPlan:
             # The tests see the user layer through hard links made before the record replaces two of its
             # files: a lower layer changed under a mounted overlay is undefined behaviour (kernel
             # Documentation/filesystems/overlayfs.rst, "Changes to underlying filesystems"), and waiting
-            # for the record (0.3-0.4 s) would put it on the tests' path, the longest of the build.
+            # for the record would put it on the tests' path, the longest of the build.
             *((CopyTree(upper, tests_view, hardlink=True),) if spec.tests else ()),
             *start_tests(request, env_rootfs, spec.tests, overlay=tests_view),
             beside_tests(sandbox_exec(request, env_rootfs, [f"{VENV_PREFIX}/bin/python", "-c", RECORD_ENVIRONMENTS_SCRIPT],

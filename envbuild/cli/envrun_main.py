@@ -1,9 +1,9 @@
 """`envrun`: run a command (torchrun, python, ...) inside an envbuild image, optionally under srun.
 
 envrun starts before every job step, so its own start-up is part of every launch (issue goal: under
-50 ms over a bare `apptainer exec`). Its handful of options is read by a small loop; argparse (16 ms
+50 ms over a bare `apptainer exec`). Its handful of options is read by a small loop; argparse (slow
 to import with re and enum) is only loaded for --help and for input the loop does not accept, and click
-(35 ms), which `envbuild` uses, not at all. Only light modules are imported on the way to exec: recipes
+(slower still), which `envbuild` uses, not at all. Only light modules are imported on the way to exec: recipes
 come from their JSON cache, pydantic is loaded only to validate a changed file.
 """
 
@@ -170,7 +170,7 @@ def _parsed_request(args: argparse.Namespace) -> RunRequest:
 
 def _full_site() -> bool:
     """bin/envrun starts Python with -S: importing `site` (the venv's site-packages and its .pth files) costs
-    every launch 4-5 ms, and the launch path needs nothing from there while the recipe and config caches are
+    every launch time, and the launch path needs nothing from there while the recipe and config caches are
     current. What does need it (pydantic to validate a changed recipe, the subcommands) turns it on here.
     True when this call added it."""
     if not sys.flags.no_site or _SITE["added"]:

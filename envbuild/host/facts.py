@@ -115,7 +115,7 @@ def gather_host_facts(*, need_runtime: bool = True, cache_dir: Path | None = Non
     from envbuild import __version__
 
     # probe=False: the runtime's and uv's `--version` lines come from the cache that envrun keeps, keyed by the
-    # program file (envbuild.host.runtimeversion): starting both took a no-op build about 40 ms.
+    # program file (envbuild.host.runtimeversion): starting both cost every no-op build.
     runtime = require_runtime(probe=False) if need_runtime else (find_runtime() or Runtime("apptainer", "apptainer"))
     pip = read_host_pip_settings()
     if pip.cert is None:

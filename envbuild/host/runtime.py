@@ -61,7 +61,7 @@ def find_runtime(environ: dict[str, str] | None = None, *, probe: bool = True) -
 
 
 def which(program: str, search_path: str) -> str | None:
-    """shutil.which without shutil, whose import (fnmatch, re) costs envrun ~9 ms."""
+    """shutil.which without shutil, whose import (fnmatch, re) envrun would pay on every launch."""
     if "/" in program:
         return program if os.access(program, os.X_OK) and not os.path.isdir(program) else None
     for directory in search_path.split(os.pathsep):

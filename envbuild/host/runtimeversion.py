@@ -17,7 +17,7 @@ Minimum versions, from what envbuild runs:
 
 envrun's launch path does not start `apptainer --version` each time: the answer is kept in the user's own
 cache (envbuild.host.usercache), keyed by the runtime file's path, inode, size and modification time, so an
-upgrade is noticed (one probe, ~20 ms, per new runtime file). Light: os and zlib only until a probe is needed.
+upgrade is noticed (one probe per new runtime file). Light: os and zlib only until a probe is needed.
 """
 
 from __future__ import annotations

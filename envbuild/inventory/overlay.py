@@ -1,7 +1,7 @@
 """Reading a venv overlay file (`NAME.sqsh`): its record, without mounting or starting anything.
 
 Used by envrun (is this overlay made for this base?), the build (is the output up to date?) and the
-inventory. Reading the record touches a few metadata blocks: about a millisecond on a 100 MiB overlay.
+inventory. Reading the record touches a few metadata blocks, however large the overlay.
 This module imports nothing heavy (no dataclasses) at import time: envrun checks files with it on its
 way to exec. What the inventory needs beyond the record is in overlayvenv.py.
 """

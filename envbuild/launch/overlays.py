@@ -4,7 +4,7 @@ image it is about to run on. A venv made with another base's Python fails in con
 
 Only imported when an overlay is given. Even then envrun runs before every job step, so what it learns
 from a file is cached in the user's own cache (envbuild.host.usercache) per (absolute path, size, mtime):
-the overlay's record (the squashfs reader's imports alone cost 25 ms) and the image's sha256 (seconds for a
+the overlay's record (the squashfs reader's imports alone weigh on a launch) and the image's sha256 (seconds for a
 multi-GiB base), each checked for its shape when read back. The image's SIF id is read from its 128-byte
 header directly, without the full SIF reader.
 """
@@ -160,7 +160,7 @@ def _sha256(path: str) -> str:
 
 def _cached(path: str, kind: str, compute: Callable[[str], Value], check: Callable[[Any], bool]) -> Value:
     """compute(path), kept in the user's cache per (absolute path, size, mtime_ns) when it is plain data.
-    The file name is a crc32 of that key (hashlib's import costs 5 ms); the key is stored with the value
+    The file name is a crc32 of that key (zlib is imported already; hashlib is not, and costs a launch); the key is stored with the value
     and compared on reading, and `check` (value -> bool) must accept what is read back."""
     status = os.stat(path)
     key = f"{CACHE_FORMAT}\0{os.path.abspath(path)}\0{status.st_size}\0{status.st_mtime_ns}"

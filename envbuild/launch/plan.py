@@ -51,7 +51,7 @@ from envbuild.launch.sizing import LAUNCHER_NAMES, LaunchSize, size_launch
 from envbuild.launch.steptime import srun_time_limit
 from envbuild.launch.visibility import check_visibility
 
-# typing, dataclasses and shlex stay off envrun's start-up path (measured: ~30 ms); LaunchRequest and
+# typing, dataclasses and shlex stay off envrun's start-up path (their imports weigh on every launch); LaunchRequest and
 # LaunchPlan live in envbuild.launch.request and are imported from here by the callers.
 __all__ = ["TASK_SHIM_NAME", "LaunchPlan", "LaunchRequest", "plan_launch"]
 

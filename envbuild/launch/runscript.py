@@ -18,7 +18,7 @@ envrun reads the image's /.singularity.d/runscript without starting a container 
 
 On every launch envrun runs this, so the verdict is cached per (image path, size, mtime) like the overlay
 records (envbuild.launch.overlays): a cache hit costs a stat and a small read; a miss reads two small files
-through the SIF reader (whose imports alone are ~25 ms). Sandbox directories are read directly, uncached.
+through the SIF reader (whose imports alone would weigh on every launch). Sandbox directories are read directly, uncached.
 """
 
 from __future__ import annotations

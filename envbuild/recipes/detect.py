@@ -106,8 +106,8 @@ def _cluster_name(environ: Mapping[str, str], slurm_conf: str | None) -> tuple[s
 def _hostname_evidence(detect: dict[str, Any], hostname: str) -> str:
     """Why `hostname` names this recipe's site ('' when it does not): a pattern matches, and where the recipe
     says its patterns are shared with other sites, one of its site paths exists."""
-    # Only patterns whose fixed start fits the hostname need the regex engine (importing re costs
-    # envrun ~8 ms, and most launches happen where no pattern can match).
+    # Only patterns whose fixed start fits the hostname need the regex engine (importing re weighs on
+    # envrun's start-up, and most launches happen where no pattern can match).
     candidates = [p for p in detect.get("hostname_patterns") or () if hostname.startswith(_literal_prefix(p))]
     if not candidates:
         return ""

@@ -2,7 +2,7 @@
 validated pydantic model and the light view that envrun loads from the JSON cache.
 
 Kept free of pydantic and YAML on purpose: envrun's start-up must stay far below the container's own
-start-up time, and importing pydantic alone costs about 100 ms.
+start-up time, and importing pydantic alone would exceed that budget.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from envbuild.sif.format import PARTITION_OFFSET
 #         algorithm value 6"). No SingularityCE release accepts it (4.5.1, 2026-08, lists gzip,
 #         lzma, lzo, xz, lz4). Mounting needs kernel >= 4.14 (CONFIG_SQUASHFS_ZSTD) or a squashfuse
 #         built with libzstd (apptainer's own packages bundle one since 1.4.0).
-# mksquashfs's defaults: gzip level 9 (what apptainer build writes), zstd level 15 (slow: 4.5.1
-# at level 3 is ~15x faster for +2 % size).
+# mksquashfs's defaults: gzip level 9 (what apptainer build writes), zstd level 15 (slow: level 3 is
+# many times faster for a slightly larger image with mksquashfs 4.5.1).
 COMPRESSIONS: dict[str, tuple[str, ...]] = {
     "gzip": ("-comp", "gzip"),
     "zstd": ("-comp", "zstd", "-Xcompression-level", "3"),

@@ -1,7 +1,7 @@
 """`--layered`: write only what changed as a squashfs overlay partition on top of a stored image's squashfs.
 
 Adding one package to the reference spec changes a few hundred KiB of a 1.3 GB tree, yet a full squash
-compresses all of it again (35 s with gzip:6 on 2 cores). Here the new image is:
+compresses all of it again. Here the new image is:
   1 Def.FILE, 2 JSON.Generic   as in a full image (the new definition and labels)
   3 FS primary system          the parent image's squashfs, copied byte for byte (no recompression)
   4 FS overlay (squashfs)      the new and changed paths, plus a whiteout (char device 0/0) for each

@@ -103,7 +103,7 @@ def rootfs_arch(sandbox: str) -> str:
 def write_objects(runtime: str, sandbox: str, out: str, upper: str | None = None) -> None:
     """Gather what the SIF holds besides the file system: definition, inspect metadata, arch. With `upper`
     (files lying over the sandbox's), from /.singularity.d of both, merged in a scratch tree under `out`:
-    the runtime's inspect reads only that directory (0.03 s for the reference image's)."""
+    the runtime's inspect reads only that directory (quick: a few small files)."""
     from envbuild.imagetree.intree import host_path, open_in_tree, read_in_tree
 
     target = Path(out)

@@ -1,19 +1,19 @@
 """While a stale lock is resolved again, hard-link the env layer that will most likely be the new one's parent.
 
-A user adds a package to the spec and builds: the lock is stale, so uv resolves again (0.9-1.1 s here,
-mostly waiting on the package indexes), and only then is the new env layer's parent known and hard-linked
-(`cp -al` of the reference env layer's 46,000 paths: 1.3 s, bound by the file system's journal, not the
-CPU). Resolving again keeps every pin the spec still allows, so the parent is nearly always the env layer
+A user adds a package to the spec and builds: the lock is stale, so uv resolves again (mostly waiting on
+the package indexes), and only then is the new env layer's parent known and hard-linked (`cp -al` of the
+reference env layer's 46,000 paths, bound by the file system's journal, not the CPU): two waits of about
+the same length, one after the other. Resolving again keeps every pin the spec still allows, so the parent is nearly always the env layer
 the previous lock built; its copy (with the guard's snapshot, as envbuild.build.execute.fsactions.copy_tree makes
 them) starts beside the resolution in its own work directory. The build then takes it (envbuild.build.plan
 renames it into place instead of copying) when the layer it chose is that one, and removes it otherwise.
 
 Nothing here decides anything the build did not: the parent is still chosen from the new lock
-(BuildSession._plan); a copy of another layer is thrown away (0.6 s, only when the guess was wrong).
+(BuildSession._plan); a copy of another layer is thrown away (only when the guess was wrong).
 
 From a store others can write, the layer is also digested meanwhile and compared with its record
-(envbuild.store.integrity.env_layer_problem: 1.4 s for the reference's env layer, which the resolution
-otherwise waits beside): the build takes that verdict when it chooses the same layer, and checks any other.
+(envbuild.store.integrity.env_layer_problem: longer than the resolution it runs beside): the build takes
+that verdict when it chooses the same layer, and checks any other.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def take_env_layer(store_root: Path, entry_dir: str, *, say: Callable[[str], Non
                    checked: tuple[str | None] | None = None) -> bool:
     """Whether the complete env layer may be used: hard-linked into a sandbox, a user layer's lower tree, or a
     new env layer that installs on it. From the user's own store, yes, unhashed (write access is trust, and
-    a digest of the reference's 1.2 GB layer costs 1.7-5.8 s). From a store others can write, its root file
+    a digest of the reference's 1.2 GB layer costs seconds). From a store others can write, its root file
     system is digested again and compared with the digest its env step recorded (`digest`, written before
     `complete`); a mismatch or no record: False, with a warning naming the entry and the store. `checked`:
     what that comparison found, made ahead by this build (envbuild.app.build.prefetch)."""

@@ -37,7 +37,7 @@ _PLATFORM = re.compile(r"[a-z0-9_]+-[a-z0-9_]+")
 
 def target_cache_file(store_root: Path, base_entry: str) -> str | None:
     """Where the base's answer is kept: its store entry, unless others can write it. The answer decides what
-    the lock resolves for, and asking again costs one container start (0.1-0.2 s), so a store others can
+    the lock resolves for, and asking again costs one container start, so a store others can
     write keeps none of it: it is a cache, and such a store's copy is not read (docs/concepts/trust.md)."""
     from envbuild.store.integrity import others_can_write
 
@@ -48,7 +48,7 @@ def target_cache_file(store_root: Path, base_entry: str) -> str | None:
 def probe_target(request: BuildRequest, rootfs: str, *, cache_file: str | None = None) -> LockTarget:
     """The Python the build will install into: the venv's of an envbuild base, else the spec's interpreter.
     `cache_file` (in the base's store entry) keeps the answer for that Python and base digest: asking
-    starts a container (0.1-0.2 s on the path of every build whose lock is stale). It is read only as
+    starts a container (on the path of every build whose lock is stale). It is read only as
     plain data of the shape written here; anything else is asked again."""
     from envbuild.spec.model import VENV_PREFIX
 

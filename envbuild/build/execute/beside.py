@@ -2,19 +2,19 @@
 
 The tests only read the finished tree (`apptainer exec` without --writable mounts the sandbox read-only,
 and byte code was compiled at install time, so Python writes nothing), so they can run while mksquashfs
-reads the same tree. On a cold build of the reference spec they took 8-10 s, the squash 30-35 s.
+reads the same tree. On a cold build of the reference spec they end well within the squash.
 
 The commands also run side by side, as many at a time as there are CPUs but at most MAX_SIDE_BY_SIDE:
 a spec's tests are separate commands (each its own `apptainer exec`), and most of their time is one
-Python process importing modules on one core. The reference spec's two tests took 3.6 s and 1.3 s one
-after the other (4.9 s); side by side 3.7 s on 2 cores, which on a `--layered` +1 build is the longest
-part of the squash step. The cap is for memory, not CPUs: a login node has many cores but a per-user
-memory limit, and one test importing torch, transformers and lightning peaks at 340 MB here.
+Python process importing modules on one core. Side by side, the reference spec's two tests take about
+as long as the longer one alone, which on a `--layered` +1 build is the longest part of the squash step.
+The cap is for memory, not CPUs: a login node has many cores but a per-user memory limit, and one test
+importing torch, transformers and lightning takes hundreds of MB.
 
 Each command runs in a session of its own (as the executor's tools); their output is kept per command
 and written to the log in the spec's order. The step then waits for them (`JoinBeside`) before it makes
 its result complete. A command that fails stops the others and the step's foreground tool at once
-(`on_failure`), so a failing test does not wait for a 30 s squash; a step that fails or is interrupted
+(`on_failure`), so a failing test does not wait for a squash; a step that fails or is interrupted
 stops the commands.
 """
 
@@ -124,7 +124,7 @@ class Beside:
             self.failure = failure
             self._stopping.set()
             running = list(self._processes.values())
-        self.on_failure()  # the step's tool first: it may be a 30 s squash
+        self.on_failure()  # the step's tool first: it may be a long squash
         for process in running:
             stop_child(process)
 

@@ -213,8 +213,8 @@ def remove(executor: Any, step: Step, action: Remove) -> None:
 
 
 def remove_tree(path: str) -> None:
-    """rm -rf: 0.58-0.62 s for a build sandbox of 46,000 hard links where shutil.rmtree took 0.70-0.74 s
-    (3 runs each, this machine); --one-file-system refuses to descend into anything mounted inside."""
+    """rm -rf: faster than shutil.rmtree on a build sandbox of 46,000 hard links; --one-file-system refuses to
+    descend into anything mounted inside."""
     try:
         done = subprocess.run(("rm", "-rf", "--one-file-system", "--", path), stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, check=False)
@@ -233,7 +233,7 @@ def rename(executor: Any, step: Step, action: Rename) -> None:
 
 def guard_tree(executor: Any, step: Step, action: GuardTree) -> None:
     """Started in a thread: its verdict concerns the parent layer, for later builds, so the rest of this build
-    need not wait for the 0.3 s walk of the parent's 46,000 paths; `join_guards` waits at the end of the steps
+    need not wait for the walk of the parent's 46,000 paths; `join_guards` waits at the end of the steps
     (or before a failed step's cleanup) and says what it found."""
     def check() -> None:
         with contextlib.suppress(OSError, AttributeError):

@@ -160,7 +160,7 @@ _PROGRESS_BAR = re.compile(r"^\[[^\]]*\]\s+(\d+)/(\d+)\s+(\d+)%$")
 
 def progress_bar(line: str) -> str | None:
     """A tool's progress-bar redraw as short text for the live line ("65% (300/458 blocks)"); None for any
-    other line. Redraws are not logged: a 30 s squash draws hundreds."""
+    other line. Redraws are not logged: a squash draws hundreds."""
     match = _PROGRESS_BAR.match(line.strip())
     return f"{match[3]}% ({match[1]}/{match[2]} blocks)" if match else None
 

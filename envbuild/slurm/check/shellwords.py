@@ -1,9 +1,9 @@
 """Shell words of a batch script's body as bash reads them (bash(1) "QUOTING", "Here Documents"): simple
 commands split at newlines and ; & && || | ( ), each word with its quotes removed, comments, redirections and
 here-document bodies left out. Linear in the text: one regular expression walks it (no re-reading of a line
-when a quote or a continuation carries on), so a 10 MB script is read in about a second.
+when a quote or a continuation carries on), so even a script of megabytes is read at once.
 
-Why not shlex or bashlex: shlex reads a character at a time in Python (about 0.25 s per MB, and it knows
+Why not shlex or bashlex: shlex reads a character at a time in Python (slow on a large script, and it knows
 no line numbers, here-documents or `$(...)`), and bashlex is a yacc parser that is slower still and raises on
 much that bash accepts. What the checker needs is bash's word splitting and quote removal, which is small
 and well defined. Pure.
