@@ -75,7 +75,7 @@ def golden_names() -> set[str]:
 
 def overlay_request(spec: str = "lumi-conda-overlay", **overrides: object) -> BuildRequest:
     """tests/fixtures/overlay/SPEC.yaml with fixed facts, on the base BASE_SIF (not on this machine), once the
-    base's digest is known; flat overrides as in tests/plan_fixtures.with_overrides."""
+    base's digest is known; flat overrides as in tests/support/plan_fixtures.py (with_overrides)."""
     fields: dict[str, object] = {"output": "/out/x.sqsh", "base_path": BASE_SIF, "base_fingerprint": "21474836480-1700000000",
                                  "base_sif_id": BASE_SIF_ID, "base_size": BASE_SIZE}
     fields.update(overrides)
