@@ -32,7 +32,7 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
 
 
 def main() -> None:
-    from tests.launch.test_overlays import FIXTURE_SIF, base_record, make_overlay
+    from tests.support.envrun_overlays import FIXTURE_SIF, base_record, make_overlay
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=41)

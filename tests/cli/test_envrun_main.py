@@ -127,7 +127,7 @@ def test_envrun_config_naming_a_missing_file(tmp_path: Path, image: Path, env: d
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A project directory: base.sif (a real SIF) and env.sqsh (an overlay built for it) in build/."""
-    from tests.launch.test_overlays import FIXTURE_SIF, base_record, make_overlay
+    from tests.support.envrun_overlays import FIXTURE_SIF, base_record, make_overlay
 
     build = tmp_path / "proj" / "build"
     build.mkdir(parents=True)
