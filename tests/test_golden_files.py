@@ -13,11 +13,11 @@ from tests.build import test_condaplan as test_condaplan_golden
 from tests.build import test_overlayplan as test_overlayplan_golden
 from tests.build import test_plan as test_buildplan_golden
 from tests.build import test_upperplan as test_upperplan_golden
-from tests.build.test_plan import GOLDEN
 from tests.catalogue import test_page as test_catalogue_golden
 from tests.launch import test_plan as test_launchplan
 from tests.slurm import test_script as test_batchscript_golden
 from tests.spec import test_recipefiles as test_recipefiles_golden
+from tests.support.golden import GOLDEN
 
 
 def expected_golden_files() -> set[str]:

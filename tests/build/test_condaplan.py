@@ -12,7 +12,7 @@ from envbuild.build.render import render_build_plan
 from envbuild.build.request import BuildRequest, ImageOptions, SpecSource
 from envbuild.recipes.load import load_recipe
 from envbuild.spec.load import load_build_input, load_spec_text
-from tests.build.test_plan import check_golden
+from tests.support.golden import check_golden
 from tests.support.plan_fixtures import FIXED_FACTS, REPO, with_overrides
 
 TOOL = CotainrTool(argv=("/opt/envbuild-venv/bin/python", "-m", "cotainr"), version="2025.7.1")

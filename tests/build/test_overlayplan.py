@@ -33,7 +33,7 @@ from envbuild.errors import EnvbuildError
 from envbuild.host.pip import PipSettings
 from envbuild.inventory.pkgmeta import parse_pin
 from envbuild.overlayformat import RECORD_FILE, RECORD_KEYS, check_record
-from tests.build.test_plan import check_golden
+from tests.support.golden import check_golden
 from tests.support.plan_fixtures import FIXED_BASE_DIGEST, FIXED_FACTS, fixed_request, with_overrides
 
 BASE_SIF = "/appl/local/containers/sif-images/x.sif"

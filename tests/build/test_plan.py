@@ -7,9 +7,7 @@ tests/test_golden_files.py (delete it, or add its case)."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +15,7 @@ from envbuild.build.actions import MergeJson, Run, WriteFile
 from envbuild.build.record import env_script
 from envbuild.build.render import redact, render_build_plan, render_steps
 from envbuild.host.pip import PipSettings
+from tests.support.golden import check_golden
 from tests.support.plan_fixtures import FIXED_FACTS, fixed_base_plan, fixed_plan
 
 
@@ -25,8 +24,6 @@ def render_both(spec_file: str, **overrides: object) -> str:
     base = fixed_base_plan(spec_file, **overrides)
     return render_steps("base", base.steps) + "\n" + render_build_plan(fixed_plan(spec_file, **overrides))
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
-UPDATE_FLAG = "ENVBUILD_UPDATE_GOLDEN"
 
 # The golden files of this module, from the case tables the tests are parametrized with
 # (tests/test_golden_files.py checks that tests/golden/ holds exactly the files some test compares with).
@@ -40,17 +37,6 @@ def plan_golden_name(spec: str) -> str:
 
 def golden_names() -> set[str]:
     return {*(plan_golden_name(spec) for spec in PLAN_SPECS), PIP_PLAN_GOLDEN}
-
-
-def check_golden(name: str, text: str) -> None:
-    """Compare `text` with tests/golden/NAME. After an intended change, rewrite the files with
-    ENVBUILD_UPDATE_GOLDEN=1 pytest tests/build/test_plan.py tests/launch/test_plan.py, review the diff,
-    and commit it; a name that no case table lists is reported as stale by tests/test_golden_files.py."""
-    path = GOLDEN / name
-    if os.environ.get(UPDATE_FLAG) == "1":
-        path.write_text(text)
-    assert path.exists(), f"missing golden file {path}; run with {UPDATE_FLAG}=1"
-    assert text == path.read_text()
 
 
 @pytest.mark.parametrize("spec", PLAN_SPECS)

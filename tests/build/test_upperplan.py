@@ -16,7 +16,7 @@ from envbuild.build.actions import CopyTree, MergeJson, Run, StartBeside
 from envbuild.build.render import render_build_plan
 from envbuild.build.request import BuildRequest
 from envbuild.build.upperplan import plan_upper_build, user_layer_over_env
-from tests.build.test_plan import check_golden
+from tests.support.golden import check_golden
 from tests.support.plan_fixtures import fixed_request
 
 UPPER_PLAN_GOLDEN = "local-cpu-pytorch.layered-upper.plan.txt"

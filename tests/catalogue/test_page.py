@@ -9,8 +9,8 @@ from html.parser import HTMLParser
 
 from envbuild.catalogue.model import build_catalogue
 from envbuild.catalogue.page import render_page
-from tests.build.test_plan import check_golden
 from tests.support.catalogue_samples import sample_catalogue, sample_entries
+from tests.support.golden import check_golden
 
 GOLDEN_NAME = "catalogue-sample.html"
 

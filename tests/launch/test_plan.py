@@ -18,7 +18,7 @@ from envbuild.launch.allocation import read_allocation
 from envbuild.launch.args import split_srun
 from envbuild.launch.plan import LaunchRequest, plan_launch
 from envbuild.recipes.load import load_recipe
-from tests.build.test_plan import check_golden
+from tests.support.golden import check_golden
 from tests.support.launch_allocations import (
     HOST,
     JUPITER_1_NODE,

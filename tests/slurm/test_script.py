@@ -15,7 +15,7 @@ from envbuild.slurm.batch.plan import BatchRequest, Requeue, plan_batch
 from envbuild.slurm.batch.resources import JobRequest
 from envbuild.slurm.batch.script import render_script, shell_word
 from envbuild.slurm.batch.staging import StageSource
-from tests.build.test_plan import check_golden
+from tests.support.golden import check_golden
 from tests.support.launch_allocations import HOST
 
 RUNTIME = Runtime("/usr/bin/apptainer", "apptainer")
