@@ -40,7 +40,7 @@ def seed_store(store: Path, source: Path = TEST_STORE) -> None:
     """Hard-link SOURCE's complete debootstrap bases into STORE (nothing is copied; a base is never
     written to once complete)."""
     kind_dir(store, "base").mkdir(parents=True, exist_ok=True)
-    bases = sorted((source / "bases").glob("debootstrap-bookworm-*")) if (source / "bases").is_dir() else []
+    bases = sorted(kind_dir(source, "base").glob("debootstrap-bookworm-*")) if kind_dir(source, "base").is_dir() else []
     complete = [entry for entry in bases if (entry / "complete").exists()]
     if not complete:
         raise SystemExit(f"--quick needs a debootstrap base in {source} (any real build test makes one, or "
@@ -52,7 +52,7 @@ def seed_store(store: Path, source: Path = TEST_STORE) -> None:
 
 def quick_base_rootfs(source: Path = TEST_STORE) -> Path:
     """The root file system of SOURCE's debootstrap base (the manual method's --quick sandbox is a copy)."""
-    for entry in sorted((source / "bases").glob("debootstrap-bookworm-*")):
+    for entry in sorted(kind_dir(source, "base").glob("debootstrap-bookworm-*")):
         if (entry / "complete").exists() and (entry / "rootfs" / "usr/bin/python3").exists():
             return entry / "rootfs"
     raise SystemExit(f"--quick needs a debootstrap base in {source}")
