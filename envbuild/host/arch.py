@@ -16,7 +16,19 @@ from envbuild.errors import UsageError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
+    from typing import Protocol
+
+    class SystemFacts(Protocol):
+        """What the architecture checks read of a system recipe: envbuild.recipes.protocols.SystemRecipe has
+        it (host/ sits below recipes/ in the package order, so it names only this much)."""
+
+        @property
+        def name(self) -> str: ...
+        @property
+        def architecture(self) -> str: ...
+        @property
+        def node(self) -> object: ...  # None for a `node: host` recipe
+        def cite(self, field: str) -> str: ...
 
 # Go's / Docker's / other tools' names -> uname -m's. Names not listed are kept as they are.
 _ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "x64": "x86_64", "arm64": "aarch64", "arm64v8": "aarch64",
@@ -92,15 +104,15 @@ def go_arch(name: str) -> str:
     return normal
 
 
-def system_arch(recipe: Any, host: str) -> str:
+def system_arch(recipe: SystemFacts, host: str) -> str:
     """The architecture a system's images must have: its recipe's `architecture:`, or for a `node: host` recipe
     (no site facts, e.g. local: any machine) the machine envbuild or envrun runs on."""
-    if getattr(recipe, "node", None) is None and host:
+    if recipe.node is None and host:
         return host
-    return str(getattr(recipe, "architecture", "x86_64"))
+    return recipe.architecture
 
 
-def check_image_arch(image: str, raw: str | None, recipe: Any, *, under_srun: bool, host: str | None = None) -> None:
+def check_image_arch(image: str, raw: str | None, recipe: SystemFacts, *, under_srun: bool, host: str | None = None) -> None:
     """Refuse `image`, whose SIF header names the architecture `raw` (envbuild.sif.format.read_sif_arch: 128
     bytes, cheap on every launch), when that is not the one it will run on: this machine's, or under srun the
     system's nodes' (the recipe's `architecture:`; a login node may differ from the compute nodes). envrun asks
@@ -114,7 +126,7 @@ def check_image_arch(image: str, raw: str | None, recipe: Any, *, under_srun: bo
     here = host or host_arch()
     if under_srun:
         wanted, where = system_arch(recipe, here), f"system {recipe.name}'s nodes"
-        if getattr(recipe, "node", None) is not None:
+        if recipe.node is not None:
             where += f" ({recipe.cite('architecture')})"
     else:
         wanted, where = here, "this machine"
