@@ -29,7 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Protocol, TextIO
 
 from envbuild.build.actions import JoinBeside, Run, StartBeside, Step
 from envbuild.build.execute.tools import start_child, stop_child, tool_environment
@@ -159,41 +159,52 @@ class Beside:
 # --- the executor's side (envbuild.build.execute.executor registers these for StartBeside and JoinBeside) ----------
 
 
-def start_beside(executor: Any, step: Step, action: StartBeside) -> None:
+class BackgroundExecutor(Protocol):
+    """What the background handlers use of the executor that runs the step (BuildExecutor): the step's
+    background commands, the tool that runs in the foreground now, and the step log."""
+
+    beside: Beside | None
+    foreground: subprocess.Popen[str] | None
+
+    @property
+    def _log(self) -> TextIO: ...
+
+
+def start_beside(executor: BackgroundExecutor, step: Step, action: StartBeside) -> None:
     stop_beside(executor)
     executor.beside = Beside(action.name, action.runs, dict(os.environ),
                              on_failure=lambda: _terminate(executor.foreground)).start()
 
 
-def join_beside(executor: Any, step: Step, action: JoinBeside) -> None:
+def join_beside(executor: BackgroundExecutor, step: Step, action: JoinBeside) -> None:
     _join_background(executor)
 
 
-def _join_background(executor: Any) -> None:
+def _join_background(executor: BackgroundExecutor) -> None:
     beside, executor.beside = executor.beside, None
     if beside is not None:
         beside.join(executor._log)
 
 
-def foreground_started(executor: Any, process: subprocess.Popen[str]) -> None:
+def foreground_started(executor: BackgroundExecutor, process: subprocess.Popen[str]) -> None:
     """The step's tool started: a background command that has failed already stops it at once."""
     executor.foreground = process
     if executor.beside is not None and executor.beside.failure is not None:
         _terminate(process)
 
 
-def raise_if_beside_failed(executor: Any) -> None:
+def raise_if_beside_failed(executor: BackgroundExecutor) -> None:
     """After the step's tool ended badly: when a background command failed first (and so stopped the tool),
     its failure is the one to report."""
     if executor.beside is not None and executor.beside.failure is not None:
         _join_background(executor)
 
 
-def stop_beside(executor: Any) -> None:
+def stop_beside(executor: BackgroundExecutor) -> None:
     """The step failed or was interrupted: its background commands go first, before any cleanup."""
-    beside, executor.beside = getattr(executor, "beside", None), None
+    beside, executor.beside = executor.beside, None
     if beside is not None:
-        beside.stop(getattr(executor, "_log", None))
+        beside.stop(executor._log)
 
 
 def _terminate(process: subprocess.Popen[str] | None) -> None:

@@ -14,7 +14,7 @@ import stat
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TextIO
 
 from envbuild.atomicfile import atomic_write
 from envbuild.build.actions import (
@@ -39,14 +39,26 @@ from envbuild.build.execute.wrapperfiles import write_run_wrappers
 from envbuild.imagetree import intree
 
 
-def write_file(executor: Any, step: Step, action: WriteFile) -> None:
+class FileActionExecutor(Protocol):
+    """What the file actions use of the executor that runs them (envbuild.build.execute.executor.BuildExecutor):
+    its step log, its tool runner, its lasting lines and the hard-link guards it joins."""
+
+    guards: list[tuple[threading.Thread, list[str]]]
+
+    @property
+    def _log(self) -> TextIO: ...
+    def _run(self, step: Step, action: Run) -> None: ...
+    def _say(self, text: str, *, result: bool = False) -> None: ...
+
+
+def write_file(executor: FileActionExecutor, step: Step, action: WriteFile) -> None:
     if action.root is not None:
         intree.write_in_tree(action.root, inside_of(action.root, action.path), action.content, action.mode)
         return
     atomic_write(action.path, action.content, mode=action.mode)
 
 
-def merge_json(executor: Any, step: Step, action: MergeJson) -> None:
+def merge_json(executor: FileActionExecutor, step: Step, action: MergeJson) -> None:
     if action.root is not None:
         _merge_json_in_tree(action, action.root)
         return
@@ -89,7 +101,7 @@ def _read_host_file(path: str) -> tuple[bytes, int] | None:
         return None
 
 
-def check_links_inside(executor: Any, step: Step, action: CheckLinksInside) -> None:
+def check_links_inside(executor: FileActionExecutor, step: Step, action: CheckLinksInside) -> None:
     from envbuild.errors import EnvbuildError
 
     for inside in action.paths:
@@ -102,7 +114,7 @@ def check_links_inside(executor: Any, step: Step, action: CheckLinksInside) -> N
                 f"make {link} a directory or file of the tree itself (not a link out of it), or use another base")
 
 
-def copy_tree(executor: Any, step: Step, action: CopyTree) -> None:
+def copy_tree(executor: FileActionExecutor, step: Step, action: CopyTree) -> None:
     snapshot = action.snapshot
     if snapshot is None:
         executor._run(step, Run(action.argv()))
@@ -126,7 +138,7 @@ def copy_tree(executor: Any, step: Step, action: CopyTree) -> None:
         raise failure[0]
 
 
-def copy_file(executor: Any, step: Step, action: CopyFile) -> None:
+def copy_file(executor: FileActionExecutor, step: Step, action: CopyFile) -> None:
     if action.dest_root is not None:
         intree.copy_into_tree(action.src, action.dest_root, inside_of(action.dest_root, action.dest), action.mode)
         return
@@ -148,7 +160,7 @@ def copy_file(executor: Any, step: Step, action: CopyFile) -> None:
     _copy_file(executor, step, action)
 
 
-def _copy_file(executor: Any, step: Step, action: CopyFile) -> None:
+def _copy_file(executor: FileActionExecutor, step: Step, action: CopyFile) -> None:
     if os.path.isdir(action.src):
         # --remove-destination: existing files are replaced, never written through (they may
         # be hard links into a store layer).
@@ -167,7 +179,7 @@ def _copy_file(executor: Any, step: Step, action: CopyFile) -> None:
         os.chmod(action.dest, action.mode)
 
 
-def check_room(executor: Any, step: Step, src: str, dest: str) -> None:
+def check_room(executor: FileActionExecutor, step: Step, src: str, dest: str) -> None:
     """Before a big copy (an image to the output): is there room? A clear error instead of a half copy."""
     from envbuild.build.execute.diskspace import disk_full_error, free_and_total
 
@@ -180,7 +192,7 @@ def check_room(executor: Any, step: Step, src: str, dest: str) -> None:
         raise disk_full_error(step.name, dest, size, f"the image {src}", before=True)
 
 
-def make_dirs(executor: Any, step: Step, action: MakeDirs) -> None:
+def make_dirs(executor: FileActionExecutor, step: Step, action: MakeDirs) -> None:
     if action.root is not None and not os.path.lexists(action.root):
         # `mkdir -p` makes the tree's root too, when it is not there yet (a debootstrap tree on a cold store):
         # the root is a path of envbuild's (store, work dir), not of the image, so it is made by its host path.
@@ -192,7 +204,7 @@ def make_dirs(executor: Any, step: Step, action: MakeDirs) -> None:
             make_host_dirs(path, action.mode)
 
 
-def touch(executor: Any, step: Step, action: Touch) -> None:
+def touch(executor: FileActionExecutor, step: Step, action: Touch) -> None:
     for path in action.paths:
         if action.root is not None:
             intree.touch_in_tree(action.root, inside_of(action.root, path))
@@ -200,7 +212,7 @@ def touch(executor: Any, step: Step, action: Touch) -> None:
             Path(path).touch()
 
 
-def remove(executor: Any, step: Step, action: Remove) -> None:
+def remove(executor: FileActionExecutor, step: Step, action: Remove) -> None:
     if action.root is not None:
         for path in action.paths:
             intree.remove_in_tree(action.root, inside_of(action.root, path))
@@ -224,14 +236,14 @@ def remove_tree(path: str) -> None:
         shutil.rmtree(path)  # no rm here, or it failed: Python's own walk raises a precise OSError
 
 
-def rename(executor: Any, step: Step, action: Rename) -> None:
+def rename(executor: FileActionExecutor, step: Step, action: Rename) -> None:
     if action.src_root is not None:
         intree.rename_out_of_tree(action.src_root, inside_of(action.src_root, action.src), action.dest)
         return
     os.replace(action.src, action.dest)
 
 
-def guard_tree(executor: Any, step: Step, action: GuardTree) -> None:
+def guard_tree(executor: FileActionExecutor, step: Step, action: GuardTree) -> None:
     """Started in a thread: its verdict concerns the parent layer, for later builds, so the rest of this build
     need not wait for the walk of the parent's 46,000 paths; `join_guards` waits at the end of the steps
     (or before a failed step's cleanup) and says what it found."""
@@ -261,7 +273,7 @@ def guard_tree(executor: Any, step: Step, action: GuardTree) -> None:
     thread.start()
 
 
-def join_guards(executor: Any) -> None:
+def join_guards(executor: FileActionExecutor) -> None:
     """Wait for the guards started by guard_tree and say their warnings."""
     guards, executor.guards = executor.guards, []
     for thread, said in guards:
@@ -270,17 +282,17 @@ def join_guards(executor: Any) -> None:
             executor._say(line)
 
 
-def clamp_times(executor: Any, step: Step, action: ClampTimes) -> None:
+def clamp_times(executor: FileActionExecutor, step: Step, action: ClampTimes) -> None:
     clamp_tree_times(action.path, action.epoch)
 
 
-def record_digest(executor: Any, step: Step, action: RecordDigest) -> None:
+def record_digest(executor: FileActionExecutor, step: Step, action: RecordDigest) -> None:
     from envbuild.treedigest import main as record_digest
 
     record_digest([action.path, action.dest, action.reuse or "", action.files_out or ""])
 
 
-def write_wrappers(executor: Any, step: Step, action: WriteRunWrappers) -> None:
+def write_wrappers(executor: FileActionExecutor, step: Step, action: WriteRunWrappers) -> None:
     names, kept = write_run_wrappers(action)
     executor._log.write(f"wrote {len(names)} wrappers: {' '.join(names)}\n")
     if kept:
