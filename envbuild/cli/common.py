@@ -5,14 +5,15 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 import click
 
 from envbuild.errors import EnvbuildError, UsageError
 from envbuild.interrupts import Interrupted, interruptible
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 T = TypeVar("T")
 
 
@@ -34,9 +35,9 @@ def checked_value(check: Callable[[str], T]) -> Callable[[click.Context, click.P
     return callback
 
 
-def reports_errors(func: F) -> F:
+def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             with interruptible():
                 return func(*args, **kwargs)
@@ -51,4 +52,4 @@ def reports_errors(func: F) -> F:
             click.echo("interrupted by SIGINT", err=True)
             sys.exit(130)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper

@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from envbuild.cli.common import reports_errors
 from envbuild.cli.options import OUTPUT, SYSTEM, click_option
 from envbuild.errors import UsageError
+
+if TYPE_CHECKING:
+    from envbuild.spec.recipefiles import RecipeFormat
 
 
 @click.command("import")
@@ -64,7 +68,7 @@ def import_command(recipe: Path, output: Path | None, fmt: str | None, system: s
 @click_option(OUTPUT, type=click.Path(path_type=Path), note="the definition file or Dockerfile", default_help="print it")
 @click.option("--no-lock", is_flag=True, help="ignore the lock next to SPEC; install the spec's requirements unpinned")
 @reports_errors
-def export_command(spec: Path, fmt: str, output: Path | None, no_lock: bool) -> None:
+def export_command(spec: Path, fmt: RecipeFormat, output: Path | None, no_lock: bool) -> None:
     """Write SPEC as a definition file or a Dockerfile, for building without envbuild.
 
     Carries the base, env, labels, files, post, tests and the Python packages, pinned to SPEC's lock
@@ -87,7 +91,7 @@ def export_command(spec: Path, fmt: str, output: Path | None, no_lock: bool) -> 
     if loaded.spec.python.pytorch is not None:
         torch_index = loaded.spec.python.pytorch.index_url or load_recipe(loaded.spec.system).pytorch_index_for(
             loaded.spec.python.pytorch.wheel_tag)
-    text = render_export(ExportInput(loaded.spec, str(spec), torch_index, pins, lock_source), fmt)  # type: ignore[arg-type]
+    text = render_export(ExportInput(loaded.spec, str(spec), torch_index, pins, lock_source), fmt)
     if output is None:
         sys.stdout.write(text)
         return

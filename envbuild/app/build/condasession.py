@@ -17,7 +17,7 @@ from envbuild.errors import EnvbuildError, UsageError
 if TYPE_CHECKING:
     from envbuild.build.condaplan import CotainrTool
     from envbuild.build.request import BuildPlan, BuildRequest
-    from envbuild.recipes.ops import RecipeMethods
+    from envbuild.recipes.protocols import SystemRecipe
     from envbuild.spec.load import LoadedSpec
 
 
@@ -37,7 +37,7 @@ def find_cotainr() -> CotainrTool:
     return CotainrTool(argv=(sys.executable, "-m", "cotainr"), version=found)
 
 
-def check_pip_part(loaded: LoadedSpec, recipe: RecipeMethods, base: str) -> list[str]:
+def check_pip_part(loaded: LoadedSpec, recipe: SystemRecipe, base: str) -> list[str]:
     """The env's pip part against the system, before anything is downloaded: refuses what cannot work and
     returns the warnings (one text each, with the fix) for what may not do what is meant. `base`: the
     image cotainr starts from."""

@@ -41,7 +41,8 @@ def image_key_of(path: Path) -> str | None:
         with open_image(str(path)) as image:
             data = image.tree.read(f"{RECORD_DIR}/build.json", 1 << 20)
         record = json.loads(data or b"{}")
-        return record.get("layers", {}).get("image")
+        image_key: str | None = record.get("layers", {}).get("image")  # a record that is no mapping: AttributeError
+        return image_key
     except (EnvbuildError, ValueError, OSError, AttributeError):
         return None
 

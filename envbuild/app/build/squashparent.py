@@ -34,17 +34,17 @@ def env_lineage(store_root: Path, env_entry: str, env_parent: str | None) -> lis
     """The env layers the new tree descends from, nearest first (the new one itself, whether built yet or not)."""
     envs = kind_dir(store_root, "env")
     lineage = [env_entry]
-    current = env_parent
+    current: object = env_parent  # a parent named by the entries' records: text, checked below
     if current is None:
         meta = _meta(EntryPaths(str(envs / env_entry)))
-        current = meta.get("parent") if meta else None  # type: ignore[assignment]
+        current = meta.get("parent") if meta else None
     while isinstance(current, str) and current not in lineage and len(lineage) < _MAX_ANCESTORS:
         entry = EntryPaths(str(envs / current))
         if not os.path.exists(entry.complete):
             break  # a base entry, or an env layer since removed
         lineage.append(current)
         meta = _meta(entry)
-        current = meta.get("parent") if meta else None  # type: ignore[assignment]
+        current = meta.get("parent") if meta else None
     return lineage
 
 
