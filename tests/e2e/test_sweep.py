@@ -60,7 +60,7 @@ def test_a_failing_point_is_reported_with_its_job_and_log_and_retried(reference_
         "    sys.exit('two ranks: this script gives up')\n"
         "if os.environ.get('SLURM_PROCID') == '0':\n"
         "    print('envrun-metric: samples_per_s=42.0', flush=True)\n")
-    args = ("--gpus", "1,2", "--launcher", "srun", "--report", "rep", "--", "python", "fails_at_two.py")
+    args = ("--gpus", "1,2", "--launcher", "srun", "-o", "rep", "--", "python", "fails_at_two.py")
     code, out, err = sweep(tmp_path, reference_image, *args)
     assert code == 1, out + err
     data = json.loads((tmp_path / "rep/table.json").read_text())

@@ -133,7 +133,7 @@ def leak(tmp_path_factory: pytest.TempPathFactory, build_cache: Path, debootstra
             ("build", [ENVBUILD, "build", "tiny.yaml", "-o", str(image), "--compression", "zstd"]),
             ("lock", [ENVBUILD, "lock", "tiny.yaml"]),
             ("dry-run", [ENVBUILD, "build", "tiny.yaml", "-o", str(image), "--dry-run"]),
-            ("sbatch", [ENVRUN, "sbatch", "--system", "local", "--image", str(image), "--account", "p1", "--print",
+            ("sbatch", [ENVRUN, "sbatch", "--system", "local", "--image", str(image), "--account", "p1", "--dry-run",
                         "--", "python", "train.py"]),
             ("envrun", [ENVRUN, "--system", "local", "--image", str(image), "--dry-run", "srun", "torchrun", "train.py"]),
         ):
