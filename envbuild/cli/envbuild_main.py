@@ -15,6 +15,7 @@ from envbuild.cli.common import checked_value, reports_errors
 from envbuild.cli.lazygroup import LazyGroup
 from envbuild.cli.options import BUILD_LOG, CACHE_DIR, DRY_RUN, JSON, OUTPUT, QUIET, SYSTEM, VERBOSE, click_option
 from envbuild.errors import EXIT_PROBLEMS, SpecProblem, UsageError, exit_status_help
+from envbuild.sif.compression import DEFAULT_COMPRESSION
 
 # The build machinery (pydantic models, planners) is imported inside the commands that use it:
 # `envbuild packages` over many images should not pay for it at every start.
@@ -67,7 +68,7 @@ _cache_dir_option = click_option(CACHE_DIR, type=click.Path(path_type=Path), env
                                              "stale one resolved again and rewritten (as uv sync does)")
 @click.option("--frozen", is_flag=True, help="install SPEC.lock as it is, without checking it against the spec")
 @click.option("--upgrade", is_flag=True, help="resolve every package anew (newest allowed) and rewrite SPEC.lock")
-@click.option("--compression", default="gzip:6", show_default=True, callback=checked_value(_compression), metavar="NAME[:LEVEL]",
+@click.option("--compression", default=DEFAULT_COMPRESSION, show_default=True, callback=checked_value(_compression), metavar="NAME[:LEVEL]",
               help="squashfs compression: gzip (every runtime reads it; level 6 squashes 3.5x faster than 9 for +1 % size), "
                    "zstd (apptainer >= 1.4 only; 15x faster, faster start-up), lz4, xz; gzip:N, zstd:N set the level")
 @click.option("--layered", is_flag=True,

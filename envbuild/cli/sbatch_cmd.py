@@ -34,6 +34,7 @@ from envbuild.cli.options import (
     duration_type,
 )
 from envbuild.errors import EnvbuildError, UsageError, exit_status_help
+from envbuild.launch.args import LAUNCHERS
 
 EPILOG = """Defaults for --account, --partition, --time, --launcher and --requeue-max can be set in the envrun
 config (~/.config/envbuild/envrun.yaml, or $ENVRUN_CONFIG):
@@ -65,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_option(parser, ACCOUNT)
     add_option(parser, PARTITION)
     add_option(parser, TEST_PARTITION)
-    parser.add_argument("--launcher", choices=("torchrun", "srun", "accelerate", "deepspeed"),
+    parser.add_argument("--launcher", choices=LAUNCHERS,
                         help="torchrun/accelerate/deepspeed: one launcher per node; srun: one task per GPU "
                              "(default: the command's own, config, else torchrun)")
     parser.add_argument("--job-name", "-J", metavar="NAME", help="job name (default: the script's name)")

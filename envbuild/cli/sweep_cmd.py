@@ -26,6 +26,7 @@ from envbuild.cli.options import (
     add_renamed,
 )
 from envbuild.errors import EnvbuildError, exit_status_help
+from envbuild.launch.args import LAUNCHERS
 
 EPILOG = """Each point is a batch job written by `envrun sbatch` (the same script, the same checks), with the
 step's wall time printed by the script (an `envrun-step: wall_ms=N exit=S` line). On nodes without GPUs,
@@ -60,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_option(parser, OUTPUT, metavar="DIR", note="the report directory; the same again resumes the sweep",
                default_help="sweep-SCRIPT")
     add_renamed(parser, "--report", OUTPUT, dest="output")
-    parser.add_argument("--launcher", choices=("torchrun", "srun", "accelerate", "deepspeed"),
+    parser.add_argument("--launcher", choices=LAUNCHERS,
                         help="as envrun sbatch (default: the command's own, config, else torchrun)")
     add_option(parser, TIME, note="one for each job")
     add_option(parser, ACCOUNT)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 # are where a build's callers have found them.
 from envbuild.app.lock.decision import load_fresh_lock as load_fresh_lock
 from envbuild.app.lock.decision import torch_index_for as torch_index_for
+from envbuild.sif.compression import DEFAULT_COMPRESSION
 
 if TYPE_CHECKING:
     from envbuild.build.request import BasePlan, BuildRequest
@@ -34,7 +35,7 @@ class BuildOptions:
     upgrade: bool = False  # resolve every package anew and rewrite SPEC.lock
     quiet: bool = False  # errors and the result only
     heartbeat_s: float | None = None  # off a terminal: a `still running:` line this often (None: the default)
-    compression: str = "gzip:6"
+    compression: str = DEFAULT_COMPRESSION
     cache_dir: Path | None = None
     log_path: Path | None = None
     source_date_epoch: int | None = None
