@@ -212,7 +212,7 @@ def main(argv: list[str]) -> int:
     if argv == ["--check"]:
         stale = stale_files()
         for path in stale:
-            print(f"{path.relative_to(ROOT)} is not current: run {REGENERATE}", file=sys.stderr)
+            print(f"{path.relative_to(ROOT)} is not current: run {REGENERATE} and commit the result", file=sys.stderr)
         return 1 if stale else 0
     if argv:
         print(f"usage: {REGENERATE} [--check]", file=sys.stderr)

@@ -218,14 +218,16 @@ def _options_of(words: list[str]) -> tuple[dict[str, bool], list[str]] | str:
         options = {name: action.nargs != 0 for action in parser._actions for name in action.option_strings}
         return options, words[2:] if subcommand else words[1:]
     command: click.Command = generator.envbuild_group()
+    # Contexts chained as click chains them: a command caches its help option with the names its context
+    # gives (-h, --help from the group's settings), so a context without its parent would change --help texts.
+    ctx = click.Context(command, info_name=words[0], **command.context_settings)
     rest = words[1:]
     while isinstance(command, click.Group) and rest and not rest[0].startswith("-"):
-        ctx = click.Context(command, info_name=command.name)
         sub = command.get_command(ctx, rest[0])
         if sub is None:
             return rest[0]
         command, rest = sub, rest[1:]
-    ctx = click.Context(command, info_name=command.name, **command.context_settings)
+        ctx = click.Context(command, info_name=command.name, parent=ctx, **command.context_settings)
     options = {name: not (getattr(param, "is_flag", False) or getattr(param, "count", False))
                for param in command.get_params(ctx) for name in (*param.opts, *param.secondary_opts) if name.startswith("-")}
     return options, rest
