@@ -24,6 +24,8 @@ SUBCOMMANDS = {
     "sbatch": "write, check, submit and follow a Slurm batch script that runs COMMAND with envrun",
     "sweep": "run COMMAND as one batch job per scale point and report how it scales",
     "doctor": "find what would make a job fail or run slowly, before it runs",
+    "kernel": "install, list and remove Jupyter kernels that run inside the image (envrun kernel --help)",
+    "shell": "an interactive shell in the image, with envrun's environment",
     "signal-ranks": "forward a signal to this node's ranks (what envrun sbatch --requeue scripts run)",
 }
 
@@ -67,6 +69,12 @@ Under srun, envrun waits for srun and passes its messages through; when the step
 the cause it can read from srun's exit status and messages: a rank's exit code or signal, a time limit (Slurm's
 "DUE TO TIME LIMIT"), a node that failed, or a container runtime that could not start. Its exit status is srun's.
 
+Under srun, envrun also reports what the step did: a light sampler on every node reads the job's GPUs
+(NVML/nvidia-smi, amd-smi/rocm-smi or sysfs) and the ranks' CPU use from /proc every few seconds, and when
+the step ends envrun prints a short summary with findings (an idle rank, GPUs left idle, GPUs waiting on
+the input pipeline) and their fixes; --report DIR also writes report.json, report.html and a timeline
+(docs/concepts/report.md). --no-report turns it off.
+
 """
 
 
@@ -100,13 +108,23 @@ def build_parser() -> argparse.ArgumentParser:
                              "minutes. Slurm then stops every task "
                              "(SIGTERM, SIGKILL after KillWait), also ranks hung in a collective "
                              "(default: $ENVRUN_STEP_TIMEOUT)")
+    parser.add_argument("--report", metavar="DIR",
+                        help="under srun, also write the step's report there: report.json, report.html, timeline.png "
+                             "and summary.txt (%%j: job id, %%x: job name; default: $ENVRUN_REPORT, else the summary "
+                             "on stderr only)")
+    parser.add_argument("--no-report", action="store_true",
+                        help="no job report: no sampler beside the step, no summary (also: ENVRUN_REPORT=off)")
+    parser.add_argument("--report-interval", metavar="DURATION",
+                        help="time between two samples of a node's GPUs and CPUs, e.g. 10s (default: "
+                             "$ENVRUN_REPORT_INTERVAL, else 5s)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="srun ..., torchrun ..., python ... or any program")
     return parser
 
 
 _WITH_VALUE = {"--image": "image", "--overlay": "overlays", "--bind": "binds", "-B": "binds", "--system": "system",
-               "--step-timeout": "step_timeout"}
-_FLAGS = {"--dry-run": "dry_run", "--explain": "explain", "--force-overlay": "force_overlay", "--strict-net": "strict_net"}
+               "--step-timeout": "step_timeout", "--report": "report", "--report-interval": "report_interval"}
+_FLAGS = {"--dry-run": "dry_run", "--explain": "explain", "--force-overlay": "force_overlay", "--strict-net": "strict_net",
+          "--no-report": "no_report"}
 _REPEATED = ("binds", "overlays")
 
 
@@ -155,6 +173,7 @@ def _request(command: list[str], values: dict[str, str], repeated: dict[str, lis
         command=command, image=values.get("image"), overlays=repeated["overlays"], binds=repeated["binds"],
         system=values.get("system"), step_timeout=values.get("step_timeout"), dry_run="dry_run" in flags,
         explain="explain" in flags, force_overlay="force_overlay" in flags, strict_net="strict_net" in flags,
+        report=values.get("report"), no_report="no_report" in flags, report_interval=values.get("report_interval"),
     )
 
 
@@ -165,6 +184,7 @@ def _parsed_request(args: argparse.Namespace) -> RunRequest:
         command=args.command[1:] if args.command[:1] == ["--"] else args.command, image=args.image,
         overlays=args.overlays, binds=args.binds, system=args.system, step_timeout=args.step_timeout,
         dry_run=args.dry_run, explain=args.explain, force_overlay=args.force_overlay, strict_net=args.strict_net,
+        report=args.report, no_report=args.no_report, report_interval=args.report_interval,
     )
 
 
@@ -203,6 +223,16 @@ def main(argv: list[str] | None = None) -> None:
         from envbuild.cli.sweep_cmd import main as sweep_main
 
         sweep_main(argv[1:])
+        return
+    if argv[:1] == ["kernel"]:  # the image as a Jupyter kernel (envbuild.app.run.kernel)
+        from envbuild.cli.kernel_cmd import main as kernel_main
+
+        kernel_main(argv[1:])
+        return
+    if argv[:1] == ["shell"]:
+        from envbuild.cli.kernel_cmd import shell_main
+
+        shell_main(argv[1:])
         return
     if argv[:1] == ["signal-ranks"]:
         _signal_ranks(argv[1:])

@@ -45,6 +45,7 @@ from envbuild.launch.shims import (
     activation_lines,
     overlay_lines,
     rank_affinity_script,
+    sh_quote,
     signal_record_line,
 )
 from envbuild.launch.sizing import LAUNCHER_NAMES, LaunchSize, size_launch
@@ -85,6 +86,7 @@ class _Planner:
         self.time_limit = ""  # the step's time limit in words, for envrun's message when it is reached
         self.warnings: list[str] = []
         self.program_binds: list[str] = []  # binds added for the program file (envbuild.launch.visibility)
+        self.report = False  # whether the host shim starts the report's sampler (envbuild.report)
 
     def note(self, text: str) -> None:
         self.reasons.append(text)
@@ -135,7 +137,8 @@ class _Planner:
                       "or signal, a time limit, a failed node), read from srun's exit status and messages")
         return LaunchPlan(argv=tuple(argv), env=tuple(self.env), unset=tuple(self.unset), reasons=tuple(self.reasons),
                           warnings=(*self.request.warnings, *size.warnings, *self.warnings), step=step,
-                          time_limit=self.time_limit, program_binds=tuple(self.program_binds))
+                          time_limit=self.time_limit, program_binds=tuple(self.program_binds),
+                          report=self.report and bool(step))
 
     # -- srun ----------------------------------------------------------------------------------------
 
@@ -234,8 +237,33 @@ class _Planner:
             self.note("RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, "
                       "SLURM_STEP_TASKS_PER_NODE; MASTER_ADDR = first node of the step"
                       + (f" + '{suffix}'" if suffix else "") + " (host's scontrol), MASTER_PORT from the job id")
+        lines += self.report_lines()
         lines.append('exec "$@"')
         return ["/bin/sh", "-c", "\n".join(lines), TASK_SHIM_NAME]
+
+    def report_lines(self) -> list[str]:
+        """The job report's sampler, one per node: the node's first task starts it in the background before it
+        becomes the container, with its own pid (the task's root) and its parent's (slurmstepd: all tasks of the
+        step on this node) to watch. Its records travel in the task's stderr, which envrun reads (envbuild.report.
+        wire); so a step whose stderr srun sends elsewhere, or a --pty step that envrun does not supervise, gets
+        no report."""
+        sampler = self.request.report_sampler
+        opts = self.srun_opts or ()
+        if not sampler:
+            return []
+        if has_option(opts, "--pty"):
+            self.note("no job report: a --pty step is interactive, and envrun does not read its stderr")
+            return []
+        if has_option(opts, "-e", "--error", "-o", "--output"):
+            self.note("no job report: srun --output/--error sends the tasks' stderr to a file, and the nodes' samplers "
+                      "report through it (drop the option, or redirect envrun's own stderr instead)")
+            return []
+        self.report = True
+        self.note("job report: one sampler per node (the node's first task starts it) reads the step's GPUs and CPUs "
+                  "every few seconds; envrun prints the summary when the step ends (--no-report: none)")
+        words = " ".join(sh_quote(word) for word in sampler)
+        return [f'if [ "${{SLURM_LOCALID:-0}}" = 0 ]; then {words} --task-pid $$ --step-pid "$PPID" '
+                "</dev/null >/dev/null & fi"]
 
     def container_shim(self) -> list[str]:
         """Inside the container: activate the image's conda when it says how ($WITH_CONDA, LUMI images), put

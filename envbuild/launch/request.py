@@ -20,7 +20,7 @@ class LaunchRequest:
     """What to launch and everything the planner needs to know, as plain data."""
 
     __slots__ = ("allocation", "binds", "command", "cwd", "env", "environ", "host", "host_paths", "image",
-                 "missing_recipe_binds", "notes", "overlays", "recipe", "runscript", "runtime", "step_timeout",
+                 "missing_recipe_binds", "notes", "overlays", "recipe", "report_sampler", "runscript", "runtime", "step_timeout",
                  "step_timeout_from", "strict_net", "system_reason", "warnings")
 
     def __init__(
@@ -30,7 +30,7 @@ class LaunchRequest:
         allocation: Allocation | None = None, overlays: tuple[tuple[str, str], ...] = (),
         warnings: tuple[str, ...] = (), notes: tuple[str, ...] = (), strict_net: bool = False,
         step_timeout: str = "", step_timeout_from: str = "--step-timeout", runscript: str = "",
-        host_paths: HostPaths | None = None,
+        host_paths: HostPaths | None = None, report_sampler: tuple[str, ...] = (),
     ) -> None:
         self.command = command  # everything after envrun's own options, e.g. ("srun", "torchrun", "train.py")
         self.image = image
@@ -57,16 +57,20 @@ class LaunchRequest:
         # This host's file system, asked whether the command's paths are under the binds (envbuild.launch.
         # visibility); None: not checked (a plan for golden tests)
         self.host_paths = host_paths
+        # The job report (envbuild.report): the words that start this node's sampler under srun, e.g.
+        # ("env", "PYTHONPATH=/opt/envbuild", "/opt/envbuild/.venv/bin/python", "-m", "envbuild.report.sampler",
+        # "--interval", "5"); () for no report
+        self.report_sampler = report_sampler
 
 
 class LaunchPlan:
     """The host command and the environment changes envrun makes before exec'ing it."""
 
-    __slots__ = ("argv", "env", "program_binds", "reasons", "step", "time_limit", "unset", "warnings")
+    __slots__ = ("argv", "env", "program_binds", "reasons", "report", "step", "time_limit", "unset", "warnings")
 
     def __init__(self, argv: tuple[str, ...], env: tuple[tuple[str, str], ...], unset: tuple[str, ...],
                  reasons: tuple[str, ...], warnings: tuple[str, ...] = (), step: str = "", time_limit: str = "",
-                 program_binds: tuple[str, ...] = ()) -> None:
+                 program_binds: tuple[str, ...] = (), report: bool = False) -> None:
         self.argv = argv
         self.env = env  # set in envrun's environment before exec (apptainer passes it on)
         self.unset = unset
@@ -77,6 +81,7 @@ class LaunchPlan:
         self.step = step
         self.time_limit = time_limit  # the step's time limit in words ("--step-timeout 30m"), "" when none
         self.program_binds = program_binds  # `DIR:DIR:ro` binds envrun added so that the container sees the program
+        self.report = report  # each node's sampler runs beside the step: envrun collects its records (envbuild.report)
 
     def script(self) -> str:
         """A runnable, shell-quoted script doing exactly what envrun would do (envbuild.shelltext: names

@@ -22,6 +22,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import signal as _signal  # typeshed has no stub for the C module; signal re-exports what is used of it
     from collections.abc import Callable
+
+    from envbuild.report.stepreport import StepReport
 else:
     import _signal
 
@@ -37,10 +39,19 @@ class _State:
     pending: list[int] = []  # noqa: RUF012 - signals that arrived before srun started
 
 
-def run_step(argv: tuple[str, ...], env: dict[str, str], *, step: str, time_limit: str = "") -> int:
+def run_step(argv: tuple[str, ...], env: dict[str, str], *, step: str, time_limit: str = "",
+             report: StepReport | None = None) -> int:
     """Run srun (argv) as a child, pass its stderr through, and return the exit code envrun should end with.
-    On failure, one line from envbuild.launch.exitcause is written to stderr after srun's own output."""
+    On failure, one line from envbuild.launch.exitcause is written to stderr after srun's own output. With a
+    `report`, the nodes' sampler records are taken out of the stderr (envbuild.report.wire) and the report's
+    summary is written after everything else."""
     import select
+
+    splitter = None
+    if report is not None:
+        from envbuild.report.wire import StreamSplitter
+
+        splitter = StreamSplitter()
 
     read_end, write_end = os.pipe()
     terminal_signals = {getattr(_signal, name) for name in _FROM_TERMINAL}
@@ -88,13 +99,21 @@ def run_step(argv: tuple[str, ...], env: dict[str, str], *, step: str, time_limi
         chunk = os.read(read_end, 65536)
         if not chunk:
             break
+        if splitter is not None and report is not None:
+            chunk, payloads = splitter.feed(chunk)
+            for payload in payloads:
+                report.feed(payload)
+            if not chunk:
+                continue
         if writable:
             writable = _write_all(chunk)
         at_line_start = chunk.endswith(b"\n")
-        partial = _keep(partial + chunk, kept)
+        partial = _keep(partial + chunk, kept, report)
     os.close(read_end)
+    if splitter is not None:
+        partial += splitter.flush()
     if partial:
-        _keep(partial + b"\n", kept)
+        _keep(partial + b"\n", kept, report)
     if status is None:
         status = os.waitpid(pid, 0)[1]
     _State.child = 0
@@ -107,7 +126,13 @@ def run_step(argv: tuple[str, ...], env: dict[str, str], *, step: str, time_limi
         line = explain(kept, code, step, time_limit)
         if writable:
             _write_all(("" if at_line_start else "\n").encode() + (line + "\n").encode())
-    return code if code >= 0 else 128 - code
+            at_line_start = True
+    final = code if code >= 0 else 128 - code
+    if report is not None:
+        summary = report.finish(final)
+        if writable:
+            _write_all(("" if at_line_start else "\n").encode() + summary.encode())
+    return final
 
 
 def _make_forwarder(from_terminal: bool) -> Callable[[int, object], None]:
@@ -153,8 +178,9 @@ def _write_all(data: bytes) -> bool:
     return True
 
 
-def _keep(buffer: bytes, kept: list[str]) -> bytes:
-    """Keep the complete lines of `buffer` that may name a cause; return the incomplete rest."""
+def _keep(buffer: bytes, kept: list[str], report: StepReport | None = None) -> bytes:
+    """Keep the complete lines of `buffer` that may name a cause (and show the report its metric lines); return
+    the incomplete rest."""
     from envbuild.launch.exitcause import keep_line
 
     *lines, rest = buffer.split(b"\n")
@@ -162,6 +188,8 @@ def _keep(buffer: bytes, kept: list[str]) -> bytes:
         line = raw.decode("utf-8", "replace").rstrip("\r")
         if keep_line(line):
             kept.append(line)
+        if report is not None:
+            report.line(line)
     if len(kept) > _KEEP_LINES:  # the first lines name the cause; the last ones say how it ended
         del kept[_KEEP_LINES // 2 : len(kept) - _KEEP_LINES // 2]
     return rest[-_MAX_LINE:]

@@ -53,13 +53,19 @@ RUNTIME = Runtime("/usr/bin/apptainer", "apptainer")
 
 
 def plan(*command: str, system: str = "local", environ: dict[str, str] | None = None, binds: tuple[str, ...] = (),
-         cwd: str = "/work/proj", host: HostNode = HOST, overlays: tuple[tuple[str, str], ...] = (), runscript: str = ""):
+         cwd: str = "/work/proj", host: HostNode = HOST, overlays: tuple[tuple[str, str], ...] = (), runscript: str = "",
+         report: bool = False):
     environ = environ or {}
     return plan_launch(LaunchRequest(
         command=command, image="/img/env.sif", recipe=load_recipe(system), runtime=RUNTIME, cwd=cwd,
         binds=binds, environ=environ, allocation=read_allocation(environ), host=host, overlays=overlays,
-        runscript=runscript,
+        runscript=runscript, report_sampler=REPORT_SAMPLER if report else (),
     ))
+
+
+# What envbuild.app.run.launch.report_sampler gives for an envbuild installed in /opt/envbuild (issue 32)
+REPORT_SAMPLER = ("env", "PYTHONPATH=/opt/envbuild", "/opt/envbuild/.venv/bin/python", "-m", "envbuild.report.sampler",
+                  "--interval", "5")
 
 
 # What envbuild.launch.runscript says of a LUMI AI Factory image (its OCI entrypoint, laifs-container-recipes)
@@ -110,6 +116,9 @@ GOLDEN_CASES = {
     "jupiter-2-nodes-torchrun": ("jupiter", JUPITER_2_NODES, ("srun", "torchrun", "train.py")),
     "lumi-laif-runscript-2-nodes-torchrun": ("lumi-g", {**LUMI_2_NODES, "ROCR_USE_SLURM_LOCALID": "1"},
                                              ("srun", "torchrun", "train.py"), (), LAIF_RUNSCRIPT),
+    # the job report's sampler, one per node, started by the node's first task (issue 32)
+    "lumi-4-nodes-torchrun-report": ("lumi-g", LUMI_4_NODES, ("srun", "torchrun", "train.py"), (), "", True),
+    "local-full-srun-python-report": ("local", LOCAL_FULL, ("srun", "python", "examples/ddp_minimal.py"), (), "", True),
 }
 
 
@@ -126,8 +135,21 @@ def test_launch_script_matches_golden(case: str) -> None:
     """tests/golden/launch-CASE.sh; update after an intended change: ENVBUILD_UPDATE_GOLDEN=1 pytest THIS_FILE."""
     system, environ, command, *rest = GOLDEN_CASES[case]
     script = plan(*command, system=system, environ=environ, overlays=rest[0] if rest else (),
-                  runscript=rest[1] if len(rest) > 1 else "").script()
+                  runscript=rest[1] if len(rest) > 1 else "", report=len(rest) > 2 and rest[2]).script()
     check_golden(launch_golden_name(case), script)
+
+
+def test_report_sampler_only_where_envrun_reads_the_tasks_stderr() -> None:
+    """The sampler's records travel in the tasks' stderr: a --pty step (envrun does not supervise it) or one
+    whose stderr srun writes to a file gets no sampler, and the plan says why."""
+    with_report = plan("srun", "python", "train.py", environ=LOCAL_FULL, report=True)
+    assert with_report.report and "envbuild.report.sampler" in with_report.script()
+    assert 'if [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild' in with_report.script()
+    for opts in (("--pty",), ("--error=err-%t.txt",), ("-o", "out.txt")):
+        p = plan("srun", *opts, "python", "train.py", environ=LOCAL_FULL, report=True)
+        assert not p.report and "envbuild.report.sampler" not in p.script()
+        assert any(reason.startswith("no job report:") for reason in p.reasons)
+    assert not plan("python", "train.py", report=True).report  # no srun: envrun execs, nothing to report to
 
 
 def words_after(argv: tuple[str, ...], marker: str) -> tuple[str, ...]:

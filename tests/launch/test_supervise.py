@@ -35,7 +35,8 @@ def write_script(path: Path, body: str) -> None:
 def environment(tmp_path: Path, fake_bin: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "ENVRUN_", "ENVBUILD_"))}
     env.update(PATH=f"{fake_bin}:/usr/bin:/bin", HOME=str(tmp_path / "home"), ENVBUILD_SYSTEM="local",
-               ENVBUILD_CACHE_DIR=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+               ENVBUILD_CACHE_DIR=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"),
+               ENVRUN_REPORT="off")  # a fake srun runs no sampler; the report's own tests: tests/report
     return env
 
 

@@ -22,13 +22,14 @@ if TYPE_CHECKING:
 class RunRequest:
     """What `envrun [options] COMMAND` asks for, as given on its command line."""
 
-    __slots__ = ("binds", "command", "dry_run", "explain", "force_overlay", "image", "overlays", "step_timeout",
-                 "strict_net", "system")
+    __slots__ = ("binds", "command", "dry_run", "explain", "force_overlay", "image", "no_report", "overlays",
+                 "report", "report_interval", "step_timeout", "strict_net", "system")
 
     def __init__(self, *, command: list[str], image: str | None = None, overlays: list[str] | None = None,
                  force_overlay: bool = False, binds: list[str] | None = None, system: str | None = None,
                  dry_run: bool = False, explain: bool = False, strict_net: bool = False,
-                 step_timeout: str | None = None) -> None:
+                 step_timeout: str | None = None, report: str | None = None, no_report: bool = False,
+                 report_interval: str | None = None) -> None:
         self.command = command  # srun ..., torchrun ..., python ...: everything after envrun's own options
         self.image = image  # None: found by envbuild.launch.project ($ENVRUN_IMAGE, envrun.yaml, the one *.sif)
         self.overlays = overlays if overlays is not None else []
@@ -39,6 +40,16 @@ class RunRequest:
         self.explain = explain
         self.strict_net = strict_net
         self.step_timeout = step_timeout  # None: $ENVRUN_STEP_TIMEOUT, else no limit
+        self.report = report  # --report DIR: the step's report files there; None: $ENVRUN_REPORT, else summary only
+        self.no_report = no_report  # --no-report: no sampler, no summary
+        self.report_interval = report_interval  # None: $ENVRUN_REPORT_INTERVAL, else REPORT_INTERVAL
+
+
+# Seconds between two samples of a node's GPUs and CPUs (--report-interval): the sampler's cost per sample,
+# measured in bench/report_overhead.py and docs/concepts/report.md, stays under 1 % of a core at this interval.
+REPORT_INTERVAL = "5s"
+# Values of $ENVRUN_REPORT that turn the report off, as --no-report does.
+REPORT_OFF = ("0", "off", "no", "none", "false")
 
 
 def launch(request: RunRequest) -> None:
@@ -63,7 +74,13 @@ def launch(request: RunRequest) -> None:
 
         if which(plan.argv[0], env.get("PATH", os.defpath)) is None:
             raise UsageError(f"{plan.argv[0]} is not on PATH", "load Slurm / apptainer or fix PATH")
-        sys.exit(run_step(plan.argv, env, step=plan.step, time_limit=plan.time_limit))
+        report = None
+        if plan.report:
+            from envbuild.report.stepreport import StepReport
+
+            report = StepReport(command=tuple(request.command), environ=os.environ,
+                                directory=report_directory(request, os.environ))
+        sys.exit(run_step(plan.argv, env, step=plan.step, time_limit=plan.time_limit, report=report))
     try:
         os.execvpe(plan.argv[0], list(plan.argv), env)  # noqa: S606 - argv passed as words, deliberately no shell
     except FileNotFoundError:
@@ -110,6 +127,7 @@ def plan_for(request: RunRequest, environ: Mapping[str, str], cwd: str) -> Launc
     allocation = read_allocation(environ)
     if allocation is not None:
         gpus_from_scontrol(allocation)  # an salloc shell: its variables do not say
+    sampler = report_sampler(request, environ)
     step_timeout, step_timeout_from = request.step_timeout, "--step-timeout"
     if not step_timeout and environ.get("ENVRUN_STEP_TIMEOUT"):
         step_timeout, step_timeout_from = environ["ENVRUN_STEP_TIMEOUT"], "$ENVRUN_STEP_TIMEOUT"
@@ -120,4 +138,33 @@ def plan_for(request: RunRequest, environ: Mapping[str, str], cwd: str) -> Launc
         host=read_host_node(environ), overlays=overlays, warnings=tuple(warnings), notes=tuple(notes),
         strict_net=request.strict_net, step_timeout=step_timeout or "", step_timeout_from=step_timeout_from,
         runscript=runscript[1] if runscript and runscript[0] == "run" else "", host_paths=HostPaths(),
+        report_sampler=sampler,
     ))
+
+
+def report_directory(request: RunRequest, environ: Mapping[str, str]) -> str:
+    """Where the report's files go: --report, else $ENVRUN_REPORT (unless it turns the report off), else ""
+    (the summary only)."""
+    if request.report:
+        return request.report
+    value = environ.get("ENVRUN_REPORT", "")
+    return "" if value.lower() in REPORT_OFF else value
+
+
+def report_sampler(request: RunRequest, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The words that start a node's sampler (envbuild.report.sampler) with this envrun's own Python and
+    envbuild, so that it runs on every node where envrun runs; () when the report is off."""
+    if request.no_report or (not request.report and environ.get("ENVRUN_REPORT", "x").lower() in REPORT_OFF):
+        return ()
+    from envbuild.durations import parse_duration
+
+    given, given_from = request.report_interval, "--report-interval"
+    if not given and environ.get("ENVRUN_REPORT_INTERVAL"):
+        given, given_from = environ["ENVRUN_REPORT_INTERVAL"], "$ENVRUN_REPORT_INTERVAL"
+    seconds = parse_duration(given or REPORT_INTERVAL, given_from, bare="s")
+    if seconds < 1:
+        raise UsageError(f"{given_from} {given}: under a second between samples", "give 1s or more, e.g. 5s")
+    import envbuild
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(envbuild.__file__)))  # what holds the envbuild package
+    return ("env", f"PYTHONPATH={root}", sys.executable, "-m", "envbuild.report.sampler", "--interval", str(seconds))

@@ -1,0 +1,106 @@
+"""The job report of one srun step, as envrun's step supervisor (envbuild.launch.supervise) keeps it.
+
+The supervisor hands over what it takes out of srun's stderr: the nodes' records (envbuild.report.wire) and
+the step's `envrun-metric:` lines. When srun has ended, `finish` builds the report (envbuild.report.collect),
+writes its files when a directory was asked for, and returns the summary for envrun's stderr.
+
+A report never fails the step: whatever goes wrong here (a module that cannot load, a full disk, records
+that make no sense) costs the report, is said in one line, and envrun still exits with srun's status.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from envbuild.report.collect import Collector
+
+METRIC_PREFIX = "envrun-metric:"  # the same as envbuild.slurm.sweep.metrics.METRIC_PREFIX (checked by a test)
+JOB_VARIABLES = (("id", "SLURM_JOB_ID"), ("name", "SLURM_JOB_NAME"), ("nodes", "SLURM_JOB_NODELIST"))
+
+
+class StepReport:
+    """Records in, summary and files out. `directory` "" prints the summary only."""
+
+    def __init__(self, *, command: tuple[str, ...], environ: Mapping[str, str], directory: str = "") -> None:
+        self.command = list(command)
+        self.job = {key: environ[name] for key, name in JOB_VARIABLES if environ.get(name)}
+        self.directory = expand_directory(directory, environ) if directory else ""
+        self.started = time.time()
+        self.records = 0
+        self._collector: Collector | None = None
+        self._failed = ""
+
+    def feed(self, payload: str) -> None:
+        """One record's text (after the marker)."""
+        if self._failed:
+            return
+        try:
+            if self._collector is None:
+                from envbuild.report.collect import Collector
+
+                self._collector = Collector(self.command, self.job)
+            self._collector.feed(payload)
+            self.records += 1
+        except Exception as exc:  # noqa: BLE001 - the report must never fail the step
+            self._failed = f"could not read the samplers' records ({type(exc).__name__}: {exc})"
+
+    def line(self, text: str) -> None:
+        """One complete line of the step's stderr; the throughput line is kept."""
+        if METRIC_PREFIX in text and self._collector is not None and not self._failed:
+            try:
+                self._collector.metric(text[text.index(METRIC_PREFIX) :])
+            except Exception as exc:  # noqa: BLE001
+                self._failed = f"could not read a metric line ({type(exc).__name__}: {exc})"
+
+    def finish(self, exit_code: int) -> str:
+        """The summary to print (ending with a newline), after writing the files; never raises."""
+        if self._failed:
+            return f"envrun: report: {self._failed}; no report for this step\n"
+        if self._collector is None:
+            return ("envrun: report: no sampler reported (the step ended before its first record, or its stderr went "
+                    "elsewhere); no report for this step\n")
+        try:
+            from envbuild.report.render import summary_text, write_report
+
+            report = self._collector.build(exit_code, self.started, time.time())
+            text = summary_text(report)
+            if self.directory:
+                written = write_report(report, target_directory(self.directory, self.job))
+                text += f"report: {os.path.dirname(written[0]) if written else self.directory}\n"
+            return text if text.endswith("\n") else text + "\n"
+        except Exception as exc:  # noqa: BLE001
+            return f"envrun: report: could not write the report ({type(exc).__name__}: {exc})\n"
+
+
+def expand_directory(pattern: str, environ: Mapping[str, str]) -> str:
+    """--report's directory with Slurm's filename patterns that make sense for a job: %j (job id), %x (job
+    name), %u (user), %% (a %). Others stay as they are; no job: %j is "local"."""
+    values = {"j": environ.get("SLURM_JOB_ID") or "local", "x": environ.get("SLURM_JOB_NAME") or "envrun",
+              "u": environ.get("USER") or str(os.getuid()), "%": "%"}
+    out: list[str] = []
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "%" and index + 1 < len(pattern) and pattern[index + 1] in values:
+            out.append(values[pattern[index + 1]])
+            index += 2
+            continue
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def target_directory(directory: str, job: Mapping[str, str]) -> str:
+    """Where this step's files go: `directory`, or a step-N folder in it when an earlier step of the job wrote
+    its report there (a batch script that runs several steps keeps every step's report)."""
+    if not os.path.exists(os.path.join(directory, "report.json")):
+        return directory
+    number = 1
+    while os.path.exists(os.path.join(directory, f"step-{number}", "report.json")):
+        number += 1
+    return os.path.join(directory, f"step-{number}")
