@@ -6,7 +6,8 @@ The metric line (printed once by rank 0, after training; the last one in the out
 
 Words after the prefix are KEY=NUMBER. `samples_per_s` or `tokens_per_s` is the throughput (if both are
 there, tokens win); `train_s` is the training loop's own time. Other keys are kept in the JSON as they are.
-Any language can print it; the examples do (examples/ddp_minimal.py and the others).
+Any language can print it; the examples do (examples/ddp_minimal.py and the others). The line's grammar lives in
+envbuild.report.metricline, shared with the job report.
 
 The step line is written by the job script itself (envbuild.slurm.batch.script.timed_step):
 
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-METRIC_PREFIX = "envrun-metric:"
+from envbuild.report.metricline import METRIC_PREFIX, parse_pairs
+
 STEP_PREFIX = "envrun-step:"
 THROUGHPUT_KEYS = (("tokens_per_s", "tokens/s"), ("samples_per_s", "samples/s"))
 
@@ -36,22 +38,6 @@ class RunOutput:
             if key in self.metrics:
                 return self.metrics[key], unit
         return None
-
-
-def parse_pairs(text: str) -> dict[str, float]:
-    """'samples_per_s=12.5 train_s=3' -> {...}; words that are not KEY=NUMBER are skipped."""
-    found: dict[str, float] = {}
-    for word in text.split():
-        key, eq, value = word.partition("=")
-        if not eq or not key.replace("_", "").isalnum():
-            continue
-        try:
-            number = float(value)
-        except ValueError:
-            continue
-        if number == number and abs(number) != float("inf"):  # no NaN or infinity in the table
-            found[key] = number
-    return found
 
 
 def parse_output(text: str) -> RunOutput:
