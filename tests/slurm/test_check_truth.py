@@ -246,20 +246,21 @@ def test_no_recipe_runs_site_independent_rules_and_says_so_first() -> None:
 
 
 def test_long_scripts_are_read_in_linear_time() -> None:
+    # CPU time of this process, not wall time: a loaded CI machine (two cores) must not fail a complexity check
     head = (FIXTURES / "puhti-1-gpu.sh").read_text()
     unclosed = head + "echo 'start\n" + "srun python step.py --arg value \\\n" * 1000 + "\n"  # 43 KB, quote open
-    started = time.perf_counter()
+    started = time.process_time()
     found = check(unclosed, "puhti")
-    assert time.perf_counter() - started < 2
+    assert time.process_time() - started < 2
     assert [f.rule for f in found] == ["shell_syntax"]
     continued = head + "srun python train.py \\\n" + "    --option value \\\n" * 150_000 + "    --last\n"  # 3.5 MB
-    started = time.perf_counter()
+    started = time.process_time()
     assert check(continued, "puhti", ) == []
-    assert time.perf_counter() - started < 2
+    assert time.process_time() - started < 2
     quoted = head + "echo \"step $i\" 'done' >> log.txt\n" * 300_000 + "srun python train.py\n"  # 10 MB
-    started = time.perf_counter()
+    started = time.process_time()
     script = parse_script(quoted)
-    assert time.perf_counter() - started < 2 and len(script.sruns) == 2
+    assert time.process_time() - started < 2 and len(script.sruns) == 2
 
 
 def test_a_10_mb_file_is_answered_in_under_2_seconds(tmp_path: Path) -> None:
