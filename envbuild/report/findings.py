@@ -43,7 +43,7 @@ def judge(report: Report) -> None:
 
 
 def numbers(values: list[int]) -> str:
-    """[1, 2, 3, 5] -> "1-3, 5"."""
+    """[1, 2, 3, 5, 7, 8] -> "1-3, 5, 7, 8": runs of three or more as a range."""
     parts: list[str] = []
     ordered = sorted(values)
     at = 0
@@ -51,7 +51,10 @@ def numbers(values: list[int]) -> str:
         end = at
         while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
             end += 1
-        parts.append(str(ordered[at]) if end == at else f"{ordered[at]}-{ordered[end]}")
+        if end - at >= 2:
+            parts.append(f"{ordered[at]}-{ordered[end]}")
+        else:
+            parts += [str(value) for value in ordered[at:end + 1]]
         at = end + 1
     return ", ".join(parts)
 

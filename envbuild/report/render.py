@@ -192,9 +192,10 @@ def render_png(report: Report) -> bytes:
             for target in (gpu_axes, cpu_axes):
                 target.grid(alpha=0.3)
                 target.set_xlabel("minutes since the step started")
-                if target.get_legend_handles_labels()[0]:
+                handles = target.get_legend_handles_labels()[0]
+                if 0 < len(handles) <= 16:
                     target.legend(loc="best", fontsize=7, ncol=2)
-                else:
+                elif not handles:
                     target.text(0.5, 0.5, "not measured", ha="center", va="center", transform=target.transAxes)
         figure.suptitle(" ".join(report.command)[:100], fontsize=9)
         figure.tight_layout()

@@ -133,10 +133,10 @@ def test_a_long_step_keeps_a_bounded_timeline_quickly() -> None:
     began = time.monotonic()
     for seq in range(1, 100_001):
         t = 2.0 * seq
-        collector.feed('{"v":1,"kind":"sample","node":"n1","seq":%d,"t":%.1f,"ranks":[{"rank":0,"local_rank":0,'
-                       '"pid":9,"procs":1,"threads":4,"cpu_s":%.1f,"rss":1000,"cores":4}],'
-                       '"gpus":[{"index":0,"util":%s,"mem_used":50,"mem_total":100}],"load1":1.0}'
-                       % (seq, t, 0.5 * t, "0.25" if seq % 2 else "0.75"))
+        util = 0.25 if seq % 2 else 0.75
+        collector.feed(f'{{"v":1,"kind":"sample","node":"n1","seq":{seq},"t":{t},"ranks":[{{"rank":0,"local_rank":0,'
+                       f'"pid":9,"procs":1,"threads":4,"cpu_s":{0.5 * t},"rss":1000,"cores":4}}],'
+                       f'"gpus":[{{"index":0,"util":{util},"mem_used":50,"mem_total":100}}],"load1":1.0}}')
         timeline = collector._nodes["n1"].timeline
         assert len(timeline.t) <= collect.MAX_POINTS
     elapsed = time.monotonic() - began

@@ -1,0 +1,123 @@
+"""The report's rules, on the recorded streams (tests/fixtures/report/) and on small made-up steps: each names the
+problem and the fix, and says whether it applied."""
+
+from __future__ import annotations
+
+from envbuild.report.collect import Collector
+from envbuild.report.findings import numbers
+from envbuild.report.model import Report
+from tests.report.test_collect import feed_records, replay
+
+GIB = 1024**3
+
+
+def step(*, gpus: list[float], ranks: list[tuple[float, int, int]], cpus: int = 28, mem_used: int = 10 * GIB,
+         exit_code: int = 0) -> Report:
+    """One node, 5 samples 5 s apart: GPUs at the given utilisations, ranks as (busy cores, procs, cores)."""
+    collector = Collector(["python", "train.py"], {})
+    names = [{"index": i, "name": "GPU", "mem_total": 64 * GIB} for i in range(len(gpus))]
+    records: list[dict[str, object]] = [{"v": 1, "kind": "start", "node": "n1", "seq": 0, "t": 0.0, "interval": 5.0,
+                                         "cpus": cpus, "gpu_source": "amd-smi" if gpus else None, "gpu_note": "",
+                                         "gpu_names": names}]
+    for seq in range(1, 6):
+        t = 5.0 * seq
+        records.append({"v": 1, "kind": "sample", "node": "n1", "seq": seq, "t": t, "load1": 1.0,
+                        "ranks": [{"rank": r, "local_rank": r, "pid": 100 + r, "procs": procs, "threads": 4,
+                                   "cpu_s": busy * t, "rss": GIB, "cores": cores}
+                                  for r, (busy, procs, cores) in enumerate(ranks)],
+                        "gpus": [{"index": i, "util": util, "mem_used": mem_used, "mem_total": 64 * GIB}
+                                 for i, util in enumerate(gpus)]})
+    feed_records(collector, records)
+    return collector.build(exit_code, 0.0, 26.0)
+
+
+def rules(report: Report) -> list[str]:
+    return [finding.rule for finding in report.findings]
+
+
+def test_only_gpu_0_busy_of_eight() -> None:
+    report = replay("eight-gpus-one-busy.stream")
+    assert rules(report) == ["one-gpu-busy"]  # the node's low mean is the idle GPUs, not the input pipeline
+    finding = report.findings[0]
+    assert finding.level == "problem"
+    assert finding.what == "node g1: GPU 0 busy 98 %, GPUs 1-7 idle: only one process uses a GPU"
+    assert "the 8 ranks on this node all compute on one GPU" in finding.fix
+    assert "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))" in finding.fix
+
+
+def test_one_process_for_four_gpus_is_told_to_start_one_per_gpu() -> None:
+    report = step(gpus=[0.9, 0.0, 0.0, 0.0], ranks=[(1.5, 3, 7)])
+    assert rules(report) == ["one-gpu-busy"]
+    assert report.findings[0].what == "node n1: GPU 0 busy 90 %, GPUs 1-3 idle: only one process uses a GPU"
+    assert "torchrun --nproc-per-node=4" in report.findings[0].fix
+
+
+def test_some_gpus_idle_while_others_busy() -> None:
+    report = step(gpus=[0.9, 0.8, 0.0, 0.01], ranks=[(1.5, 3, 7), (1.5, 3, 7)])
+    assert rules(report) == ["idle-gpus"]
+    assert report.findings[0].what == "node n1: GPUs 2, 3 idle while GPUs 0, 1 are busy (mean 85 %)"
+    assert report.findings[0].fix.startswith("2 ranks on this node use 2 of its 4 GPUs")
+
+
+def test_all_gpus_idle() -> None:
+    report = step(gpus=[0.0, 0.0], ranks=[(1.0, 1, 7), (1.0, 1, 7)])
+    assert rules(report) == ["idle-gpus"]
+    assert report.findings[0].what == "node n1: all 2 GPUs idle (mean utilisation under 5 %)"
+
+
+def test_rank_1_sleeps() -> None:
+    report = replay("two-ranks-one-sleeps.stream")
+    assert rules(report) == ["idle-rank"]
+    assert report.findings[0].what == "rank 1 idle 100 % of the step while rank 0 computed"
+    assert report.checked == ["idle-rank", "failed-step"]  # no GPU measured: the GPU rules did not apply
+
+
+def test_a_rank_waiting_on_its_busy_gpu_is_not_idle() -> None:
+    report = step(gpus=[0.9, 0.9], ranks=[(1.0, 1, 7), (0.0, 1, 7)])
+    assert "idle-rank" not in rules(report)
+
+
+def test_input_bound_without_dataloader_workers() -> None:
+    report = replay("input-bound.stream")
+    assert rules(report) == ["input-bound"]
+    finding = report.findings[0]
+    assert finding.what == ("node nid005: GPUs wait on the input pipeline: GPU 35 %, ranks 0-7 busy one core in one "
+                            "process (DataLoader num_workers=0)")
+    assert "num_workers=6" in finding.fix and "7 cores per GPU" in finding.fix
+
+
+def test_input_bound_with_every_core_busy() -> None:
+    report = step(gpus=[0.3, 0.3], ranks=[(7.0, 5, 7), (7.0, 5, 7)], cpus=14)
+    assert rules(report) == ["input-bound"]
+    assert report.findings[0].what == "node n1: GPUs wait on the CPUs: GPU 30 %, all 7 cores of ranks 0, 1 busy"
+    assert "(the step has 7 per GPU on this node)" in report.findings[0].fix
+
+
+def test_gpu_memory_near_full_is_a_note() -> None:
+    report = replay("two-nodes.stream")
+    assert rules(report) == ["gpu-memory"]
+    assert report.findings[0].level == "note"
+    assert report.findings[0].what == "node nid002: GPU memory 97 % at its peak (GPU 3)"
+
+
+def test_a_failed_step_is_reported_and_says_so() -> None:
+    report = step(gpus=[0.9], ranks=[(1.0, 3, 7)], exit_code=137)
+    assert rules(report) == ["failed-step"]
+    assert report.findings[0].what == "the step ended with exit code 137: the figures cover it until then"
+
+
+def test_problems_come_before_notes() -> None:
+    report = step(gpus=[0.9, 0.0], ranks=[(1.0, 1, 7)], mem_used=63 * GIB, exit_code=1)
+    assert [(f.level, f.rule) for f in report.findings] == [
+        ("problem", "one-gpu-busy"), ("note", "gpu-memory"), ("note", "failed-step")]
+
+
+def test_a_clean_step_lists_the_rules_it_checked() -> None:
+    report = step(gpus=[0.9, 0.85], ranks=[(1.5, 3, 7), (1.4, 3, 7)])
+    assert report.findings == []
+    assert report.checked == ["one-gpu-busy", "idle-gpus", "idle-rank", "input-bound", "gpu-memory", "failed-step"]
+
+
+def test_numbers() -> None:
+    assert numbers([5, 1, 2, 3, 7, 8]) == "1-3, 5, 7, 8"
+    assert numbers([]) == ""
