@@ -29,7 +29,8 @@ calls run in a helper thread that is abandoned past it; a failed read gives util
 and is counted in `note`. After FAILURES_BEFORE_BACKOFF failures in a row a source tries only every RETRY_EVERY
 reads, so a broken driver costs a timeout now and then, not every interval.
 
-Light: only the standard library at import; pynvml is imported when NVML is tried.
+Light: the standard library's json, subprocess, shutil and threading at import (no typing, no dataclasses: the
+sampler starts with `python -S` beside the training); pynvml is imported when NVML is tried.
 """
 
 from __future__ import annotations
@@ -43,10 +44,26 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+
+TYPE_CHECKING = False  # mypy reads the block below; at run time the sampler does without typing and dataclasses
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from typing import Any, TypedDict
+
+    class GpuName(TypedDict):
+        index: int
+        name: str
+        mem_total: int | None
+
+    class GpuReading(TypedDict):
+        index: int
+        util: float | None  # 0-1
+        mem_used: int | None  # bytes
+        mem_total: int | None  # bytes
+
+    # tool_index -> (util 0-1, mem_used bytes, mem_total bytes)
+    Readings = dict[int, tuple[float | None, int | None, int | None]]
 
 SOURCE_ORDER = ("nvml", "nvidia-smi", "amd-smi", "rocm-smi", "sysfs")
 SYSFS_DRM = Path("/sys/class/drm")
@@ -69,32 +86,30 @@ ROCM_SMI_METRIC = ("--showuse", "--showmeminfo", "vram", "--json")
 NO_GPU_NOTE = "no nvidia-smi, amd-smi, rocm-smi or /sys/class/drm GPU on this node"
 
 
-class GpuName(TypedDict):
-    index: int
-    name: str
-    mem_total: int | None
-
-
-class GpuReading(TypedDict):
-    index: int
-    util: float | None  # 0-1
-    mem_used: int | None  # bytes
-    mem_total: int | None  # bytes
-
-
-@dataclass(frozen=True)
 class Device:
     """One GPU as a tool lists it; `tool_index` is the tool's own number for it."""
 
-    tool_index: int
-    name: str
-    mem_total: int | None = None
-    bus_id: str | None = None  # "0000:19:00.0", lower case, 4-digit domain
-    uuid: str | None = None
+    __slots__ = ("bus_id", "mem_total", "name", "tool_index", "uuid")
 
+    def __init__(self, tool_index: int, name: str, mem_total: int | None = None, bus_id: str | None = None,
+                 uuid: str | None = None) -> None:
+        self.tool_index = tool_index
+        self.name = name
+        self.mem_total = mem_total
+        self.bus_id = bus_id  # "0000:19:00.0", lower case, 4-digit domain
+        self.uuid = uuid
 
-# tool_index -> (util 0-1, mem_used bytes, mem_total bytes)
-Readings = dict[int, tuple[float | None, int | None, int | None]]
+    def _fields(self) -> tuple[int, str, int | None, str | None, str | None]:
+        return (self.tool_index, self.name, self.mem_total, self.bus_id, self.uuid)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Device) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "Device" + repr(self._fields())
 
 
 class ToolFailed(Exception):
