@@ -468,7 +468,7 @@ class NvidiaSmiSource(GpuSource):
 
     def _start_loop(self) -> None:
         try:
-            self._loop = subprocess.Popen([self._executable, *self._query(), f"-lms={NVIDIA_SMI_LOOP_MS}"],
+            self._loop = subprocess.Popen([self._executable, *self._query(), "-lms", str(NVIDIA_SMI_LOOP_MS)],
                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                           env=self._environ, start_new_session=True)
         except OSError as error:
