@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = REPO / "envbuild"
 
 # Highest first: cli may import everything below it, store nothing but the shared leaves.
-PACKAGE_ORDER = ("cli", "app", "doctor", "catalogue", "slurm", "build", "lock", "launch", "inventory", "sif", "spec",
-                 "recipes", "host", "store", "imagetree")
+PACKAGE_ORDER = ("cli", "app", "doctor", "catalogue", "slurm", "build", "lock", "launch", "kernel", "inventory", "sif",
+                 "spec", "recipes", "host", "store", "imagetree", "report")
 # Modules any package may import: they import nothing of envbuild but each other.
 SHARED_LEAVES = ("envbuild", "envbuild.errors", "envbuild.yamlsource", "envbuild.treedigest", "envbuild.atomicfile",
                  "envbuild.strictmodel", "envbuild.overlayformat", "envbuild.interrupts",

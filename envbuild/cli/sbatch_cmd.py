@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "prints the job id")
     mode.add_argument("--check", metavar="SCRIPT", help="check a batch script's #SBATCH and srun lines instead")
     parser.add_argument("--wait", action="store_true", help="with --submit: follow the output, exit with the job's code")
+    parser.add_argument("--no-report", action="store_true",
+                        help="no job report (by default the step writes it next to the job output: OUTPUT.report/, "
+                             "and its summary ends the output)")
     add_option(parser, JSON, note=f"with --check: {CHECK_JSON}")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ...")
     return parser
@@ -131,4 +134,5 @@ def sbatch_request(args: argparse.Namespace, argv: list[str]) -> SbatchRequest:
         job_name=args.job_name, output=args.job_output, image=args.image, overlays=tuple(args.overlays),
         force_overlay=args.force_overlay, binds=tuple(args.binds), stages=tuple(args.stages),
         requeue=args.requeue, requeue_max=args.requeue_max, signal_before=args.signal_before,
+        report=not args.no_report,
     )

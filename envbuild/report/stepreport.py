@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import time
 
+from envbuild.report.metricline import METRIC_PREFIX
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from envbuild.report.collect import Collector
 
-METRIC_PREFIX = "envrun-metric:"  # the same as envbuild.slurm.sweep.metrics.METRIC_PREFIX (checked by a test)
 JOB_VARIABLES = (("id", "SLURM_JOB_ID"), ("name", "SLURM_JOB_NAME"), ("nodes", "SLURM_JOB_NODELIST"))
 
 
@@ -79,9 +80,11 @@ class StepReport:
 
 def expand_directory(pattern: str, environ: Mapping[str, str]) -> str:
     """--report's directory with Slurm's filename patterns that make sense for a job: %j (job id), %x (job
-    name), %u (user), %% (a %). Others stay as they are; no job: %j is "local"."""
-    values = {"j": environ.get("SLURM_JOB_ID") or "local", "x": environ.get("SLURM_JOB_NAME") or "envrun",
-              "u": environ.get("USER") or str(os.getuid()), "%": "%"}
+    name), %A and %a (array job id and task index), %u (user), %% (a %). Others stay as they are; outside a
+    job %j is "local" and %x "envrun"."""
+    job = environ.get("SLURM_JOB_ID") or "local"
+    values = {"j": job, "x": environ.get("SLURM_JOB_NAME") or "envrun", "A": environ.get("SLURM_ARRAY_JOB_ID") or job,
+              "a": environ.get("SLURM_ARRAY_TASK_ID") or "0", "u": environ.get("USER") or str(os.getuid()), "%": "%"}
     out: list[str] = []
     index = 0
     while index < len(pattern):

@@ -34,7 +34,7 @@ def test_print_is_the_default(project: Path, capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert out.startswith("#!/bin/bash\n")
     assert "#SBATCH --time=04:00:00" in out  # from the config
-    assert f"--image {project}/env.sif srun torchrun train.py --lr 3e-4\n" in out  # the one *.sif here, absolute
+    assert f"--image {project}/env.sif --report %x-%j.report srun torchrun train.py --lr 3e-4\n" in out  # the one *.sif here, absolute
 
 
 def test_o_writes_an_executable_script(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

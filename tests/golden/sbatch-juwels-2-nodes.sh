@@ -31,6 +31,7 @@ export SRUN_CPUS_PER_TASK="${SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}"
 #   OMP_NUM_THREADS=24: the 24 CPUs of each task
 #   --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
 #   RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_STEP_TASKS_PER_NODE; MASTER_ADDR = first node of the step + 'i' (host's scontrol), MASTER_PORT from the job id
+#   job report: one sampler per node (the node's first task starts it) reads the step's GPUs and CPUs every few seconds; envrun prints the summary when the step ends (--no-report: none)
 #   $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 #   NCCL_SOCKET_IFNAME: recipes/juwels-booster.yaml:34 env.NCCL_SOCKET_IFNAME
@@ -38,4 +39,5 @@ export SRUN_CPUS_PER_TASK="${SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}"
 #   CUDA_VISIBLE_DEVICES: recipes/juwels-booster.yaml:36 env.CUDA_VISIBLE_DEVICES
 #   --nv: recipes/juwels-booster.yaml:32 runtime.flags
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
-envrun --system juwels-booster --image /p/project/training2426/env.sif srun python train.py --epochs 10
+#   the job report goes to %x-%j.report/ (report.json, report.html, timeline.png, summary.txt), next to the job's output; its summary ends the output
+envrun --system juwels-booster --image /p/project/training2426/env.sif --report %x-%j.report srun python train.py --epochs 10

@@ -24,9 +24,11 @@
 #   OMP_NUM_THREADS=1: 2 CPUs / 2 processes
 #   --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
 #   SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that check Slurm first would take the world size from it instead of torchrun's
+#   job report: one sampler per node (the node's first task starts it) reads the step's GPUs and CPUs every few seconds; envrun prints the summary when the step ends (--no-report: none)
 #   $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 #   --standalone: one node, so torchrun hosts its own rendezvous on a free port
 #   per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
-envrun --system local --image /work/proj/local-cpu-pytorch.sif srun torchrun examples/ddp_minimal.py --steps 10
+#   the job report goes to %x-%j.report/ (report.json, report.html, timeline.png, summary.txt), next to the job's output; its summary ends the output
+envrun --system local --image /work/proj/local-cpu-pytorch.sif --report %x-%j.report srun torchrun examples/ddp_minimal.py --steps 10

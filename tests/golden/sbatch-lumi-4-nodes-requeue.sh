@@ -67,6 +67,7 @@ trap checkpoint_now USR1
 #   --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
 #   c10d rendezvous: torchrun --nnodes=$SLURM_STEP_NUM_NODES --rdzv-id=$SLURM_JOB_ID --rdzv-endpoint=<first node>:<20000 + job id based port> (as PET_* variables, so options you give torchrun still win)
 #   SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that check Slurm first would take the world size from it instead of torchrun's
+#   job report: one sampler per node (the node's first task starts it) reads the step's GPUs and CPUs every few seconds; envrun prints the summary when the step ends (--no-report: none)
 #   $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 #   MIOPEN_USER_DB_PATH=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:77 env.MIOPEN_USER_DB_PATH, expanded in each task
 #   MIOPEN_CUSTOM_CACHE_DIR=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:78 env.MIOPEN_CUSTOM_CACHE_DIR, expanded in each task
@@ -76,7 +77,8 @@ trap checkpoint_now USR1
 #   FI_MR_CACHE_MONITOR: recipes/lumi-g.yaml:75 env.FI_MR_CACHE_MONITOR
 #   binds /pfs, /scratch, /projappl, /project, /flash, /appl, /var/spool/slurmd, /opt/cray, /usr/lib64/libcxi.so.1, /usr/lib64/libjansson.so.4: recipes/lumi-g.yaml:67 binds
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
-envrun --system lumi-g --image /appl/local/laifs/containers/lumi-multitorch-latest.sif srun torchrun train.py --epochs 10 &
+#   the job report goes to %x-%j.report/ (report.json, report.html, timeline.png, summary.txt), next to the job's output; its summary ends the output
+envrun --system lumi-g --image /appl/local/laifs/containers/lumi-multitorch-latest.sif --report %x-%j.report srun torchrun train.py --epochs 10 &
 step=$!
 # wait returns early when the trap runs: wait again until the step itself has ended
 while :; do interrupted=0; wait "$step"; status=$?; [ "$interrupted" = 1 ] || break; done

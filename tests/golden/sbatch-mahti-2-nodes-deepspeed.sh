@@ -28,6 +28,7 @@
 #   OMP_NUM_THREADS=32: 128 CPUs / 4 processes
 #   --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
 #   SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that check Slurm first would take the world size from it instead of deepspeed.launcher.launch's
+#   job report: one sampler per node (the node's first task starts it) reads the step's GPUs and CPUs every few seconds; envrun prints the summary when the step ends (--no-report: none)
 #   $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 #   DeepSpeed's per-node launcher `python -m deepspeed.launcher.launch` on every node instead of the deepspeed runner, which would start the other nodes' launchers over ssh/pdsh
 #   --world_info: {node0..node<N-1>: [0..3]} for the step's N nodes, base64 JSON made in each task; --node_rank=$SLURM_NODEID
@@ -37,4 +38,5 @@
 #   --nv: recipes/mahti.yaml:35 runtime.flags
 #   binds /scratch, /projappl: recipes/mahti.yaml:36 binds
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
-envrun --system mahti --image /projappl/project_2001234/env.sif srun deepspeed train.py --deepspeed_config ds_config.json
+#   the job report goes to %x-%j.report/ (report.json, report.html, timeline.png, summary.txt), next to the job's output; its summary ends the output
+envrun --system mahti --image /projappl/project_2001234/env.sif --report %x-%j.report srun deepspeed train.py --deepspeed_config ds_config.json

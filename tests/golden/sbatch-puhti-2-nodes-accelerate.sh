@@ -30,6 +30,7 @@
 #   OMP_NUM_THREADS=10: 40 CPUs / 4 processes
 #   --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
 #   SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that check Slurm first would take the world size from it instead of accelerate launch's
+#   job report: one sampler per node (the node's first task starts it) reads the step's GPUs and CPUs every few seconds; envrun prints the summary when the step ends (--no-report: none)
 #   $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 #   --num_machines=$SLURM_STEP_NUM_NODES: the nodes of the step, one accelerate launch on each
 #   --machine_rank=$SLURM_NODEID: this node's index in the step, read in each task
@@ -42,4 +43,5 @@
 #   --nv: recipes/puhti.yaml:35 runtime.flags
 #   binds /scratch, /projappl: recipes/puhti.yaml:36 binds
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
-envrun --system puhti --image /projappl/project_2001234/env.sif srun accelerate launch train_accelerate.py --mixed-precision fp16
+#   the job report goes to %x-%j.report/ (report.json, report.html, timeline.png, summary.txt), next to the job's output; its summary ends the output
+envrun --system puhti --image /projappl/project_2001234/env.sif --report %x-%j.report srun accelerate launch train_accelerate.py --mixed-precision fp16

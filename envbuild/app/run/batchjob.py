@@ -45,6 +45,7 @@ class SbatchRequest:
     requeue_max: int | None = None
     signal_before: int = 90  # seconds before the time limit that the checkpoint signal comes
     time_step: bool = False  # print the step's wall time as an `envrun-step:` line (envrun sweep reads it)
+    report: bool = True  # the step writes its job report next to the job's output (envbuild.report)
 
 
 def check_script(path: str, system: str | None, *, as_json: bool) -> int:
@@ -82,7 +83,9 @@ def sbatch(request: SbatchRequest, *, script: str | None, submit: bool, wait: bo
     job_id = submit_script(path, os.getcwd())
     print(job_id, flush=True)
     output = job.request.output.replace("%x", job.job_name).replace("%j", job_id)
-    print(f"envrun sbatch: submitted job {job_id} ({path}; output {output})", file=sys.stderr, flush=True)
+    print(f"envrun sbatch: submitted job {job_id} ({path}; output {output}"
+          + (f"; report {job.report_dir.replace('%x', job.job_name).replace('%j', job_id)}" if job.report_dir else "")
+          + ")", file=sys.stderr, flush=True)
     if wait:
         return wait_for_job(job_id, os.getcwd())
     return 0
@@ -135,7 +138,7 @@ def plan_job(request: SbatchRequest, recipe: SystemRecipe) -> BatchJob:
     batch = BatchRequest(
         command=request.command, job=job, image=image, overlays=overlays, job_name=request.job_name,
         output=request.output or DEFAULT_OUTPUT, stages=stages, requeue=requeue, envrun=_envrun_command(), cwd=cwd,
-        regenerate=request.regenerate, time_step=request.time_step, binds=request.binds,
+        regenerate=request.regenerate, time_step=request.time_step, binds=request.binds, report=request.report,
         config_binds=_config_binds(recipe.name, environment), host_paths=HostPaths(),
     )
     runtime = find_runtime(probe=False) or Runtime("apptainer", "apptainer")

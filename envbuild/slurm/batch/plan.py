@@ -59,6 +59,7 @@ class BatchRequest:
     # of the command's paths the container will see (host_paths: this host's file system; None: not checked)
     config_binds: tuple[str, ...] = ()
     host_paths: HostPaths | None = field(default=None, compare=False)
+    report: bool = True  # the step's job report (envbuild.report), written next to the job's output
 
 
 @dataclass
@@ -72,6 +73,7 @@ class BatchJob:
     srun_env: list[tuple[str, str, str]] = field(default_factory=list)  # (variable, source variable, why)
     explain: list[str] = field(default_factory=list)  # what envrun does in the step, and why
     warnings: list[str] = field(default_factory=list)
+    report_dir: str = ""  # --report of the job's envrun (Slurm's %x and %j in it), "" for none
 
     @property
     def staging(self) -> RecipeStaging | None:
@@ -87,18 +89,37 @@ def plan_batch(recipe: SystemRecipe, request: BatchRequest, runtime: Runtime, ho
         options += ["--overlay", path]
     for bind in request.binds:
         options += ["--bind", bind]
+    report = report_directory(request.output) if request.report else ""
+    options += ["--report", report] if report else ["--no-report"]
     job = BatchJob(recipe=recipe, request=request, resources=resources, job_name=request.job_name or job_name(step),
-                   step=step, envrun_options=tuple(options), warnings=list(resources.warnings))
+                   step=step, envrun_options=tuple(options), warnings=list(resources.warnings), report_dir=report)
     for target, source in recipe.launch.srun_env_from.items():
         job.srun_env.append((target, source, recipe.cite("launch.srun_env_from." + target)))
     launch = plan_launch(LaunchRequest(
         command=("srun", *step), image=request.image, recipe=recipe, runtime=runtime, cwd=request.cwd,
         environ=job_environment(recipe, resources), allocation=read_allocation(job_environment(recipe, resources)),
         overlays=request.overlays, binds=(*request.config_binds, *request.binds), host_paths=request.host_paths,
+        report_sampler=REPORT_SAMPLER_SHOWN if report else (),
     ))
     job.explain = [reason for reason in launch.reasons if not reason.startswith("system ")]
+    if report:
+        job.explain.append(f"the job report goes to {report}/ (report.json, report.html, timeline.png, summary.txt), "
+                           "next to the job's output; its summary ends the output")
     job.warnings += [w for w in launch.warnings if w not in job.warnings]
     return job
+
+
+# The sampler's words only matter to the plan's explanation here: the job's envrun writes its own
+# (envbuild.app.run.launch.report_sampler) on the node where it runs.
+REPORT_SAMPLER_SHOWN = ("envrun-sampler",)
+
+
+def report_directory(output: str) -> str:
+    """The job report's directory beside the job's output file: `%x-%j.out` -> `%x-%j.report` (envrun
+    expands Slurm's %x, %j, %A, %a, %u itself)."""
+    head, slash, name = output.rpartition("/")
+    stem = name.rsplit(".", 1)[0] if "." in name.lstrip(".") else name
+    return f"{head}{slash}{stem or 'envrun'}.report"
 
 
 def refuse_control_in_request(request: BatchRequest) -> None:
