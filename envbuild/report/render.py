@@ -31,6 +31,13 @@ def _gib(value: int | None) -> str:
     return "-" if value is None else f"{value / _GIB:.1f}"
 
 
+def _memory(values: list[int]) -> tuple[list[str], str]:
+    """Sizes in one unit for a line: GiB, or MiB when all are under a GiB (a rank of 300 MiB is not "0.0")."""
+    if max(values, default=0) >= _GIB:
+        return [_gib(value) for value in values], "GiB"
+    return [f"{value / (1 << 20):.0f}" for value in values], "MiB"
+
+
 def _duration(seconds: float) -> str:
     whole = round(seconds)
     if whole < 60:
@@ -84,13 +91,15 @@ def _ranks_line(node: str, ranks: list[RankSummary]) -> str:
     head = f"  {node} ranks {numbers([rank.rank for rank in ranks])}: "
     if len(ranks) <= MAX_LISTED:
         busy = " ".join("-" if rank.cpu_cores is None else f"{rank.cpu_cores:.1f}" for rank in ranks)
+        sizes, unit = _memory([rank.rss_bytes for rank in ranks])
         return (head + f"CPU {busy} cores busy{of} ({' '.join(_pct(rank.cpu_util) for rank in ranks)} %); RSS peak "
-                f"{' '.join(_gib(rank.rss_bytes) for rank in ranks)} GiB; processes "
+                f"{' '.join(sizes)} {unit}; processes "
                 f"{' '.join(str(rank.procs) for rank in ranks)}")
     measured = [rank.cpu_cores for rank in ranks if rank.cpu_cores is not None]
     busy = (f"{min(measured):.1f}-{max(measured):.1f} (mean {sum(measured) / len(measured):.1f})" if measured
             else "-")
-    return (head + f"CPU {busy} cores busy{of}; RSS peak up to {_gib(max(rank.rss_bytes for rank in ranks))} GiB; "
+    sizes, unit = _memory([max(rank.rss_bytes for rank in ranks)])
+    return (head + f"CPU {busy} cores busy{of}; RSS peak up to {sizes[0]} {unit}; "
             f"processes up to {max(rank.procs for rank in ranks)}")
 
 

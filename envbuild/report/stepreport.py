@@ -66,6 +66,7 @@ class StepReport:
             return ("envrun: report: no sampler reported (the step ended before its first record, or its stderr went "
                     "elsewhere); no report for this step\n")
         try:
+            _site_packages()  # matplotlib for the timeline: bin/envrun starts Python without them (-S)
             from envbuild.report.render import summary_text, write_report
 
             report = self._collector.build(exit_code, self.started, time.time())
@@ -76,6 +77,17 @@ class StepReport:
             return text if text.endswith("\n") else text + "\n"
         except Exception as exc:  # noqa: BLE001
             return f"envrun: report: could not write the report ({type(exc).__name__}: {exc})\n"
+
+
+def _site_packages() -> None:
+    """Turn on the environment's site-packages when envrun started without them (bin/envrun's `python -S`,
+    which keeps every launch fast); the step has ended, so the time no longer counts."""
+    import sys
+
+    if sys.flags.no_site and not any(path.endswith("-packages") for path in sys.path):
+        import site
+
+        site.main()
 
 
 def expand_directory(pattern: str, environ: Mapping[str, str]) -> str:
