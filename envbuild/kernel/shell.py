@@ -4,7 +4,8 @@ The shell starts after envrun's container shim (envbuild.launch.shims: $WITH_CON
 so it has exactly the environment `envrun python` has. It is bash when the image has it, else sh, and like
 `apptainer shell` it reads no ~/.bashrc (--norc): the host's rc files load modules and set paths for the
 host, not for the image. Its prompt names the image, set by `env` after apptainer's own environment
-scripts (which set their own PS1), so that a terminal in the container cannot be taken for the host's.
+scripts, which set PROMPT_COMMAND to put back their own PS1 ("Apptainer> "): `env -u` drops it. A terminal in
+the container cannot be taken for the host's.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ SHELL_BOOT = (
     'prompt=$1; shift\n'
     'if command -v bash >/dev/null 2>&1; then\n'
     '    if [ $# -gt 0 ]; then exec bash -c "$1"; fi\n'
-    '    exec env PS1="$prompt" bash --norc -i\n'
+    '    exec env -u PROMPT_COMMAND PS1="$prompt" bash --norc -i\n'
     'fi\n'
     'if [ $# -gt 0 ]; then exec sh -c "$1"; fi\n'
-    'exec env PS1="${prompt%%]*}] \\$ " sh -i\n'
+    'exec env -u PROMPT_COMMAND PS1="${prompt%%]*}] \\$ " sh -i\n'
 )
 
 
