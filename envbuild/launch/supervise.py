@@ -54,6 +54,9 @@ def run_step(argv: tuple[str, ...], env: dict[str, str], *, step: str, time_limi
         splitter = StreamSplitter()
 
     read_end, write_end = os.pipe()
+    # With a report, srun's stdout passes through envrun too (unchanged, as stderr does): the step's throughput
+    # line (`envrun-metric:`) is usually printed there. A task's stdout is a pipe to slurmstepd either way.
+    out_read, out_write = os.pipe() if report is not None else (-1, -1)
     terminal_signals = {getattr(_signal, name) for name in _FROM_TERMINAL}
     previous = {}
     for name in _FORWARDED:
@@ -69,6 +72,10 @@ def run_step(argv: tuple[str, ...], env: dict[str, str], *, step: str, time_limi
             os.close(read_end)
             os.dup2(write_end, 2)
             os.close(write_end)
+            if out_write >= 0:
+                os.close(out_read)
+                os.dup2(out_write, 1)
+                os.close(out_write)
             for number in previous:
                 _signal.signal(number, _signal.SIG_DFL)
             for name in ("SIGPIPE", "SIGXFSZ"):  # Python ignores these; a program started from a shell does not
@@ -78,42 +85,61 @@ def run_step(argv: tuple[str, ...], env: dict[str, str], *, step: str, time_limi
             os.write(2, f"envrun: could not start {argv[0]}: {exc.strerror}\n".encode())
         os._exit(127)
     os.close(write_end)
+    streams = {read_end: 2}  # our read end -> the fd of envrun's that it passes through to
+    if out_write >= 0:
+        os.close(out_write)
+        streams[out_read] = 1
     _State.child = pid
     for number in _State.pending:
         _send(number)
     kept: list[str] = []
     status = None
     drain_until = 0.0
-    partial = b""
-    writable = True
-    at_line_start = True  # whether srun's output so far ends with a newline
-    while True:
-        ready = select.select([read_end], [], [], 0.5 if status is None else 0.2)[0]
+    partial = {fd: b"" for fd in streams}
+    writable = {1: True, 2: True}
+    at_line_start = True  # whether srun's stderr so far ends with a newline
+    open_streams = dict(streams)
+    while open_streams:
+        ready = select.select(list(open_streams), [], [], 0.5 if status is None else 0.2)[0]
         if status is not None and (not ready or time.monotonic() > drain_until):
-            break  # srun has ended and its pipe stays open: a process it left holds it
+            break  # srun has ended and a pipe stays open: a process it left holds it
         if not ready:
             done, wait_status = os.waitpid(pid, os.WNOHANG)
             if done:
                 status, drain_until = wait_status, time.monotonic() + _DRAIN_S
             continue
-        chunk = os.read(read_end, 65536)
-        if not chunk:
-            break
-        if splitter is not None and report is not None:
-            chunk, payloads = splitter.feed(chunk)
-            for payload in payloads:
-                report.feed(payload)
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            target = streams[fd]
             if not chunk:
+                del open_streams[fd]
                 continue
-        if writable:
-            writable = _write_all(chunk)
-        at_line_start = chunk.endswith(b"\n")
-        partial = _keep(partial + chunk, kept, report)
-    os.close(read_end)
+            if target == 2 and splitter is not None and report is not None:
+                chunk, payloads = splitter.feed(chunk)
+                for payload in payloads:
+                    report.feed(payload)
+                if not chunk:
+                    continue
+            if writable[target]:
+                writable[target] = _write_all(chunk, target)
+            if target == 2:
+                at_line_start = chunk.endswith(b"\n")
+                partial[fd] = _keep(partial[fd] + chunk, kept, report)
+            else:
+                partial[fd] = _metric_lines(partial[fd] + chunk, report)
+    for fd in streams:
+        os.close(fd)
     if splitter is not None:
-        partial += splitter.flush()
-    if partial:
-        _keep(partial + b"\n", kept, report)
+        held = splitter.flush()  # a line cut short that only looked like a record: srun's, passed on
+        if held and writable[2]:
+            writable[2] = _write_all(held)
+            at_line_start = held.endswith(b"\n")
+        partial[read_end] += held
+    if partial[read_end]:
+        _keep(partial[read_end] + b"\n", kept, report)
+    if partial.get(out_read):
+        _metric_lines(partial[out_read] + b"\n", report)
+    writable_err = writable[2]
     if status is None:
         status = os.waitpid(pid, 0)[1]
     _State.child = 0
@@ -124,13 +150,13 @@ def run_step(argv: tuple[str, ...], env: dict[str, str], *, step: str, time_limi
         from envbuild.launch.exitcause import explain
 
         line = explain(kept, code, step, time_limit)
-        if writable:
+        if writable_err:
             _write_all(("" if at_line_start else "\n").encode() + (line + "\n").encode())
             at_line_start = True
     final = code if code >= 0 else 128 - code
     if report is not None:
         summary = report.finish(final)
-        if writable:
+        if writable_err:
             _write_all(("" if at_line_start else "\n").encode() + summary.encode())
     return final
 
@@ -166,16 +192,27 @@ def _terminal_sent_it() -> bool:
     return False
 
 
-def _write_all(data: bytes) -> bool:
-    """Write to envrun's stderr; False once it is gone (then srun's output is read and dropped, not left blocking)."""
+def _write_all(data: bytes, fd: int = 2) -> bool:
+    """Write to envrun's stderr (or stdout); False once it is gone (then srun's output is read and dropped, not
+    left blocking)."""
     view = memoryview(data)
     while view:
         try:
-            written = os.write(2, view)
+            written = os.write(fd, view)
         except OSError:
             return False
         view = view[written:]
     return True
+
+
+def _metric_lines(buffer: bytes, report: StepReport | None) -> bytes:
+    """Show the report the complete lines of srun's stdout that carry a metric; return the incomplete rest."""
+    *lines, rest = buffer.split(b"\n")
+    if report is not None:
+        for raw in lines:
+            if b"envrun-metric:" in raw:
+                report.line(raw.decode("utf-8", "replace").rstrip("\r"))
+    return rest[-_MAX_LINE:]
 
 
 def _keep(buffer: bytes, kept: list[str], report: StepReport | None = None) -> bytes:

@@ -35,6 +35,7 @@ class StepReport:
         self.records = 0
         self._collector: Collector | None = None
         self._failed = ""
+        self._metric = ""
 
     def feed(self, payload: str) -> None:
         """One record's text (after the marker)."""
@@ -51,12 +52,9 @@ class StepReport:
             self._failed = f"could not read the samplers' records ({type(exc).__name__}: {exc})"
 
     def line(self, text: str) -> None:
-        """One complete line of the step's stderr; the throughput line is kept."""
-        if METRIC_PREFIX in text and self._collector is not None and not self._failed:
-            try:
-                self._collector.metric(text[text.index(METRIC_PREFIX) :])
-            except Exception as exc:  # noqa: BLE001
-                self._failed = f"could not read a metric line ({type(exc).__name__}: {exc})"
+        """One complete line of the step's stdout or stderr; the last throughput line counts (as in a sweep)."""
+        if METRIC_PREFIX in text:
+            self._metric = text[text.index(METRIC_PREFIX) :]
 
     def finish(self, exit_code: int) -> str:
         """The summary to print (ending with a newline), after writing the files; never raises."""
@@ -69,6 +67,8 @@ class StepReport:
             _site_packages()  # matplotlib for the timeline: bin/envrun starts Python without them (-S)
             from envbuild.report.render import summary_text, write_report
 
+            if self._metric:
+                self._collector.metric(self._metric)
             report = self._collector.build(exit_code, self.started, time.time())
             text = summary_text(report)
             if self.directory:

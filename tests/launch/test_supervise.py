@@ -125,3 +125,31 @@ def test_a_missing_srun_is_named(tmp_path: Path, fake_bin: Path) -> None:
                             env={**environment(tmp_path, fake_bin), "PATH": str(fake_bin)},
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "srun is not on PATH" in result.stderr, result.stderr
+
+
+def test_with_a_report_both_streams_pass_through_and_the_records_leave_stderr(tmp_path: Path, fake_bin: Path) -> None:
+    """The fake srun plays a node's sampler too: its records (framed lines, envbuild.report.wire) leave stderr, the
+    rest of both streams arrives byte for byte, the metric line printed on stdout reaches the report, and the
+    summary comes after the cause line of the failed step."""
+    from envbuild.report.wire import SCHEMA, encode
+
+    start_record = {"v": SCHEMA, "kind": "start", "node": "vm", "seq": 0, "t": 1.0, "interval": 1.0, "cpus": 2,
+                    "gpu_source": None, "gpu_note": "no GPU tool here", "gpu_names": []}
+    records = tmp_path / "records"
+    records.write_bytes(b"".join(encode(start_record)))
+    write_script(fake_bin / "srun", f'printf "out 1\\nenvrun-metric: samples_per_s=42.5\\nno newline"\n'
+                 f'printf "\\r 50%%|##" >&2\ncat {records} >&2\nprintf "\\r100%%|####\\n" >&2\n'
+                 'echo "srun: error: vm: task 0: Exited with exit code 2" >&2\nexit 2\n')
+    env = environment(tmp_path, fake_bin)
+    env["ENVRUN_REPORT"] = str(tmp_path / "report")
+    image = tmp_path / "env.sif"
+    image.write_bytes(b"never opened: srun is a fake\n")
+    proc = subprocess.run([ENVRUN, "--image", str(image), "srun", "python", "train.py"], cwd=tmp_path, env=env,
+                          capture_output=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert proc.stdout == b"out 1\nenvrun-metric: samples_per_s=42.5\nno newline"
+    err = proc.stderr.decode()
+    assert err.startswith("\r 50%|##\r100%|####\nsrun: error: vm: task 0: Exited with exit code 2\nenvrun: the job step "
+                          "failed (srun exit status 2): rank 0 (task 0 on vm) exited with code 2\nenvrun report: ")
+    assert "\x1e" not in err and err.endswith(f"report: {tmp_path / 'report'}\n")
+    assert '"samples_per_s": 42.5' in (tmp_path / "report" / "report.json").read_text()
