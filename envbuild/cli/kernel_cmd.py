@@ -62,15 +62,19 @@ def build_kernel_parser() -> argparse.ArgumentParser:
     install.add_argument("--force", action="store_true", help="replace a kernel of the same name")
     install.add_argument("--no-ipykernel-overlay", dest="ipykernel_overlay", action="store_false",
                          help="refuse an image without ipykernel instead of adding an overlay with it")
-    for name, text in (("list", "envrun's kernels: name, image, whether it exists, directory, log"),
-                       ("remove", "remove an envrun kernel: its directory, its log and its unused ipykernel overlay")):
-        sub = commands.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+    for name, text, description in (
+            ("list", "envrun's kernels: name, image, whether it exists, directory, log",
+             "List the kernels envrun installed: name, whether the image and overlays exist, image, directory, log."),
+            ("remove", "remove an envrun kernel: its directory, its log and its unused ipykernel overlay",
+             "Remove a kernel envrun installed: its directory, its log, and its image's ipykernel overlay when no "
+             "other kernel uses it.")):
+        sub = commands.add_parser(name, help=text, description=description)
         if name == "remove":
             sub.add_argument("name", help="the kernel's name (envrun kernel list)")
         sub.add_argument("--prefix", metavar="DIR", action="append", default=[],
                          help="also look in DIR/share/jupyter/kernels (repeatable)")
-    run = commands.add_parser("run", help=argparse.SUPPRESS,
-                              description="What an envrun kernelspec runs: the kernel inside the image.")
+    # no help: left out of the list (argparse would print SUPPRESS for help=SUPPRESS); kernelspecs run it
+    run = commands.add_parser("run", description="What an envrun kernelspec runs: the kernel inside the image.")
     run.add_argument("kernel_file", metavar="KERNEL.json")
     run.add_argument("connection_file", metavar="CONNECTION_FILE")
     return parser
