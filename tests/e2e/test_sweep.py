@@ -44,7 +44,13 @@ def test_examples_at_one_and_two_processes_then_a_resume_that_submits_nothing(re
     assert "#SBATCH --cpus-per-task=1" in (report / "jobs/1n1p-r1.sbatch").read_text()
     png = (report / "scaling.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
-    assert "data:image/png;base64," in (report / "report.html").read_text()
+    page = (report / "report.html").read_text()
+    assert "data:image/png;base64," in page
+    assert all(r["gpu_util"] == "" for r in rows)  # no GPU on this machine: not measured
+    for key in ("1n1p", "1n2p"):  # each run's job report, beside its output, linked from the sweep's page
+        reports = list((report / "jobs").glob(f"{key}-r1-*.report"))
+        assert len(reports) == 1 and (reports[0] / "report.json").exists(), list((report / "jobs").iterdir())
+        assert f'<a href="jobs/{reports[0].name}/report.html">run 1</a>' in page
 
     code, out2, err2 = sweep(tmp_path, reference_image, "--gpus", "1,2", "--serial", "--", "python", "ddp_minimal.py",
                              "--steps", "50")

@@ -59,3 +59,12 @@ def parse_output(text: str) -> RunOutput:
             if "exit" in pairs:
                 out.step_exit = int(pairs["exit"])
     return out
+
+
+def mean_gpu_util(report: object) -> float | None:
+    """The mean of `gpus[].util` (0-1) in a job report's report.json (envbuild.report), over the GPUs it
+    measured; None when it measured none or is not a report (the table then shows "-")."""
+    gpus = report.get("gpus") if isinstance(report, dict) else None
+    values = [float(gpu["util"]) for gpu in gpus or [] if isinstance(gpu, dict)
+              and isinstance(gpu.get("util"), (int, float)) and not isinstance(gpu.get("util"), bool)]
+    return sum(values) / len(values) if values else None

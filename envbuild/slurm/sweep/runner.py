@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from envbuild.errors import EnvbuildError
 from envbuild.slurm.batch.submit import FINAL_STATES
 from envbuild.slurm.sweep import state as sweepstate
-from envbuild.slurm.sweep.metrics import parse_output
+from envbuild.slurm.sweep.metrics import mean_gpu_util, parse_output
 from envbuild.slurm.sweep.points import ScalePoint
 
 # writes the run's batch script; returns (script path, output path pattern with %j)
@@ -127,11 +127,12 @@ class SweepRunner:
         seen = parse_output(text)
         time_s = seen.step_s if seen.step_s is not None else _run_time(fields.get("RunTime", ""))
         throughput = seen.throughput
+        gpu_util, report_page = read_job_report(job.log)
         record: dict[str, Any] = {
             "repeat": job.repeat, "job_id": job.job_id, "log": job.log, "state": state, "exit_code": code,
             "time_s": time_s, "time_from": "step" if seen.step_s is not None else "job",
             "throughput": throughput[0] if throughput else None, "unit": throughput[1] if throughput else None,
-            "metrics": seen.metrics,
+            "metrics": seen.metrics, "gpu_util": gpu_util, "report": report_page,
         }
         if problem:
             record["problem"] = problem
@@ -157,6 +158,24 @@ def _read(path: str) -> str:
             return handle.read()
     except OSError:
         return ""
+
+
+def read_job_report(log: str) -> tuple[float | None, str | None]:
+    """(mean GPU utilisation, report.html's path) of the job report that `envrun sbatch`'s script writes beside
+    the output `log` (`X-123.out` -> `X-123.report/`). A report that is missing or unreadable (a job killed
+    before its step ended) gives (None, None) or no utilisation: the table shows "-", the sweep goes on."""
+    import json
+
+    from envbuild.slurm.batch.plan import report_directory
+
+    directory = report_directory(log)
+    page = os.path.join(directory, "report.html")
+    try:
+        with open(os.path.join(directory, "report.json"), encoding="utf-8") as handle:
+            gpu_util = mean_gpu_util(json.load(handle))
+    except (OSError, ValueError):
+        gpu_util = None
+    return gpu_util, page if os.path.exists(page) else None
 
 
 def _run_time(text: str) -> float | None:

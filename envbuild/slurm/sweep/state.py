@@ -138,6 +138,6 @@ def write_reports(directory: str, rows: list[Row], identity: dict[str, Any],
         else:
             atomic_write(os.path.join(directory, "scaling.png"), png)
             written.append(os.path.join(directory, "scaling.png"))
-    atomic_write(os.path.join(directory, "report.html"), render_html(rows, identity, png, no_plot))
+    atomic_write(os.path.join(directory, "report.html"), render_html(rows, identity, png, no_plot, links_from=directory))
     written.append(os.path.join(directory, "report.html"))
     return written

@@ -5,6 +5,8 @@ Speed-up is throughput / the baseline's throughput when every finished point pri
 the baseline's median time / this point's median time (a fixed amount of work: strong scaling, as in the JSC
 course's table). Efficiency is speed-up / (workers / the baseline's workers): 1.0 is perfect scaling.
 Spread is (slowest - fastest) / median of a point's run times, in percent: how much to trust the median.
+GPU util is the mean over a point's finished runs of each run's job report (envbuild.report): the mean
+utilisation of the GPUs it measured; "-" where none was measured (no GPU, no report).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class Run:
     time_s: float | None = None  # the step's wall time (the job's, when the step line is missing)
     throughput: float | None = None
     unit: str | None = None  # samples/s or tokens/s
+    gpu_util: float | None = None  # 0-1: mean GPU utilisation from the job report; None: not measured
+    report: str | None = None  # the job report's report.html, when the job wrote one
 
     @property
     def ok(self) -> bool:
@@ -38,6 +42,7 @@ class Row:
     point: ScalePoint
     runs: int = 0  # finished runs behind the numbers
     failed: list[Run] = field(default_factory=list)
+    done: list[Run] = field(default_factory=list)
     time_s: float | None = None
     throughput: float | None = None
     throughput_range: tuple[float, float] | None = None  # the lowest and highest of the runs
@@ -45,6 +50,12 @@ class Row:
     speedup: float | None = None
     efficiency: float | None = None
     spread_pct: float | None = None
+    gpu_util: float | None = None  # the mean of its finished runs' GPU utilisation (those that measured it)
+
+    @property
+    def reports(self) -> list[Run]:
+        """Its runs, finished or failed, that wrote a job report, in order of repeat."""
+        return sorted((r for r in [*self.done, *self.failed] if r.report), key=lambda r: r.repeat)
 
     @property
     def status(self) -> str:
@@ -68,6 +79,9 @@ def build_table(points: list[ScalePoint], runs: dict[str, list[Run]]) -> list[Ro
         mine = runs.get(point.key, [])
         done = [r for r in mine if r.ok]
         row.failed = [r for r in mine if not r.ok]
+        row.done = done
+        utils = [r.gpu_util for r in done if r.gpu_util is not None]
+        row.gpu_util = sum(utils) / len(utils) if utils else None
         if done:
             times = [r.time_s for r in done if r.time_s is not None]
             row.runs = len(done)
@@ -112,7 +126,8 @@ def format_seconds(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-HEADER = ("nodes", "workers", "runs", "median time", "throughput", "speed-up", "efficiency", "spread", "status")
+HEADER = ("nodes", "workers", "runs", "median time", "throughput", "speed-up", "efficiency", "GPU util", "spread",
+          "status")
 
 
 def text_rows(rows: list[Row]) -> list[tuple[str, ...]]:
@@ -124,6 +139,7 @@ def text_rows(rows: list[Row]) -> list[tuple[str, ...]]:
             f"{row.throughput:,.1f} {row.unit}" if row.throughput is not None else "-",
             f"{row.speedup:.2f}x" if row.speedup is not None else "-",
             f"{row.efficiency * 100:.0f}%" if row.efficiency is not None else "-",
+            f"{row.gpu_util * 100:.0f}%" if row.gpu_util is not None else "-",
             f"{row.spread_pct:.0f}%" if row.spread_pct is not None else "-",
             row.status,
         ))
@@ -134,8 +150,9 @@ def render_text(rows: list[Row]) -> str:
     """The table as aligned columns, then a line per failed run (its job id and log)."""
     body = [HEADER, *text_rows(rows)]
     widths = [max(len(r[i]) for r in body) for i in range(len(HEADER))]
-    lines = ["  ".join(cell.rjust(w) if i < 8 else cell for i, (cell, w) in enumerate(zip(r, widths, strict=True))).rstrip()
-             for r in body]
+    last = len(HEADER) - 1  # status: left-aligned, the others right
+    lines = ["  ".join(cell.rjust(w) if i < last else cell for i, (cell, w) in enumerate(zip(r, widths, strict=True)))
+             .rstrip() for r in body]
     for row in rows:
         for run in row.failed:
             lines.append(f"failed: {row.point.describe()}, run {run.repeat + 1}: job {run.job_id} {run.state}, "

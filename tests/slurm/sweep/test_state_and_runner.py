@@ -149,3 +149,37 @@ def test_a_long_wait_says_so_in_plain_lines(tmp_path: Path) -> None:
     lines = out.getvalue().splitlines()
     assert sum("job 100 PENDING, 0:00 elapsed" in line for line in lines) == 3
     assert lines[-1].startswith("envrun sweep: 1 node x 1 process, run 1/1: job 100 COMPLETED: done, 12.5 s")
+
+
+class FakeSlurmWithReports(FakeSlurm):
+    """Each job also writes its job report beside its output, as `envrun sbatch`'s script does (X-123.report/):
+    per point key the GPUs' utilisation in report.json, or None for a report without GPUs."""
+
+    def __init__(self, outcomes: dict[str, tuple[str, str]], utils: dict[str, list[float | None]]) -> None:
+        super().__init__(outcomes)
+        self.utils = utils
+
+    def submit(self, script: str, cwd: str) -> str:
+        job_id = super().submit(script, cwd)
+        key, pattern = self.patterns[script]
+        report = Path(pattern.replace("%j", job_id)[: -len(".out")] + ".report")
+        report.mkdir()
+        gpus = [{"node": "n1", "index": i, "util": u} for i, u in enumerate(self.utils[key])]
+        (report / "report.json").write_text(json.dumps({"schema": "envrun-report/1", "gpus": gpus}))
+        (report / "report.html").write_text("<!DOCTYPE html>")
+        return job_id
+
+
+def test_each_run_records_its_job_report_and_its_mean_gpu_util(tmp_path: Path) -> None:
+    fake = FakeSlurmWithReports({"1n1p": GOOD, "1n2p": GOOD}, {"1n1p": [0.5, 1.0, None], "1n2p": []})
+    state, _said = sweep(tmp_path, fake)
+    first, second = state.table_runs()["1n1p"][0], state.table_runs()["1n2p"][0]
+    assert first.gpu_util == pytest.approx(0.75) and second.gpu_util is None
+    assert first.report == str(tmp_path / "jobs" / "1n1p-r1-100.report" / "report.html")
+    assert second.report is not None and second.report.endswith("1n2p-r1-101.report/report.html")
+
+
+def test_a_run_without_a_job_report_has_none(tmp_path: Path) -> None:
+    state, _said = sweep(tmp_path, FakeSlurm({"1n1p": GOOD, "1n2p": GOOD}))
+    run = state.table_runs()["1n1p"][0]
+    assert run.ok and run.gpu_util is None and run.report is None

@@ -24,8 +24,8 @@ def test_the_jsc_table_speed_up_and_efficiency_from_wall_times() -> None:
     assert [format_seconds(r.time_s) for r in rows] == ["24m48s", "13m10s", "6m56s", "4m48s"]
     text = render_text(rows)
     assert text.splitlines()[0].split() == ["nodes", "workers", "runs", "median", "time", "throughput", "speed-up",
-                                            "efficiency", "spread", "status"]
-    assert text.splitlines()[4].split() == ["32", "128", "GPUs", "1", "4m48s", "-", "5.17x", "65%", "-", "ok"]
+                                            "efficiency", "GPU", "util", "spread", "status"]
+    assert text.splitlines()[4].split() == ["32", "128", "GPUs", "1", "4m48s", "-", "5.17x", "65%", "-", "-", "ok"]
 
 
 def test_throughput_is_used_when_every_point_has_it() -> None:
@@ -58,6 +58,16 @@ def test_a_failed_point_is_shown_and_the_baseline_is_the_smallest_finished_one()
     assert rows[2].efficiency == pytest.approx(10 / 6 / 2)
     text = render_text(rows)
     assert "failed: 1 node x 1 GPU, run 1: job 77 FAILED, exit code 1; log /r/jobs/1n1g-r1-77.out" in text
+
+
+def test_gpu_util_is_the_mean_of_the_finished_runs_that_measured_it() -> None:
+    points = plan_points("gpus", [1, 2], per_node_capacity=4)
+    failed = Run(repeat=2, job_id="9", log="x", state="FAILED", exit_code=1, gpu_util=0.1)
+    unmeasured = Run(repeat=1, job_id="8", log="x", state="COMPLETED", exit_code=0, time_s=9.0)
+    runs = {"1n1g": [Run(0, "7", "x", "COMPLETED", 0, 10.0, gpu_util=0.9), unmeasured, failed], "1n2g": [ok(8.0)]}
+    rows = build_table(points, runs)
+    assert rows[0].gpu_util == pytest.approx(0.9) and rows[1].gpu_util is None
+    assert [line.split()[8] for line in render_text(rows).splitlines()[1:3]] == ["90%", "-"]
 
 
 def test_a_completed_job_without_a_time_is_not_a_result() -> None:
