@@ -1,0 +1,265 @@
+"""The per-node sampler of the job report: what the step's ranks and the node's GPUs use, every interval.
+
+envrun's host shim starts it in the background in the first task of every node (record.md):
+
+    python -S -m envbuild.report.sampler --interval SECONDS --task-pid $$ --step-pid $PPID
+
+It writes a start record, a sample every interval and an end record into its stderr, which is the task's
+stderr: srun carries it back to envrun's step supervisor. Every record is framed by wire.encode and
+written with one os.write per line, so a record is never interleaved with the program's output.
+
+It must never harm the step: it does not raise into the user's stderr (at most one line saying what went
+wrong), it exits 0, and it ends by itself when the task it watches ends (its parent, the task's root,
+is gone) or on SIGTERM/SIGHUP/SIGINT, so nothing is left running after the step.
+
+Light: os, signal, sys, time, json (through wire) and the /proc reader; the GPU reader is imported
+only when the sampler starts, and a missing one means "no GPU source".
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from envbuild.report import wire
+from envbuild.report.procs import PROC, StepProcs, read_allowed_cpus, read_load1, read_stat
+
+TYPE_CHECKING = False  # mypy reads the block below; at run time the sampler does without the typing module
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Protocol
+
+    class GpuSource(Protocol):
+        """What the sampler needs of a GPU reader (envbuild.report.gpus.open_gpu_source gives one)."""
+
+        @property
+        def name(self) -> str | None: ...
+        @property
+        def note(self) -> str: ...
+        def names(self) -> Sequence[Mapping[str, object]]: ...
+        def read(self) -> Sequence[Mapping[str, object]]: ...
+        def close(self) -> None: ...
+
+TASK_CHECK_S = 0.5  # how often, between samples, the sampler looks whether the task has ended
+
+# Why the last record was written (its "reason"). STDERR_CLOSED is named for the contract; a sampler whose
+# stderr is closed cannot write it, so it ends without an end record.
+TASK_ENDED = "task-ended"
+SIGNAL = "signal"
+STDERR_CLOSED = "stderr-closed"
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+class NoGpus:
+    """The GPU source of a sampler that has none: it says why in its note."""
+
+    def __init__(self, note: str) -> None:
+        self.name: str | None = None
+        self.note = note
+
+    def names(self) -> list[dict[str, object]]:
+        return []
+
+    def read(self) -> list[dict[str, object]]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+class _Stop(BaseException):
+    """Raised by the signal handler to leave whatever the sampler waits in (sleep, a read)."""
+
+
+class _StderrGone(Exception):
+    """The sampler's stderr is closed: no record can reach envrun any more."""
+
+
+def open_gpus(environ: dict[str, str]) -> GpuSource:
+    """The node's GPU reader; NoGpus when the reader module is missing or fails to open."""
+    try:
+        from envbuild.report.gpus import open_gpu_source
+    except ImportError as error:
+        return NoGpus(f"no GPU reader in this envbuild ({error})")
+    try:
+        source: GpuSource = open_gpu_source(environ)
+    except Exception as error:  # noqa: BLE001 - a GPU reader that fails costs the GPU columns, never the step
+        return NoGpus(f"the GPU reader failed to start: {error}")
+    return source
+
+
+def node_name(environ: dict[str, str]) -> str:
+    """The node's name as Slurm calls it, else the host name (what socket.gethostname() returns)."""
+    return environ.get("SLURMD_NODENAME") or os.uname().nodename
+
+
+def node_cpus(environ: dict[str, str], step_pid: int, proc_root: str = PROC) -> int:
+    """CPUs of the job on this node: SLURM_CPUS_ON_NODE, else the CPUs the step's tasks (and this sampler,
+    started in one of them) may run on, else all CPUs of the node."""
+    try:
+        cpus = int(environ.get("SLURM_CPUS_ON_NODE", ""))
+        if cpus > 0:
+            return cpus
+    except ValueError:
+        pass
+    allowed: set[int] = set()
+    try:
+        allowed.update(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        pass
+    for pid, stat in StepProcs(step_pid, proc_root).step_processes().items():
+        if stat.ppid == step_pid:  # a task of the step
+            allowed |= read_allowed_cpus(pid, proc_root)
+    return len(allowed) or os.cpu_count() or 1
+
+
+class Sampler:
+    """The records of one node: start, samples, end. It holds the state between samples (the /proc
+    reader's memory of exited processes, the sample number)."""
+
+    def __init__(self, *, node: str, interval: float, step_pid: int, cpus: int, gpus: GpuSource,
+                 proc_root: str = PROC) -> None:
+        self.node = node
+        self.interval = interval
+        self.cpus = cpus
+        self.gpus = gpus
+        self.proc_root = proc_root
+        self.procs = StepProcs(step_pid, proc_root, skip=os.getpid())
+        self.seq = 0
+
+    def _head(self, kind: str) -> dict[str, object]:
+        return {"v": wire.SCHEMA, "kind": kind, "node": self.node, "seq": self.seq, "t": round(time.time(), 3)}
+
+    def start(self) -> dict[str, object]:
+        try:
+            names = [dict(gpu) for gpu in self.gpus.names()]
+        except Exception:  # noqa: BLE001 - see open_gpus
+            names = []
+        return {**self._head("start"), "interval": self.interval, "cpus": self.cpus,
+                "gpu_source": self.gpus.name, "gpu_note": self.gpus.note, "gpu_names": names}
+
+    def sample(self, kind: str = "sample", reason: str | None = None) -> dict[str, object]:
+        self.seq += 1
+        ranks, launcher = self.procs.sample()
+        try:
+            gpus = [dict(gpu) for gpu in self.gpus.read()]
+        except Exception:  # noqa: BLE001 - see open_gpus: this sample has no GPU values
+            gpus = []
+        record = {**self._head(kind), "ranks": ranks, "launcher": launcher, "gpus": gpus,
+                  "load1": read_load1(self.proc_root)}
+        if reason is not None:
+            record["reason"] = reason
+        return record
+
+
+def emit(record: dict[str, object], fd: int = 2) -> None:
+    """Write the record's lines, each with one os.write (the kernel keeps a write under PIPE_BUF whole)."""
+    for line in wire.encode(record):
+        try:
+            written = os.write(fd, line)
+        except (BrokenPipeError, OSError) as error:
+            raise _StderrGone(str(error)) from error
+        if written != len(line):  # only a non-blocking descriptor writes part of a line; the rest would be noise
+            raise _StderrGone("short write")
+
+
+class TaskWatch:
+    """Whether the task the sampler watches has ended. The sampler is the child of the task's root (the
+    shim, which execs apptainer and the program under the same pid): when that process exits the kernel
+    gives the sampler another parent at once, before anyone reaps the root."""
+
+    def __init__(self, task_pid: int, proc_root: str = PROC) -> None:
+        self.task_pid = task_pid
+        self.proc_root = proc_root
+        self.child_of_task = os.getppid() == task_pid
+
+    def ended(self) -> bool:
+        if self.child_of_task and os.getppid() != self.task_pid:
+            return True
+        stat = read_stat(self.task_pid, self.proc_root)
+        return stat is None or stat.state in ("Z", "X")
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    raise _Stop
+
+
+def run(sampler: Sampler, watch: TaskWatch, fd: int = 2) -> str:
+    """Start, samples every interval and end; the end's reason. Raises _StderrGone when stderr is closed."""
+    for signum in _STOP_SIGNALS:
+        # A background job of a non-interactive shell ignores SIGINT (POSIX), so that a Ctrl-C meant for the
+        # program does not stop it; the sampler keeps that, and ends with the task instead.
+        if signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, _on_signal)
+    reason = SIGNAL
+    try:
+        emit(sampler.start(), fd)
+        due = time.monotonic() + sampler.interval
+        while True:
+            now = time.monotonic()
+            if watch.ended():
+                reason = TASK_ENDED
+                break
+            if now >= due:
+                emit(sampler.sample(), fd)
+                due = max(due + sampler.interval, time.monotonic())
+                continue
+            time.sleep(min(TASK_CHECK_S, due - now))
+    except _Stop:
+        pass
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)  # the end record is written whole, whatever comes now
+    emit(sampler.sample("end", reason), fd)
+    return reason
+
+
+def parse_args(argv: list[str]) -> tuple[float, int, int]:
+    """(interval, task pid, step pid) from `--interval S --task-pid PID --step-pid PID` (also `--name=value`)."""
+    values: dict[str, str] = {}
+    items = iter(argv)
+    for item in items:
+        name, equals, value = item.partition("=")
+        if name not in ("--interval", "--task-pid", "--step-pid"):
+            raise ValueError(f"unknown argument {item!r}")
+        values[name] = value if equals else next(items, "")
+    missing = [name for name in ("--interval", "--task-pid", "--step-pid") if name not in values]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    interval = float(values["--interval"])
+    if not interval > 0:
+        raise ValueError(f"--interval must be a positive number of seconds, not {values['--interval']!r}")
+    return interval, int(values["--task-pid"]), int(values["--step-pid"])
+
+
+def main(argv: list[str] | None = None, gpus: GpuSource | None = None, fd: int = 2) -> int:
+    """The sampler's command; always 0: it never fails the step it watches."""
+    source = gpus
+    try:
+        interval, task_pid, step_pid = parse_args(sys.argv[1:] if argv is None else argv)
+        watch = TaskWatch(task_pid)
+        environ = dict(os.environ)
+        source = source or open_gpus(environ)
+        sampler = Sampler(node=node_name(environ), interval=interval, step_pid=step_pid,
+                          cpus=node_cpus(environ, step_pid), gpus=source)
+        run(sampler, watch, fd)
+    except (_StderrGone, _Stop):
+        pass
+    except BaseException as error:  # noqa: BLE001 - the user's stderr gets one line, never a traceback
+        try:
+            os.write(fd, f"envrun: report sampler: {type(error).__name__}: {error}\n".encode())
+        except OSError:
+            pass
+    finally:
+        if source is not None:
+            try:
+                source.close()
+            except BaseException:  # noqa: BLE001, S110 - closing a GPU reader on the way out must not raise
+                pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

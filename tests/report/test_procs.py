@@ -1,0 +1,206 @@
+"""The /proc reader of the job report's sampler: fake /proc trees in tmp_path, in the shapes proc(5)
+documents, and the real /proc with real child processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuild.report import procs
+from envbuild.report.procs import StepProcs, descendants, parse_cpu_list, parse_environ, parse_stat
+
+TICKS = procs.CLOCK_TICKS
+
+
+def stat_line(pid: int, comm: str, ppid: int, *, ticks: int = 0, threads: int = 1, start: int = 1000,
+              rss_pages: int = 10, state: str = "S") -> str:
+    """A /proc/PID/stat line (proc(5)): 52 fields, utime and stime at 14 and 15, num_threads at 20,
+    starttime at 22, rss (pages) at 24."""
+    fields = [state, str(ppid), str(pid), str(pid), "0", "-1", "4194304", "100", "0", "0", "0",
+              str(ticks), "0", "0", "0", "20", "0", str(threads), "0", str(start), "123456789", str(rss_pages)]
+    fields += ["0"] * (52 - 2 - len(fields))
+    return f"{pid} ({comm}) {' '.join(fields)}\n"
+
+
+class FakeProc:
+    """A /proc tree in a folder: stat, environ and status of each process, and loadavg."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(exist_ok=True)
+        (root / "loadavg").write_text("1.50 0.80 0.40 2/345 6789\n")
+        (root / "self").mkdir(exist_ok=True)  # not a pid: skipped
+
+    def add(self, pid: int, ppid: int, *, env: dict[str, str] | None = None, comm: str = "python", ticks: int = 0,
+            threads: int = 1, start: int = 1000, rss_pages: int = 10, cpus: str = "0-3") -> None:
+        folder = self.root / str(pid)
+        folder.mkdir(exist_ok=True)
+        (folder / "stat").write_text(stat_line(pid, comm, ppid, ticks=ticks, threads=threads, start=start,
+                                               rss_pages=rss_pages))
+        environ = folder / "environ"
+        if env is None:  # unreadable: another user's process
+            environ.unlink(missing_ok=True)
+        else:
+            environ.write_bytes(b"".join(f"{key}={value}".encode() + b"\0" for key, value in env.items()))
+        status = f"Name:\t{comm}\nState:\tS (sleeping)\nCpus_allowed:\tf\nCpus_allowed_list:\t{cpus}\n"
+        (folder / "status").write_text(status)
+
+    def remove(self, pid: int) -> None:
+        folder = self.root / str(pid)
+        for child in folder.iterdir():
+            child.unlink()
+        folder.rmdir()
+
+
+def by_rank(ranks: list[dict[str, object]]) -> dict[Any, dict[str, Any]]:
+    return {entry["rank"]: entry for entry in ranks}
+
+
+def test_stat_fields_after_a_command_name_with_spaces_and_parentheses() -> None:
+    stat = parse_stat(stat_line(42, "my (weird) name) x", 7, ticks=250, threads=5, start=99, rss_pages=3))
+    assert stat is not None
+    assert (stat.comm, stat.ppid, stat.threads, stat.start) == ("my (weird) name) x", 7, 5, 99)
+    assert stat.cpu_s == pytest.approx(250 / TICKS)
+    assert stat.rss == 3 * procs.PAGE_SIZE
+    assert parse_stat("garbage") is None
+    assert parse_stat("1 (x) S 0") is None  # cut short
+
+
+def test_cpu_lists_and_environments() -> None:
+    assert parse_cpu_list("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert parse_cpu_list("5") == {5}
+    assert parse_cpu_list("") == set()
+    assert parse_cpu_list("x-y") == set()
+    assert parse_environ(b"PATH=/bin\0RANK=3\0LOCAL_RANK=1\0XRANK=9\0", ("RANK", "LOCAL_RANK")) == {
+        "RANK": "3", "LOCAL_RANK": "1"}
+
+
+def test_descendants_skip_a_process_and_its_children() -> None:
+    parents = {10: 1, 11: 10, 12: 11, 13: 10, 14: 13, 20: 1}
+    assert sorted(descendants(10, parents)) == [11, 12, 13, 14]
+    assert sorted(descendants(10, parents, skip=13)) == [11, 12]
+    found = descendants(10, parents)
+    assert found.index(11) < found.index(12) and found.index(13) < found.index(14)  # parents first
+
+
+def test_ranks_launcher_and_unrelated_processes(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path / "proc")
+    fake.add(100, 1, env={}, comm="slurmstepd")  # the step: not counted
+    fake.add(101, 100, env={"PATH": "/bin"}, comm="torchrun", ticks=100)
+    fake.add(102, 101, env={"RANK": "0", "LOCAL_RANK": "0"}, ticks=500, threads=8, rss_pages=100, cpus="0-6")
+    fake.add(103, 102, env={"RANK": "0", "LOCAL_RANK": "0"}, comm="pt_data_worker", ticks=50, rss_pages=20)
+    fake.add(104, 101, env={"RANK": "1", "LOCAL_RANK": "1"}, ticks=30, threads=4, cpus="7-13")
+    fake.add(105, 104, env={}, comm="helper", ticks=5)  # started with a clean environment: still rank 1's
+    fake.add(106, 100, env=None, comm="apptainer", ticks=7)  # environment unreadable: launcher
+    fake.add(200, 1, env={"RANK": "5"}, ticks=999)  # another job's rank
+    ranks, launcher = StepProcs(100, str(fake.root)).sample()
+    assert [entry["rank"] for entry in ranks] == [0, 1]
+    rank0, rank1 = ranks
+    assert rank0 == {"rank": 0, "local_rank": 0, "pid": 102, "cores": 7, "procs": 2, "threads": 9,
+                     "cpu_s": round(550 / TICKS, 2), "rss": 120 * procs.PAGE_SIZE}
+    assert (rank1["pid"], rank1["procs"], rank1["threads"], rank1["cores"]) == (104, 2, 5, 7)
+    assert rank1["cpu_s"] == round(35 / TICKS, 2)
+    assert launcher == {"procs": 2, "cpu_s": round(107 / TICKS, 2), "rss": 20 * procs.PAGE_SIZE}
+
+
+def test_the_main_process_is_the_highest_ancestor_with_the_same_rank(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path / "proc")
+    fake.add(100, 1, env={})
+    fake.add(101, 100, env={"RANK": "3", "LOCAL_RANK": "1"}, comm="shim")  # envrun's shim sets RANK for srun tasks
+    fake.add(102, 101, env={"RANK": "3", "LOCAL_RANK": "1"}, comm="python")
+    ranks, launcher = StepProcs(100, str(fake.root)).sample()
+    assert [(entry["rank"], entry["pid"], entry["local_rank"], entry["procs"]) for entry in ranks] == [(3, 101, 1, 2)]
+    assert launcher["procs"] == 0
+
+
+def test_cpu_time_of_exited_processes_stays_with_their_rank(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path / "proc")
+    fake.add(100, 1, env={})
+    fake.add(102, 100, env={"RANK": "0"}, ticks=100)
+    fake.add(103, 102, env={"RANK": "0"}, ticks=40, start=2000)  # a DataLoader worker
+    fake.add(104, 100, env={"RANK": "1"}, ticks=10)
+    step = StepProcs(100, str(fake.root))
+    assert by_rank(step.sample()[0])[0]["cpu_s"] == round(140 / TICKS, 2)
+    fake.add(103, 102, env={"RANK": "0"}, ticks=60, start=2000)
+    assert by_rank(step.sample()[0])[0]["cpu_s"] == round(160 / TICKS, 2)
+    fake.remove(103)  # the worker exits (end of epoch)
+    fake.add(102, 100, env={"RANK": "0"}, ticks=110)
+    rank0 = by_rank(step.sample()[0])[0]
+    assert (rank0["cpu_s"], rank0["procs"]) == (round(170 / TICKS, 2), 1)
+    fake.add(103, 102, env={"RANK": "0"}, ticks=5, start=3000)  # a new worker that got the same pid
+    assert by_rank(step.sample()[0])[0]["cpu_s"] == round(175 / TICKS, 2)
+    fake.remove(104)  # rank 1 ended: still reported, with what it used
+    rank1 = by_rank(step.sample()[0])[1]
+    assert (rank1["procs"], rank1["threads"], rank1["rss"], rank1["cpu_s"], rank1["pid"]) == (
+        0, 0, 0, round(10 / TICKS, 2), 104)
+
+
+def test_a_process_that_execs_into_a_rank_keeps_its_launcher_time(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path / "proc")
+    fake.add(100, 1, env={})
+    fake.add(101, 100, env={}, comm="shim", ticks=20)
+    step = StepProcs(100, str(fake.root))
+    assert step.sample()[1]["cpu_s"] == round(20 / TICKS, 2)
+    fake.add(101, 100, env={"RANK": "0"}, comm="python", ticks=50)  # exec: new image, new environment
+    ranks, launcher = step.sample()
+    assert launcher == {"procs": 0, "cpu_s": round(20 / TICKS, 2), "rss": 0}
+    assert ranks[0]["cpu_s"] == round(30 / TICKS, 2)
+
+
+def test_node_load_and_missing_files(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path / "proc")
+    assert procs.read_load1(str(fake.root)) == 1.5
+    assert procs.read_load1(str(tmp_path / "nowhere")) is None
+    assert procs.read_rank(12345, str(fake.root)) == (None, None)
+    assert procs.read_allowed_cpus(12345, str(fake.root)) == set()
+    assert procs.list_pids(str(tmp_path / "nowhere")) == []
+    assert StepProcs(100, str(tmp_path / "nowhere")).sample() == ([], {"procs": 0, "cpu_s": 0.0, "rss": 0})
+
+
+# A step of real processes: a parent (the stand-in for slurmstepd) starts rank 0 busy, rank 1 asleep and rank 2
+# with a child of its own, each for a few seconds at most (the test kills them when done), and waits for them.
+STEP = """
+import os, subprocess, sys
+code = {
+    "0": "import time\\nend = time.time() + 8\\nwhile time.time() < end: pass",
+    "1": "import time; time.sleep(8)",
+    "2": "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(8)'])",
+}
+children = [subprocess.Popen([sys.executable, "-S", "-c", text], env={**os.environ, "RANK": rank, "LOCAL_RANK": rank})
+            for rank, text in code.items()]
+for child in children:
+    child.wait()
+"""
+
+
+def test_real_processes_are_grouped_and_the_busy_rank_uses_cpu() -> None:
+    step = subprocess.Popen([sys.executable, "-S", "-c", STEP], start_new_session=True)
+    try:
+        sampler = StepProcs(step.pid)
+        deadline = time.monotonic() + 4
+        while True:
+            ranks = by_rank(sampler.sample()[0])
+            if (len(ranks) == 3 and ranks[2]["procs"] == 2) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert sorted(ranks) == [0, 1, 2]
+        assert [ranks[rank]["procs"] for rank in (0, 1, 2)] == [1, 1, 2]
+        assert all(ranks[rank]["local_rank"] == rank for rank in (0, 1, 2))
+        assert all(isinstance(ranks[rank]["rss"], int) and ranks[rank]["rss"] > 0 for rank in (0, 1, 2))
+        assert ranks[0]["cores"] == len(os.sched_getaffinity(0))
+        time.sleep(0.8)
+        later = by_rank(sampler.sample()[0])
+        busy = later[0]["cpu_s"] - ranks[0]["cpu_s"]
+        idle = later[1]["cpu_s"] - ranks[1]["cpu_s"]
+        assert busy >= 0.1, (ranks, later)
+        assert idle < busy / 2, (ranks, later)
+    finally:
+        os.killpg(step.pid, signal.SIGKILL)
+        step.wait()

@@ -1,0 +1,234 @@
+"""The job report's per-node sampler: its records from a fake /proc and a fake GPU source, and the real
+module run as envrun's shim runs it (a background child of the task's root), read back through wire."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuild.report import procs, sampler, wire
+from tests.report.test_procs import FakeProc
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class FakeGpus:
+    """A GPU source as envbuild.report.gpus gives one, with fixed values."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        self.name: str | None = "nvidia-smi"
+        self.note = ""
+        self.fail = fail
+        self.closed = False
+
+    def names(self) -> list[dict[str, object]]:
+        return [{"index": 0, "name": "Stand-in GPU", "mem_total": 80 << 30}]
+
+    def read(self) -> list[dict[str, object]]:
+        if self.fail:
+            raise RuntimeError("the GPU tool hung up")
+        return [{"index": 0, "util": 0.97, "mem_used": 40 << 30, "mem_total": 80 << 30}]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def records(data: bytes) -> list[dict[str, Any]]:
+    """The sampler's records in a stream of stderr, as the step supervisor takes them out."""
+    found = []
+    for line in data.split(b"\n"):
+        at = line.find(wire.MARKER_BYTES)
+        if at >= 0:
+            record = wire.decode(line[at + len(wire.MARKER_BYTES) :].decode())
+            assert record is not None, line
+            found.append(record)
+    return found
+
+
+def test_arguments() -> None:
+    assert sampler.parse_args(["--interval", "2.5", "--task-pid", "10", "--step-pid=9"]) == (2.5, 10, 9)
+    for wrong in (["--interval", "2"], ["--interval", "0", "--task-pid", "1", "--step-pid", "1"],
+                  ["--interval", "1", "--task-pid", "x", "--step-pid", "1"], ["--what", "1"]):
+        with pytest.raises(ValueError):
+            sampler.parse_args(wrong)
+
+
+def test_node_name_and_cpus(tmp_path: Path) -> None:
+    assert sampler.node_name({"SLURMD_NODENAME": "gpu-17"}) == "gpu-17"
+    assert sampler.node_name({}) == os.uname().nodename
+    assert sampler.node_cpus({"SLURM_CPUS_ON_NODE": "56"}, 1) == 56
+    fake = FakeProc(tmp_path / "proc")
+    fake.add(100, 1, env={})
+    fake.add(101, 100, env={}, cpus="0-63")  # a task of the step that may run on more CPUs than this process
+    wider = len(set(range(64)) | os.sched_getaffinity(0))
+    assert sampler.node_cpus({"SLURM_CPUS_ON_NODE": "?"}, 100, str(fake.root)) == wider
+    assert sampler.node_cpus({}, 999, str(fake.root)) == len(os.sched_getaffinity(0))
+
+
+def test_start_sample_and_end_records(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path / "proc")
+    fake.add(100, 1, env={})
+    fake.add(101, 100, env={"RANK": "0", "LOCAL_RANK": "0"}, ticks=300)
+    node = sampler.Sampler(node="n1", interval=2.0, step_pid=100, cpus=8, gpus=FakeGpus(), proc_root=str(fake.root))
+    start = node.start()
+    assert start.items() >= {"v": 1, "kind": "start", "node": "n1", "seq": 0, "interval": 2.0, "cpus": 8,
+                             "gpu_source": "nvidia-smi", "gpu_note": ""}.items()
+    assert start["gpu_names"] == [{"index": 0, "name": "Stand-in GPU", "mem_total": 80 << 30}]
+    assert isinstance(start["t"], float) and abs(start["t"] - time.time()) < 5
+    one = node.sample()
+    assert (one["kind"], one["seq"], one["load1"], "reason" in one) == ("sample", 1, 1.5, False)
+    assert [(rank["rank"], rank["pid"]) for rank in one["ranks"]] == [(0, 101)]  # type: ignore[attr-defined]
+    assert one["launcher"] == {"procs": 0, "cpu_s": 0.0, "rss": 0}
+    assert one["gpus"] == [{"index": 0, "util": 0.97, "mem_used": 40 << 30, "mem_total": 80 << 30}]
+    end = node.sample("end", sampler.TASK_ENDED)
+    assert (end["kind"], end["seq"], end["reason"]) == ("end", 2, "task-ended")
+    for record in (start, one, end):
+        assert records(b"".join(wire.encode(record))) == [record]
+
+
+def test_a_failing_gpu_source_costs_the_gpu_values_only(tmp_path: Path) -> None:
+    node = sampler.Sampler(node="n1", interval=1.0, step_pid=100, cpus=1, gpus=FakeGpus(fail=True),
+                           proc_root=str(FakeProc(tmp_path / "proc").root))
+    assert node.sample()["gpus"] == []
+    none = sampler.NoGpus("no nvidia-smi on this node")
+    start = sampler.Sampler(node="n1", interval=1.0, step_pid=100, cpus=1, gpus=none).start()
+    assert (start["gpu_source"], start["gpu_note"], start["gpu_names"]) == (None, "no nvidia-smi on this node", [])
+
+
+def test_without_the_gpu_reader_the_sampler_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "envbuild.report.gpus", None)  # an import of it raises ImportError
+    source = sampler.open_gpus({})
+    assert source.name is None and source.note.startswith("no GPU reader in this envbuild")
+    assert (list(source.names()), list(source.read())) == ([], [])
+    source.close()
+
+
+def test_bad_arguments_give_one_line_and_exit_0() -> None:
+    read, write = os.pipe()
+    gpus = FakeGpus()
+    assert sampler.main(["--interval", "-1", "--task-pid", "1", "--step-pid", "1"], gpus=gpus, fd=write) == 0
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        text = pipe.read().decode()
+    assert text.startswith("envrun: report sampler: ") and text.count("\n") == 1, text
+    assert gpus.closed
+
+
+def test_a_closed_stderr_ends_the_sampler_quietly() -> None:
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: the first write fails with EPIPE (Python ignores SIGPIPE)
+    try:
+        args = ["--interval", "1", "--task-pid", str(os.getpid()), "--step-pid", str(os.getpid())]
+        assert sampler.main(args, gpus=FakeGpus(), fd=write) == 0
+    finally:
+        os.close(write)
+
+
+# The task as envrun's host shim makes it: the shim ($$) starts the sampler in the background and execs the
+# program (here sleep); rank 0 computes, rank 1 sleeps, both for a bounded time and with their own stderr.
+# The test process stands for slurmstepd ($PPID), whose descendants are the step's processes.
+TASK = """
+RANK=0 LOCAL_RANK=0 "$PY" -S -c 'import time
+end = time.time() + 3
+while time.time() < end: pass' 2>/dev/null &
+RANK=1 LOCAL_RANK=1 "$PY" -S -c 'import time; time.sleep(3)' 2>/dev/null &
+"$PY" -S -m envbuild.report.sampler --interval 0.2 --task-pid $$ --step-pid $PPID </dev/null >/dev/null &
+echo $!
+exec sleep "$TASK_S"
+"""
+
+
+@pytest.fixture
+def task() -> Iterator[Any]:
+    """Start TASK with the given run time; yields (process, sampler pid); kills what is left afterwards."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(task_s: float) -> tuple[subprocess.Popen[bytes], int]:
+        env = {**os.environ, "PY": sys.executable, "PYTHONPATH": str(REPO), "TASK_S": str(task_s)}
+        env.pop("SLURM_CPUS_ON_NODE", None)
+        process = subprocess.Popen(["sh", "-c", TASK], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                   start_new_session=True)
+        started.append(process)
+        assert process.stdout is not None
+        return process, int(process.stdout.readline())
+
+    yield start
+    for process in started:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
+def gone(pid: int, within_s: float = 1.0) -> bool:
+    """Whether the process has ended: no longer in /proc, or a zombie (ended; its new parent, whatever
+    adopted it when the task's root ended, reaps it in its own time)."""
+    deadline = time.monotonic() + within_s
+    while (stat := procs.read_stat(pid)) is not None and stat.state not in ("Z", "X"):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_the_sampler_watches_a_task_and_ends_with_it(task: Any) -> None:
+    process, sampler_pid = task(1.5)
+    begun = time.monotonic()
+    data = process.stderr.read()  # until the sampler, the last writer, has closed it
+    ended_after = time.monotonic() - begun
+    assert process.wait() == 0
+    found = records(data)
+    assert data.count(b"\n") == len(found), data  # nothing but records: no traceback, no message
+    kinds = [record["kind"] for record in found]
+    assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("sample") >= 2, kinds
+    assert [record["seq"] for record in found] == list(range(len(found)))
+    start, end = found[0], found[-1]
+    assert start["interval"] == 0.2 and start["cpus"] == len(os.sched_getaffinity(0))
+    assert end["reason"] == "task-ended"
+    assert 1.4 <= ended_after < 1.5 + 1.2, ended_after  # the task ran 1.5 s; the sampler looks every 0.5 s
+    last = next(record for record in reversed(found) if record["kind"] == "sample" and len(record["ranks"]) == 2)
+    rank0, rank1 = last["ranks"]
+    assert (rank0["rank"], rank0["local_rank"], rank1["rank"], rank1["local_rank"]) == (0, 0, 1, 1)
+    assert rank0["procs"] == rank1["procs"] == 1
+    assert rank0["cpu_s"] > rank1["cpu_s"], last
+    assert last["launcher"]["procs"] == 1  # sleep, the task's root; the sampler does not count itself
+    assert gone(sampler_pid)
+
+
+def test_sigterm_writes_the_end_record(task: Any) -> None:
+    process, sampler_pid = task(4)
+    line = process.stderr.readline()
+    assert records(line)[0]["kind"] == "start"
+    os.kill(sampler_pid, signal.SIGTERM)
+    found = records(line + _read_until_end(process))
+    assert found[-1]["kind"] == "end" and found[-1]["reason"] == "signal", found
+    assert gone(sampler_pid)
+
+
+def _read_until_end(process: subprocess.Popen[bytes]) -> bytes:
+    """Lines of stderr up to the end record (the task itself runs on)."""
+    assert process.stderr is not None
+    data = b""
+    while True:
+        line = process.stderr.readline()
+        data += line
+        if not line or b'"kind":"end"' in line:
+            return data
+
+
+def test_a_background_sampler_keeps_ignoring_sigint(task: Any) -> None:
+    process, sampler_pid = task(1)
+    assert records(process.stderr.readline())[0]["kind"] == "start"
+    os.kill(sampler_pid, signal.SIGINT)  # a Ctrl-C meant for the program; the sampler ends with the task instead
+    found = records(_read_until_end(process))
+    assert found[-1]["reason"] == "task-ended", found
+    assert gone(sampler_pid)
