@@ -37,7 +37,7 @@ def assert_line(output: str, pattern: str) -> None:
 
 COVERED = {"envrun_overlay_dryrun.py", "catalogue_50_images.py", "envrun_latency.py", "packages_vs_loop.py",
            "noop_rebuild.py", "compression.py", "build_cache.py", "build_vs_manual.py", "plus_one.py",
-           "overlay_vs_image.py", "store_verify.py"}
+           "overlay_vs_image.py", "store_verify.py", "report_overhead.py"}
 
 
 def test_every_bench_script_has_a_test_here() -> None:
@@ -84,6 +84,17 @@ def test_noop_rebuild(reference_image: Path, build_cache: Path) -> None:
     output = run_bench("noop_rebuild.py", "-o", str(reference_image), "--cache-dir", str(build_cache),
                        "--runs", "2", "--compare", str(REPO))  # the same checkout side by side: only the line counts
     assert_line(output, r"^this / other: \d+\.\d\dx$")
+
+
+@pytest.mark.apptainer
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_report_overhead(reference_image: Path) -> None:
+    output = run_bench("report_overhead.py", str(reference_image), "--runs", "1", "--work", "1000", "--intervals", "1",
+                       "--sampler-seconds", "2")
+    assert_line(output, r"^step wall time, report / no report: \d+\.\d{3}x \([+-]\d+ ms\)$")
+    assert_line(output, r"^start-up \(.*\): \d+ ms CPU$")
+    assert_line(output, r"^1\s+\d+\.\d\s+\d+\s+\d+\.\d{3}\s+\d+\.\d\s+\d+\.\d\d\s+\d+\.\d{3}$")
 
 
 # --- on the shared store's debootstrap base ----------------------------------------------------------------
