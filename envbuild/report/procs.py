@@ -24,6 +24,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 LAUNCHER = "launcher"  # the group of the step's processes without a rank
+FULL_SCAN_EVERY = 10  # samples: every tenth reads every process of the node again (see StepProcs.step_processes)
 
 
 class Stat:
@@ -61,6 +62,16 @@ def parse_stat(text: str) -> Stat | None:
             start=int(fields[19]),
             rss=int(fields[21]) * PAGE_SIZE,
         )
+    except (IndexError, ValueError):
+        return None
+
+
+def parse_ppid(text: str) -> int | None:
+    """The parent pid (field 4) of a /proc/PID/stat line, without parsing the rest."""
+    closing = text.rfind(")")
+    parts = text[closing + 1 : closing + 40].split(None, 2)
+    try:
+        return int(parts[1]) if closing >= 0 else None
     except (IndexError, ValueError):
         return None
 
@@ -199,20 +210,43 @@ class StepProcs:
         self.step_pid = step_pid
         self.proc_root = proc_root
         self.skip = skip
+        self._outside: set[int] = set()  # pids of processes seen outside the step: not read again until a full scan
+        self._scans = 0
         self._seen: dict[tuple[int, int], _Seen] = {}  # (pid, start) -> what it used, and where
         self._gone: dict[object, float] = {}  # group -> CPU seconds of processes that have left it
         self._ranks: dict[int, dict[str, object]] = {}  # rank -> local_rank, pid and cores last seen
         self._environ: dict[tuple[int, int, str], tuple[int | None, int | None]] = {}
 
     def step_processes(self) -> dict[int, Stat]:
-        """The stat of every descendant of the step's pid, read now, parents before their children."""
+        """The stat of every descendant of the step's pid, read now, parents before their children.
+
+        Only the step's processes are parsed in full; the others are read for their parent pid, and not
+        again until the next full scan (every FULL_SCAN_EVERY samples): a process outside the step never
+        moves into it (an orphan's new parent is an ancestor or init), only a new process that gets the
+        pid of one that ended could, and pids are handed out in turn up to pid_max."""
+        full = self._scans % FULL_SCAN_EVERY == 0
+        self._scans += 1
+        listed = list_pids(self.proc_root)
+        outside = set() if full else self._outside & set(listed)
+        texts: dict[int, str] = {}
+        parents: dict[int, int] = {}
+        for pid in listed:
+            if pid in outside:
+                continue
+            data = _read(f"{self.proc_root}/{pid}/stat", 4096)
+            if data is None:
+                continue
+            text = data.decode("utf-8", "replace")
+            ppid = parse_ppid(text)
+            if ppid is not None:
+                texts[pid], parents[pid] = text, ppid
         stats: dict[int, Stat] = {}
-        for pid in list_pids(self.proc_root):
-            stat = read_stat(pid, self.proc_root)
+        for pid in descendants(self.step_pid, parents, self.skip):
+            stat = parse_stat(texts.pop(pid))
             if stat is not None:
                 stats[pid] = stat
-        parents = {pid: stat.ppid for pid, stat in stats.items()}
-        return {pid: stats[pid] for pid in descendants(self.step_pid, parents, self.skip)}
+        self._outside = outside.union(texts)
+        return stats
 
     def _rank_of(self, pid: int, stat: Stat) -> tuple[int | None, int | None]:
         # The environment is read once per process image: a process gets a new one only by exec, which

@@ -189,13 +189,13 @@ def _on_signal(signum: int, frame: object) -> None:
 
 def run(sampler: Sampler, watch: TaskWatch, fd: int = 2) -> str:
     """Start, samples every interval and end; the end's reason. Raises _StderrGone when stderr is closed."""
-    for signum in _STOP_SIGNALS:
-        # A background job of a non-interactive shell ignores SIGINT (POSIX), so that a Ctrl-C meant for the
-        # program does not stop it; the sampler keeps that, and ends with the task instead.
-        if signal.getsignal(signum) != signal.SIG_IGN:
-            signal.signal(signum, _on_signal)
     reason = SIGNAL
     try:
+        for signum in _STOP_SIGNALS:
+            # A background job of a non-interactive shell ignores SIGINT (POSIX), so that a Ctrl-C meant for
+            # the program does not stop it; the sampler keeps that, and ends with the task instead.
+            if signal.getsignal(signum) != signal.SIG_IGN:
+                signal.signal(signum, _on_signal)
         emit(sampler.start(), fd)
         due = time.monotonic() + sampler.interval
         while True:
@@ -205,7 +205,9 @@ def run(sampler: Sampler, watch: TaskWatch, fd: int = 2) -> str:
                 break
             if now >= due:
                 emit(sampler.sample(), fd)
-                due = max(due + sampler.interval, time.monotonic())
+                due += sampler.interval
+                if due <= time.monotonic():  # fell behind (a stopped or starved sampler): skip, never catch up
+                    due = time.monotonic() + sampler.interval
                 continue
             time.sleep(min(TASK_CHECK_S, due - now))
     except _Stop:

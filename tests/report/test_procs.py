@@ -154,6 +154,20 @@ def test_a_process_that_execs_into_a_rank_keeps_its_launcher_time(tmp_path: Path
     assert ranks[0]["cpu_s"] == round(30 / TICKS, 2)
 
 
+def test_processes_outside_the_step_are_read_again_only_in_a_full_scan(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path / "proc")
+    fake.add(100, 1, env={})
+    fake.add(300, 1, env={"RANK": "9"}, start=10)  # another job's process
+    step = StepProcs(100, str(fake.root))
+    assert step.sample()[0] == []
+    fake.add(101, 100, env={"RANK": "0"}, start=20)  # a new process of the step: found at once
+    assert [entry["rank"] for entry in step.sample()[0]] == [0]
+    fake.remove(300)
+    fake.add(300, 100, env={"RANK": "1"}, start=30)  # its pid handed out again, to a process of the step
+    found = [len(step.sample()[0]) for _ in range(procs.FULL_SCAN_EVERY)]
+    assert found[0] == 1 and found[-1] == 2, found  # found by the next full scan
+
+
 def test_node_load_and_missing_files(tmp_path: Path) -> None:
     fake = FakeProc(tmp_path / "proc")
     assert procs.read_load1(str(fake.root)) == 1.5
