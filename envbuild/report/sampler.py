@@ -42,7 +42,10 @@ if TYPE_CHECKING:
         def read(self) -> Sequence[Mapping[str, object]]: ...
         def close(self) -> None: ...
 
-TASK_CHECK_S = 0.5  # how often, between samples, the sampler looks whether the task has ended
+# How often, between samples, the sampler looks whether the task has ended: srun waits for the sampler's end
+# record (it holds the task's stderr) before the step ends, so this is what the report adds to every step's
+# end at most; the look is one getppid() while the sampler is the task's child.
+TASK_CHECK_S = 0.1
 
 # Why the last record was written (its "reason"). STDERR_CLOSED is named for the contract; a sampler whose
 # stderr is closed cannot write it, so it ends without an end record.
@@ -177,8 +180,8 @@ class TaskWatch:
         self.child_of_task = os.getppid() == task_pid
 
     def ended(self) -> bool:
-        if self.child_of_task and os.getppid() != self.task_pid:
-            return True
+        if self.child_of_task:
+            return os.getppid() != self.task_pid
         stat = read_stat(self.task_pid, self.proc_root)
         return stat is None or stat.state in ("Z", "X")
 

@@ -64,7 +64,6 @@ class StepReport:
             return ("envrun: report: no sampler reported (the step ended before its first record, or its stderr went "
                     "elsewhere); no report for this step\n")
         try:
-            _site_packages()  # matplotlib for the timeline: bin/envrun starts Python without them (-S)
             from envbuild.report.render import summary_text, write_report
 
             if self._metric:
@@ -72,6 +71,7 @@ class StepReport:
             report = self._collector.build(exit_code, self.started, time.time())
             text = summary_text(report)
             if self.directory:
+                _site_packages()  # matplotlib for the timeline: bin/envrun starts Python without them (-S)
                 written = write_report(report, target_directory(self.directory, self.job))
                 text += f"report: {os.path.dirname(written[0]) if written else self.directory}\n"
             return text if text.endswith("\n") else text + "\n"
