@@ -235,7 +235,7 @@ def test_the_batch_plan_warns_notes_the_program_bind_and_carries_bind() -> None:
         "(if the image has its own copy, ignore this)"]
     assert any(line.startswith("--bind /srv/outside:/srv/outside:ro: the program") for line in job.explain)
     text = render_script(job)
-    assert "--image /work/proj/env.sif --bind /results srun torchrun /srv/outside/train.py" in text
+    assert "--image /work/proj/env.sif --bind /results --report %x-%j.report srun torchrun /srv/outside/train.py" in text
     assert "# warning: /data/a.bin is not under any bind" in text
 
 
