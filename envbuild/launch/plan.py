@@ -237,16 +237,16 @@ class _Planner:
             self.note("RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, "
                       "SLURM_STEP_TASKS_PER_NODE; MASTER_ADDR = first node of the step"
                       + (f" + '{suffix}'" if suffix else "") + " (host's scontrol), MASTER_PORT from the job id")
-        lines += self.report_lines()
         lines.append('exec "$@"')
-        return ["/bin/sh", "-c", "\n".join(lines), TASK_SHIM_NAME]
+        return ["/bin/sh", "-c", "\n".join([*self.report_lines(), *lines]), TASK_SHIM_NAME]
 
     def report_lines(self) -> list[str]:
         """The job report's sampler, one per node: the node's first task starts it in the background before it
         becomes the container, with its own pid (the task's root) and its parent's (slurmstepd: all tasks of the
         step on this node) to watch. Its records travel in the task's stderr, which envrun reads (envbuild.report.
         wire); so a step whose stderr srun sends elsewhere, or a --pty step that envrun does not supervise, gets
-        no report."""
+        no report. It starts first, before the shim narrows the task's visible GPUs to the rank's own: the
+        sampler reads every GPU the step holds on the node."""
         sampler = self.request.report_sampler
         opts = self.srun_opts or ()
         if not sampler:

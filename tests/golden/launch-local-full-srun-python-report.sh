@@ -12,13 +12,13 @@
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export OMP_NUM_THREADS=1
 export TOKENIZERS_PARALLELISM=false
-exec srun --ntasks-per-node=16 --cpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 /bin/sh -c 'first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)
+exec srun --ntasks-per-node=16 --cpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 /bin/sh -c 'if [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild /opt/envbuild/.venv/bin/python -m envbuild.report.sampler --interval 5 --task-pid $$ --step-pid "$PPID" </dev/null >/dev/null & fi
+first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)
 port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 12000 ))
 export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS"
 n="${SLURM_NODEID:-0}"; lws=1; IFS=,; for e in ${SLURM_STEP_TASKS_PER_NODE:-1}; do c=${e%%(*}; r=1; case $e in *"(x"*) r=${e#*(x}; r=${r%)};; esac; if [ "$n" -lt "$r" ]; then lws=$c; break; fi; n=$((n - r)); done; unset IFS
 export LOCAL_WORLD_SIZE="$lws"
 export MASTER_ADDR="${first}" MASTER_PORT="$port"
-if [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild /opt/envbuild/.venv/bin/python -m envbuild.report.sampler --interval 5 --task-pid $$ --step-pid "$PPID" </dev/null >/dev/null & fi
 exec "$@"' envrun-task /usr/bin/apptainer exec --bind /work/proj --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }

@@ -23,14 +23,14 @@ export OMP_NUM_THREADS=7
 export TOKENIZERS_PARALLELISM=false
 export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
 export FI_MR_CACHE_MONITOR=userfaultfd
-exec srun --ntasks-per-node=1 --cpus-per-task=112 --kill-on-bad-exit=1 /bin/sh -c 'first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)
+exec srun --ntasks-per-node=1 --cpus-per-task=112 --kill-on-bad-exit=1 /bin/sh -c 'if [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild /opt/envbuild/.venv/bin/python -m envbuild.report.sampler --interval 5 --task-pid $$ --step-pid "$PPID" </dev/null >/dev/null & fi
+first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)
 port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 12000 ))
 export PET_RDZV_BACKEND=c10d PET_RDZV_ENDPOINT="${first}:$port" PET_RDZV_ID="${SLURM_JOB_ID:-0}"
 export PET_NNODES="${SLURM_STEP_NUM_NODES:-${SLURM_NNODES:-1}}"
 [ "${SLURMD_NODENAME:-}" = "$first" ] && is_host=1 || is_host=0
 export PET_RDZV_CONF="is_host=$is_host"
 unset SLURM_NTASKS SLURM_NPROCS
-if [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild /opt/envbuild/.venv/bin/python -m envbuild.report.sampler --interval 5 --task-pid $$ --step-pid "$PPID" </dev/null >/dev/null & fi
 exec "$@"' envrun-task /usr/bin/apptainer exec --bind /work/proj --bind /pfs --bind /scratch --bind /projappl --bind /project --bind /flash --bind /appl --bind /var/spool/slurmd --bind /opt/cray --bind /usr/lib64/libcxi.so.1 --bind /usr/lib64/libjansson.so.4 --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }

@@ -150,6 +150,9 @@ def test_report_sampler_only_where_envrun_reads_the_tasks_stderr() -> None:
         assert not p.report and "envbuild.report.sampler" not in p.script()
         assert any(reason.startswith("no job report:") for reason in p.reasons)
     assert not plan("python", "train.py", report=True).report  # no srun: envrun execs, nothing to report to
+    # one task per GCD: the sampler starts before the shim gives the task its own GCD, so it sees all eight
+    shim = plan("srun", "python", "train.py", system="lumi-g", environ=LUMI_FULL_NODE, report=True).script()
+    assert shim.index("envbuild.report.sampler") < shim.index('export ROCR_VISIBLE_DEVICES="$SLURM_LOCALID"')
 
 
 def words_after(argv: tuple[str, ...], marker: str) -> tuple[str, ...]:
