@@ -173,8 +173,9 @@ def report_json(report: Report) -> dict[str, object]:
 
 
 def render_png(report: Report) -> bytes:
-    """The timeline: per node, GPU utilisation (%) above and the ranks' busy cores below, against minutes since
-    the step started. Text is drawn literally (a node name is not mathtext)."""
+    """The timeline: per node, GPU utilisation (%) left and the ranks' busy cores right, against the time since
+    the step started (seconds for a step under two minutes, else minutes). Text is drawn literally (a node name
+    is not mathtext)."""
     import io
 
     import matplotlib
@@ -188,8 +189,9 @@ def render_png(report: Report) -> bytes:
     with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
         figure = Figure(figsize=(9, 2.4 * len(lines) + 0.6), dpi=100)
         axes = figure.subplots(len(lines), 2, squeeze=False)
+        per, unit = (1.0, "seconds") if report.duration_s < 120 else (60.0, "minutes")
         for row, line in enumerate(lines):
-            minutes = [t / 60 for t in line.t]
+            minutes = [t / per for t in line.t]
             gpu_axes, cpu_axes = axes[row][0], axes[row][1]
             for key, values in line.series.items():
                 target, scale = (gpu_axes, 100.0) if key.startswith("GPU ") else (cpu_axes, 1.0)
@@ -200,7 +202,7 @@ def render_png(report: Report) -> bytes:
             cpu_axes.set_ylabel("busy cores per rank")
             for target in (gpu_axes, cpu_axes):
                 target.grid(alpha=0.3)
-                target.set_xlabel("minutes since the step started")
+                target.set_xlabel(f"{unit} since the step started")
                 handles = target.get_legend_handles_labels()[0]
                 if 0 < len(handles) <= 16:
                     target.legend(loc="best", fontsize=7, ncol=2)
@@ -228,11 +230,13 @@ def render_html(report: Report, png: bytes | None, no_png: str) -> str:
     gpus = table(["node", "GPU", "name", "mean util %", "max util %", "busy %", "memory peak GiB", "of GiB", "memory %"],
                  [[g.node, str(g.index), g.name, _pct(g.util), _pct(g.util_max), _pct(g.busy_fraction),
                    _gib(g.mem_used_bytes), _gib(g.mem_total_bytes), _pct(g.mem_fraction)] for g in report.gpus])
-    ranks = table(["rank", "node", "local rank", "busy cores", "of cores", "CPU %", "idle %", "RSS peak GiB",
+    sizes, unit = _memory([r.rss_bytes for r in report.ranks])
+    ranks = table(["rank", "node", "local rank", "busy cores", "of cores", "CPU %", "idle %", f"RSS peak {unit}",
                    "threads", "processes"],
                   [[str(r.rank), r.node, "-" if r.local_rank is None else str(r.local_rank),
                     "-" if r.cpu_cores is None else f"{r.cpu_cores:.2f}", str(r.cores or "-"), _pct(r.cpu_util),
-                    _pct(r.idle_fraction), _gib(r.rss_bytes), str(r.threads), str(r.procs)] for r in report.ranks])
+                    _pct(r.idle_fraction), size, str(r.threads), str(r.procs)]
+                   for r, size in zip(report.ranks, sizes, strict=True)])
     nodes = table(["node", "CPUs", "GPU source", "note", "mean load", "samples"],
                   [[n.node, str(n.cpus or "-"), n.gpu_source or "none", n.gpu_note,
                     "-" if n.load1_mean is None else f"{n.load1_mean:.2f}", str(n.samples)] for n in report.nodes])
