@@ -94,7 +94,9 @@ def envrun(args: list[str], directory: Path, marker: str, timeout: int) -> tuple
 def cause_line(stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.startswith("envrun: the job step failed")]
     assert len(lines) == 1, f"expected one line naming the cause:\n{stderr[-4000:]}"
-    assert stderr.rstrip().endswith(lines[0]), "the cause comes after srun's own messages"
+    # the job report's summary (envbuild.report), when there is one, comes after the cause
+    before_report = stderr.split("\nenvrun report: ", 1)[0].split("\nenvrun: report: ", 1)[0]
+    assert before_report.rstrip().endswith(lines[0]), "the cause comes after srun's own messages"
     return lines[0]
 
 
