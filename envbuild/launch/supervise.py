@@ -207,10 +207,13 @@ def _write_all(data: bytes, fd: int = 2) -> bool:
 
 def _metric_lines(buffer: bytes, report: StepReport | None) -> bytes:
     """Show the report the complete lines of srun's stdout that carry a metric; return the incomplete rest."""
+    from envbuild.report.metricline import METRIC_PREFIX
+
     *lines, rest = buffer.split(b"\n")
     if report is not None:
+        prefix = METRIC_PREFIX.encode()
         for raw in lines:
-            if b"envrun-metric:" in raw:
+            if prefix in raw:
                 report.line(raw.decode("utf-8", "replace").rstrip("\r"))
     return rest[-_MAX_LINE:]
 
