@@ -1,8 +1,9 @@
 """Issue 17 P3 for real: the reference spec plus tabulate, built --layered over the reference image (the
 difference as a SIF overlay partition), runs under the local Slurm through envrun, and its packages are
 those of a full rebuild of the same spec. A private store seeded with the shared cache's base and
-reference env layer (hard links) keeps the shared cache as it is; the reference image is squashed once
-there (its tree manifest is what --layered needs), the full +1 rebuild once more (~35 s each)."""
+reference env layer and image (hard links: the session's reference_image put them there) keeps the shared
+cache as it is; the reference build is then taken from the store with its tree manifest (what --layered
+needs), and only the layered and the full +1 images are built."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.apptainer, pytest.mark.slurm]
 
 
 def _seed(store: Path, build_cache: Path) -> None:
-    for kind in ("bases", "envs"):
+    for kind in ("bases", "envs", "images"):
         (store / kind).mkdir(parents=True)
         for entry in sorted((build_cache / kind).iterdir()) if (build_cache / kind).is_dir() else []:
             if (entry / "complete").exists() and (kind == "bases" or entry.name.startswith("local-cpu-pytorch-")):

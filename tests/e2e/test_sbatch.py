@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -45,13 +46,35 @@ def test_a_job_whose_training_raises_exits_non_zero(reference_image: Path, tmp_p
 
 def test_requeue_fires_the_checkpoint_hook_and_the_job_comes_back(reference_image: Path, tmp_path: Path) -> None:
     """Time limit 3 minutes, the signal 100 s before it: Slurm sends it up to 60 s early (sbatch(1) --signal), so
-    each run is asked to checkpoint 20 to 80 s in, after its ranks have started (about 10 s). Run 0 saves and
+    run 0 is asked to checkpoint 20 to 80 s in, after its ranks have started (about 10 s). Run 0 saves and
     requeues; Slurm starts it again once the old job credential has expired (cred_expire=30 on the test cluster,
-    provision/cluster.sh); run 1 resumes from the checkpoint, saves again and, at --requeue-max 1, is not
-    requeued: the job ends COMPLETED with exit code 0."""
+    provision/cluster.sh); run 1 resumes from the checkpoint. Its signal comes from `scancel --batch
+    --signal=USR1` as soon as it has resumed (the same trap in the batch shell, without waiting another 20-80 s
+    for Slurm's): it saves again and, at --requeue-max 1, is not requeued: the job ends COMPLETED, exit code 0."""
     shutil.copy(REPO / "examples/checkpoint_requeue.py", tmp_path)
-    result = submit(tmp_path, reference_image, "--time", "3", "--signal-before", "100", "--requeue",
-                    "--requeue-max", "1", "--", "python", "checkpoint_requeue.py", "--steps", "100000", timeout=480)
+    args = [ENVRUN, "sbatch", "--system", "local", "--image", str(reference_image), "--submit", "--wait", "--time", "3",
+            "--signal-before", "100", "--requeue", "--requeue-max", "1", "--", "python", "checkpoint_requeue.py",
+            "--steps", "100000"]
+    (tmp_path / "wait").mkdir()
+    with (tmp_path / "wait/stdout").open("w+") as out_file, (tmp_path / "wait/stderr").open("w+") as err_file, \
+            subprocess.Popen(args, cwd=tmp_path, stdout=out_file, stderr=err_file, text=True) as proc:
+        try:
+            deadline = time.monotonic() + 420
+            resumed = None
+            while resumed is None and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(1)
+                for output in tmp_path.glob("checkpoint_requeue-*.out"):
+                    if "RESUMED from step" in output.read_text(errors="replace"):
+                        resumed = output.name.removeprefix("checkpoint_requeue-").removesuffix(".out")
+            assert resumed is not None, "run 1 never resumed"
+            subprocess.run(["scancel", "--batch", "--signal=USR1", resumed], check=True, timeout=30)
+            proc.wait(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    result = subprocess.CompletedProcess(args, proc.returncode, (tmp_path / "wait/stdout").read_text(),
+                                         (tmp_path / "wait/stderr").read_text())
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     assert "CHECKPOINT at step" in out and "(run 0)" in out
