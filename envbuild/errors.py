@@ -2,19 +2,45 @@
 
 from __future__ import annotations
 
+import sys
+
 from envbuild.terminaltext import printable
+
+TYPE_CHECKING = False  # typing is not imported on envrun's launch path (tests/test_architecture.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 # The exit status of every command of both tools (issue 31), kept by the errors below and by each command that
 # reports findings; exit_status_help says it in their --help.
 EXIT_CLEAN = 0  # nothing wrong (warnings allowed, unless a command's --strict says otherwise)
 EXIT_PROBLEMS = 1  # problems found: a check's errors, a mismatch, a failed build, launch or job
 EXIT_USAGE = 2  # a usage error: an option, value or input that cannot be used as given (nothing was done)
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as the shell reports a command it interrupted
 
 
 def exit_status_help(problems: str = "a failed build, launch or job, or what a check found") -> str:
     """The contract as a --help epilog says it; `problems`: what exit status 1 means for this command."""
     return ("exit status:\n  0  clean\n  1  problems found: " + problems + "\n"
             "  2  usage error: an option, value or input that cannot be used as given\n")
+
+
+def reporting_errors(call: Callable[[], T], *, interrupted: str = "") -> T:
+    """An argparse command's body (envrun and its subcommands) run the way every command ends: an EnvbuildError
+    exits with its message on stderr and its exit code, never a traceback; Ctrl-C exits 130, after `interrupted`
+    where the command has something to say then. What `call` returns is returned. The click commands of
+    envbuild do the same through envbuild.cli.common.reports_errors."""
+    try:
+        return call()
+    except EnvbuildError as exc:
+        print(exc.render(), file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        if interrupted:
+            print(interrupted, file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 class EnvbuildError(Exception):

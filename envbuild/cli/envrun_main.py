@@ -13,7 +13,7 @@ import sys
 
 from envbuild import __version__
 from envbuild.app.run.launch import RunRequest, launch
-from envbuild.errors import EXIT_USAGE, EnvbuildError
+from envbuild.errors import EXIT_USAGE, reporting_errors
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -238,18 +238,16 @@ def main(argv: list[str] | None = None) -> None:
         _signal_ranks(argv[1:])
         return
     request = parse_options(argv) or _parsed_request(build_parser().parse_args(argv))
-    try:
+
+    def launch_with_site_packages_if_needed() -> None:
         try:
             launch(request)
         except ModuleNotFoundError:
             if not _full_site():  # started with -S (bin/envrun) and a cache was stale: again with site-packages
                 raise
             launch(request)
-    except EnvbuildError as exc:
-        print(exc.render(), file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
+
+    reporting_errors(launch_with_site_packages_if_needed)
 
 
 def _signal_ranks(argv: list[str]) -> None:
@@ -259,11 +257,7 @@ def _signal_ranks(argv: list[str]) -> None:
         sys.exit(EXIT_USAGE)
     from envbuild.slurm.batch.forward import signal_ranks
 
-    try:
-        signal_ranks(argv[0], argv[1])
-    except EnvbuildError as exc:
-        print(exc.render(), file=sys.stderr)
-        sys.exit(exc.exit_code)
+    reporting_errors(lambda: signal_ranks(argv[0], argv[1]))
 
 
 if __name__ == "__main__":

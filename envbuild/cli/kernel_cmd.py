@@ -9,7 +9,7 @@ import shutil
 import sys
 
 from envbuild.cli.options import BIND, DRY_RUN, FORCE_OVERLAY, IMAGE, OVERLAY, SYSTEM, add_option
-from envbuild.errors import EnvbuildError, UsageError, exit_status_help
+from envbuild.errors import UsageError, exit_status_help, reporting_errors
 
 KERNEL_EPILOG = """examples:
   envrun kernel install                          # the image envrun finds here, as a kernel for Jupyter
@@ -86,7 +86,8 @@ def main(argv: list[str]) -> None:
 
     args = build_kernel_parser().parse_args(argv)
     environ, cwd = dict(os.environ), os.getcwd()
-    try:
+
+    def act() -> None:
         if args.action == "run":
             run_kernel(args.kernel_file, args.connection_file, environ, cwd)
         elif args.action == "install":
@@ -98,11 +99,8 @@ def main(argv: list[str]) -> None:
             list_kernels(args.prefix, sys.stdout)
         else:
             remove_kernel(args.name, args.prefix, sys.stdout)
-    except EnvbuildError as exc:
-        print(exc.render(), file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
+
+    reporting_errors(act)
 
 
 def this_envrun() -> str:
@@ -143,10 +141,4 @@ def shell_main(argv: list[str]) -> None:
     args = build_shell_parser().parse_args(argv)
     request = RunRequest(command=[], image=args.image, overlays=args.overlays, binds=args.binds, system=args.system,
                          dry_run=args.dry_run, force_overlay=args.force_overlay)
-    try:
-        run_shell(request, args.command, dict(os.environ), os.getcwd())
-    except EnvbuildError as exc:
-        print(exc.render(), file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    reporting_errors(lambda: run_shell(request, args.command, dict(os.environ), os.getcwd()))

@@ -33,7 +33,7 @@ from envbuild.cli.options import (
     add_renamed,
     duration_type,
 )
-from envbuild.errors import EnvbuildError, UsageError, exit_status_help
+from envbuild.errors import UsageError, exit_status_help, reporting_errors
 from envbuild.launch.args import LAUNCHERS
 
 EPILOG = """Defaults for --account, --partition, --time, --launcher and --requeue-max can be set in the envrun
@@ -104,13 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> None:
     args = build_parser().parse_args(argv)
-    try:
-        sys.exit(run(args, argv))
-    except EnvbuildError as exc:
-        print(exc.render(), file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    sys.exit(reporting_errors(lambda: run(args, argv)))
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:

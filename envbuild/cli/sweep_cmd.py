@@ -25,7 +25,7 @@ from envbuild.cli.options import (
     add_option,
     add_renamed,
 )
-from envbuild.errors import EnvbuildError, exit_status_help
+from envbuild.errors import exit_status_help, reporting_errors
 from envbuild.launch.args import LAUNCHERS
 
 EPILOG = """Each point is a batch job written by `envrun sbatch` (the same script, the same checks), with the
@@ -76,15 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> None:
     args = build_parser().parse_args(argv)
-    try:
-        sys.exit(run(args, argv))
-    except EnvbuildError as exc:
-        print(exc.render(), file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        print("envrun sweep: interrupted; jobs already submitted keep running. Run the same command again to "
-              "follow them and finish the sweep.", file=sys.stderr)
-        sys.exit(130)
+    sys.exit(reporting_errors(lambda: run(args, argv), interrupted=(
+        "envrun sweep: interrupted; jobs already submitted keep running. Run the same command again to follow them "
+        "and finish the sweep.")))
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
