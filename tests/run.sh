@@ -20,7 +20,9 @@ fi
 # apptainer and PyPI. Two pytest processes, each with its own temporary directory; both must pass.
 FAST_MARKERS="not slow and not apptainer and not slurm"
 fast_dir=$(mktemp -d /tmp/envbuild-fast-tests.XXXXXX)
-.venv/bin/python -m pytest -p no:cacheprovider -m "$FAST_MARKERS" --basetemp="$fast_dir/tmp" \
+# `trap -`: a background job of a non-interactive shell would start with SIGINT and SIGQUIT ignored, and so
+# would every process the tests start (envrun keeps an ignored signal ignored: tests/launch/test_supervise.py)
+(trap - INT QUIT; exec .venv/bin/python -m pytest -p no:cacheprovider -m "$FAST_MARKERS" --basetemp="$fast_dir/tmp") \
     >"$fast_dir/log" 2>&1 </dev/null &
 fast_pid=$!
 trap 'kill "$fast_pid" 2>/dev/null || true' INT TERM

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,11 +41,38 @@ def environment(tmp_path: Path, fake_bin: Path) -> dict[str, str]:
     return env
 
 
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_running() -> Iterator[None]:
+    """What a test started (envrun, the fake srun and its children) ends with the test, passed or failed: a
+    leftover would be counted by the next tests that look at this process's descendants (tests/report)."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def _as_from_a_shell() -> None:
+    """SIGINT and SIGQUIT at their defaults in envrun, whatever this test process inherited: a background job of a
+    non-interactive shell (`pytest &`) starts with them ignored, and envrun keeps an ignored signal ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def start(tmp_path: Path, fake_bin: Path, *command: str) -> subprocess.Popen[bytes]:
     image = tmp_path / "env.sif"
     image.write_bytes(b"never opened: srun is a fake\n")
-    return subprocess.Popen([ENVRUN, "--image", str(image), "srun", *command], cwd=tmp_path,
-                            env=environment(tmp_path, fake_bin), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([ENVRUN, "--image", str(image), "srun", *command], cwd=tmp_path,
+                            env=environment(tmp_path, fake_bin), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, preexec_fn=_as_from_a_shell)
+    _STARTED.append(proc)
+    return proc
 
 
 def test_output_and_exit_status_pass_through_and_the_cause_comes_last(tmp_path: Path, fake_bin: Path) -> None:
