@@ -9,7 +9,7 @@ from typing import ParamSpec, TypeVar
 
 import click
 
-from envbuild.errors import EnvbuildError, UsageError
+from envbuild.errors import EXIT_INTERRUPTED, EnvbuildError, UsageError
 from envbuild.interrupts import Interrupted, interruptible
 
 P = ParamSpec("P")
@@ -50,6 +50,6 @@ def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted by SIGINT", err=True)
-            sys.exit(130)
+            sys.exit(EXIT_INTERRUPTED)
 
     return wrapper
