@@ -69,7 +69,7 @@ def _walk_sorted(root: str, prefix: str) -> Iterator[tuple[str, os.stat_result]]
 
 
 def write_file_digests(path: str, found: Mapping[FileKey, str]) -> None:
-    from envbuild.atomicfile import atomic_write
+    from envbuild.safefiles import atomic_write
 
     atomic_write(path, b"".join(_FILE_DIGEST.pack(ino, size, mtime, bytes.fromhex(value[7:]))
                                 for (ino, size, mtime), value in found.items()), mode=0o644)
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     for a tree, reusing the per-file digests in KNOWN and writing its own to FILES-OUT ("" for none)."""
     import sys
 
-    from envbuild.atomicfile import atomic_write
+    from envbuild.safefiles import atomic_write
 
     path, out, known, files_out = [*(argv if argv is not None else sys.argv[1:]), "", ""][:4]
     if os.path.isdir(path):

@@ -20,7 +20,7 @@ PACKAGE_DIR = REPO / "envbuild"
 PACKAGE_ORDER = ("cli", "app", "doctor", "catalogue", "slurm", "build", "lock", "launch", "kernel", "inventory", "sif",
                  "spec", "recipes", "host", "store", "imagetree", "report")
 # Modules any package may import: they import nothing of envbuild but each other.
-SHARED_LEAVES = ("envbuild", "envbuild.errors", "envbuild.yamlsource", "envbuild.treedigest", "envbuild.atomicfile",
+SHARED_LEAVES = ("envbuild", "envbuild.errors", "envbuild.yamlsource", "envbuild.treedigest", "envbuild.safefiles",
                  "envbuild.strictmodel", "envbuild.overlayformat", "envbuild.interrupts",
                  "envbuild.terminaltext", "envbuild.shelltext", "envbuild.envnames", "envbuild.durations")
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from envbuild.atomicfile import atomic_write
+from envbuild.safefiles import atomic_write
 from envbuild.catalogue.model import Catalogue, ImageEntry, render_json
 from envbuild.catalogue.page import JSON_NAME, render_page
 from envbuild.errors import EnvbuildError, ImageFormatError, UsageError

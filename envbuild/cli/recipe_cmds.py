@@ -55,7 +55,7 @@ def import_command(recipe: Path, output: Path | None, fmt: str | None, system: s
     if output is None:
         click.echo(rendered, nl=False)
         return
-    from envbuild.atomicfile import atomic_write
+    from envbuild.safefiles import atomic_write
 
     atomic_write(output, rendered.encode("utf-8"))
     click.echo(f"wrote {output}" + (f" ({len(result.notes)} note(s) at the top: review them)" if result.notes else ""), err=True)
@@ -95,7 +95,7 @@ def export_command(spec: Path, fmt: RecipeFormat, output: Path | None, no_lock: 
     if output is None:
         sys.stdout.write(text)
         return
-    from envbuild.atomicfile import atomic_write
+    from envbuild.safefiles import atomic_write
 
     atomic_write(output, text.encode("utf-8"))
     click.echo(f"wrote {output}", err=True)

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild.atomicfile import atomic_write
+from envbuild.safefiles import atomic_write
 from envbuild.errors import SpecError
 from envbuild.launch.project import PROJECT_FILE
 

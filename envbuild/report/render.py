@@ -13,7 +13,7 @@ import json
 import os
 import time
 
-from envbuild.atomicfile import atomic_write
+from envbuild.safefiles import atomic_write
 from envbuild.report.findings import numbers
 from envbuild.report.model import GpuSummary, RankSummary, Report
 

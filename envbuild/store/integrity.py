@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envbuild.atomicfile import atomic_write
+from envbuild.safefiles import atomic_write
 from envbuild.store.layout import COMPLETE, CONTENT
 
 RECORD_VERSION = 1

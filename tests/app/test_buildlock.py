@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import envbuild.app.lock.session
-import envbuild.atomicfile
+import envbuild.safefiles
 from envbuild.app.build.request import BuildOptions, torch_index_for
 from envbuild.app.lock.buildlock import dry_run_lock, lock_for_build
 from envbuild.lock.fileformat import render_lock
@@ -110,7 +110,7 @@ def test_a_lock_that_cannot_be_written_warns_and_the_build_goes_on(tmp_path: Pat
     path = write_lock_file(loaded, lock_for(loaded, "six"))
     before = path.read_text()
     loaded = spec_with(tmp_path, "six, idna")
-    monkeypatch.setattr(envbuild.atomicfile, "atomic_write", read_only)
+    monkeypatch.setattr(envbuild.safefiles, "atomic_write", read_only)
     out = io.StringIO()
     lock = lock_for_build(loaded, options(tmp_path, quiet=True), out, overlay=False)
     assert lock is not None and "idna" in lock[1]

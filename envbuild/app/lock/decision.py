@@ -171,7 +171,7 @@ def write_lock(loaded: LoadedSpec, old: LockFile, lock: Lock, out: TextIO, *, fo
     if text == old.text:
         print(f"{path} is unchanged ({count} packages)", file=out)
         return text
-    from envbuild.atomicfile import atomic_write
+    from envbuild.safefiles import atomic_write
 
     try:
         atomic_write(path, text)

@@ -187,7 +187,7 @@ def _envrun_command() -> str:
 
 
 def _write_script(path: str, text: str) -> None:
-    from envbuild.atomicfile import atomic_write
+    from envbuild.safefiles import atomic_write
 
     directory = os.path.dirname(path)
     if directory:

@@ -156,7 +156,7 @@ def _require_writable(target: str, prefix: str | None) -> None:
 
 def _write_kernel(kernel_dir: str, spec: dict[str, object], *, replace: bool) -> None:
     """kernel.json in a directory of its own, made beside it and renamed into place."""
-    from envbuild.atomicfile import atomic_write
+    from envbuild.safefiles import atomic_write
 
     partial = f"{kernel_dir}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
@@ -215,7 +215,7 @@ def build_ipykernel_overlay(image: str, system: str, store_root: str, out: TextI
     kernels/ directory. An unchanged one is up to date in a moment (the build's own check)."""
     from envbuild.app.build.command import run_build
     from envbuild.app.build.request import BuildOptions
-    from envbuild.atomicfile import atomic_write
+    from envbuild.safefiles import atomic_write
     from envbuild.spec.load import load_spec
 
     home = overlay_dir(store_root, image)

@@ -97,7 +97,7 @@ def write_script(request: SweepRequest, recipe: SystemRecipe, directory: str, po
     """The run's batch script from envrun sbatch's planner (its checks and warnings included), written into
     the report directory; (script path, output pattern)."""
     from envbuild.app.run.batchjob import SbatchRequest, plan_job
-    from envbuild.atomicfile import atomic_write
+    from envbuild.safefiles import atomic_write
     from envbuild.slurm.batch.script import render_script
     from envbuild.slurm.sweep.runner import log_pattern
 

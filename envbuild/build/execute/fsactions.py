@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from envbuild.atomicfile import atomic_write
+from envbuild.safefiles import atomic_write
 from envbuild.build.actions import (
     CheckLinksInside,
     ClampTimes,

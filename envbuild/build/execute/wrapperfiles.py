@@ -61,7 +61,7 @@ def is_replaceable_wrapper(path: Path) -> bool:
 def write_run_wrappers(action: WriteRunWrappers) -> tuple[list[str], list[str]]:
     """Write a wrapper per command of the venv (and the extra commands) into `action.dest`; returns the
     names written and the names kept because a file envbuild did not write was there."""
-    from envbuild.atomicfile import atomic_write
+    from envbuild.safefiles import atomic_write
     from envbuild.launch.wrappers import render_wrapper, wrapped_commands
     from envbuild.recipes.load import load_recipe
 

@@ -106,7 +106,7 @@ def load(directory: str, identity: dict[str, Any]) -> SweepState:
 
 
 def save(directory: str, state: SweepState) -> None:
-    from envbuild.atomicfile import atomic_write
+    from envbuild.safefiles import atomic_write
 
     os.makedirs(directory, exist_ok=True)
     data = {"format": FORMAT, "identity": state.identity, "points": [asdict(p) for p in state.points],
@@ -118,7 +118,7 @@ def write_reports(directory: str, rows: list[Row], identity: dict[str, Any],
                   warn: Callable[[str], object] | None = None) -> list[str]:
     """table.txt, table.csv, table.json, scaling.png (when a point finished) and report.html; the paths.
     The plot is the one part that may fail (matplotlib): the report is written without it, and `warn` says why."""
-    from envbuild.atomicfile import atomic_write
+    from envbuild.safefiles import atomic_write
 
     written = []
     for name, text in (("table.txt", render_text(rows)), ("table.csv", render_csv(rows)),

@@ -1,0 +1,128 @@
+"""envbuild.safefiles: a file is replaced whole, with the mode asked for, and nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from envbuild.errors import EnvbuildError
+from envbuild.safefiles import atomic_write
+
+
+def test_atomic_write_replaces_the_file_and_leaves_no_partial(tmp_path: Path) -> None:
+    target = tmp_path / "out.txt"
+    target.write_text("old", encoding="utf-8")
+    link = tmp_path / "link.txt"
+    os.link(target, link)
+    atomic_write(target, "new\n", mode=0o640)
+    assert target.read_text(encoding="utf-8") == "new\n"
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert link.read_text(encoding="utf-8") == "old"  # a hard link is replaced, never written through
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "out.txt"]
+
+
+def test_atomic_write_removes_its_partial_when_the_rename_fails(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(EnvbuildError, match="is a directory"):
+        atomic_write(tmp_path / "dir", b"data")  # a directory cannot be replaced by a file
+    assert [p.name for p in tmp_path.iterdir()] == ["dir"]
+
+
+# --- the rules of the layer, each against the attack it stops -----------------------------------------------
+
+from envbuild import safefiles  # noqa: E402
+
+
+def test_a_link_planted_at_the_target_is_replaced_never_written_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious", encoding="utf-8")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # a directory others may write: their link there is never followed
+    (shared / "summary.txt").symlink_to(victim)
+    safefiles.write_file(shared / "summary.txt", "report\n")
+    assert victim.read_text(encoding="utf-8") == "precious"
+    assert not (shared / "summary.txt").is_symlink()
+    assert (shared / "summary.txt").read_text(encoding="utf-8") == "report\n"
+
+
+def test_partial_names_cannot_be_guessed(tmp_path: Path) -> None:
+    """The old layer wrote `.NAME.partial-PID`: links planted for the coming PIDs caught the write."""
+    victim = tmp_path / "bashrc"
+    victim.write_text("mine", encoding="utf-8")
+    for pid in range(os.getpid() - 5, os.getpid() + 50):
+        os.symlink(victim, tmp_path / f".out.partial-{pid}")
+    safefiles.write_file(tmp_path / "out", "x")
+    assert victim.read_text(encoding="utf-8") == "mine"
+
+
+def test_a_device_target_is_written_in_place_never_replaced(tmp_path: Path) -> None:
+    safefiles.write_file("/dev/null", "nothing\n")
+    assert Path("/dev/null").is_char_device()
+
+
+def test_a_fifo_target_is_written_in_place(tmp_path: Path) -> None:
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    safefiles.write_file(fifo, b"through the pipe")
+    reader.join(5)
+    assert got == [b"through the pipe"]
+    assert fifo.is_fifo()
+
+
+def test_dash_is_standard_output(capfd: pytest.CaptureFixture[str]) -> None:
+    safefiles.write_file("-", "to stdout\n")
+    assert capfd.readouterr().out == "to stdout\n"
+
+
+def test_remove_tree_never_crosses_a_link(tmp_path: Path) -> None:
+    victim = tmp_path / "data"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years", encoding="utf-8")
+    store = tmp_path / "store"
+    (store / "trash" / "entry" / "ro").mkdir(parents=True)
+    (store / "trash" / "entry" / "link").symlink_to(victim)
+    (store / "trash" / "entry" / "ro" / "f").write_text("x", encoding="utf-8")
+    (store / "trash" / "entry" / "ro").chmod(0o500)
+    safefiles.remove_tree(store / "trash")
+    assert (victim / "thesis.tex").read_text(encoding="utf-8") == "years"
+    assert not (store / "trash").exists()
+    (store / "trash").symlink_to(victim)
+    safefiles.remove_tree(store / "trash")  # the link goes, its target stays
+    assert not (store / "trash").is_symlink() and (victim / "thesis.tex").exists()
+
+
+def test_a_subdirectory_that_is_a_link_is_refused_with_a_fix(tmp_path: Path) -> None:
+    victim = tmp_path / "data"
+    victim.mkdir()
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "trash").symlink_to(victim)
+    fd = safefiles.open_dir(tmp_path / "store")
+    try:
+        with pytest.raises(safefiles.UnsafePlaceError, match="symbolic link") as caught:
+            safefiles.subdir(fd, "trash", create=True, where=str(tmp_path / "store" / "trash"))
+        assert "fix:" in caught.value.render()
+    finally:
+        os.close(fd)
+
+
+def test_open_dir_create_never_follows_a_link_planted_below(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".envrun").symlink_to(victim)
+    with pytest.raises(safefiles.UnsafePlaceError):
+        safefiles.open_below(project, (".envrun", "jobs"), create=True)
+    # the path the user gave is theirs: a link above the part we make is followed
+    (tmp_path / "mine").symlink_to(project)
+    safefiles.make_dirs(tmp_path / "mine" / "out" / "jobs")
+    assert (project / "out" / "jobs").is_dir()
+    assert list(victim.iterdir()) == []
