@@ -237,6 +237,110 @@ def create_new(dir_fd: int, name: str, data: bytes | str, *, mode: int = 0o600) 
         os.close(fd)
 
 
+def copy_file(src: str | os.PathLike[str], dest: str | os.PathLike[str], *, mode: int | None = None) -> None:
+    """Copy the regular file `src` to `dest` as write_file writes: a new file with an unpredictable name
+    beside `dest`, renamed over it within its directory's descriptor (a hard link at `dest` is replaced, a
+    link planted there is never written through). `mode`: the copy's permission bits (default: the
+    source's). The data moves in the kernel (copy_file_range, reflinks where the file system has them)."""
+    directory, name = os.path.split(os.fspath(dest))
+    _check_name(name)
+    dir_fd = open_dir(directory or ".")
+    try:
+        source = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            info = os.fstat(source)
+            partial = f".{name}.{secrets.token_hex(6)}.partial"
+            out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                          dir_fd=dir_fd)
+            try:
+                try:
+                    _copy_data(source, out, info.st_size)
+                    os.fchmod(out, stat.S_IMODE(info.st_mode) if mode is None else mode)
+                    os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
+                finally:
+                    os.close(out)
+                os.rename(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                try:
+                    os.unlink(partial, dir_fd=dir_fd)
+                except OSError:
+                    pass
+                raise
+        finally:
+            os.close(source)
+    finally:
+        os.close(dir_fd)
+
+
+def _copy_data(source: int, out: int, size: int) -> None:
+    left = size
+    try:
+        while left > 0:
+            done = os.copy_file_range(source, out, min(left, 1 << 30))
+            if done == 0:
+                break
+            left -= done
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    while True:  # what copy_file_range did not do (another file system, an older kernel)
+        chunk = os.read(source, 1 << 20)
+        if not chunk:
+            break
+        _write_all(out, chunk)
+
+
+def open_append(path: str | os.PathLike[str], *, mode: int = 0o666) -> int:
+    """A descriptor to append to the log `path`, never through a link planted at it (O_NOFOLLOW) and never
+    to a device or FIFO someone put there: such a name is refused."""
+    directory, name = os.path.split(os.fspath(path))
+    _check_name(name)
+    dir_fd = open_dir(directory or ".")
+    try:
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         mode, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafePlaceError(f"{os.fspath(path)} is a symbolic link: a log is never written through one",
+                                       f"remove the link (ls -l {os.fspath(path)}) and run again") from None
+            raise
+    finally:
+        os.close(dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePlaceError(f"{os.fspath(path)} is not a regular file", "remove it and run again")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def touch(path: str | os.PathLike[str]) -> None:
+    """Make the empty file `path` if it is not there (a marker); an existing name, in any form, is kept."""
+    directory, name = os.path.split(os.fspath(path))
+    dir_fd = open_dir(directory or ".")
+    try:
+        create_new(dir_fd, name, b"", mode=0o666 & ~current_umask())
+    except FileExistsError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def rename_path(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+    """os.replace(src, dest) with each name looked up in its directory's descriptor."""
+    src_dir, src_name = os.path.split(os.fspath(src))
+    dest_dir, dest_name = os.path.split(os.fspath(dest))
+    src_fd = open_dir(src_dir or ".")
+    try:
+        dest_fd = open_dir(dest_dir or ".")
+        try:
+            rename_at(src_fd, src_name, dest_fd, dest_name)
+        finally:
+            os.close(dest_fd)
+    finally:
+        os.close(src_fd)
+
+
 _umask: int | None = None
 
 

@@ -9,14 +9,13 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import stat
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from envbuild.safefiles import atomic_write
+from envbuild import safefiles
 from envbuild.build.actions import (
     CheckLinksInside,
     ClampTimes,
@@ -37,6 +36,7 @@ from envbuild.build.actions import (
 )
 from envbuild.build.execute.wrapperfiles import write_run_wrappers
 from envbuild.imagetree import intree
+from envbuild.safefiles import atomic_write
 
 
 class FileActionExecutor(Protocol):
@@ -124,7 +124,7 @@ def copy_tree(executor: FileActionExecutor, step: Step, action: CopyTree) -> Non
 
     def record() -> None:
         try:
-            Path(snapshot).write_text(json.dumps(file_states(action.src)), encoding="utf-8")
+            safefiles.write_file(snapshot, json.dumps(file_states(action.src)))
         except BaseException as exc:  # noqa: BLE001 - raised in the step's thread below
             failure.append(exc)
 
@@ -167,14 +167,10 @@ def _copy_file(executor: FileActionExecutor, step: Step, action: CopyFile) -> No
         executor._run(step, Run(("cp", "-a", "--reflink=auto", "--remove-destination", "-T", action.src, action.dest)))
     else:
         check_room(executor, step, action.src, action.dest)
-        partial = f"{action.dest}.envbuild-partial"
-        try:
-            shutil.copy2(action.src, partial)
-            os.replace(partial, action.dest)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(partial)  # never half a file at the destination
-            raise
+        # Never half a file at the destination, and never through a link planted there (the output's directory
+        # may be a group project's): safefiles copies to an unpredictable name and renames it over the target.
+        safefiles.copy_file(action.src, action.dest, mode=action.mode)
+        return
     if action.mode is not None:
         os.chmod(action.dest, action.mode)
 
@@ -209,7 +205,7 @@ def touch(executor: FileActionExecutor, step: Step, action: Touch) -> None:
         if action.root is not None:
             intree.touch_in_tree(action.root, inside_of(action.root, path))
         else:
-            Path(path).touch()
+            safefiles.touch(path)
 
 
 def remove(executor: FileActionExecutor, step: Step, action: Remove) -> None:
@@ -219,7 +215,7 @@ def remove(executor: FileActionExecutor, step: Step, action: Remove) -> None:
         return
     for path in action.paths:
         if os.path.islink(path) or os.path.isfile(path):
-            os.unlink(path)
+            safefiles.remove_file(path)
         elif os.path.isdir(path):
             remove_tree(path)
 
@@ -233,14 +229,14 @@ def remove_tree(path: str) -> None:
     except FileNotFoundError:
         done = None
     if done is None or done.returncode != 0 or os.path.lexists(path):
-        shutil.rmtree(path)  # no rm here, or it failed: Python's own walk raises a precise OSError
+        safefiles.remove_tree(path)  # no rm here, or it failed: the descriptor walk raises a precise OSError
 
 
 def rename(executor: FileActionExecutor, step: Step, action: Rename) -> None:
     if action.src_root is not None:
         intree.rename_out_of_tree(action.src_root, inside_of(action.src_root, action.src), action.dest)
         return
-    os.replace(action.src, action.dest)
+    safefiles.rename_path(action.src, action.dest)
 
 
 def guard_tree(executor: FileActionExecutor, step: Step, action: GuardTree) -> None:
@@ -256,16 +252,14 @@ def guard_tree(executor: FileActionExecutor, step: Step, action: GuardTree) -> N
             after = file_states(action.path)
             changed = sorted(name for name, state in before.items() if list(after.get(name, state)) != list(state))
             if changed:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(action.invalidate)
+                safefiles.remove_file(action.invalidate)
                 shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
                 said.append(f"warning: the installer wrote through hard links into {action.path} ({shown}); "
                             f"that layer is marked incomplete and will be rebuilt when needed")
         except OSError as exc:
             said.append(f"warning: could not check {action.path} for writes through hard links: {exc}")
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(action.snapshot)
+            safefiles.remove_file(action.snapshot)
 
     said: list[str] = []
     thread = threading.Thread(target=check, name="envbuild-guard", daemon=True)
