@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envbuild import safefiles
 from envbuild.app.build.session import Session
 from envbuild.errors import EnvbuildError, UsageError
 
@@ -149,8 +150,7 @@ class CondaBuildSession(Session):
                       f"({time.monotonic() - started:.2f} s)", result=True)
             return output
         log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
-        if log_path.exists():
-            log_path.unlink()
+        safefiles.remove_file(log_path)  # one log per build, never a link planted beside the output
         store_root = Path(request.facts.cache_dir)
         self._sweep_store(store_root)
         self._say(f"building {self.loaded.spec.name} -> {output} with {plan.installer}")

@@ -6,7 +6,6 @@ planner is loaded. Nothing here decides what a build does; envbuild.build.plan d
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -14,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envbuild import safefiles
 from envbuild.app.build.archchecks import check_spec_architecture
 from envbuild.app.build.envparent import find_env_parent
 from envbuild.app.build.request import make_request, read_digest, read_digest_file
@@ -129,8 +129,7 @@ class BuildSession(Session):
 
         base = plan_base(request)
         log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
-        if log_path.exists():
-            log_path.unlink()  # one log per build; the previous build's log is not appended to
+        safefiles.remove_file(log_path)  # one log per build; the previous build's log is not appended to
         self._sweep_store(store_root)
         self._say(f"building {self.loaded.spec.name} -> {output}")
         # Not before: an up-to-date output needs none, and a no-op build should not pay for its import.
@@ -169,8 +168,7 @@ class BuildSession(Session):
                 if reuse:  # the checked copy made ahead for the output
                     from envbuild.build.plan import output_partial
 
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(output_partial(request))
+                    safefiles.remove_file(output_partial(request))
                 raise
             if reuse:
                 self._reuse_stored_image(executor, request, plan, started)

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envbuild import safefiles
 from envbuild.app.build.session import Session
 from envbuild.errors import UsageError
 
@@ -81,8 +82,7 @@ class OverlaySession(Session):
                 self._note_project(request, output)
                 return output
         log_path = (self.options.log_path or output.with_name(output.name + ".build.log")).absolute()
-        if log_path.exists():
-            log_path.unlink()
+        safefiles.remove_file(log_path)  # one log per build, never a link planted beside the output
         store_root = Path(facts.cache_dir)
         self._sweep_store(store_root)
         self._say(f"building overlay {self.loaded.spec.name} on {request.base.path} -> {output}")

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envbuild import safefiles
+
 if TYPE_CHECKING:
     from envbuild.app.build.request import BuildOptions
     from envbuild.lock.model import LoadedLock
@@ -88,7 +90,7 @@ class ParentPrefetch:
         from envbuild.build.execute.fsactions import file_states
 
         try:
-            Path(self.snapshot).write_text(json.dumps(file_states(source)), encoding="utf-8")
+            safefiles.write_file(self.snapshot, json.dumps(file_states(source)))
         except OSError as exc:
             self._failure.append(str(exc))
 

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from envbuild import safefiles
 from envbuild.errors import EnvbuildError, ToolError
 
 if TYPE_CHECKING:
@@ -61,10 +62,8 @@ def probe_target(request: BuildRequest, rootfs: str, *, cache_file: str | None =
     target = _ask_base(request, rootfs, python)
     if cache_file and key["base_digest"]:
         with contextlib.suppress(OSError):
-            partial = f"{cache_file}.partial-{os.getpid()}"
-            Path(partial).write_text(json.dumps({**key, "version": target.python, "platform": target.platform}) + "\n",
-                                     encoding="utf-8")
-            os.replace(partial, cache_file)
+            # In the store, which others may write: never through a name they could have planted.
+            safefiles.write_file(cache_file, json.dumps({**key, "version": target.python, "platform": target.platform}) + "\n")
     return target
 
 
@@ -217,10 +216,10 @@ def _resolve(request: BuildRequest, target: LockTarget, previous: Lock | None, *
     facts = request.facts
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         inputs_file, output_file = f"{tmp}/requirements.in", f"{tmp}/requirements.txt"
-        Path(inputs_file).write_text("".join(r + "\n" for r in request.spec.python.requirements()), encoding="utf-8")
+        safefiles.write_file(inputs_file, "".join(r + "\n" for r in request.spec.python.requirements()))
         if previous is not None:
             # uv keeps the versions found in an existing output file (unless told to upgrade them).
-            Path(output_file).write_text(requirements_with_hashes(previous), encoding="utf-8")
+            safefiles.write_file(output_file, requirements_with_hashes(previous))
         argv = uv_compile_argv(facts.uv or "uv", inputs_file, output_file, target, index_args=host_index_args(request),
                                cache_dir=StorePaths(str(facts.cache_dir)).download_cache("uv"),
                                upgrade=upgrade, upgrade_packages=upgrade_packages)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from envbuild import safefiles
 from envbuild.build.actions import (
     Action,
     CheckLinksInside,
@@ -108,7 +108,8 @@ class BuildExecutor:
         step's cleanup and removes `work_dir` (unless keep_work). While a work directory exists, the build
         holds its `work` lock: a work directory whose lock is free belongs to a build that was killed."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "a", encoding="utf-8") as log, self._work_lock(work_dir):
+        # The log lies beside the output, in what may be a group project: never appended through a planted link.
+        with open(safefiles.open_append(self.log_path), "a", encoding="utf-8") as log, self._work_lock(work_dir):
             self._log = log
             total = len(steps)
             step = steps[0] if steps else None
@@ -136,7 +137,7 @@ class BuildExecutor:
                 if self.keep_work and os.path.isdir(work_dir):
                     from envbuild.store.debris import KEPT
 
-                    Path(work_dir, KEPT).touch()  # kept for inspection: not debris for the next build
+                    safefiles.touch(os.path.join(work_dir, KEPT))  # kept for inspection: not debris for the next build
                 if not os.path.exists(work_dir):
                     forget_lock(self.store_root, "work", name)  # one lock file per build would pile up
 
@@ -213,7 +214,8 @@ class BuildExecutor:
             self._say(f"kept the work directory for inspection: {work_dir}")
         elif os.path.lexists(work_dir):
             removed.append(work_dir)
-            shutil.rmtree(work_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                safefiles.remove_tree(work_dir)
         if hasattr(exc, "refresh"):
             exc.refresh()  # a full disk: its free space as the cleanup left it
         self._live = None
