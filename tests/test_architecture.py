@@ -305,3 +305,100 @@ def test_the_io_reader_sees_each_kind_of_io(tmp_path: Path) -> None:
                       "    os.environ['A']\n    return 'a'.replace('a', 'b')\n", encoding="utf-8")
     assert io_done_by(source) == ["1: import subprocess", "2: from shutil import", "7: open()", "8: os.stat()",
                                   "10: .read_text()", "11: os.environ"]
+
+
+# --- one home for file effects (issue 40) --------------------------------------------------------------------
+# Every write, rename, unlink and rmtree in a place others may write goes through envbuild/safefiles.py. A raw one
+# anywhere else fails here, unless its module is listed below with the reason it is safe.
+FILE_EFFECT_HOME = "envbuild/safefiles.py"
+FILE_EFFECTS_ALLOWED = {
+    "envbuild/imagetree/intree.py": "writes inside an image tree only through descriptors resolved within its root, "
+                                    "one O_NOFOLLOW component at a time (openat2's RESOLVE_IN_ROOT done by hand)",
+    "envbuild/host/usercache.py": "the user's own cache: a 0700 directory checked by fstat, every name relative to "
+                                  "its descriptor",
+    "envbuild/sif/writer.py": "runs as the build's helper process in the build's work directory (held under its work "
+                              "lock) and writes the output's partial, whose name carries the build's random id",
+    "envbuild/sif/layeredwriter.py": "as envbuild/sif/writer.py: the staging tree is the build's own work directory",
+}
+_OS_EFFECTS = {"replace", "rename", "renames", "unlink", "remove", "rmdir", "removedirs", "symlink", "link", "truncate"}
+_SHUTIL_EFFECTS = {"rmtree", "move", "copy", "copy2", "copyfile", "copytree"}
+_PATH_EFFECTS = {"write_text", "write_bytes", "unlink", "rmdir", "symlink_to", "hardlink_to", "touch"}
+
+
+def raw_file_effects(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) of each call that writes, renames or removes a file other than through envbuild.safefiles."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            owner = func.value.id if isinstance(func.value, ast.Name) else None
+            if owner == "os" and func.attr in _OS_EFFECTS:
+                found.append((node.lineno, f"os.{func.attr}"))
+            elif owner == "shutil" and func.attr in _SHUTIL_EFFECTS:
+                found.append((node.lineno, f"shutil.{func.attr}"))
+            elif owner not in ("os", "shutil", "safefiles") and func.attr in _PATH_EFFECTS:
+                found.append((node.lineno, f".{func.attr}()"))
+            elif owner != "safefiles" and func.attr in ("rename", "replace") and len(node.args) == 1 and not node.keywords:
+                found.append((node.lineno, f".{func.attr}()"))  # Path.rename/replace (str.replace takes two)
+            elif func.attr == "open" and _opens_for_writing(node, 0):
+                found.append((node.lineno, ".open() for writing"))
+            elif owner == "os" and func.attr == "open" and _creates(node):
+                found.append((node.lineno, "os.open(O_CREAT/O_WRONLY/O_RDWR/O_TRUNC)"))
+        elif isinstance(func, ast.Name):
+            if func.id == "open" and _opens_for_writing(node, 1) and not _through_safefiles(node.args[0]):
+                found.append((node.lineno, "open() for writing"))
+            elif func.id in _SHUTIL_EFFECTS:
+                found.append((node.lineno, func.id))
+    return found
+
+
+def _through_safefiles(argument: ast.expr) -> bool:
+    """open(safefiles.open_append(path), "a"): the descriptor was opened by the safe layer."""
+    return (isinstance(argument, ast.Call) and isinstance(argument.func, ast.Attribute)
+            and isinstance(argument.func.value, ast.Name) and argument.func.value.id == "safefiles")
+
+
+def _creates(call: ast.Call) -> bool:
+    flags = {node.attr for argument in call.args[1:2] for node in ast.walk(argument) if isinstance(node, ast.Attribute)}
+    return bool(flags & {"O_CREAT", "O_WRONLY", "O_RDWR", "O_TRUNC", "O_APPEND"})
+
+
+def _opens_for_writing(call: ast.Call, position: int) -> bool:
+    mode = call.args[position] if len(call.args) > position else None
+    for keyword in call.keywords:
+        if keyword.arg == "mode":
+            mode = keyword.value
+    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax+")
+
+
+def test_file_effects_have_one_home() -> None:
+    offenders = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        relative = path.relative_to(REPO).as_posix()
+        if relative == FILE_EFFECT_HOME or relative in FILE_EFFECTS_ALLOWED:
+            continue
+        offenders += [f"{relative}:{line}: {what}" for line, what in raw_file_effects(ast.parse(path.read_text(encoding="utf-8")))]
+    assert not offenders, ("write, rename and remove files through envbuild.safefiles (or list the module in "
+                           "FILE_EFFECTS_ALLOWED with the reason it is safe):\n" + "\n".join(offenders))
+
+
+def test_the_file_effect_detector_sees_each_raw_form() -> None:
+    """The guard must be able to fail: each form it looks for, written out, is found."""
+    source = "\n".join([
+        "os.replace(a, b)", "os.unlink(a)", "shutil.rmtree(a)", "Path(a).write_text(t)", "p.unlink()",
+        "p.rename(q)", "open(a, 'w')", "open(a, mode='ab')", "p.open('w')", "rmtree(a)", "os.symlink(a, b)",
+        "os.open(a, os.O_WRONLY | os.O_CREAT, 0o600)",
+    ])
+    assert len(raw_file_effects(ast.parse(source))) == 12
+    safe = "\n".join(["safefiles.write_file(a, t)", "s.replace('a', 'b')", "open(a)", "open(a, 'rb')", "p.read_text()",
+                      "open(safefiles.open_append(a), 'a')", "os.open(a, os.O_RDONLY | os.O_NOFOLLOW)"])
+    assert raw_file_effects(ast.parse(safe)) == []
+
+
+def test_the_allowed_modules_exist_and_still_need_their_place() -> None:
+    for relative in FILE_EFFECTS_ALLOWED:
+        path = REPO / relative
+        assert path.exists(), f"{relative} is listed in FILE_EFFECTS_ALLOWED but is gone"
+        assert raw_file_effects(ast.parse(path.read_text(encoding="utf-8"))), f"{relative} no longer needs its exception"

@@ -22,6 +22,8 @@ import stat
 import sys
 from dataclasses import dataclass
 
+from envbuild import safefiles
+
 MANIFEST_VERSION = 1
 
 # One entry: kind, mode, uid, gid, mtime_ns, size, extra (symlink target | sha256 | rdev | ""), dev, ino
@@ -97,10 +99,8 @@ def write_manifest(root: str, out: str, *, compression: str, all_root: bool) -> 
     document = {"version": MANIFEST_VERSION, "compression": compression, "all_root": all_root,
                 "entries": tree_manifest(root)}
     data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
-    partial = f"{out}.partial"
-    with open(partial, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as handle:
-        handle.write(data)
-    os.replace(partial, out)
+    # In the store entry, which a group store's members may write: through safefiles, never a fixed partial name.
+    safefiles.write_file(out, gzip.compress(data, compresslevel=1, mtime=0))
 
 
 def read_manifest(path: str) -> dict[str, object] | None:
