@@ -72,15 +72,20 @@ def sbatch(request: SbatchRequest, *, script: str | None, submit: bool, wait: bo
     if not (script or submit):
         sys.stdout.write(text)
         return 0
-    path = script or os.path.join(".envrun", "jobs", f"{file_name(job.job_name)}-{time.strftime('%Y%m%d-%H%M%S')}.sbatch")
-    _write_script(path, text)
+    if script == "-":
+        write_output("-", text)
+        return 0
+    if script:
+        path = script
+        write_output(script, text)
+    else:
+        path = _write_job_record(f"{file_name(job.job_name)}-{time.strftime('%Y%m%d-%H%M%S')}.sbatch", text)
     if not submit:
         print(f"envrun sbatch: wrote {path}; submit it with: sbatch {shlex.quote(path)}", file=sys.stderr)
         return 0
-    from envbuild.slurm.batch.submit import submit as submit_script
     from envbuild.slurm.batch.submit import wait_for_job
 
-    job_id = submit_script(path, os.getcwd())
+    job_id = submit_text(text, path)
     print(job_id, flush=True)
     output = job.request.output.replace("%x", job.job_name).replace("%j", job_id)
     print(f"envrun sbatch: submitted job {job_id} ({path}; output {output}"
@@ -89,6 +94,30 @@ def sbatch(request: SbatchRequest, *, script: str | None, submit: bool, wait: bo
     if wait:
         return wait_for_job(job_id, os.getcwd())
     return 0
+
+
+def submit_text(text: str, record: str) -> str:
+    """Submit the batch script `text` from the working directory (the job's); the job id. sbatch reads it
+    on its standard input (no file argument): the job is what was planned here, even when someone who may
+    write the directory of the copy kept as `record` swaps that file between its write and the submission."""
+    import subprocess
+
+    from envbuild.errors import EnvbuildError
+    from envbuild.slurm.batch.submit import submit
+
+    def on_stdin(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        # submit() names the script last, for its messages; sbatch gets the words before it and the text
+        command = argv[:-1]
+        try:
+            return subprocess.run(command, input=text, capture_output=True, text=True, timeout=60, check=False)
+        except FileNotFoundError:
+            raise UsageError(f"{command[0]} is not on PATH", "run this where Slurm's commands are (a login node), or "
+                             "write the script with -o FILE and submit it there") from None
+        except subprocess.TimeoutExpired:
+            raise EnvbuildError(f"{command[0]} did not answer within 60 s",
+                                "check that the Slurm controller is up") from None
+
+    return submit(record, os.getcwd(), run=on_stdin)
 
 
 def plan_job(request: SbatchRequest, recipe: SystemRecipe) -> BatchJob:
@@ -186,11 +215,39 @@ def _envrun_command() -> str:
     return here[0]
 
 
-def _write_script(path: str, text: str) -> None:
-    from envbuild.safefiles import atomic_write
+JOB_SCRIPT_MODE = 0o755  # a job script, run by its owner's sbatch
 
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    atomic_write(path, text.encode())
-    os.chmod(path, 0o755)  # noqa: S103 - a job script, run by its owner's sbatch
+
+def write_output(path: str, text: str) -> None:
+    """The batch script at the user's `-o PATH` (`-` standard output; a device or FIFO written in place),
+    through envbuild.safefiles: a link planted at the name or at its partial file is never written through."""
+    from envbuild.safefiles import current_umask, open_dir, write_file
+
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    directory, name = os.path.split(path)
+    if not name:
+        raise UsageError(f"-o {path} is a directory", "give a file name, e.g. -o train.sbatch")
+    fd = open_dir(directory or ".", create=True)
+    try:
+        write_file(name, text, mode=JOB_SCRIPT_MODE & ~current_umask(), dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _write_job_record(name: str, text: str) -> str:
+    """The submitted script's copy in .envrun/jobs/ (a record: sbatch gets the text itself, see submit_text);
+    its path. .envrun and jobs are opened without following a link, and refused when another user made
+    them in a directory others may write (a group project)."""
+    from envbuild.safefiles import current_umask, open_below, write_file
+
+    fd = open_below(os.getcwd(), JOBS_DIR, create=True)
+    try:
+        write_file(name, text, mode=JOB_SCRIPT_MODE & ~current_umask(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    return os.path.join(*JOBS_DIR, name)
+
+
+JOBS_DIR = (".envrun", "jobs")

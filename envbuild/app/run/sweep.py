@@ -14,6 +14,7 @@ from envbuild.errors import UsageError
 if TYPE_CHECKING:
     from envbuild.recipes.protocols import SystemRecipe
     from envbuild.slurm.sweep.points import ScalePoint
+    from envbuild.slurm.sweep.runner import Slurm
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,6 @@ def sweep(request: SweepRequest) -> int:
     from envbuild.slurm.batch.stepcommand import infer_launcher
     from envbuild.slurm.sweep import state as sweepstate
     from envbuild.slurm.sweep.points import parse_counts, plan_points
-    from envbuild.slurm.sweep.runner import Slurm as SlurmCalls
     from envbuild.slurm.sweep.runner import SweepRunner
     from envbuild.slurm.sweep.state import write_reports
     from envbuild.slurm.sweep.table import build_table, render_text
@@ -76,10 +76,11 @@ def sweep(request: SweepRequest) -> int:
     done = len(points) * request.repeat - len(work)
     say.write(f"envrun sweep: {len(points)} point(s) x {request.repeat} run(s) on {recipe.name} "
               f"({shape.why}); report in {directory}" + (f"; {done} run(s) finished earlier" if done else "") + "\n")
-    scripts = {(p.key, r): write_script(request, recipe, directory, p, r) for p, r, what in work
+    texts: dict[str, str] = {}
+    scripts = {(p.key, r): write_script(request, recipe, directory, p, r, texts) for p, r, what in work
                if what == "run"}  # every script first: a request Slurm would refuse stops the sweep before any job
     sweepstate.save(directory, state)
-    runner = SweepRunner(directory, state, lambda p, r: scripts[(p.key, r)], SlurmCalls.real(), say, os.getcwd(),
+    runner = SweepRunner(directory, state, lambda p, r: scripts[(p.key, r)], slurm_calls(texts), say, os.getcwd(),
                          request.repeat, poll_s=request.poll_s)
     runner.run(work, request.serial)
     rows = build_table(state.points, state.table_runs())
@@ -89,15 +90,26 @@ def sweep(request: SweepRequest) -> int:
     return 1 if any(r.failed or r.runs == 0 for r in rows if r.point in points) else 0
 
 
+def slurm_calls(texts: dict[str, str]) -> Slurm:
+    """Slurm's calls for the sweep's runner: each run's script goes to sbatch on its standard input, as
+    planned (`texts`, by the path of the copy kept in the report directory), never read back from that copy."""
+    from envbuild.app.run.batchjob import submit_text
+    from envbuild.slurm.batch.submit import job_fields
+    from envbuild.slurm.sweep.runner import Slurm
+
+    return Slurm(submit=lambda script, _cwd: submit_text(texts[script], script), fields=job_fields)
+
+
 _WARNED: set[str] = set()
 
 
 def write_script(request: SweepRequest, recipe: SystemRecipe, directory: str, point: ScalePoint,
-                 repeat: int) -> tuple[str, str]:
+                 repeat: int, texts: dict[str, str] | None = None) -> tuple[str, str]:
     """The run's batch script from envrun sbatch's planner (its checks and warnings included), written into
-    the report directory; (script path, output pattern)."""
-    from envbuild.app.run.batchjob import SbatchRequest, plan_job
-    from envbuild.safefiles import atomic_write
+    the report directory's jobs/ (a record; `texts` gets what is submitted, by that path); (script path,
+    output pattern)."""
+    from envbuild.app.run.batchjob import JOB_SCRIPT_MODE, SbatchRequest, plan_job
+    from envbuild.safefiles import current_umask, open_below, write_file
     from envbuild.slurm.batch.script import render_script
     from envbuild.slurm.sweep.runner import log_pattern
 
@@ -115,7 +127,14 @@ def write_script(request: SweepRequest, recipe: SystemRecipe, directory: str, po
         _WARNED.add(point.key)
         for warning in job.warnings:
             print(f"envrun sweep: {point.describe()}: warning: {warning}", file=sys.stderr)
-    path = os.path.join(directory, "jobs", f"{point.key}-r{repeat + 1}.sbatch")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write(path, render_script(job).encode(), mode=0o755)
+    name = f"{point.key}-r{repeat + 1}.sbatch"
+    text = render_script(job)
+    fd = open_below(directory, ("jobs",), create=True)
+    try:
+        write_file(name, text, mode=JOB_SCRIPT_MODE & ~current_umask(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    path = os.path.join(directory, "jobs", name)
+    if texts is not None:
+        texts[path] = text
     return path, pattern
