@@ -12,10 +12,15 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envbuild.errors import UsageError
+from envbuild import safefiles
+from envbuild.errors import EnvbuildError, UsageError
 from envbuild.store.layout import COMPLETE, DOWNLOAD_CACHES, ENTRY_DIRS, LAST_USED, META, kind_dir
+from envbuild.store.places import OpenStore, open_entry
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 @dataclass(frozen=True)
@@ -39,78 +44,107 @@ class StoreEntry:
 
 
 def list_entries(root: Path, *, with_sizes: bool = True) -> list[StoreEntry]:
-    """Every entry under `root`, ordered by kind then name; an empty list when the store does not exist."""
-    root = Path(root)
+    """Every entry under `root`, ordered by kind then name; an empty list when the store does not exist.
+    Raises UnsafePlaceError when one of the store's own directories is a link or a stranger's (store.places)."""
+    try:
+        store = OpenStore(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    with store:
+        return store_entries(store, with_sizes=with_sizes)
+
+
+def store_entries(store: OpenStore, *, with_sizes: bool = True) -> list[StoreEntry]:
+    """list_entries of a store held open: every directory is listed and read by descriptor, never through a
+    link (an entry that is a link is not an entry, and is not listed)."""
     entries: list[StoreEntry] = []
     for kind in ENTRY_DIRS:
-        for path in _subdirs(kind_dir(root, kind)):
-            entries.append(_build_entry(kind, path, with_sizes))
-    for path in _subdirs(kind_dir(root, "work")):
-        entries.append(_scratch_entry("work", path, "scratch of a running or killed build", with_sizes))
-    for path in _subdirs(kind_dir(root, "trash")):
-        entries.append(_scratch_entry("trash", path, "left over from an interrupted removal", with_sizes))
+        entries += _entries_in(store, kind, with_sizes, None)
+    entries += _entries_in(store, "work", with_sizes, "scratch of a running or killed build")
+    entries += _entries_in(store, "trash", with_sizes, "left over from an interrupted removal")
     for name in DOWNLOAD_CACHES:
-        path = root / name
-        if path.is_dir() and not path.is_symlink():
-            entries.append(_scratch_entry("download", path, f"{name} download cache", with_sizes))
+        entry = _read_entry(store.fd, "download", name, store.root / name, with_sizes, f"{name} download cache")
+        if entry is not None:
+            entries.append(entry)
     return entries
 
 
-def _subdirs(parent: Path) -> list[Path]:
-    try:
-        with os.scandir(parent) as it:
-            return sorted(Path(e.path) for e in it if e.is_dir(follow_symlinks=False))
-    except (FileNotFoundError, NotADirectoryError):
+def _entries_in(store: OpenStore, kind: str, with_sizes: bool, scratch: str | None) -> list[StoreEntry]:
+    parent = store.kind_dir(kind)
+    if parent is None:
         return []
+    where = kind_dir(store.root, kind)
+    found = []
+    for name, _info in sorted(safefiles.iter_subdirs(parent)):
+        entry = _read_entry(parent, kind, name, where / name, with_sizes, scratch)
+        if entry is not None:
+            found.append(entry)
+    return found
 
 
-def _build_entry(kind: str, path: Path, with_sizes: bool) -> StoreEntry:
-    meta = _read_meta(path / META)
-    dir_mtime = _mtime(path) or 0.0
-    complete_mtime = _mtime(path / COMPLETE)
-    size, newest = _tree_usage(path) if with_sizes else (0, dir_mtime)
-    if complete_mtime is None:
-        # A killed build: its age is the last time anything inside changed, so a build that is still
-        # writing is not mistaken for a stale one.
-        return StoreEntry(kind, path.name, path, False, dir_mtime, max(newest, dir_mtime), size, _describe(kind, path, meta), meta)
-    created = _parse_iso(meta.get("created")) or complete_mtime
-    last_used = _mtime(path / LAST_USED) or complete_mtime
-    return StoreEntry(kind, path.name, path, True, created, last_used, size, _describe(kind, path, meta), meta)
-
-
-def _scratch_entry(kind: str, path: Path, description: str, with_sizes: bool) -> StoreEntry:
-    dir_mtime = _mtime(path) or 0.0
-    size, newest = _tree_usage(path) if with_sizes else (0, dir_mtime)
-    return StoreEntry(kind, path.name, path, kind == "download", dir_mtime, max(newest, dir_mtime), size, description, {})
-
-
-def _read_meta(path: Path) -> dict[str, Any]:
-    # Older entries have no meta.json and a killed build may leave half of one: neither is an error here.
+def _read_entry(parent_fd: int, kind: str, name: str, path: Path, with_sizes: bool,
+                scratch: str | None) -> StoreEntry | None:
+    """The entry `name` in `parent_fd` (a kind directory) as listed; None when it is gone or is not a
+    directory (swapped for a link since the listing). `scratch`: the description of a work, trash or
+    download directory, which has no complete marker or meta.json."""
+    fd = open_entry(parent_fd, name)
+    if fd is None:
+        return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        dir_mtime = os.fstat(fd).st_mtime
+        size, newest = tree_usage_and_newest(fd) if with_sizes else (0, dir_mtime)
+        if scratch is not None:
+            return StoreEntry(kind, name, path, kind == "download", dir_mtime, max(newest, dir_mtime), size, scratch, {})
+        meta = _read_meta(fd)
+        complete_mtime = _mtime(fd, COMPLETE)
+        description = _describe(kind, fd, meta)
+        if complete_mtime is None:
+            # A killed build: its age is the last time anything inside changed, so a build that is still
+            # writing is not mistaken for a stale one.
+            return StoreEntry(kind, name, path, False, dir_mtime, max(newest, dir_mtime), size, description, meta)
+        created = _parse_iso(meta.get("created")) or complete_mtime
+        last_used = _mtime(fd, LAST_USED) or complete_mtime
+        return StoreEntry(kind, name, path, True, created, last_used, size, description, meta)
+    finally:
+        os.close(fd)
+
+
+def _read_small(entry_fd: int, name: str) -> str | None:
+    """The text of the entry's file `name`, never through a link; None when it is missing or not a file."""
+    try:
+        data, _info = safefiles.read_file_nofollow(entry_fd, name, limit=1 << 20)
+    except (OSError, EnvbuildError):
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def _read_meta(entry_fd: int) -> dict[str, Any]:
+    # Older entries have no meta.json and a killed build may leave half of one: neither is an error here.
+    text = _read_small(entry_fd, META)
+    if text is None:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def _describe(kind: str, path: Path, meta: dict[str, Any]) -> str:
+def _describe(kind: str, entry_fd: int, meta: dict[str, Any]) -> str:
     description = meta.get("description")
     if isinstance(description, str) and description.strip():
         return " ".join(description.split())
     if kind == "base":
-        try:
-            digest = (path / "digest").read_text(encoding="utf-8").strip()
-        except OSError:
-            digest = ""
+        digest = (_read_small(entry_fd, "digest") or "").strip()
         if digest:
             return digest
     spec = meta.get("spec")
     return f"spec {spec}" if isinstance(spec, str) and spec else ""
 
 
-def _mtime(path: Path) -> float | None:
+def _mtime(entry_fd: int, name: str) -> float | None:
     try:
-        return path.stat(follow_symlinks=False).st_mtime
+        return os.stat(name, dir_fd=entry_fd, follow_symlinks=False).st_mtime
     except OSError:
         return None
 
@@ -127,48 +161,102 @@ def _parse_iso(value: object) -> float | None:
     return moment.timestamp()
 
 
-def _tree_usage(top: Path) -> tuple[int, float]:
-    """(bytes on disk, newest mtime) of the tree at `top`. Symlinks are not followed; st_blocks counts
-    what is allocated, so sparse files count what they use and a hard-linked file counts once."""
+def tree_usage_and_newest(top_fd: int) -> tuple[int, float]:
+    """(bytes on disk, newest mtime) of the tree below the directory `top_fd`, walked by descriptor and never
+    through a link; st_blocks counts what is allocated, so sparse files count what they use and a hard-linked
+    file counts once."""
     total = 0
     newest = 0.0
     seen_inodes: set[tuple[int, int]] = set()
-    pending = [os.fspath(top)]
-    # An explicit stack, not recursion: rootfs trees can be deeper than Python's recursion limit.
-    while pending:
-        directory = pending.pop()
+
+    def scan(fd: int) -> list[str]:
+        nonlocal total, newest
+        subdirs = []
         try:
-            it = os.scandir(directory)
+            with os.scandir(fd) as it:
+                items = list(it)
         except OSError:
-            continue  # unreadable (root-owned) directories are counted as far as they can be read
-        with it:
-            for item in it:
-                try:
-                    info = item.stat(follow_symlinks=False)
-                except OSError:
+            return []  # unreadable (root-owned) directories are counted as far as they can be read
+        for item in items:
+            try:
+                info = item.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
+                inode = (info.st_dev, info.st_ino)
+                if inode in seen_inodes:
                     continue
-                if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
-                    inode = (info.st_dev, info.st_ino)
-                    if inode in seen_inodes:
-                        continue
-                    seen_inodes.add(inode)
-                total += info.st_blocks * 512
-                newest = max(newest, info.st_mtime)
-                if stat.S_ISDIR(info.st_mode):
-                    pending.append(item.path)
+                seen_inodes.add(inode)
+            total += info.st_blocks * 512
+            newest = max(newest, info.st_mtime)
+            if stat.S_ISDIR(info.st_mode):
+                subdirs.append(item.name)
+        return subdirs
+
+    # Depth first with an explicit stack, not recursion: rootfs trees can be deeper than Python's recursion
+    # limit. Only the directories on the current path are held open.
+    first = os.dup(top_fd)
+    stack: list[tuple[int, Iterator[str]]] = [(first, iter(scan(first)))]
+    try:
+        while stack:
+            fd, pending = stack[-1]
+            name = next(pending, None)
+            if name is None:
+                os.close(fd)
+                stack.pop()
+                continue
+            try:
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                continue  # gone, swapped for a link, unreadable, or too deep for the descriptors left
+            stack.append((sub, iter(scan(sub))))
+    finally:
+        for fd, _pending in stack:
+            os.close(fd)
     return total, newest
 
 
 def touch_used(entry_dir: Path) -> None:
     """Record that a build used the entry now (the mtime of `<entry>/last-used`). A store the caller may
-    only read (a shared, read-only one) is not an error: the entry then just ages from its creation."""
-    marker = Path(entry_dir) / LAST_USED
+    only read (a shared, read-only one) is not an error: the entry then just ages from its creation. The
+    marker is touched by descriptor, never through a link a member planted at its name (touching, or
+    creating, the file the link names)."""
+    entry = Path(entry_dir)
     try:
-        marker.touch()
-        os.utime(marker)  # touch() leaves the time alone on some file systems when the file exists
+        with OpenStore(entry.parent.parent) as store:
+            kind_fd = store.dir(entry.parent.name)
+            entry_fd = None if kind_fd is None else open_entry(kind_fd, entry.name)
+            if entry_fd is None:
+                return  # removed meanwhile: nothing to record
+            try:
+                _touch_at(entry_fd, LAST_USED)
+            finally:
+                os.close(entry_fd)
     except OSError as exc:
-        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT):
             raise
+
+
+def _touch_at(dir_fd: int, name: str) -> None:
+    for _attempt in range(2):
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except FileNotFoundError:
+            try:
+                safefiles.create_new(dir_fd, name, b"", mode=0o666 & ~safefiles.current_umask())
+                return
+            except FileExistsError:
+                continue  # made meanwhile by another build: touch that one
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return  # a link is not our marker: leave it alone, the entry ages from its creation
+            raise
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.utime(fd)
+        finally:
+            os.close(fd)
+        return
 
 
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}

@@ -16,9 +16,11 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from envbuild import safefiles
 from envbuild.errors import EnvbuildError
 from envbuild.store.layout import LOCK_KINDS, StorePaths, check_entry_name
 
@@ -133,17 +135,33 @@ def forget_lock(root: Path, kind: str, name: str) -> None:
     """Delete the lock file of an entry that is gone for good (a finished build's work directory), while
     holding its lock. Only for names never used again: a waiter on the deleted file would hold a lock
     nobody else sees, which for a unique, finished build's name can only be a sweeper that finds nothing."""
+    path = lock_path(root, kind, name)
     try:
-        os.unlink(lock_path(root, kind, name))
+        locks = _open_locks_dir(path, create=False)
+    except (OSError, EnvbuildError):
+        return  # a locks directory that is not the store's own is reported where locks are taken
+    if locks is None:
+        return
+    try:
+        safefiles.unlink_at(locks, path.name)
     except OSError:
         pass
+    finally:
+        os.close(locks)
 
 
 def lock_holder(root: Path, kind: str, name: str) -> str:
     """Who wrote themselves into the entry's lock file: "pid 1234 on host x", or "holder unknown"."""
+    path = lock_path(root, kind, name)
     try:
-        fd = os.open(lock_path(root, kind, name), os.O_RDONLY)
-    except OSError:
+        locks = _open_locks_dir(path, create=False)
+        if locks is None:
+            return "holder unknown"
+        try:
+            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=locks)
+        finally:
+            os.close(locks)
+    except (OSError, EnvbuildError):
         return "holder unknown"
     try:
         return _holder(fd)
@@ -151,23 +169,71 @@ def lock_holder(root: Path, kind: str, name: str) -> str:
         os.close(fd)
 
 
+def _open_locks_dir(path: Path, *, create: bool = True) -> int | None:
+    """The descriptor of the store's `locks` directory holding `path`, opened below the store root without
+    following a link (store.places): a link a member planted at `locks` is refused, never written through."""
+    from envbuild.store.places import open_store_dir
+
+    root = path.parent.parent
+    try:
+        root_fd = safefiles.open_dir(root, create=create)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    try:
+        return open_store_dir(root_fd, os.fstat(root_fd), path.parent.name, where=str(path.parent), create=create)
+    finally:
+        os.close(root_fd)
+
+
 def _open_lock_file(path: Path) -> int:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        locks = _open_locks_dir(path)
     except OSError as exc:
         raise EnvbuildError(f"cannot create the lock directory {path.parent}: {exc.strerror}",
                             "make the store writable or point --cache-dir / $ENVBUILD_CACHE_DIR elsewhere") from None
+    assert locks is not None
+    try:
+        return _open_in(locks, path)
+    finally:
+        os.close(locks)
+
+
+def _open_in(locks: int, path: Path) -> int:
+    # O_NOFOLLOW: a link planted at a lock's name (to a file of yours) is refused, never truncated by
+    # _write_holder. O_NONBLOCK: a FIFO planted there does not hang the open.
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         # 0o666 (less the umask): a store shared by a project's group must let every member lock it.
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = os.open(path.name, os.O_RDWR | os.O_CREAT | flags, 0o666, dir_fd=locks)
     except PermissionError:
-        pass
-    try:
-        # Another user's lock file we may not write: flock works on a read-only descriptor too.
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = -1
     except OSError as exc:
-        raise EnvbuildError(f"cannot open the lock file {path}: {exc.strerror}",
-                            "make the store writable or point --cache-dir / $ENVBUILD_CACHE_DIR elsewhere") from None
+        raise _unusable_lock(path, exc) from None
+    if fd < 0:
+        try:
+            # Another user's lock file we may not write: flock works on a read-only descriptor too.
+            fd = os.open(path.name, os.O_RDONLY | flags, dir_fd=locks)
+        except OSError as exc:
+            raise _unusable_lock(path, exc) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        # A FIFO, or a hard link to a file elsewhere: not a lock file envbuild made, and never truncated.
+        os.close(fd)
+        raise EnvbuildError(f"the lock file {path} is not one envbuild made ("
+                            f"{'not a regular file' if not stat.S_ISREG(info.st_mode) else 'a hard link to another file'})",
+                            f"check who made it (ls -l {path}) and remove it; envbuild makes it again")
+    return fd
+
+
+def _unusable_lock(path: Path, exc: OSError) -> EnvbuildError:
+    if exc.errno == errno.ELOOP:
+        return EnvbuildError(f"the lock file {path} is a symbolic link: envbuild never writes through a link in "
+                             "a store others may write",
+                             f"check who made it (ls -l {path}) and remove it; envbuild makes the lock file again")
+    return EnvbuildError(f"cannot open the lock file {path}: {exc.strerror}",
+                         "make the store writable or point --cache-dir / $ENVBUILD_CACHE_DIR elsewhere")
 
 
 def _flock(fd: int, path: Path, *, blocking: bool, shared: bool = False) -> bool:

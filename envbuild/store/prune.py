@@ -11,10 +11,12 @@ import stat
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
+from envbuild import safefiles
 from envbuild.errors import EnvbuildError
 from envbuild.store.entries import StoreEntry
 from envbuild.store.layout import COMPLETE, ENTRY_DIRS, KIND_ORDER, STALE_AFTER_SECONDS, kind_dir
 from envbuild.store.locks import lock_holder, try_entry_lock, try_exclusive_use
+from envbuild.store.places import OpenStore, open_entry
 
 
 def choose_prunable(
@@ -83,16 +85,31 @@ class EntryBusyError(EnvbuildError):
     """The entry's lock is held: a build is creating or using it."""
 
 
-def remove_entry(root: Path, entry: StoreEntry, *, only_if_unfinished: bool = False) -> None:
+def remove_entry(root: Path, entry: StoreEntry, *, only_if_unfinished: bool = False,
+                 store: OpenStore | None = None) -> None:
     """Remove an entry. Under its lock it is renamed into `<root>/trash/` first, so a build never sees half
     an entry; the slow delete happens after the lock is released. Raises EntryBusyError when a build holds
     the lock. `only_if_unfinished`: leave it when, under the lock, it turns out complete after all (a
-    build finished it between listing and locking)."""
+    build finished it between listing and locking). `store`: the store already held open.
+
+    Every step goes by descriptor (store.places): the rename is between the held kind and trash directories,
+    and the delete never crosses a link, so a link a member planted at `trash`, at the entry or inside it
+    deletes nothing but itself; a store directory that is a link or a stranger's is refused (UnsafePlaceError)."""
     root = Path(root)
     if entry.kind not in KIND_ORDER or entry.path.parent != kind_dir(root, entry.kind):
         raise EnvbuildError(f"{entry.path} is not an entry of the store {root}", "list the entries of this store with list_entries(root)")
+    if store is None:
+        try:
+            opened = OpenStore(root)
+        except FileNotFoundError:
+            return  # the whole store is gone
+        with opened:
+            remove_entry(root, entry, only_if_unfinished=only_if_unfinished, store=opened)
+        return
     if entry.kind == "trash":
-        _force_rmtree(entry.path)  # already out of the way; nobody locks trash
+        trash = store.dir("trash")
+        if trash is not None:
+            _remove_tree(trash, entry.name, entry.path)  # already out of the way; nobody locks trash
         return
     lock = try_entry_lock(root, entry.kind, entry.name)
     if lock is None:
@@ -107,71 +124,59 @@ def remove_entry(root: Path, entry: StoreEntry, *, only_if_unfinished: bool = Fa
     with lock, contextlib.ExitStack() as stack:
         if readers is not None:
             stack.enter_context(readers)
-        if not entry.path.exists():
-            return  # someone else removed it meanwhile
-        if only_if_unfinished and entry.kind in ENTRY_DIRS and (entry.path / COMPLETE).exists():
-            return
-        trash = kind_dir(root, "trash")
-        trash.mkdir(parents=True, exist_ok=True)
-        doomed = trash / f"{entry.name}-{secrets.token_hex(4)}"
+        parent = store.kind_dir(entry.kind)
+        entry_fd = None if parent is None else open_entry(parent, entry.name)
+        if parent is None or entry_fd is None:
+            return  # someone else removed it meanwhile (or put something that is not an entry in its place)
         try:
-            _rename_dir(entry.path, doomed)
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise EnvbuildError(f"cannot remove {entry.path}: {exc.strerror}", _permission_hint(entry.path)) from None
-            # The kind directory is a link to another file system: no atomic rename is possible, so
-            # withdraw the complete marker first (readers then see an unfinished entry) and delete in place.
-            (entry.path / COMPLETE).unlink(missing_ok=True)
-            doomed = entry.path
-    _force_rmtree(doomed)
+            if only_if_unfinished and entry.kind in ENTRY_DIRS and _exists_at(entry_fd, COMPLETE):
+                return
+            trash = store.dir("trash", create=True)
+            assert trash is not None
+            doomed = f"{entry.name}-{secrets.token_hex(4)}"
+            try:
+                _rename_dir(parent, entry.name, trash, doomed, entry_fd)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise EnvbuildError(f"cannot remove {entry.path}: {exc.strerror}", _permission_hint(entry.path)) from None
+                # The kind directory is the user's link to another file system: no atomic rename is possible,
+                # so withdraw the complete marker first (readers then see an unfinished entry) and delete in place.
+                safefiles.unlink_at(entry_fd, COMPLETE)
+                trash, doomed = parent, entry.name
+        finally:
+            os.close(entry_fd)
+    _remove_tree(trash, doomed, entry.path)
 
 
-def _rename_dir(source: Path, target: Path) -> None:
+def _exists_at(dir_fd: int, name: str) -> bool:
     try:
-        os.rename(source, target)
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _rename_dir(parent: int, name: str, trash: int, doomed: str, entry_fd: int) -> None:
+    try:
+        safefiles.rename_at(parent, name, trash, doomed)
     except PermissionError:
         # Moving a directory to another parent rewrites its "..", which needs write permission on the
-        # directory itself; entries built read-only lack it.
-        mode = source.stat(follow_symlinks=False).st_mode
-        os.chmod(source, stat.S_IMODE(mode) | stat.S_IRWXU)
-        os.rename(source, target)
+        # directory itself; entries built read-only lack it. Only ours may be opened up.
+        info = os.fstat(entry_fd)
+        if info.st_uid != os.geteuid():
+            raise
+        os.fchmod(entry_fd, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
+        safefiles.rename_at(parent, name, trash, doomed)
 
 
-def _force_rmtree(path: Path) -> None:
-    import shutil
-
+def _remove_tree(parent: int, name: str, shown: Path) -> None:
+    """Delete `name` in `parent` by descriptor, never crossing a link; our read-only directories are made
+    writable first (safefiles.empty_dir), others' are not ours to change and are reported."""
     try:
-        shutil.rmtree(path)
-        return
-    except OSError:
-        if not os.path.lexists(path):
-            return  # a concurrent prune finished it
-    # Rootfs trees hold read-only directories (e.g. usr/share/doc from some packages): make every
-    # directory writable by us, then try once more.
-    _make_dirs_writable(path)
-    try:
-        shutil.rmtree(path)
+        safefiles.remove_tree_at(parent, name)
     except OSError as exc:
-        if not os.path.lexists(path):
-            return
-        where = exc.filename or path
-        raise EnvbuildError(f"cannot delete {where}: {exc.strerror}", _permission_hint(path)) from None
-
-
-def _make_dirs_writable(top: Path) -> None:
-    def allow(path: str) -> None:
-        try:
-            mode = os.lstat(path).st_mode
-            if stat.S_ISDIR(mode):
-                os.chmod(path, stat.S_IMODE(mode) | stat.S_IRWXU)
-        except OSError:
-            pass  # not ours to change: the second rmtree reports it
-
-    allow(os.fspath(top))
-    # Top-down: each directory is opened up before os.walk lists it.
-    for directory, subdirs, _files in os.walk(top):
-        for sub in subdirs:
-            allow(os.path.join(directory, sub))
+        where = exc.filename or shown
+        raise EnvbuildError(f"cannot delete {where} (under {shown}): {exc.strerror}", _permission_hint(shown)) from None
 
 
 def _permission_hint(path: Path) -> str:

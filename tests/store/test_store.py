@@ -181,43 +181,65 @@ def test_downloads_alone_are_emptied_when_asked() -> None:
 
 def test_remove_entry_renames_into_trash_before_deleting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     entry_dir = make_entry(tmp_path, "env", "e", payload=1000)
-    seen: list[Path] = []
-    real_rmtree = store._force_rmtree
+    seen: list[str] = []
+    real_remove = store._remove_tree
 
-    def observe(path: Path) -> None:
-        seen.append(path)
+    def observe(parent: int, name: str, shown: Path) -> None:
+        seen.append(name)
         assert not entry_dir.exists()  # gone from its place before the slow delete starts
-        real_rmtree(path)
+        assert os.path.samestat(os.fstat(parent), os.stat(tmp_path / "trash"))  # deleted from trash, by descriptor
+        real_remove(parent, name, shown)
 
-    monkeypatch.setattr(store, "_force_rmtree", observe)
+    monkeypatch.setattr(store, "_remove_tree", observe)
     remove_entry(tmp_path, list_entries(tmp_path)[0])
 
-    assert len(seen) == 1 and seen[0].parent == tmp_path / "trash" and seen[0].name.startswith("e-")
+    assert len(seen) == 1 and seen[0].startswith("e-")
     assert list(os.scandir(tmp_path / "trash")) == []
     assert list_entries(tmp_path) == []
 
 
-def test_remove_entry_opens_read_only_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    entry_dir = make_entry(tmp_path, "env", "e")
+REMOVE_AS_USER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from envbuild.store.entries import list_entries
+    from envbuild.store.prune import remove_entry
+    remove_entry(Path(sys.argv[1]), list_entries(Path(sys.argv[1]))[0])
+""")
+
+
+def test_remove_entry_opens_read_only_directories(tmp_path: Path) -> None:
+    """Read-only directories of ours (usr/share/doc from some packages) are made writable to be emptied. As
+    root nothing is read-only, so where the tests run as root the removal runs as the unprivileged user."""
+    if os.geteuid() == 0:  # pytest's temporary directories are root's alone (0700): the user needs one of theirs
+        import tempfile
+
+        tmp_path = Path(tempfile.mkdtemp(prefix="envbuild-store-test-", dir="/var/tmp"))
+        tmp_path.chmod(0o711)
+    store_root = tmp_path / "store"
+    entry_dir = make_entry(store_root, "env", "e")
     locked = entry_dir / "rootfs" / "usr" / "share"
     locked.mkdir(parents=True)
     (locked / "doc").write_text("x")
     locked.chmod(0o555)
-    import shutil
+    entry_dir.chmod(0o555)  # renaming it into trash rewrites its "..": it must be opened up for that too
+    if os.geteuid() == 0:
+        from tests.support.trust_accounts import as_user, unprivileged
 
-    calls = []
-    real_rmtree = shutil.rmtree
+        account = unprivileged()
+        for directory, subdirs, files in os.walk(store_root):
+            for name in (directory, *(os.path.join(directory, n) for n in subdirs + files)):
+                os.lchown(name, account.pw_uid, account.pw_gid)
+        ran = as_user(account, [sys.executable, "-c", REMOVE_AS_USER, str(store_root)], cwd=tmp_path,
+                      env_extra={"PYTHONPATH": str(Path(__file__).parents[2])})
+        assert ran.returncode == 0, ran.stderr
+    else:
+        remove_entry(store_root, list_entries(store_root)[0])
+    assert list_entries(store_root) == []
+    assert list(os.scandir(store_root / "trash")) == []
+    if os.geteuid() == 0:
+        import shutil
 
-    def first_call_fails(path: object, *args: object, **kwargs: object) -> None:
-        calls.append(path)
-        if len(calls) == 1:  # as root the chmod would not stop rmtree, so fail the first attempt by hand
-            raise PermissionError(13, "Permission denied", str(path))
-        real_rmtree(path, *args, **kwargs)
-
-    monkeypatch.setattr(shutil, "rmtree", first_call_fails)
-    remove_entry(tmp_path, list_entries(tmp_path)[0])
-    assert len(calls) == 2
-    assert list_entries(tmp_path) == []
+        shutil.rmtree(tmp_path)
 
 
 def test_remove_entry_refuses_a_busy_entry(tmp_path: Path) -> None:

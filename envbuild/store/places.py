@@ -1,0 +1,156 @@
+"""The store's own directories (trash, work, locks, the kind directories), opened by descriptor (issue 40).
+
+A group store (setgid, 2770, umask 007) lets every member create, rename and remove names in its root. A
+member who replaced `trash` with a link to another user's `~/data` would have that user's next build (the
+debris sweep runs before every build) list and delete `~/data/*`. So the root is opened once and each of
+its own directories is opened below it with O_NOFOLLOW (envbuild.safefiles.subdir); a link there, or a
+directory owned by someone who is neither the user, nor root, nor the store's owner, nor a member of the
+store's group, is refused with UnsafePlaceError. Everything below is then listed, sized, renamed and removed
+relative to those descriptors, never crossing a link.
+
+One link is still followed: the user's own, in a store nobody else may write (a kind directory kept on
+another file system on purpose). Nobody but the user could have put it there.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from envbuild import safefiles
+from envbuild.safefiles import UnsafePlaceError
+from envbuild.store.layout import ENTRY_DIRS
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+class OpenStore:
+    """The store root held open, and its own directories opened below it on first use (closed with it).
+    `create`: make the root when it is missing (else FileNotFoundError)."""
+
+    def __init__(self, root: Path | str, *, create: bool = False) -> None:
+        self.root = Path(root)
+        self.fd = safefiles.open_dir(self.root, create=create)
+        self.info = os.fstat(self.fd)
+        self._dirs: dict[str, int] = {}
+
+    def close(self) -> None:
+        for fd in self._dirs.values():
+            os.close(fd)
+        self._dirs.clear()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> OpenStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def dir(self, name: str, *, create: bool = False) -> int | None:
+        """The descriptor of the store's own directory `name` (owned by this object: do not close it); None
+        when it is missing and not `create`. Raises UnsafePlaceError for a link or a stranger's directory."""
+        if name in self._dirs:
+            return self._dirs[name]
+        fd = open_store_dir(self.fd, self.info, name, where=str(self.root / name), create=create)
+        if fd is not None:
+            self._dirs[name] = fd
+        return fd
+
+    def kind_dir(self, kind: str, *, create: bool = False) -> int | None:
+        """The directory holding entries of `kind` (base, env, image, overlay, work, trash; download: the root)."""
+        if kind == "download":
+            return self.fd
+        return self.dir(ENTRY_DIRS.get(kind, kind), create=create)
+
+
+def open_store_dir(root_fd: int, root_info: os.stat_result, name: str, *, where: str,
+                   create: bool = False) -> int | None:
+    """See OpenStore.dir: `name` in the store root `root_fd` (whose fstat is `root_info`)."""
+    try:
+        found = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        if not create:
+            return None
+        found = None
+    if found is not None and stat.S_ISLNK(found.st_mode):
+        return _follow_own_link(root_fd, root_info, name, found, where)
+    trusted = (found.st_uid,) if found is not None and _acceptable_owner(found, root_info) else ()
+    try:
+        fd = safefiles.subdir(root_fd, name, create=create, where=where, also_trusted=trusted)
+    except FileNotFoundError:
+        return None  # removed meanwhile
+    info = os.fstat(fd)
+    if safefiles.writable_by_others(root_info) and not _acceptable_owner(info, root_info):
+        os.close(fd)  # the directory was swapped for a stranger's after it was looked at
+        raise _stranger_error(where, info, root_info)
+    return fd
+
+
+def _acceptable_owner(info: os.stat_result, root_info: os.stat_result) -> bool:
+    """The user, root, the store's owner (whoever the user chose to share a store with), or, in a group
+    store, a member: a directory a member made first carries the store's group (the root is setgid)."""
+    if info.st_uid in (os.geteuid(), 0, root_info.st_uid):
+        return True
+    return bool(root_info.st_mode & stat.S_IWGRP) and info.st_gid == root_info.st_gid
+
+
+def others_may_write(info: os.stat_result) -> bool:
+    """Whether someone besides the user (or root) may create or remove names in a directory with this stat:
+    it is someone else's, writable by every user, or writable by a group that is not the user's own private
+    group (Debian and Red Hat give each user one: with umask 002 their directories are group-writable)."""
+    from envbuild.store.integrity import is_private_group
+
+    if info.st_uid not in (os.geteuid(), 0) or info.st_mode & stat.S_IWOTH:
+        return True
+    return bool(info.st_mode & stat.S_IWGRP) and not is_private_group(info.st_gid)
+
+
+def _follow_own_link(root_fd: int, root_info: os.stat_result, name: str, link: os.stat_result, where: str) -> int | None:
+    if link.st_uid == os.geteuid() and not others_may_write(root_info):
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=root_fd)  # the user's own link in the user's own store
+        except FileNotFoundError:
+            return None  # a dangling link: nothing is there to list or remove
+    try:
+        target = os.readlink(name, dir_fd=root_fd)
+    except OSError:
+        target = "?"
+    owner = "yours" if link.st_uid == os.geteuid() else _user(link.st_uid)
+    raise UnsafePlaceError(
+        f"{where} is a symbolic link (to {target}, made by {owner}) in a store others may write: envbuild never "
+        "follows it, since whoever can write the store could point it at your files and a clean-up would delete them",
+        f"check who made it (ls -l {where}); remove the link (rm {where}) and run again: envbuild makes the "
+        "directory again. A store directory kept on another file system through a link works only in a store "
+        "nobody else may write")
+
+
+def _stranger_error(where: str, info: os.stat_result, root_info: os.stat_result) -> UnsafePlaceError:
+    return UnsafePlaceError(
+        f"{where} belongs to {_user(info.st_uid)}, who is neither you, nor root, nor the store's owner "
+        f"({_user(root_info.st_uid)}), nor a member of its group (gid {root_info.st_gid}): in a store others may "
+        "write, what envbuild lists and removes there could be swapped",
+        f"check who made it (ls -ld {where}); remove it, or ask its owner or an administrator to, and run again")
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def open_entry(kind_fd: int, name: str) -> int | None:
+    """The descriptor of the entry directory `name`, never through a link; None when it is gone or is not a
+    directory any more (swapped for a link or a file since it was listed)."""
+    try:
+        return os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=kind_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+            return None
+        raise
