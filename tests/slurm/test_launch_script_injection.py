@@ -34,6 +34,7 @@ from tests.support.hostile_text import (
     read_records,
 )
 from tests.support.launch_allocations import HOST
+from tests.support.script_shape import bash_syntax_problem, shape_problems
 
 STUB_DIR = f"runtime $(touch {MARKER}) 'q\" `x`"  # the container runtime's directory, itself hostile
 CASES = [*hostile_strings(40), *NEWLINES]
@@ -44,32 +45,78 @@ def bind_safe(text: str) -> str:
     return text.replace(":", "_").replace(",", "_")
 
 
-def run(argv: list[str], cwd: Path, root: Path, record_env: list[str]) -> subprocess.CompletedProcess:
+def run(argv: list[str], cwd: Path, root: Path, record_env: list[str]) -> subprocess.CompletedProcess[bytes]:
     env = {"PATH": f"{root / STUB_DIR}{os.pathsep}/usr/bin:/bin", "HOME": str(root), "RECORD": str(root / "calls"),
            "RECORD_ENV": " ".join(record_env), "LC_ALL": "C.UTF-8"}
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=60, check=False)
 
 
-@pytest.mark.parametrize("text", CASES, ids=lambda text: repr(text)[:40])
-def test_the_dry_run_script_runs_exactly_the_plan(text: str, tmp_path: Path) -> None:
-    stubs = install_stubs(tmp_path / STUB_DIR, ("apptainer",))
-    cwd = tmp_path / f"cwd {file_name(bind_safe(text), 'cwd')}"
-    cwd.mkdir()
-    bound = tmp_path / f"data {file_name(bind_safe(text), 'data')}"
+def dry_run_plan(text: str, root: Path) -> LaunchPlan:
+    """The plan of a launch made of `text`: command words, image, working and bound directories, an env value,
+    a note and a warning; the directories exist under `root`."""
+    cwd = root / f"cwd {file_name(bind_safe(text), 'cwd')}"
+    cwd.mkdir(parents=True)
+    bound = root / f"data {file_name(bind_safe(text), 'data')}"
     bound.mkdir()
-    plan = plan_launch(LaunchRequest(
-        command=("python", "train.py", text, "--flag", text), image=str(tmp_path / f"{file_name(text)}.sif"),
-        recipe=load_recipe("local"), runtime=Runtime(str(stubs / "apptainer"), "apptainer"), cwd=str(cwd),
+    return plan_launch(LaunchRequest(
+        command=("python", "train.py", text, "--flag", text), image=str(root / f"{file_name(text)}.sif"),
+        recipe=load_recipe("local"), runtime=Runtime(str(root / STUB_DIR / "apptainer"), "apptainer"), cwd=str(cwd),
         binds=(str(bound),), env=(("HOSTILE_VALUE", text),), host=HOST, notes=(f"a note: {text}",),
         warnings=(f"a warning: {text}",),
     ))
-    done = run(["bash", "-c", plan.script(), "dry-run"], cwd, tmp_path, [name for name, _value in plan.env])
+
+
+def check_the_dry_run(text: str, tmp_path: Path) -> None:
+    install_stubs(tmp_path / STUB_DIR, ("apptainer",))
+    plan = dry_run_plan(text, tmp_path)
+    script = plan.script()
+    syntax = bash_syntax_problem(script)
+    assert syntax is None, f"bash -n: {syntax}"
+    problems = shape_problems(script, dry_run_plan("v", tmp_path / "twin").script())
+    assert not problems, "a value broke a line:\n" + "\n".join(problems[:5])
+    cwd = plan.argv[plan.argv.index("--pwd") + 1]
+    done = run(["bash", "-c", script, "dry-run"], Path(cwd), tmp_path, ["APPTAINERENV_HOSTILE_VALUE"])
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     assert marker_files(tmp_path) == []
     (call,) = read_records(tmp_path / "calls")
     assert call[: len(plan.argv)] == ["apptainer", *plan.argv[1:]]
-    assert call[len(plan.argv):] == [f"{name}={value}" for name, value in plan.env]
-    assert ("HOSTILE_VALUE", text) in plan.env or any(text in word for word in plan.argv)  # it went somewhere
+    # what the runtime got, against what went in (not against the plan's own copy of it): byte for byte
+    assert call[len(plan.argv) - 5: len(plan.argv)] == ["python", "train.py", text, "--flag", text]
+    (recorded,) = call[len(plan.argv):]
+    name, _, value = recorded.partition("=")
+    assert name == "APPTAINERENV_HOSTILE_VALUE" and as_apptainer_sets(value, tmp_path) == text
+    assert marker_files(tmp_path) == []
+
+
+def as_apptainer_sets(value: str, cwd: Path) -> str:
+    """What apptainer makes of an APPTAINERENV_ value: it expands it as a here-document's text ($, ` and \\
+    are special, quotes are not), which bash does the same way."""
+    end = "ENVRUN_TEST_END_OF_VALUE"
+    done = subprocess.run(["bash", "-c", f"cat <<{end}\n{value}\n{end}\n"], cwd=cwd, capture_output=True,
+                          timeout=30, check=True)
+    return done.stdout.decode("utf-8", "surrogateescape").removesuffix("\n")
+
+
+@pytest.mark.parametrize("text", CASES, ids=lambda text: repr(text)[:40])
+def test_the_dry_run_script_runs_exactly_the_plan(text: str, tmp_path: Path) -> None:
+    check_the_dry_run(text, tmp_path)
+
+
+SHAPE = "a value broke a line|bash -n"
+
+
+@pytest.mark.parametrize(("broken", "text", "message"), [
+    ("shlex.quote", f"$(touch {MARKER})", SHAPE), ("shlex.quote", "a b", SHAPE), ("shlex.quote", "it's", SHAPE),
+    ("envbuild.shelltext.comment", f"a\ntouch {MARKER}", SHAPE),
+    ("envbuild.launch.plan.shell_evaluated_literally", "$HOME-x", None),  # the value the program sees
+], ids=repr)
+def test_the_dry_run_guard_fails_when_the_quoting_is_broken(broken: str, text: str, message: str | None,
+                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks above are shown to fail: with the script's quoting (its comments' escaping, the escaping
+    of a value for apptainer's evaluation) broken on purpose, the value that broke out is found."""
+    monkeypatch.setattr(broken, lambda value: f"# {value}" if broken.endswith("comment") else value)
+    with pytest.raises(AssertionError, match=message):
+        check_the_dry_run(text, tmp_path)
 
 
 @pytest.mark.parametrize("name", ["A;B", "A B", "FOO\n", "1X", "", "A=B", "É"])

@@ -6,7 +6,12 @@ and the words of the training command. The script runs under real bash with stan
 that record their argv: nothing may run (no PWNED file), staging really copies and extracts the files, and
 envrun gets every word byte for byte, `{staged}` turned into the staged path. The #SBATCH lines are read
 back the way sbatch reads them (envbuild.slurm.check.parse, which follows src/sbatch/opt.c; the slurm test
-below asks the real sbatch). A newline in any of these values is refused, naming the option."""
+below asks the real sbatch). A newline in any of these values is refused, naming the option.
+
+Every logical line is one the generator means (tests/support/script_shape.py): bash parses the script, and
+it has the lines of its benign twin (the same request made of a plain value), each of the same kind, with
+the same operators and number of words outside quotes. The guard is shown to fail: with the quoting broken
+on purpose, each check below raises (test_the_guard_fails_when_the_quoting_is_broken)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import os
 import subprocess
 import tarfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,6 +42,7 @@ from tests.support.hostile_text import (
     read_records,
 )
 from tests.support.launch_allocations import HOST
+from tests.support.script_shape import bash_syntax_problem, shape_problems
 
 RUNTIME = Runtime("/usr/bin/apptainer", "apptainer")
 # a directory a stand-in envrun lives in, itself named to inject
@@ -66,7 +73,7 @@ def hostile_request(text: str, root: Path, index: int) -> BatchRequest:
     )
 
 
-def run_script(text: str, root: Path, job_id: str) -> subprocess.CompletedProcess:
+def run_script(text: str, root: Path, job_id: str) -> subprocess.CompletedProcess[bytes]:
     script = root / "job.sbatch"
     script.write_text(text)
     env = {"PATH": f"{root / 'stubs'}{os.pathsep}{root / ENVRUN_DIR}{os.pathsep}/usr/bin:/bin", "HOME": str(root),
@@ -75,9 +82,27 @@ def run_script(text: str, root: Path, job_id: str) -> subprocess.CompletedProces
     return subprocess.run(["bash", str(script)], cwd=root, env=env, capture_output=True, timeout=60, check=False)
 
 
+def benign_twin(text: str, root: Path, index: int) -> str:
+    """The script of the same request made of a plain value (empty where `text` is, as None-able fields
+    follow it), planned under `root`."""
+    twin = plan_batch(load_recipe("local"), hostile_request("v" if text else "", root, index), RUNTIME, HOST)
+    return render_script(twin)
+
+
+def assert_shaped_as_meant(script: str, twin: str) -> None:
+    """bash reads the script, and each logical line is the one the generator means (see script_shape)."""
+    syntax = bash_syntax_problem(script)
+    assert syntax is None, f"bash -n: {syntax}"
+    problems = shape_problems(script, twin)
+    assert not problems, "a value broke a line:\n" + "\n".join(problems[:5])
+
+
 @pytest.mark.parametrize("text", hostile_strings(), ids=lambda text: repr(text)[:40])
 def test_hostile_values_reach_sbatch_and_the_step_as_written(text: str, tmp_path: Path) -> None:
-    index = hostile_strings().index(text)
+    check_the_batch_script(text, tmp_path, hostile_strings().index(text))
+
+
+def check_the_batch_script(text: str, tmp_path: Path, index: int) -> None:
     request = hostile_request(text, tmp_path, index)
     install_stubs(tmp_path / "stubs", ("srun",))
     install_stubs(tmp_path / ENVRUN_DIR, ("envrun",))
@@ -89,7 +114,9 @@ def test_hostile_values_reach_sbatch_and_the_step_as_written(text: str, tmp_path
     assert directives["output"] == (text or "%x-%j.out")
     if text:
         assert (directives["account"], directives["partition"]) == (text, text)
-    assert all(line.startswith(("#", "")) for line in script.splitlines())  # no value broke a line
+    twin_root = tmp_path / "twin"
+    twin_root.mkdir()
+    assert_shaped_as_meant(script, benign_twin(text, twin_root, index))
 
     job_id = f"inj{os.getpid()}x{index}x{time.monotonic_ns()}"
     stage_dir = f"/tmp/envrun-stage-{job_id}"
@@ -121,13 +148,13 @@ def test_a_newline_in_a_value_is_refused_with_its_option(text: str, field: str, 
     base = BatchRequest(command=("python", "train.py"), job=JobRequest(), image="/images/env.sif")
     where = {"job_name": "--job-name", "output": "--job-output", "account": "--account", "partition": "--partition",
              "command": "word 3 of the training command", "image": "--image", "stage": "--stage"}[field]
-    changed = {
+    changes: dict[str, dict[str, object]] = {
         "job_name": {"job_name": text}, "output": {"output": text}, "image": {"image": text},
         "account": {"job": JobRequest(account=text)}, "partition": {"job": JobRequest(partition=text)},
         "command": {"command": ("python", "train.py", text)},
         "stage": {"stages": (StageSource(f"/data/{text}", "file", "x", 0.0),)},
-    }[field]
-    request = BatchRequest(**{**base.__dict__, **changed})
+    }
+    request = BatchRequest(**{**base.__dict__, **changes[field]})
     with pytest.raises(UsageError) as info:
         plan_batch(load_recipe("local"), request, RUNTIME, HOST)
     assert info.value.message.startswith(f"{where}: ") and "\n" not in info.value.message
@@ -158,6 +185,48 @@ def test_the_regenerate_comment_cannot_start_a_line() -> None:
                            regenerate=f"envrun sbatch -J 'a\ntouch {MARKER}'")
     script = render_script(plan_batch(load_recipe("local"), request, RUNTIME, HOST))
     assert f"# again: envrun sbatch -J 'a\\ntouch {MARKER}'\n" in script
+
+
+def comment_lines_script(text: str) -> str:
+    """A script whose comments carry `text` (the regenerate line, a warning): fields that take a newline."""
+    request = BatchRequest(command=("python", "train.py"), job=JobRequest(), image="/images/env.sif",
+                           regenerate=f"envrun sbatch -J {text}")
+    job = plan_batch(load_recipe("local"), request, RUNTIME, HOST)
+    return render_script(replace(job, warnings=[*job.warnings, f"a warning: {text}"]))
+
+
+@pytest.mark.parametrize("text", [*NEWLINES, *hostile_strings(20)], ids=lambda text: repr(text)[:40])
+def test_a_comment_stays_one_comment_line(text: str) -> None:
+    assert_shaped_as_meant(comment_lines_script(text), comment_lines_script("v"))
+
+
+# Each way of breaking the quoting, with a value it lets through: the guard above must fail on it (the shape
+# check for the shell's words; sbatch's reading of the #SBATCH line for its values).
+BROKEN_QUOTING = [
+    ("quote", f"$(touch {MARKER})", "a value broke a line"),  # the training command's words unquoted
+    ("quote", "a; b", "a value broke a line"),
+    ("quote", "it's", "a value broke a line"),  # its two quotes pair up: bash reads it, a word too many
+    ("directive_value", "a b #x", None),  # sbatch reads `a`
+    ("directive_value", "two words", None),
+]
+
+
+@pytest.mark.parametrize(("broken", "text", "message"), BROKEN_QUOTING, ids=repr)
+def test_the_guard_fails_when_the_quoting_is_broken(broken: str, text: str, message: str | None, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import envbuild.slurm.batch.script as script_module
+
+    monkeypatch.setattr(script_module, broken, lambda value, *_where: value)
+    with pytest.raises(AssertionError, match=message):
+        check_the_batch_script(text, tmp_path, 1)
+
+
+def test_the_comment_guard_fails_when_a_comment_is_not_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import envbuild.slurm.batch.script as script_module
+
+    monkeypatch.setattr(script_module, "comment", lambda text: f"# {text}")
+    with pytest.raises(AssertionError, match="a value broke a line"):
+        assert_shaped_as_meant(comment_lines_script(f"a\ntouch {MARKER}"), comment_lines_script("v"))
 
 
 @pytest.mark.parametrize(("value", "written"), [
