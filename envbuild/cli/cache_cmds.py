@@ -154,18 +154,19 @@ def rm_command(names: tuple[str, ...], remove_everything: bool, cache_dir: Path 
 @reports_errors
 def verify_command(as_json: bool, cache_dir: Path | None) -> None:
     """Check every entry of the store against its content record: each stored image and overlay is hashed,
-    each base's and env layer's root file system digested again. Exit 1 when any entry does not match
-    (docs/concepts/trust.md); entries without a record (made by an older envbuild) are listed, not counted as failures."""
-    from envbuild.store.integrity import MISMATCH, verify_entries
+    each base's and env layer's root file system digested again. Exit 1 when any entry does not match, or
+    has no record where someone else could have written it (unverifiable, docs/concepts/trust.md); entries
+    without a record in a store only you can write (made by an older envbuild) are listed, not counted as failures."""
+    from envbuild.store.integrity import FAILURES, MISMATCH, STATUSES, UNVERIFIABLE, verify_entries
 
     root = _store_root(cache_dir)
     checks = []
     for check in verify_entries(root):
         checks.append(check)
         if not as_json:
-            click.echo(f"{check.status.upper() if check.status == MISMATCH else check.status:<10}  "
+            click.echo(f"{check.status.upper() if check.status in FAILURES else check.status:<10}  "
                        f"{check.qualified_name}  {'; '.join(check.details)}")
-    counts = {status: sum(1 for c in checks if c.status == status) for status in ("ok", "mismatch", "unrecorded", "unchecked")}
+    counts = {status: sum(1 for c in checks if c.status == status) for status in STATUSES}
     if as_json:
         click.echo(json.dumps({"store": str(root), "summary": counts,
                                "entries": [{"kind": c.kind, "name": c.name, "path": c.path, "status": c.status,
@@ -175,13 +176,21 @@ def verify_command(as_json: bool, cache_dir: Path | None) -> None:
     else:
         click.echo(f"{len(checks)} entr{'ies' if len(checks) != 1 else 'y'} under {root}: "
                    + ", ".join(f"{n} {status}" for status, n in counts.items() if n or status in ("ok", "mismatch")))
-    if counts["mismatch"]:
+    failed = sum(counts[status] for status in FAILURES)
+    if failed:
         if not as_json:
-            many = counts["mismatch"] != 1
-            click.echo(f"error: {counts['mismatch']} entr{'ies' if many else 'y'} of {root} do{'' if many else 'es'} not "
-                       f"match {'their' if many else 'its'} content record\n  fix: remove {'them' if many else 'it'} "
-                       f"(`envbuild cache rm --cache-dir {root} KIND/NAME`) and find out who changed "
-                       f"{'them' if many else 'it'}: whoever can write the store can change what its users build and run",
+            many = failed != 1
+            them, they = ("them", "they") if many else ("it", "it")
+            if not counts[UNVERIFIABLE]:
+                reason = "do not match their content record" if many else "does not match its content record"
+            elif not counts[MISMATCH]:
+                reason = ("have no content record where others could have written them: they cannot be verified" if many
+                          else "has no content record where others could have written it: it cannot be verified")
+            else:
+                reason = "do not match their content record or cannot be verified"
+            click.echo(f"error: {failed} entr{'ies' if many else 'y'} of {root} {reason}\n  fix: remove {them} "
+                       f"(`envbuild cache rm --cache-dir {root} KIND/NAME`) and find out who changed or made {them}: "
+                       f"whoever can write the store can change what its users build and run; {they} will be built again",
                        err=True)
         sys.exit(EXIT_PROBLEMS)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from envbuild import safefiles
 from envbuild.errors import EnvbuildError, UsageError
 from envbuild.store.layout import COMPLETE, DOWNLOAD_CACHES, ENTRY_DIRS, LAST_USED, META, kind_dir
-from envbuild.store.places import OpenStore, open_entry
+from envbuild.store.places import OpenStore, open_entry, open_entry_path
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -221,17 +221,14 @@ def touch_used(entry_dir: Path) -> None:
     only read (a shared, read-only one) is not an error: the entry then just ages from its creation. The
     marker is touched by descriptor, never through a link a member planted at its name (touching, or
     creating, the file the link names)."""
-    entry = Path(entry_dir)
     try:
-        with OpenStore(entry.parent.parent) as store:
-            kind_fd = store.dir(entry.parent.name)
-            entry_fd = None if kind_fd is None else open_entry(kind_fd, entry.name)
-            if entry_fd is None:
-                return  # removed meanwhile: nothing to record
-            try:
-                _touch_at(entry_fd, LAST_USED)
-            finally:
-                os.close(entry_fd)
+        entry_fd = open_entry_path(entry_dir)
+        if entry_fd is None:
+            return  # removed meanwhile: nothing to record
+        try:
+            _touch_at(entry_fd, LAST_USED)
+        finally:
+            os.close(entry_fd)
     except OSError as exc:
         if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT):
             raise

@@ -204,13 +204,18 @@ def tree_problem(name: str, found: str, recorded: str | None) -> str | None:
 
 # --- envbuild cache verify ----------------------------------------------------------------------------
 
-OK, MISMATCH, UNRECORDED, UNCHECKED = "ok", "mismatch", "unrecorded", "unchecked"
+OK, MISMATCH, UNRECORDED, UNCHECKED, UNVERIFIABLE = "ok", "mismatch", "unrecorded", "unchecked", "unverifiable"
+STATUSES = (OK, MISMATCH, UNRECORDED, UNVERIFIABLE, UNCHECKED)
+# What `envbuild cache verify` fails on: a difference, or nothing to compare with where others could have changed it.
+FAILURES = (MISMATCH, UNVERIFIABLE)
 
 
 @dataclass(frozen=True)
 class EntryCheck:
     """The outcome for one entry: ok, mismatch (a file or tree differs from its record), unrecorded (nothing
-    to compare with: made by an older envbuild) or unchecked (a base .sif's digest, the file not at hand)."""
+    to compare with: made by an older envbuild, in a store only the user can write), unverifiable (the same,
+    where someone else could have written the entry: nothing says it is what was built) or unchecked (a base
+    .sif's digest, the file not at hand)."""
 
     kind: str
     name: str
@@ -223,14 +228,28 @@ class EntryCheck:
         return f"{self.kind}/{self.name}"
 
 
+# The files and trees of an entry that its record covers, by kind (what others_can_write is asked about).
+_RECORDED_NAMES = {"image": ("image.sif",), "overlay": ("overlay.sqsh",), "base": ("rootfs", "digest"),
+                   "env": ("rootfs", "digest")}
+
+
 def verify_entries(root: str | os.PathLike[str]) -> Iterator[EntryCheck]:
     """Each complete entry of the store at `root`, checked in full (every recorded file hashed, every base
-    tree digested again), as it is checked; unfinished entries are left out (`cache prune` removes them)."""
+    tree digested again), as it is checked; unfinished entries are left out (`cache prune` removes them).
+    An entry without a record that someone besides the user could have written is unverifiable, not
+    unrecorded: a member of a group store could have put any image there."""
     from envbuild.store.entries import list_entries
 
     for entry in list_entries(Path(root), with_sizes=False):
         if entry.complete and entry.kind in ("base", "env", "image", "overlay"):
-            yield verify_entry(entry.kind, entry.path)
+            check = verify_entry(entry.kind, entry.path)
+            if check.status == UNRECORDED:
+                shared = others_can_write(root, entry.path, _RECORDED_NAMES[entry.kind])
+                if shared:
+                    check = EntryCheck(check.kind, check.name, check.path, UNVERIFIABLE,
+                                       (*check.details, f"{shared}: whoever can write there could have put anything "
+                                                        "in its place, so it cannot be verified"))
+            yield check
 
 
 def verify_entry(kind: str, entry_dir: Path) -> EntryCheck:
@@ -242,6 +261,12 @@ def verify_entry(kind: str, entry_dir: Path) -> EntryCheck:
     if kind == "overlay" and entry.name.startswith("base-"):
         return _verify_overlay_base(entry)
     name = "image.sif" if kind == "image" else "overlay.sqsh"
+    try:
+        is_link = stat.S_ISLNK(os.lstat(entry / name).st_mode)
+    except OSError:
+        is_link = False
+    if is_link:  # envbuild writes a file there, never a link: whatever it names is not what was built
+        return EntryCheck(kind, entry.name, str(entry), MISMATCH, (f"{name} is a symbolic link",))
     record = read_content_record(entry)
     if record is None:
         return EntryCheck(kind, entry.name, str(entry), UNRECORDED, (f"no content record for {name}",))

@@ -154,3 +154,13 @@ def open_entry(kind_fd: int, name: str) -> int | None:
         if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
             return None
         raise
+
+
+def open_entry_path(entry_dir: Path | str) -> int | None:
+    """The descriptor of the entry directory `<root>/<kind dir>/<name>` opened the store's way: the root as
+    given, its kind directory refusing a link or a stranger's (UnsafePlaceError), the entry never through a
+    link. None when the kind directory or the entry is missing."""
+    entry = Path(entry_dir)
+    with OpenStore(entry.parent.parent) as store:
+        kind_fd = store.dir(entry.parent.name)
+        return None if kind_fd is None else open_entry(kind_fd, entry.name)

@@ -202,18 +202,19 @@ def test_an_overlays_base_digest_is_recomputed_from_the_sif_in_a_shared_store(tm
 def test_a_full_disk_while_copying_from_a_shared_store_is_said_and_leaves_nothing(
         tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
-    import shutil
 
+    from envbuild import safefiles
     from envbuild.build.execute.diskspace import DiskFull
 
     loaded, output, _stored = stored_build(tmp_path, store)
     share_with_group(store)
 
-    def full(source: str, dest: str) -> None:
-        Path(dest).write_bytes(b"half")
+    def full(source: int, out: int, size: int) -> None:
+        os.write(out, b"half")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(shutil, "copyfile", full)
+    # The copy to the output's partial goes through safefiles (an unpredictable name, never a link): full halfway.
+    monkeypatch.setattr(safefiles, "_copy_data", full)
     with pytest.raises(DiskFull, match=r"step 'output' ran out of space in .*tiny\.sif\.partial-"):
         build(loaded, output, store)
     assert [p.name for p in output.parent.iterdir()] == ["tiny.sif.build.log"]

@@ -291,7 +291,7 @@ def test_verify_json(shared_store: Path) -> None:
     assert code == 1
     data = json.loads(output)
     assert data["store"] == str(shared_store)
-    assert data["summary"] == {"ok": 2, "mismatch": 1, "unrecorded": 0, "unchecked": 0}
+    assert data["summary"] == {"ok": 2, "mismatch": 1, "unrecorded": 0, "unverifiable": 0, "unchecked": 0}
     image = next(e for e in data["entries"] if e["kind"] == "image")
     assert image["status"] == "mismatch" and image["details"] == ["image.sif is 5 bytes, its record says 3000"]
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envbuild import safefiles
 from envbuild.errors import EnvbuildError
 from envbuild.store.integrity import (
     digest_of_file,
@@ -27,6 +27,7 @@ from envbuild.store.integrity import (
     write_content_record,
 )
 from envbuild.store.layout import COMPLETE
+from envbuild.store.places import open_entry_path
 
 if TYPE_CHECKING:
     from envbuild.build.request import BasePlan
@@ -51,11 +52,15 @@ def take_stored_file(store_root: Path, kind: str, entry_dir: str, name: str, par
         problem = file_problem(name, stored, record.files.get(name), full=False)
     elif record is None:
         problem = "it has no content record (made by an older envbuild), so it cannot be verified"
+    elif os.path.islink(stored):
+        problem = f"{name} is a symbolic link, not the file envbuild stored"  # never read through it
     elif partial is None:
         problem = file_problem(name, stored, record.files.get(name), full=True)
     else:
         try:
-            shutil.copyfile(stored, partial)
+            # Into the output's directory (a group project others may write) as safefiles writes: an
+            # unpredictable name, renamed to `partial` within the directory's descriptor, never through a link.
+            safefiles.copy_file(stored, partial, mode=0o666 & ~safefiles.current_umask())
             problem = file_problem(name, partial, record.files.get(name), full=True, actual=digest_of_file(partial))
         except OSError as exc:
             _remove(partial)
@@ -107,7 +112,14 @@ def withdraw_entry(store_root: Path, kind: str, entry_dir: str) -> None:
     so the build makes it again instead of skipping a step whose result is "there"."""
     entry = Path(entry_dir)
     try:
-        (entry / COMPLETE).unlink(missing_ok=True)
+        # By the entry's descriptor, opened the store's way: a kind directory a member swapped for a link
+        # is refused, never used to unlink a `complete` elsewhere.
+        entry_fd = open_entry_path(entry)
+        if entry_fd is not None:
+            try:
+                safefiles.unlink_at(entry_fd, COMPLETE)
+            finally:
+                os.close(entry_fd)
     except OSError as exc:
         raise EnvbuildError(
             f"the {kind} entry {entry.name} in the store {store_root} does not match its record and cannot be made "
@@ -179,8 +191,7 @@ def _record_quietly(write: Callable[[], object]) -> None:
 
 
 def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+    safefiles.remove_file(path)  # the name itself, a link included, never what a link names
 
 
 def base_digest_source(base: BasePlan) -> str:
