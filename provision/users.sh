@@ -3,7 +3,7 @@
 # cluster): the e2e path and the trust tests (tests/e2e/test_unprivileged_user.py, tests/launch/...)
 # act as this user, and as a stranger who plants files. Idempotent; fast when the account exists.
 #   provision/users.sh            (as root)
-# The names can be changed with ENVBUILD_TEST_USER / ENVBUILD_TEST_STRANGER (the tests read the same).
+# The names can be changed with ENVBUILD_TEST_USER / ENVBUILD_TEST_STRANGER / ENVBUILD_TEST_GROUP (the tests read the same).
 set -euo pipefail
 LOG_TAG=users
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,3 +32,20 @@ fi
 
 ensure_user "${ENVBUILD_TEST_USER:-envbuild-ci}"
 ensure_user "${ENVBUILD_TEST_STRANGER:-envbuild-stranger}"
+
+# A project group both accounts belong to (issue 40): the attacker-and-victim tests (tests/hostile/) share a
+# group project directory, build store, report directory and Jupyter prefix with it, as members of one
+# project do on a cluster. The tests make it too when missing (tests/support/attacker.py).
+ensure_group_member() {
+    local group=$1 user=$2
+    if ! getent group "$group" >/dev/null; then
+        groupadd "$group" || die "cannot create group $group"
+        log "created group $group"
+    fi
+    if ! id -nG "$user" | tr ' ' '\n' | grep -qx "$group"; then
+        gpasswd -a "$user" "$group" >/dev/null || die "cannot add $user to group $group"
+        log "added $user to group $group"
+    fi
+}
+ensure_group_member "${ENVBUILD_TEST_GROUP:-envbuild-proj}" "${ENVBUILD_TEST_USER:-envbuild-ci}"
+ensure_group_member "${ENVBUILD_TEST_GROUP:-envbuild-proj}" "${ENVBUILD_TEST_STRANGER:-envbuild-stranger}"
