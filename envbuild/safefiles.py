@@ -314,6 +314,25 @@ def open_append(path: str | os.PathLike[str], *, mode: int = 0o666) -> int:
     return fd
 
 
+def open_append_at(dir_fd: int, name: str, *, mode: int = 0o600) -> int:
+    """open_append of the name `name` in the held directory `dir_fd` (a log in a directory opened with
+    open_below): never through a link, never a device or FIFO."""
+    _check_name(name)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                     mode, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePlaceError(f"{name} is a symbolic link: a log is never written through one",
+                                   f"remove the link (ls -l {name}) and run again") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePlaceError(f"{name} is not a regular file", "remove it and run again")
+    os.set_blocking(fd, True)
+    return fd
+
+
 def touch(path: str | os.PathLike[str]) -> None:
     """Make the empty file `path` if it is not there (a marker); an existing name, in any form, is kept."""
     directory, name = os.path.split(os.fspath(path))

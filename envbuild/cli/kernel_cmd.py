@@ -98,7 +98,7 @@ def main(argv: list[str]) -> None:
         elif args.action == "list":
             list_kernels(args.prefix, sys.stdout)
         else:
-            remove_kernel(args.name, args.prefix, sys.stdout)
+            remove_kernel(args.name, args.prefix, sys.stdout, environ)
 
     reporting_errors(act)
 

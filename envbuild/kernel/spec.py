@@ -94,11 +94,35 @@ def kernels_dir(*, prefix: str | None, data_dir: str) -> str:
     return os.path.join(data_dir, "kernels")
 
 
+LOG_DIR = ("envrun", "kernels")  # the kernels' logs, below the user's state directory
+
+
+def state_home(environ: Mapping[str, str]) -> str:
+    """$XDG_STATE_HOME, else ~/.local/state (XDG: state is what outlives a restart but is no user data; a log
+    is its example)."""
+    return environ.get("XDG_STATE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".local", "state")
+
+
 def log_path(name: str, environ: Mapping[str, str]) -> str:
-    """$XDG_STATE_HOME/envrun/kernels/NAME.log, else ~/.local/state/envrun/kernels/NAME.log (XDG: state is
-    what outlives a restart but is no user data; a log is its example)."""
-    state = environ.get("XDG_STATE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".local", "state")
-    return os.path.join(state, "envrun", "kernels", f"{name}.log")
+    """STATE/envrun/kernels/NAME.log (state_home)."""
+    return os.path.join(state_home(environ), *LOG_DIR, log_name(name))
+
+
+def log_name(name: str) -> str:
+    return f"{name}.log"
+
+
+def log_place(log: str, name: str) -> str | None:
+    """The state directory of a kernel's `log` as kernel.json names it, when the log has the shape envrun
+    gives it (STATE/envrun/kernels/NAME.log, NAME a kernel name); else None. A kernel.json in a prefix others
+    may write could name any file as its log: envrun writes a log only at such a place."""
+    directory, file_name = os.path.split(log)
+    state, tail = os.path.split(directory)
+    state, top = os.path.split(state)
+    if not (_NAME.match(name) and name not in (".", "..") and file_name == log_name(name) and (top, tail) == LOG_DIR
+            and os.path.isabs(log)):
+        return None
+    return state
 
 
 def kernelspec(entry: KernelEntry, kernel_dir: str, version: str) -> dict[str, object]:

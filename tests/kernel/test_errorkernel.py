@@ -18,7 +18,7 @@ def gone_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KernelEntry:
     data = tmp_path / "jupyter"
     entry = KernelEntry(name="envrun-gone", display_name="gone (envrun)", image=str(tmp_path / "moved-away.sif"),
                         overlays=(), ipykernel_overlay="", python="python", system="", binds=(),
-                        log=str(tmp_path / "state" / "envrun-gone.log"), envrun=str(REPO / "bin/envrun"))
+                        log=str(tmp_path / "state" / "envrun" / "kernels" / "envrun-gone.log"), envrun=str(REPO / "bin/envrun"))
     kernel_dir = data / "kernels" / entry.name
     kernel_dir.mkdir(parents=True)
     (kernel_dir / "kernel.json").write_text(json.dumps(kernelspec(entry, str(kernel_dir), "test")))

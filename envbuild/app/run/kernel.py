@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -42,6 +41,8 @@ from envbuild.kernel.spec import (
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+    from envbuild.kernel.installed import InstalledKernel
 
 PROBE_TAG = "ENVRUN-PROBE "
 # sh -c PROBE_SHELL envrun-probe PROBE_PYTHON MOUNT: the Python `envrun python` would run (python, else python3
@@ -97,7 +98,7 @@ def install_kernel(request: KernelInstall, environ: Mapping[str, str], cwd: str,
     target = kernels_dir(prefix=request.prefix, data_dir=user_data_dir())
     _require_writable(target, request.prefix)
     kernel_dir = os.path.join(target, name)
-    if os.path.lexists(kernel_dir) and not request.force:
+    if _lexists_in(target, name) and not request.force:
         raise UsageError(f"a kernel named {name} exists: {kernel_dir}",
                          f"pick another --name, or replace it with --force (`envrun kernel remove {name}` removes it)")
     recipe, _ = resolve_recipe(request.system, environ)
@@ -142,40 +143,107 @@ def _after(bind: str) -> str:
 
 
 def _require_writable(target: str, prefix: str | None) -> None:
+    from envbuild.safefiles import make_dirs
+
     where = f"--prefix {prefix}" if prefix else "the user's Jupyter data directory ($JUPYTER_DATA_DIR)"
     fix = ("pick a directory you may write: --prefix DIR (Jupyter then needs DIR/share/jupyter in $JUPYTER_PATH), or "
            "leave out --prefix for your own data directory" if prefix else
            "set JUPYTER_DATA_DIR to a directory you may write, or use --prefix DIR")
     try:
-        os.makedirs(target, exist_ok=True)
+        make_dirs(target)
     except OSError as exc:
         raise UsageError(f"cannot write kernelspecs to {target} ({where}): {exc.strerror}", fix) from None
     if not os.access(target, os.W_OK | os.X_OK):
         raise UsageError(f"cannot write kernelspecs to {target} ({where}): not writable", fix)
 
 
-def _write_kernel(kernel_dir: str, spec: dict[str, object], *, replace: bool) -> None:
-    """kernel.json in a directory of its own, made beside it and renamed into place."""
-    from envbuild.safefiles import atomic_write
-
-    partial = f"{kernel_dir}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    os.makedirs(partial)
+def _lexists_in(directory: str, name: str) -> bool:
     try:
-        atomic_write(os.path.join(partial, KERNEL_FILE), json.dumps(spec, indent=1) + "\n")
-        if replace and os.path.lexists(kernel_dir):
-            _remove_path(kernel_dir)
-        os.rename(partial, kernel_dir)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
+        os.stat(os.path.join(directory, name), follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
-def _remove_path(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
+def _write_kernel(kernel_dir: str, spec: dict[str, object], *, replace: bool) -> None:
+    """kernel.json in a directory of its own, made beside it under an unpredictable name and renamed into
+    place, all within the kernels directory's descriptor: in a prefix others may write, nothing is written
+    through a link planted there. With `replace`, the kernel there is removed first, when it is the user's
+    own (as `envrun kernel remove` removes it)."""
+    import secrets
+
+    from envbuild.safefiles import open_dir, remove_tree_at, rename_at, subdir, write_file
+
+    target, name = os.path.split(kernel_dir)
+    target_fd = open_dir(target)
+    try:
+        partial = f".{name}.{secrets.token_hex(6)}.partial"
+        partial_fd = subdir(target_fd, partial, create=True, mode=0o755, where=os.path.join(target, partial))
+        try:
+            try:
+                write_file(KERNEL_FILE, json.dumps(spec, indent=1) + "\n", dir_fd=partial_fd)
+            finally:
+                os.close(partial_fd)
+            if replace:
+                found = _own_kernel_dir(target_fd, target, name)
+                if isinstance(found, str):
+                    raise UsageError(f"cannot replace the kernel {name} in {target}: {found}",
+                                     f"install it under another name (--name), or ask its owner to remove {kernel_dir}")
+                if found is not None:
+                    _remove_kernel_dir(target_fd, name, found)
+            rename_at(target_fd, partial, target_fd, name)
+        except BaseException:
+            remove_tree_at(target_fd, partial)
+            raise
+    finally:
+        os.close(target_fd)
+
+
+def _own_kernel_dir(kernels_fd: int, kernels: str, name: str) -> int | str | None:
+    """The kernel directory `name` in `kernels_fd` opened without following a link, when it is the user's own
+    (a descriptor); None when nothing is there; else why it is not the user's to remove."""
+    import stat
+
+    try:
+        info = os.stat(name, dir_fd=kernels_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return f"{os.path.join(kernels, name)} is a symbolic link, not a kernel directory"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{os.path.join(kernels, name)} is not a directory"
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=kernels_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{os.path.join(kernels, name)} cannot be opened ({exc.strerror})"
+    owner = os.fstat(fd).st_uid
+    if owner != os.geteuid():
+        os.close(fd)
+        return f"{os.path.join(kernels, name)} belongs to {_user_name(owner)}, not to you"
+    return fd
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _remove_kernel_dir(kernels_fd: int, name: str, fd: int) -> None:
+    """Empty the checked kernel directory through its descriptor (never crossing a link in it), then remove
+    its name (if it was swapped since, what is there is removed without crossing a link either)."""
+    from envbuild.safefiles import empty_dir, remove_tree_at
+
+    try:
+        empty_dir(fd)
+    finally:
+        os.close(fd)
+    remove_tree_at(kernels_fd, name)
 
 
 def probe_python(base: RunRequest, environ: Mapping[str, str], cwd: str, *, mount: str = "") -> PythonProbe:
@@ -215,26 +283,30 @@ def build_ipykernel_overlay(image: str, system: str, store_root: str, out: TextI
     kernels/ directory. An unchanged one is up to date in a moment (the build's own check)."""
     from envbuild.app.build.command import run_build
     from envbuild.app.build.request import BuildOptions
-    from envbuild.safefiles import atomic_write
+    from envbuild.safefiles import open_below, write_file
     from envbuild.spec.load import load_spec
 
     home = overlay_dir(store_root, image)
-    os.makedirs(home, exist_ok=True)
     spec_path = os.path.join(home, "ipykernel.yaml")
     text = overlay_spec_text(image, system)
-    if _read_text(spec_path) != text:
-        atomic_write(spec_path, text)
+    home_fd = open_below(store_root, ("kernels", os.path.basename(home)), create=True)
+    try:
+        if _read_text(home_fd, "ipykernel.yaml") != text:
+            write_file("ipykernel.yaml", text, dir_fd=home_fd)
+    finally:
+        os.close(home_fd)
     output = os.path.join(home, "ipykernel.sqsh")
     run_build(load_spec(Path(spec_path)), BuildOptions(output=Path(output), cache_dir=Path(store_root)), out,
               dry_run=False)
     return output
 
 
-def _read_text(path: str) -> str:
+def _read_text(dir_fd: int, name: str) -> str:
+    from envbuild.safefiles import read_file_nofollow
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
+        return read_file_nofollow(dir_fd, name)[0].decode("utf-8", errors="replace")
+    except (OSError, EnvbuildError):
         return ""
 
 
@@ -264,37 +336,135 @@ def list_kernels(prefixes: Sequence[str], out: TextIO) -> int:
     return 0
 
 
-def remove_kernel(name: str, prefixes: Sequence[str], out: TextIO) -> None:
-    """Remove the kernel's directory and log, and its image's ipykernel overlay when no other kernel found uses it."""
-    from envbuild.kernel.installed import installed_kernels, search_dirs
+def remove_kernel(name: str, prefixes: Sequence[str], out: TextIO, environ: Mapping[str, str] | None = None) -> None:
+    """Remove the user's own kernel `name`: its directory, its log, and its image's ipykernel overlay when no
+    other kernel found uses it.
 
-    kernels = installed_kernels(prefixes)
-    named = [kernel for kernel in kernels if kernel.name == name]
-    ours = [kernel for kernel in named if kernel.ours]
-    if not ours:
-        if named:
-            raise UsageError(f"the kernel {name} ({named[0].directory}) was not installed by envrun",
-                             f"remove it with Jupyter's own command: jupyter kernelspec remove {name}")
-        raise UsageError(f"no kernel named {name} in " + ", ".join(search_dirs(prefixes)),
-                         "`envrun kernel list` shows envrun's kernels (add --prefix DIR for one installed with --prefix)")
-    kernel = ours[0]
-    _remove_path(kernel.directory)
-    print(f"removed kernel {name}: {kernel.directory}", file=out)
-    entry = kernel.entry
-    if entry is None:
+    What is removed is recomputed, never read from kernel.json (a kernel.json in a prefix others may write
+    could name any file as its log or overlay): the kernel directory NAME in a kernels directory, when it is
+    the user's own; STATE/envrun/kernels/NAME.log; the overlay's directory in the build store's kernels/,
+    when the user built it. Each is removed through descriptors, never crossing a link."""
+    from envbuild.kernel.installed import installed_kernels, search_dirs
+    from envbuild.safefiles import open_dir
+
+    environ = os.environ if environ is None else environ
+    check_name(name)
+    not_ours: list[str] = []  # kernels of this name the user may not remove, and why
+    for kernels in search_dirs(prefixes):
+        try:
+            kernels_fd = open_dir(kernels)
+        except OSError:
+            continue
+        try:
+            found = _own_kernel_dir(kernels_fd, kernels, name)
+            if isinstance(found, str):
+                not_ours.append(found)
+                continue
+            if found is None:
+                continue
+            ours, entry = _own_entry(found, os.path.join(kernels, name))
+            if not ours:
+                os.close(found)
+                not_ours.append(f"{os.path.join(kernels, name)} was not installed by envrun")
+                continue
+            directory = os.path.join(kernels, name)
+            _remove_kernel_dir(kernels_fd, name, found)
+        finally:
+            os.close(kernels_fd)
+        print(f"removed kernel {name}: {directory}", file=out)
+        for other in not_ours:
+            print(f"note: another kernel named {name} is not removed: {other}", file=out)
+        _remove_log(name, environ, out)
+        if entry is not None:
+            _remove_ipykernel_overlay(entry, installed_kernels(prefixes), environ, out)
         return
-    for path in (entry.log, entry.log + ".1"):
-        if os.path.lexists(path):
-            os.unlink(path)
-            print(f"removed its log {path}", file=out)
+    if not_ours:
+        raise UsageError(f"no kernel named {name} of yours: " + "; ".join(not_ours),
+                         "envrun removes only kernels you installed: remove another user's with its owner, and one "
+                         f"Jupyter installed with its own command (jupyter kernelspec remove {name})")
+    raise UsageError(f"no kernel named {name} in " + ", ".join(search_dirs(prefixes)),
+                     "`envrun kernel list` shows envrun's kernels (add --prefix DIR for one installed with --prefix)")
+
+
+def _own_entry(kernel_fd: int, directory: str) -> tuple[bool, KernelEntry | None]:
+    """Whether the kernel.json in the held kernel directory (read without following a link) is envrun's, and
+    its entry (None when its metadata is damaged: the directory and log are still envrun's to remove)."""
+    from envbuild.kernel.spec import is_envrun_kernel
+    from envbuild.safefiles import read_file_nofollow
+
+    try:
+        spec = json.loads(read_file_nofollow(kernel_fd, KERNEL_FILE, limit=1 << 20)[0])
+    except (OSError, ValueError, EnvbuildError):
+        return False, None
+    if not isinstance(spec, dict) or not is_envrun_kernel(spec):
+        return False, None
+    try:
+        return True, read_entry(spec, os.path.join(directory, KERNEL_FILE))
+    except EnvbuildError:
+        return True, None
+
+
+def _remove_log(name: str, environ: Mapping[str, str], out: TextIO) -> None:
+    """STATE/envrun/kernels/NAME.log and its previous part, recomputed from the name."""
+    from envbuild.kernel.spec import LOG_DIR, log_name, state_home
+    from envbuild.safefiles import open_below, unlink_at
+
+    state = state_home(environ)
+    try:
+        fd = open_below(state, LOG_DIR)
+    except FileNotFoundError:
+        return
+    try:
+        for file_name in (log_name(name), log_name(name) + ".1"):
+            try:
+                unlink_at(fd, file_name, missing_ok=False)
+            except FileNotFoundError:
+                continue
+            print(f"removed its log {os.path.join(state, *LOG_DIR, file_name)}", file=out)
+    finally:
+        os.close(fd)
+
+
+def _remove_ipykernel_overlay(entry: KernelEntry, kernels: Sequence[InstalledKernel], environ: Mapping[str, str],
+                              out: TextIO) -> None:
+    """The image's ipykernel overlay directory in the build store's kernels/, recomputed from the image: removed
+    when the kernel named that very overlay, no other kernel found uses it and the user built it."""
+    from envbuild.host.runtime import cache_dir_path
+    from envbuild.safefiles import open_below, remove_tree_at, subdir
+
     overlay = entry.ipykernel_overlay
-    others = [k for k in kernels if k.entry is not None and k is not kernel and k.entry.ipykernel_overlay == overlay]
-    if overlay and os.path.basename(os.path.dirname(os.path.dirname(overlay))) == "kernels" and not others:
-        shutil.rmtree(os.path.dirname(overlay), ignore_errors=True)
-        print(f"removed the ipykernel overlay {os.path.dirname(overlay)} (no other kernel uses it; the build store "
-              "keeps its copy: `envbuild cache` manages that)", file=out)
-    elif overlay:
+    if not overlay:
+        return
+    others = [k for k in kernels if k.entry is not None and k.entry.ipykernel_overlay == overlay]
+    if others:
         print(f"kept the ipykernel overlay {overlay}: used by " + ", ".join(k.name for k in others), file=out)
+        return
+    store_root = cache_dir_path(dict(environ))
+    home = overlay_dir(store_root, entry.image)
+    if overlay != os.path.join(home, "ipykernel.sqsh"):
+        print(f"kept the ipykernel overlay {overlay}: not the one envrun builds for {entry.image} in the build store "
+              f"{store_root} (`envbuild cache` manages the store)", file=out)
+        return
+    try:
+        kernels_fd = open_below(store_root, ("kernels",))
+    except (OSError, EnvbuildError):
+        return
+    try:
+        try:
+            home_fd = subdir(kernels_fd, os.path.basename(home), where=home)
+        except (OSError, EnvbuildError) as exc:
+            print(f"kept the ipykernel overlay {home}: {getattr(exc, 'message', None) or exc}", file=out)
+            return
+        owner = os.fstat(home_fd).st_uid
+        os.close(home_fd)
+        if owner != os.geteuid():
+            print(f"kept the ipykernel overlay {home}: {_user_name(owner)} built it", file=out)
+            return
+        remove_tree_at(kernels_fd, os.path.basename(home))
+    finally:
+        os.close(kernels_fd)
+    print(f"removed the ipykernel overlay {home} (no other kernel uses it; the build store keeps its copy: "
+          "`envbuild cache` manages that)", file=out)
 
 
 # -- the kernel process ---------------------------------------------------------------------------------------------
@@ -313,7 +483,7 @@ def run_kernel(kernel_file: str, connection_file: str, environ: Mapping[str, str
             raise UsageError(f"cannot read the kernelspec {kernel_file}: {exc}",
                              "install the kernel again: envrun kernel install --force ...") from None
         entry = read_entry(spec if isinstance(spec, dict) else {}, kernel_file)
-        _log_to(entry.log, f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} envrun kernel {entry.name} starting "
+        _log_to(entry.log, entry.name, f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} envrun kernel {entry.name} starting "
                            f"(pid {os.getpid()}): image {entry.image}\n")
         if not os.path.exists(entry.image):
             raise UsageError(f"the image {entry.image} of the kernel {entry.name} does not exist (moved or deleted?)",
@@ -345,16 +515,33 @@ def reinstall_command(entry: KernelEntry) -> str:
     return " ".join(quote(word) for word in words)
 
 
-def _log_to(path: str, header: str) -> None:
+def _log_to(path: str, name: str, header: str) -> None:
     """Append this process's stderr (and the kernel's, after exec) to `path`; the previous log is kept as
-    PATH.1 once it passes a few MB. Left as it is when the log cannot be written."""
+    PATH.1 once it passes a few MB. Only a log of the shape envrun gives it (STATE/envrun/kernels/NAME.log,
+    envbuild.kernel.spec.log_place), opened below STATE without following a link; left as it is when the log
+    cannot be written."""
+    from envbuild.kernel.spec import LOG_DIR, log_name, log_place
+    from envbuild.safefiles import open_append_at, open_below, rename_at
+
+    state = log_place(path, name)
+    if state is None:
+        sys.stderr.write(f"envrun: the kernel log {path} is not where envrun puts kernel logs "
+                         f"(STATE/envrun/kernels/{name}.log): not written\n")
+        return
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        if os.path.exists(path) and os.path.getsize(path) > _LOG_KEEP_BYTES:
-            os.replace(path, path + ".1")
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    except OSError as exc:
-        sys.stderr.write(f"envrun: cannot write the kernel log {path}: {exc.strerror}\n")
+        log_dir = open_below(state, LOG_DIR, create=True)
+        try:
+            file_name = log_name(name)
+            try:
+                if os.stat(file_name, dir_fd=log_dir, follow_symlinks=False).st_size > _LOG_KEEP_BYTES:
+                    rename_at(log_dir, file_name, log_dir, file_name + ".1")
+            except FileNotFoundError:
+                pass
+            descriptor = open_append_at(log_dir, file_name)
+        finally:
+            os.close(log_dir)
+    except (OSError, EnvbuildError) as exc:
+        sys.stderr.write(f"envrun: cannot write the kernel log {path}: {getattr(exc, 'strerror', None) or exc}\n")
         return
     sys.stderr.flush()
     os.dup2(descriptor, 2)
