@@ -78,7 +78,8 @@ def open_store_dir(root_fd: int, root_info: os.stat_result, name: str, *, where:
         found = None
     if found is not None and stat.S_ISLNK(found.st_mode):
         return _follow_own_link(root_fd, root_info, name, found, where)
-    trusted = (found.st_uid,) if found is not None and _acceptable_owner(found, root_info) else ()
+    # The owner is judged below, on the descriptor opened, with the store's rules (a member's is accepted).
+    trusted = (found.st_uid,) if found is not None else ()
     try:
         fd = safefiles.subdir(root_fd, name, create=create, where=where, also_trusted=trusted)
     except FileNotFoundError:
@@ -119,7 +120,7 @@ def _follow_own_link(root_fd: int, root_info: os.stat_result, name: str, link: o
         target = os.readlink(name, dir_fd=root_fd)
     except OSError:
         target = "?"
-    owner = "yours" if link.st_uid == os.geteuid() else _user(link.st_uid)
+    owner = "you" if link.st_uid == os.geteuid() else _user(link.st_uid)
     raise UnsafePlaceError(
         f"{where} is a symbolic link (to {target}, made by {owner}) in a store others may write: envbuild never "
         "follows it, since whoever can write the store could point it at your files and a clean-up would delete them",
