@@ -63,7 +63,7 @@ def import_def(text: str, name: str, *, src_prefix: str = "", build_args: dict[s
                                "(envbuild images have one environment and no apps)",
                                "move the app's install commands into %post, its files into %files and its "
                                "environment into %environment, and run it with envrun IMAGE.sif COMMAND")
-        _def_section(builder, section, rest, number, body, src_prefix)
+        _def_section(builder, section, rest, number, body, src_prefix, source)
     return builder.result()
 
 
@@ -140,7 +140,8 @@ def _def_base(builder: SpecBuilder, header: dict[str, tuple[int, str]], recipe: 
         builder.note(number, f"{key}: {value} (no spec field for this header)")
 
 
-def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, body: list[str], src_prefix: str) -> None:
+def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, body: list[str], src_prefix: str,
+                 source: str) -> None:
     if section == "arguments":
         return  # its values were substituted into the file (importargs)
     script = "\n".join(_dedent(body)).strip("\n")
@@ -168,7 +169,8 @@ def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, bod
         for offset, line in enumerate(body, number + 1):
             words = shlex.split(line, comments=True)
             if words:
-                add_file(builder, offset, words[0], _files_dest(words), src_prefix)
+                add_file(builder, offset, words[0], _files_dest(words), src_prefix, recipe=source,
+                         context=f"the directory of {source}", written=f"%files {line.strip()}")
     else:
         why = _DEF_NOT_EXPRESSIBLE.get(section, "not a section envbuild knows")
         builder.note(number, f"%{section} ({why})")

@@ -117,7 +117,7 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
             if "$" in rest:
                 raise recipe_error(source, number, f"{word} {rest} uses a variable that import cannot resolve (only "
                                    "build arguments are substituted)", f"write the paths into the {word} line")
-            _docker_copy(builder, number, word, rest, src_prefix, workdir)
+            _docker_copy(builder, number, word, rest, src_prefix, workdir, source)
         else:
             why = _DOCKER_NOT_EXPRESSIBLE.get(word, "not an instruction envbuild knows")
             builder.note(number, f"{word} {rest[:80]} ({why})".replace("  ", " "))
@@ -245,7 +245,8 @@ def _docker_copy_heredoc(builder: SpecBuilder, number: int, word: str, rest: str
     builder.post.append("\n".join(lines))
 
 
-def _docker_copy(builder: SpecBuilder, number: int, word: str, rest: str, src_prefix: str, workdir: str) -> None:
+def _docker_copy(builder: SpecBuilder, number: int, word: str, rest: str, src_prefix: str, workdir: str,
+                 source: str) -> None:
     words = json.loads(rest) if rest.startswith("[") else shlex.split(rest)
     mode = None
     options = [w for w in words if w.startswith("--")]
@@ -272,6 +273,7 @@ def _docker_copy(builder: SpecBuilder, number: int, word: str, rest: str, src_pr
         if word == "ADD" and re.search(r"\.(tar|tgz|gz|bz2|xz|zst)$", src):
             builder.note(number, f"ADD {src} (ADD unpacks archives; files[] copies them as they are)")
             continue
-        add_file(builder, number, src, target, src_prefix, mode)
+        add_file(builder, number, src, target, src_prefix, mode, recipe=source,
+                 context=f"the directory of {source}", written=f"{word} {rest}")
 
 

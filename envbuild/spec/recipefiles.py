@@ -25,6 +25,7 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuild.errors import UsageError
+from envbuild.spec.importargs import recipe_error
 from envbuild.spec.importshell import script_lines
 
 if TYPE_CHECKING:
@@ -270,18 +271,45 @@ def add_label(builder: SpecBuilder, number: int, key: str, value: str) -> None:
     else:
         builder.labels[key] = value
 
-def add_file(builder: SpecBuilder, number: int, src: str, dest: str, src_prefix: str, mode: str | None = None) -> None:
+def add_file(builder: SpecBuilder, number: int, src: str, dest: str, src_prefix: str, mode: str | None = None, *,
+             recipe: str, context: str, written: str) -> None:
+    """A COPY/ADD source or a %files line as a files[] entry. A source outside the recipe's build context
+    (`context`: the Dockerfile's or the definition file's directory) is refused at its line, as Docker refuses
+    it: import never turns a recipe into a spec that copies the user's other files (~/.ssh) into an image, and
+    never writes allow_outside_spec_dir."""
+    if src.startswith(("http://", "https://")):
+        builder.note(number, f"file {src} -> {dest} (files[].src is one local path: no URLs or wildcards)")
+        return
+    outside = _outside_context(src)
+    if outside:
+        raise recipe_error(recipe, number, f"{written}: the source {src!r} {outside}, outside the build context "
+                           f"({context}); Docker never copies from outside its build context, and envbuild import "
+                           "does not turn a recipe into a spec that copies other files of this host into an image",
+                           f"copy what the image needs into {context} and name it relative to it; a key or another "
+                           "secret does not belong in an image at all: bind it at run time (envrun --bind)")
     if not dest.startswith("/"):
         builder.note(number, f"file {src} -> {dest} (the destination must be an absolute path)")
         return
-    if src.startswith(("http://", "https://")) or any(ch in src for ch in "*?["):
+    if any(ch in src for ch in "*?["):
         builder.note(number, f"file {src} -> {dest} (files[].src is one local path: no URLs or wildcards)")
         return
-    entry: dict[str, object] = {
-        "src": src if src.startswith("/") or not src_prefix else posixpath.normpath(posixpath.join(src_prefix, src)),
-        "dest": dest}
-    if src_leaves_spec_dir(str(entry["src"])):
-        entry["allow_outside_spec_dir"] = True  # the recipe's files lie where it says, not beside the new spec
+    path = posixpath.normpath(posixpath.join(src_prefix, src)) if src_prefix else src
+    if src_leaves_spec_dir(path):
+        raise recipe_error(recipe, number, f"{written}: the spec is written outside {context}, so this source "
+                           f"({path} from the spec) would lie outside the spec's directory, where a spec copies "
+                           "files from", "write the spec (-o) into the recipe's directory or a directory above it")
+    entry: dict[str, object] = {"src": path, "dest": dest}
     if mode:
         entry["mode"] = mode
     builder.files.append(entry)
+
+
+def _outside_context(src: str) -> str | None:
+    """How `src`, as the recipe writes it, leaves the recipe's directory, or None when it stays inside."""
+    if src.startswith("~"):
+        return "starts with ~ (a home directory)"
+    if src.startswith("/"):
+        return "is an absolute path"
+    if posixpath.normpath(src).split("/")[0] == "..":
+        return "climbs out of it with .."
+    return None

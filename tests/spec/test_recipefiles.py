@@ -158,16 +158,25 @@ def test_cli_import_prints_or_writes_a_loadable_spec(tmp_path: Path, monkeypatch
     printed = runner.invoke(main, ["import", str(RECIPES / "ubuntu-pip.def")])
     assert printed.exit_code == 0, printed.output
     assert printed.stdout.startswith("# Imported by envbuild import") and "name: ubuntu-pip" in printed.stdout
-    (tmp_path / "train.py").write_text("print(1)\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    recipe = project / "ubuntu-pip.def"
+    recipe.write_text((RECIPES / "ubuntu-pip.def").read_text())
+    (project / "train.py").write_text("print(1)\n")
     monkeypatch.chdir(tmp_path)
-    out = tmp_path / "specs" / "train-env.yaml"
-    out.parent.mkdir()
-    written = runner.invoke(main, ["import", str(RECIPES / "ubuntu-pip.def"), "-o", str(out), "--system", "local"])
+    out = tmp_path / "train-env.yaml"  # above the recipe's directory: its files are inside the spec's
+    written = runner.invoke(main, ["import", str(recipe), "-o", str(out), "--system", "local"])
     assert written.exit_code == 0, written.output
     data = yaml.safe_load(out.read_text())
     assert data["name"] == "train-env"
-    assert data["files"][0]["src"] == os.path.relpath(RECIPES / "train.py", out.parent)
+    assert data["files"][0] == {"src": "project/train.py", "dest": "/opt/app/train.py"}
     assert load_spec(out, check_host=False).spec.name == "train-env"
+    # beside it, in another directory: the recipe's files would lie outside the spec's; refused, never allowed
+    aside = tmp_path / "specs" / "train-env.yaml"
+    aside.parent.mkdir()
+    refused = runner.invoke(main, ["import", str(recipe), "-o", str(aside), "--system", "local"])
+    assert refused.exit_code == 2 and f"{recipe}:6: %files train.py" in refused.output
+    assert "into the recipe's directory or a directory above it" in refused.output and not aside.exists()
 
 
 def test_cli_export_writes_a_file(tmp_path: Path) -> None:
