@@ -13,9 +13,9 @@ import json
 import os
 import time
 
-from envbuild.safefiles import atomic_write
 from envbuild.report.findings import numbers
 from envbuild.report.model import GpuSummary, RankSummary, Report
+from envbuild.safefiles import open_dir, subdir, write_file
 
 SCHEMA = "envrun-report/1"
 MAX_NODES_SHOWN = 8  # in the summary and the plot; report.json holds them all
@@ -270,24 +270,42 @@ li.problem b{{color:#b00}}li.note b{{color:#a60}}li{{margin:.3em 0}}</style></he
 
 def write_report(report: Report, directory: str) -> list[str]:
     """Write report.json, report.html, timeline.png (when it can be drawn) and summary.txt into `directory`
-    (made when missing); the paths written."""
-    os.makedirs(directory, mode=0o755, exist_ok=True)
+    (made when missing); the paths written.
+
+    The report directory's own name (OUTPUT.report beside the job's output, maybe in a directory the project's
+    members share) is opened without following a link and refused when another user made it; each file is
+    written through that descriptor (envbuild.safefiles.write_file: a new file with an unpredictable name,
+    renamed over the old one), so nothing planted there is written through."""
+    fd = _open_report_dir(directory)
     written: list[str] = []
 
     def put(name: str, data: bytes | str) -> None:
-        path = os.path.join(directory, name)
-        atomic_write(path, data)
-        written.append(path)
+        write_file(name, data, dir_fd=fd)
+        written.append(os.path.join(directory, name))
 
-    put("report.json", json.dumps(report_json(report), indent=1) + "\n")
-    png: bytes | None = None
-    no_png = ""
     try:
-        png = render_png(report)
-    except Exception as exc:  # noqa: BLE001 - any drawing failure costs the picture, never the report
-        no_png = f"{type(exc).__name__}: {exc}"
-    put("report.html", render_html(report, png, no_png))
-    if png:
-        put("timeline.png", png)
-    put("summary.txt", summary_text(report))
+        put("report.json", json.dumps(report_json(report), indent=1) + "\n")
+        png: bytes | None = None
+        no_png = ""
+        try:
+            png = render_png(report)
+        except Exception as exc:  # noqa: BLE001 - any drawing failure costs the picture, never the report
+            no_png = f"{type(exc).__name__}: {exc}"
+        put("report.html", render_html(report, png, no_png))
+        if png:
+            put("timeline.png", png)
+        put("summary.txt", summary_text(report))
+    finally:
+        os.close(fd)
     return written
+
+
+def _open_report_dir(directory: str) -> int:
+    parent, name = os.path.split(os.path.normpath(directory))
+    if name in ("", ".", ".."):
+        return open_dir(directory, create=True, mode=0o755)
+    parent_fd = open_dir(parent or ".", create=True, mode=0o755)
+    try:
+        return subdir(parent_fd, name, create=True, mode=0o755, where=directory)
+    finally:
+        os.close(parent_fd)
