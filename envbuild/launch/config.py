@@ -69,14 +69,15 @@ def load_envrun_config(environ: Mapping[str, str] | None = None) -> EnvrunConfig
     return validate_file(path, EnvrunConfig, "envrun config", "binds, env and systems")
 
 
-def validate_file(path: Path, model: type[Model], what: str, keys: str) -> Model:
-    """`path` validated as `model`; every problem is a UsageError at file:line:column with a fix."""
+def validate_file(path: Path, model: type[Model], what: str, keys: str, content: bytes | None = None) -> Model:
+    """`path` validated as `model` (its `content` when given: the bytes already read and judged, never read
+    again by name); every problem is a UsageError at file:line:column with a fix."""
     from pydantic import ValidationError
 
-    from envbuild.yamlsource import load_yaml_file
+    from envbuild.yamlsource import load_yaml_file, parse_yaml_text
 
     try:
-        document = load_yaml_file(path)
+        document = load_yaml_file(path) if content is None else parse_yaml_text(_text_of(path, content), str(path))
     except SpecError as exc:  # YAML syntax or a duplicate key: located, but this is no spec
         problem = exc.problems[0]
         raise UsageError(f"{problem.file}:{problem.line}:{problem.column}: {what}: {problem.message}",
@@ -99,9 +100,13 @@ def validate_file(path: Path, model: type[Model], what: str, keys: str) -> Model
         raise UsageError(f"{path}:{pos.line}:{pos.column}: {field}: {message}", fix) from None
 
 
-def read_settings(path: str, *, project: bool = False) -> dict[str, Any]:
+def read_settings(path: str, *, project: bool = False, content: bytes | None = None) -> dict[str, Any]:
     """The validated content of envrun's config (or, with `project`, of a project's envrun.yaml) as plain
-    data: {"binds": [...], "env": {...}, "systems": {NAME: {"binds", "env"}}} (+ "image", "overlays")."""
+    data: {"binds": [...], "env": {...}, "systems": {NAME: {"binds", "env"}}} (+ "image", "overlays").
+    `content`: the file's bytes as already read (a walked-up envrun.yaml is judged and read through one
+    descriptor, envbuild.launch.trust): used as they are, the file is not opened again."""
+    if content is not None:
+        return _settings_of(path, content, project=project)
     try:
         with open(path, "rb") as handle:
             content = handle.read()
@@ -109,6 +114,10 @@ def read_settings(path: str, *, project: bool = False) -> dict[str, Any]:
         raise UsageError(f"{path}: is a directory, not envrun's config file", _FIX_PATH) from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}", "check the file and its permissions") from None
+    return _settings_of(path, content, project=project)
+
+
+def _settings_of(path: str, content: bytes, *, project: bool) -> dict[str, Any]:
     cache = content_cache_name("project" if project else "config", content, CACHE_FORMAT)
     cached = read_cached(cache, cache, lambda data: is_settings_data(data, project=project))
     if cached is not MISS:
@@ -120,12 +129,19 @@ def read_settings(path: str, *, project: bool = False) -> dict[str, Any]:
 
     data: EnvrunConfig | ProjectConfig
     if project:
-        data = validate_file(Path(path), ProjectConfig, "envrun.yaml", "image, overlays, binds, env and systems")
+        data = validate_file(Path(path), ProjectConfig, "envrun.yaml", "image, overlays, binds, env and systems", content)
     else:
-        data = validate_file(Path(path), EnvrunConfig, "envrun config", "binds, env and systems")
+        data = validate_file(Path(path), EnvrunConfig, "envrun config", "binds, env and systems", content)
     plain: dict[str, Any] = data.model_dump(mode="json")
     write_cached(cache, cache, plain)
     return plain
+
+
+def _text_of(path: Path, content: bytes) -> str:
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})", "save the file as UTF-8") from None
 
 
 def read_user_settings(environ: Mapping[str, str]) -> dict[str, Any]:

@@ -4,15 +4,17 @@ train.py` works verbatim in a project directory. The first of these that names a
 1. the command line: --image, --overlay;
 2. $ENVRUN_IMAGE, with $ENVRUN_OVERLAYS (colon-separated);
 3. `image:` / `overlays:` in the nearest envrun.yaml, in the working directory or a parent (paths relative
-   to the file; `envbuild build` writes it, see envbuild.launch.projectfile);
+   to the file, the real one when it is found through a link; `envbuild build` writes it, see
+   envbuild.launch.projectfile);
 4. the one *.sif in the working directory.
 
 Whichever wins, the nearest envrun.yaml's `binds:` and `env:` apply on top of the user's config (the
 project's env wins; envbuild.launch.plan passes env into the container only). The envrun.yaml of 3. and
 the *.sif of 4. are found, not named, so they are obeyed only when they are the user's to obey
 (envbuild.launch.trust: owner, who may write them, where the walk up stops); one that is not is ignored
-with a warning. Light on purpose (envrun's start-up path): a few stat calls, and the project file is
-validated only when it changed (envbuild.launch.config.read_settings).
+with a warning. The project file is judged and read through one descriptor (envbuild.launch.trust.walk_up):
+what is obeyed is what was judged. Light on purpose (envrun's start-up path): a few stat calls, and the
+project file is validated only when it changed (envbuild.launch.config.read_settings).
 """
 
 from __future__ import annotations
@@ -34,15 +36,18 @@ PROJECT_FILE = "envrun.yaml"
 class Environment:
     """What to run in (absolute paths) and why; `project` is the nearest envrun.yaml's data, if any."""
 
-    __slots__ = ("image", "overlays", "project", "project_file", "source")
+    __slots__ = ("image", "overlays", "project", "project_dir", "project_file", "source")
 
     def __init__(self, image: str | None, overlays: tuple[str, ...], source: str,
-                 project_file: str | None = None, project: Mapping[str, Any] | None = None) -> None:
+                 project_file: str | None = None, project: Mapping[str, Any] | None = None,
+                 project_dir: str = "") -> None:
         self.image = image  # None: only overlays were named; their record says which base they were made for
         self.overlays = overlays  # bottom first
         self.source = source  # where they came from, for --explain and error messages
         self.project_file = project_file
         self.project = project
+        # The real directory of the project file (after links): its relative paths lead from there.
+        self.project_dir = project_dir or (os.path.dirname(project_file) if project_file else "")
 
 
 def find_project_file(cwd: str, environ: Mapping[str, str] | None = None, trusted: TrustedDirs | None = None) -> Walk:
@@ -67,8 +72,8 @@ def find_environment(*, image: str | None, overlays: Sequence[str], environ: Map
     for ignored in walk.ignored:
         warn(ignored)
     project_file = walk.found
-    project = read_settings(project_file, project=True) if project_file else None
-    found = Environment(None, (), "", project_file, project)
+    project = read_settings(project_file, project=True, content=walk.content) if project_file else None
+    found = Environment(None, (), "", project_file, project, walk.base)
     if image or overlays:
         found.image, found.overlays, found.source = _absolute(image, cwd), _all_absolute(overlays, cwd), "the command line"
         return found
@@ -78,14 +83,16 @@ def find_environment(*, image: str | None, overlays: Sequence[str], environ: Map
         found.overlays = _all_absolute([p for p in env_overlays.split(":") if p], cwd)
         return found
     if project_file and project and (project.get("image") or project.get("overlays")):
-        base = os.path.dirname(project_file)
+        base = found.project_dir
         found.image, found.overlays = _absolute(project.get("image"), base), _all_absolute(project.get("overlays", ()), base)
         found.source = project_file
         return found
     sifs = sorted(name for name in _entries(cwd) if name.endswith(".sif") and os.path.isfile(os.path.join(cwd, name)))
     if len(sifs) == 1:
         path = os.path.join(os.path.abspath(cwd), sifs[0])
-        why = None if trusted.covers(os.path.abspath(cwd)) else untrusted_because(path)
+        why = untrusted_because(path, trusted=trusted)  # a link and where it leads, as for envrun.yaml
+        if why and trusted.covers(os.path.abspath(cwd)):
+            why = None
         if why is None:
             found.image, found.source = path, f"the only .sif in {cwd}"
             return found
@@ -138,7 +145,7 @@ def project_settings(environment: Environment, system: str) -> tuple[tuple[str, 
     if not environment.project or not environment.project_file:
         return (), {}
     binds, env = settings_for(environment.project, system)
-    base = os.path.dirname(environment.project_file)
+    base = environment.project_dir
     return tuple(_absolute_bind(bind, base) for bind in binds), env
 
 

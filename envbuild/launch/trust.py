@@ -9,7 +9,13 @@ someone else running code as the user. git's rule for repositories after CVE-202
   is not the user's and that others may write (a sticky /tmp or scratch root): nothing above such a
   directory is the user's project, and anyone may put an envrun.yaml there;
 - a file found is obeyed only when it belongs to the user or root, nobody else may write it, and its
-  directory is the user's own or one nobody else may write;
+  directory is the user's (or root's) and nobody else may write it: another user's directory, even 0755,
+  is that user's to fill, and the paths the file names relative to it lead there;
+- a symbolic link is judged itself (its owner, its directory: who may change where it leads) and the file it
+  leads to (owner, writers, directory); relative paths in it lead from the real file's directory, the one
+  judged, never from the link's;
+- the file is judged and read through one descriptor (O_NOFOLLOW unless it is a link; fstat of what was
+  opened), so a file or link swapped between the check and the read is never what is obeyed;
 - a file that fails this is ignored with one line on stderr naming it, its owner and the fix, and the
   walk ends there (the nearest file was meant; a farther one would change meaning silently).
 
@@ -19,12 +25,13 @@ with no other members: Debian's and RHEL's user private groups make files group-
 Trusted on purpose, for a group project that really shares one file: a directory in $ENVRUN_TRUST_DIR
 (colon-separated) or in `trusted_dirs:` of the user's own config, and everything below it.
 
-Light on purpose (envrun's start-up path): one stat per directory more than looking for the file; the
-config and the group database are read only when a file fails the check.
+Light on purpose (envrun's start-up path): one stat per directory more than looking for the file, and the
+file found is opened once; the config and the group database are read only when a file fails the check.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 
 TYPE_CHECKING = False
@@ -59,10 +66,12 @@ class Walk:
     """What a walk up found: the file to obey (or None), every path looked at, what was ignored and why
     the walk stopped where it did (for the "no image" message)."""
 
-    __slots__ = ("checked", "found", "ignored", "stopped")
+    __slots__ = ("base", "checked", "content", "found", "ignored", "stopped")
 
     def __init__(self) -> None:
         self.found: str | None = None
+        self.content = b""  # the found file's bytes, read from the descriptor that was judged
+        self.base = ""  # the real directory of the found file: its relative paths lead from there
         self.checked: list[str] = []
         self.ignored: list[Ignored] = []
         self.stopped = ""  # why the walk ended before / ("" when it reached / or found a file)
@@ -88,7 +97,8 @@ class TrustedDirs:
 
 
 def walk_up(cwd: str, name: str, trusted: TrustedDirs) -> Walk:
-    """The nearest `name` in `cwd` or a parent that envrun may obey (see the module's docstring)."""
+    """The nearest `name` in `cwd` or a parent that envrun may obey (see the module's docstring), judged and
+    read through one descriptor: `Walk.content` is what was judged, `Walk.base` where its paths lead from."""
     walk = Walk()
     directory = os.path.abspath(cwd)
     device = None
@@ -107,14 +117,19 @@ def walk_up(cwd: str, name: str, trusted: TrustedDirs) -> Walk:
         device = status.st_dev
         candidate = os.path.join(directory, name)
         walk.checked.append(candidate)
-        found = _regular_file(candidate)
-        if found is not None:
-            why = None if trusted.covers(directory) else untrusted_because(candidate, found, status)
-            if why is None:
-                walk.found = candidate
-            else:
-                walk.ignored.append(Ignored(candidate, why))
-            return walk
+        try:
+            entry = os.lstat(candidate)
+        except OSError:
+            entry = None
+        if entry is not None and entry.st_mode & _FILE_TYPE in (_REGULAR, _SYMLINK):
+            judged = _judge_and_read(candidate, entry, status, trusted)
+            if judged is not None:  # a file (not a directory or device, nor a link to one): the walk ends here
+                why, content, real = judged
+                if why is None:
+                    walk.found, walk.content, walk.base = candidate, content, os.path.dirname(real)
+                else:
+                    walk.ignored.append(Ignored(candidate, why))
+                return walk
         if status.st_uid != os.geteuid() and _others_may_write(status) and not trusted.covers(directory):
             walk.stopped = f"{directory} is not yours and others may write it"
             return walk
@@ -123,41 +138,128 @@ def walk_up(cwd: str, name: str, trusted: TrustedDirs) -> Walk:
         directory = parent
 
 
-def untrusted_because(path: str, status: os.stat_result | None = None, directory: os.stat_result | None = None) -> str | None:
+def untrusted_because(path: str, status: os.stat_result | None = None, directory: os.stat_result | None = None,
+                      trusted: TrustedDirs | None = None) -> str | None:
     """Why envrun must not obey the file `path` (see the module's docstring), or None when it may. A
-    symbolic link is judged as where it leads: the file there and its directory."""
+    symbolic link is judged itself (its owner and directory) and as where it leads: the file there and its
+    directory (unless `trusted` covers that). For a file that is then read, walk_up judges the descriptor
+    it reads instead."""
     try:
         if status is None:
             status = os.lstat(path)
-        if status.st_mode & _FILE_TYPE == _SYMLINK:
-            real = os.path.realpath(path)
-            why = untrusted_because(real, os.stat(real), os.stat(os.path.dirname(real)))
-            return f"{why} (it is where the link {path} leads)" if why else None
         if directory is None:
             directory = os.stat(os.path.dirname(path) or ".")
+        if status.st_mode & _FILE_TYPE != _SYMLINK:
+            return _problems(status, directory)
+        real = os.path.realpath(path)
+        target, target_directory = os.stat(real), os.stat(os.path.dirname(real))
     except OSError as exc:
         return f"cannot be checked ({exc.strerror})"
-    uid = os.geteuid()
+    target_why = _problems(target, target_directory)
+    if target_why and trusted is not None and trusted.covers(os.path.dirname(real)):
+        target_why = None
+    return _joined(_link_problems(status, directory), target_why, path)
+
+
+def _judge_and_read(path: str, entry: os.stat_result, directory: os.stat_result,
+                    trusted: TrustedDirs) -> tuple[str | None, bytes, str] | None:
+    """(why envrun must not obey it or None, its content, its real path) of the file or link `path`, judged
+    on the descriptor that is read, so that nothing swapped in between is what is obeyed. None when it is
+    no regular file after all (a link to a directory or a device: looked past, as a directory would be).
+    The trusted directories are looked at only for a file that fails (they may read the user's config)."""
+    link = entry.st_mode & _FILE_TYPE == _SYMLINK
+    try:
+        if link and not _is_regular(os.stat(path)):  # never open a device or FIFO a link names
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if link else os.O_NOFOLLOW))
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        if exc.errno == errno.ELOOP and not link:  # made a link since the lstat: judged as one, looked at afresh
+            try:
+                again = os.lstat(path)
+            except OSError:
+                return None
+            if again.st_mode & _FILE_TYPE == _SYMLINK:  # judged as a link now (that branch never comes back here)
+                return _judge_and_read(path, again, directory, trusted)
+            return "cannot be checked (it changed while being looked at)", b"", path
+        return f"cannot be checked ({exc.strerror})", b"", path
+    try:
+        status = os.fstat(fd)
+        if not _is_regular(status):
+            return None
+        real = _opened_path(fd, path) if link else path
+        why = _problems(status, os.stat(os.path.dirname(real)) if link else directory)
+        if why and trusted.covers(os.path.dirname(real)):
+            why = None
+        if link:
+            link_why = _link_problems(entry, directory)
+            why = _joined(None if link_why and trusted.covers(os.path.dirname(path)) else link_why, why, path)
+        return why, _read_all(fd) if why is None else b"", real
+    except OSError as exc:
+        return f"cannot be checked ({exc.strerror})", b"", path
+    finally:
+        os.close(fd)
+
+
+def _link_problems(link: os.stat_result, directory: os.stat_result) -> str | None:
+    """Who may change where a link leads: its owner, and who may replace it in its directory."""
     problems = []
-    if status.st_uid not in (uid, 0):
-        problems.append(f"owned by {_user_name(status.st_uid)}, not by you or root")
-    if _others_may_write(status):
-        problems.append(f"{_who_may_write(status)} may write it")
-    if directory.st_uid != uid and _others_may_write(directory):
-        problems.append(f"its directory is {_user_name(directory.st_uid)}'s and {_who_may_write(directory)} "
-                        f"may write it (mode {directory.st_mode & 0o7777:04o})")
+    if link.st_uid not in (os.geteuid(), 0):
+        problems.append(f"it is a link owned by {_user_name(link.st_uid)}, not by you or root")
+    if why := _directory_problem(directory):
+        problems.append(why)
     return "; ".join(problems) or None
 
 
-def _regular_file(path: str) -> os.stat_result | None:
-    """lstat of `path` when it is a regular file or a link to one, else None (absent, a directory...)."""
+def _joined(link_why: str | None, target_why: str | None, path: str) -> str | None:
+    """The problems of a link and of the file it leads to, in one line."""
+    target = f"{target_why} (it is where the link {path} leads)" if target_why else None
+    return "; ".join(why for why in (link_why, target) if why) or None
+
+
+def _problems(status: os.stat_result, directory: os.stat_result) -> str | None:
+    """What makes a file with this stat, in a directory with that stat, not the user's to obey."""
+    problems = []
+    if status.st_uid not in (os.geteuid(), 0):
+        problems.append(f"owned by {_user_name(status.st_uid)}, not by you or root")
+    if _others_may_write(status):
+        problems.append(f"{_who_may_write(status)} may write it")
+    if why := _directory_problem(directory):
+        problems.append(why)
+    return "; ".join(problems) or None
+
+
+def _directory_problem(directory: os.stat_result) -> str | None:
+    """A directory others may write, or that is another user's (even 0755: its owner may put or swap any
+    file in it, and the paths a file there names relative to it), is not the user's to trust."""
+    uid = os.geteuid()
+    mode = directory.st_mode & 0o7777
+    if _others_may_write(directory):
+        owner = "yours" if directory.st_uid == uid else f"{_user_name(directory.st_uid)}'s"
+        return f"its directory is {owner} and {_who_may_write(directory)} may write it (mode {mode:04o})"
+    if directory.st_uid not in (uid, 0):
+        return f"its directory is {_user_name(directory.st_uid)}'s, not yours or root's (mode {mode:04o})"
+    return None
+
+
+def _is_regular(status: os.stat_result) -> bool:
+    return status.st_mode & _FILE_TYPE == _REGULAR
+
+
+def _opened_path(fd: int, fallback: str) -> str:
+    """The real path of the file open on `fd` (what the kernel opened, links resolved), else the link's."""
     try:
-        status = os.lstat(path)
-        if status.st_mode & _FILE_TYPE == _SYMLINK and os.stat(path).st_mode & _FILE_TYPE != _REGULAR:
-            return None
+        return os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
-        return None
-    return status if status.st_mode & _FILE_TYPE in (_REGULAR, _SYMLINK) else None
+        return os.path.realpath(fallback)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _others_may_write(status: os.stat_result) -> bool:
