@@ -45,6 +45,7 @@ from envbuild.launch.shims import (
     activation_lines,
     overlay_lines,
     rank_affinity_script,
+    sampler_start_lines,
     sh_quote,
     signal_record_line,
 )
@@ -261,9 +262,7 @@ class _Planner:
         self.report = True
         self.note("job report: one sampler per node (the node's first task starts it) reads the step's GPUs and CPUs "
                   "every few seconds; envrun prints the summary when the step ends (--no-report: none)")
-        words = " ".join(sh_quote(word) for word in sampler)
-        return [f'if [ "${{SLURM_LOCALID:-0}}" = 0 ]; then {words} --task-pid $$ --step-pid "$PPID" '
-                "</dev/null >/dev/null & fi"]
+        return sampler_start_lines(" ".join(sh_quote(word) for word in sampler))  # with the step's report key
 
     def container_shim(self) -> list[str]:
         """Inside the container: activate the image's conda when it says how ($WITH_CONDA, LUMI images), put

@@ -108,3 +108,28 @@ def rank_affinity_script(record: bool = False) -> str:
         + (_RANK_RECORD if record else "") +
         'os.execvp(sys.argv[2], sys.argv[2:])\' "$ENVRUN_RANK_CORES" "$py" -u "$@"'
     )
+
+
+# The step's report key (envbuild.report.wire): envrun puts it in srun's environment, and the host shim takes it
+# out again before anything of the program's starts.
+REPORT_KEY_VARIABLE = "ENVRUN_REPORT_KEY"
+
+
+def sampler_start_lines(sampler: str) -> list[str]:
+    """The host shim's lines that start the job report's sampler (`sampler`: its words, quoted for the shell) in
+    the node's first task, with its own pid (the task's root) and its parent's (slurmstepd) to watch.
+
+    The key that frames its records (envbuild.report.wire) leaves the environment in every task, first, so that
+    the program never has it: not in its environment, not on any argv (ps shows those to every user), not in a
+    file. The sampler reads it on its stdin, a here-document (a pipe in dash and newer bash; older bash writes a
+    0600 file in $TMPDIR that it removes before the sampler runs). Without a key (a --dry-run script run by hand,
+    `srun --export` that drops it) no sampler starts: nobody would take its records out of the stderr."""
+    return [
+        f'envrun_report_key=${{{REPORT_KEY_VARIABLE}:-}}; unset {REPORT_KEY_VARIABLE}',
+        'if [ -n "$envrun_report_key" ] && [ "${SLURM_LOCALID:-0}" = 0 ]; then '
+        f'{sampler} --task-pid $$ --step-pid "$PPID" >/dev/null <<envrun_report_key &',
+        "$envrun_report_key",
+        "envrun_report_key",
+        "fi",
+        "unset envrun_report_key",
+    ]

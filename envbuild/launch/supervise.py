@@ -43,15 +43,15 @@ def run_step(argv: tuple[str, ...], env: dict[str, str], *, step: str, time_limi
              report: StepReport | None = None) -> int:
     """Run srun (argv) as a child, pass its stderr through, and return the exit code envrun should end with.
     On failure, one line from envbuild.launch.exitcause is written to stderr after srun's own output. With a
-    `report`, the nodes' sampler records are taken out of the stderr (envbuild.report.wire) and the report's
-    summary is written after everything else."""
+    `report`, the nodes' sampler records, the lines framed with the report's key, are taken out of the stderr
+    (envbuild.report.wire) and the report's summary is written after everything else."""
     import select
 
     splitter = None
     if report is not None:
         from envbuild.report.wire import StreamSplitter
 
-        splitter = StreamSplitter()
+        splitter = StreamSplitter(report.key)
 
     read_end, write_end = os.pipe()
     # With a report, srun's stdout passes through envrun too (unchanged, as stderr does): the step's throughput

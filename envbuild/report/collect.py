@@ -8,7 +8,11 @@ Records arrive from all nodes interleaved; a sample too long for one pipe write 
 same node, kind, seq and t, one after another from its node: they are merged before the sample counts. A line
 that is not a record (cut short, garbage, another schema) is counted and skipped: it costs one sample.
 
-Light: envrun's step supervisor loads this after every step (os and the report's own modules only).
+The text in records (node and GPU names, the GPU tool's notes) comes from the nodes, not from envrun: it is kept
+as terminaltext.printable makes it, so that no name can steer the terminal the summary is printed on, nor break
+a line of it into two.
+
+Light: envrun's step supervisor loads this after every step (the report's own modules and envbuild.terminaltext).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from envbuild.report.model import (
     Report,
 )
 from envbuild.report.wire import decode
+from envbuild.terminaltext import printable
 
 MAX_POINTS = 600  # timeline points per node (even), enough for a plot a few hundred pixels wide
 _SPLIT_KEYS = ("ranks", "gpus")
@@ -39,6 +44,11 @@ def _float(value: object) -> float | None:
         return None
     number = float(value)
     return number if number == number and abs(number) != float("inf") else None
+
+
+def _text(value: object) -> str:
+    """A string of a record as it may be printed (see the module's doc); "" for what is not a string."""
+    return printable(value) if isinstance(value, str) else ""
 
 
 def _items(value: object) -> list[dict[str, object]]:
@@ -195,18 +205,15 @@ class _Node:
     def start(self, record: dict[str, object]) -> None:
         self.started = True
         self.cpus = _int(record.get("cpus")) or self.cpus
-        source = record.get("gpu_source")
-        self.gpu_source = source if isinstance(source, str) and source else None
-        note = record.get("gpu_note")
-        self.gpu_note = note if isinstance(note, str) else ""
+        self.gpu_source = _text(record.get("gpu_source")) or None
+        self.gpu_note = _text(record.get("gpu_note"))
         self.interval = _float(record.get("interval"))
         for item in _items(record.get("gpu_names")):
             index = _int(item.get("index"))
             if index is None:
                 continue
             gpu = self.gpus.setdefault(index, _Gpu())
-            name = item.get("name")
-            gpu.name = name if isinstance(name, str) else ""
+            gpu.name = _text(item.get("name"))
             gpu.mem_total = _int(item.get("mem_total")) or gpu.mem_total
 
     def part(self, record: dict[str, object]) -> None:
@@ -232,8 +239,7 @@ class _Node:
         if t is None or (self.last is not None and t <= self.last):
             return  # no time, or a repeat: nothing to measure against
         if record.get("kind") == "end":
-            reason = record.get("reason")
-            self.ended = reason if isinstance(reason, str) else "end"
+            self.ended = _text(record.get("reason")) or "end"
         self.samples += 1
         self.first = t if self.first is None else self.first
         self.last = t
@@ -288,8 +294,8 @@ class Collector:
     def feed(self, payload: str) -> None:
         """The text after wire.MARKER on one line."""
         record = decode(payload.rstrip("\r\n"))
-        node_name = record.get("node") if record is not None else None
-        if record is None or not isinstance(node_name, str) or not node_name:
+        node_name = _text(record.get("node")) if record is not None else ""
+        if record is None or not node_name:
             self.rejected += 1
             return
         self.records += 1

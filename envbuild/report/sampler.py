@@ -2,11 +2,14 @@
 
 envrun's host shim starts it in the background in the first task of every node (record.md):
 
-    python -S -m envbuild.report.sampler --interval SECONDS --task-pid $$ --step-pid $PPID
+    PYTHON -m envbuild.report.sampler --interval SECONDS --task-pid $$ --step-pid $PPID <<KEY
 
-It writes a start record, a sample every interval and an end record into its stderr, which is the task's
-stderr: srun carries it back to envrun's step supervisor. Every record is framed by wire.encode and
-written with one os.write per line, so a record is never interleaved with the program's output.
+(the words from envbuild.app.run.launch.report_sampler), with the step's key on its stdin
+(envbuild.launch.shims.sampler_start_lines): never on its argv or in its environment, which the program
+could read. It writes a start record, a sample every interval and an end record into its stderr, which is
+the task's stderr: srun carries it back to envrun's step supervisor. Every record is framed with the key by
+wire.encode (envrun takes only the lines with its key for records) and written with one os.write per line,
+so a record is never interleaved with the program's output.
 
 It must never harm the step: it does not raise into the user's stderr (at most one line saying what went
 wrong), it exits 0, and it ends by itself when the task it watches ends (its parent, the task's root,
@@ -158,9 +161,27 @@ class Sampler:
         return record
 
 
-def emit(record: dict[str, object], fd: int = 2) -> None:
+def read_key(fd: int = 0) -> str:
+    """The step's key, which the host shim writes on the sampler's stdin (a here-document); the rest of stdin is
+    not read. ValueError when there is none: a sampler started by hand, or by a shim without the key."""
+    if os.isatty(fd):
+        raise ValueError("the step's report key is read on stdin, which is a terminal: envrun's host shim starts "
+                         "the sampler with the key there")
+    data = b""
+    while len(data) <= wire.KEY_LENGTH and b"\n" not in data:
+        chunk = os.read(fd, 64)
+        if not chunk:
+            break
+        data += chunk
+    key = data.split(b"\n", 1)[0].decode("ascii", "replace").strip()
+    if not wire.is_key(key):
+        raise ValueError(f"no report key on stdin (expected {wire.KEY_LENGTH} hex digits from envrun's host shim)")
+    return key
+
+
+def emit(record: dict[str, object], key: str, fd: int = 2) -> None:
     """Write the record's lines, each with one os.write (the kernel keeps a write under PIPE_BUF whole)."""
-    for line in wire.encode(record):
+    for line in wire.encode(record, key):
         try:
             written = os.write(fd, line)
         except (BrokenPipeError, OSError) as error:
@@ -190,7 +211,7 @@ def _on_signal(signum: int, frame: object) -> None:
     raise _Stop
 
 
-def run(sampler: Sampler, watch: TaskWatch, fd: int = 2) -> str:
+def run(sampler: Sampler, watch: TaskWatch, key: str, fd: int = 2) -> str:
     """Start, samples every interval and end; the end's reason. Raises _StderrGone when stderr is closed."""
     reason = SIGNAL
     try:
@@ -199,7 +220,7 @@ def run(sampler: Sampler, watch: TaskWatch, fd: int = 2) -> str:
             # the program does not stop it; the sampler keeps that, and ends with the task instead.
             if signal.getsignal(signum) != signal.SIG_IGN:
                 signal.signal(signum, _on_signal)
-        emit(sampler.start(), fd)
+        emit(sampler.start(), key, fd)
         due = time.monotonic() + sampler.interval
         while True:
             now = time.monotonic()
@@ -207,7 +228,7 @@ def run(sampler: Sampler, watch: TaskWatch, fd: int = 2) -> str:
                 reason = TASK_ENDED
                 break
             if now >= due:
-                emit(sampler.sample(), fd)
+                emit(sampler.sample(), key, fd)
                 due += sampler.interval
                 if due <= time.monotonic():  # fell behind (a stopped or starved sampler): skip, never catch up
                     due = time.monotonic() + sampler.interval
@@ -217,7 +238,7 @@ def run(sampler: Sampler, watch: TaskWatch, fd: int = 2) -> str:
         pass
     for signum in _STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)  # the end record is written whole, whatever comes now
-    emit(sampler.sample("end", reason), fd)
+    emit(sampler.sample("end", reason), key, fd)
     return reason
 
 
@@ -239,17 +260,21 @@ def parse_args(argv: list[str]) -> tuple[float, int, int]:
     return interval, int(values["--task-pid"]), int(values["--step-pid"])
 
 
-def main(argv: list[str] | None = None, gpus: GpuSource | None = None, fd: int = 2) -> int:
-    """The sampler's command; always 0: it never fails the step it watches."""
+def main(argv: list[str] | None = None, gpus: GpuSource | None = None, fd: int = 2, key: str | None = None) -> int:
+    """The sampler's command; always 0: it never fails the step it watches. `key` None: read from stdin."""
     source = gpus
     try:
         interval, task_pid, step_pid = parse_args(sys.argv[1:] if argv is None else argv)
+        if key is None:
+            key = read_key(0)
+        elif not wire.is_key(key):
+            raise ValueError("the report key given is not one")
         watch = TaskWatch(task_pid)
         environ = dict(os.environ)
         source = source or open_gpus(environ)
         sampler = Sampler(node=node_name(environ), interval=interval, step_pid=step_pid,
                           cpus=node_cpus(environ, step_pid), gpus=source)
-        run(sampler, watch, fd)
+        run(sampler, watch, key, fd)
     except (_StderrGone, _Stop):
         pass
     except BaseException as error:  # noqa: BLE001 - the user's stderr gets one line, never a traceback

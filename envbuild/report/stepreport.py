@@ -1,8 +1,11 @@
 """The job report of one srun step, as envrun's step supervisor (envbuild.launch.supervise) keeps it.
 
-The supervisor hands over what it takes out of srun's stderr: the nodes' records (envbuild.report.wire) and
-the step's `envrun-metric:` lines. When srun has ended, `finish` builds the report (envbuild.report.collect),
-writes its files when a directory was asked for, and returns the summary for envrun's stderr.
+The supervisor hands over what it takes out of srun's stderr: the nodes' records (envbuild.report.wire: the
+lines framed with this step's `key`, which envrun hands the host shim and no one else) and the step's
+`envrun-metric:` lines. When srun has ended, `finish` builds the report (envbuild.report.collect),
+writes its files when a directory was asked for, and returns the summary for envrun's stderr. The summary is
+printed on a terminal and holds text from outside envrun (node and GPU names, the job's name, the program's
+words): every character that could steer the terminal is shown as an escape (envbuild.terminaltext).
 
 A report never fails the step: whatever goes wrong here (a module that cannot load, a full disk, records
 that make no sense) costs the report, is said in one line, and envrun still exits with srun's status.
@@ -14,6 +17,8 @@ import os
 import time
 
 from envbuild.report.metricline import METRIC_PREFIX
+from envbuild.report.wire import new_key
+from envbuild.terminaltext import printable, printable_lines
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,9 +34,10 @@ class StepReport:
 
     def __init__(self, *, command: tuple[str, ...], environ: Mapping[str, str], directory: str = "") -> None:
         self.command = list(command)
-        self.job = {key: environ[name] for key, name in JOB_VARIABLES if environ.get(name)}
+        self.job = {key: printable(environ[name]) for key, name in JOB_VARIABLES if environ.get(name)}
         self.directory = expand_directory(directory, environ) if directory else ""
         self.started = time.time()
+        self.key = new_key()  # frames this step's records (envbuild.report.wire); the program never sees it
         self.records = 0
         self._collector: Collector | None = None
         self._failed = ""
@@ -59,10 +65,10 @@ class StepReport:
     def finish(self, exit_code: int) -> str:
         """The summary to print (ending with a newline), after writing the files; never raises."""
         if self._failed:
-            return f"envrun: report: {self._failed}; no report for this step\n"
+            return printable(f"envrun: report: {self._failed}; no report for this step") + "\n"
         if self._collector is None:
-            return ("envrun: report: no sampler reported (the step ended before its first record, or its stderr went "
-                    "elsewhere); no report for this step\n")
+            return ("envrun: report: no sampler reported (the step ended before its first record, its stderr went "
+                    "elsewhere, or srun --export kept the step's report key from the tasks); no report for this step\n")
         try:
             from envbuild.report.render import summary_text, write_report
 
@@ -74,9 +80,10 @@ class StepReport:
                 _site_packages()  # matplotlib for the timeline: bin/envrun starts Python without them (-S)
                 written = write_report(report, target_directory(self.directory, self.job))
                 text += f"report: {os.path.dirname(written[0]) if written else self.directory}\n"
-            return text if text.endswith("\n") else text + "\n"
+            text = printable_lines(text.rstrip("\n"))  # its lines stay lines; nothing else steers the terminal
+            return text + "\n"
         except Exception as exc:  # noqa: BLE001
-            return f"envrun: report: could not write the report ({type(exc).__name__}: {exc})\n"
+            return printable(f"envrun: report: could not write the report ({type(exc).__name__}: {exc})") + "\n"
 
 
 def _site_packages() -> None:

@@ -12,7 +12,12 @@
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export OMP_NUM_THREADS=1
 export TOKENIZERS_PARALLELISM=false
-exec srun --ntasks-per-node=16 --cpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 /bin/sh -c 'if [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild /opt/envbuild/.venv/bin/python -m envbuild.report.sampler --interval 5 --task-pid $$ --step-pid "$PPID" </dev/null >/dev/null & fi
+exec srun --ntasks-per-node=16 --cpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 /bin/sh -c 'envrun_report_key=${ENVRUN_REPORT_KEY:-}; unset ENVRUN_REPORT_KEY
+if [ -n "$envrun_report_key" ] && [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild /opt/envbuild/.venv/bin/python -m envbuild.report.sampler --interval 5 --task-pid $$ --step-pid "$PPID" >/dev/null <<envrun_report_key &
+$envrun_report_key
+envrun_report_key
+fi
+unset envrun_report_key
 first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)
 port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 12000 ))
 export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS"

@@ -23,7 +23,12 @@ export OMP_NUM_THREADS=7
 export TOKENIZERS_PARALLELISM=false
 export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
 export FI_MR_CACHE_MONITOR=userfaultfd
-exec srun --ntasks-per-node=1 --cpus-per-task=112 --kill-on-bad-exit=1 /bin/sh -c 'if [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild /opt/envbuild/.venv/bin/python -m envbuild.report.sampler --interval 5 --task-pid $$ --step-pid "$PPID" </dev/null >/dev/null & fi
+exec srun --ntasks-per-node=1 --cpus-per-task=112 --kill-on-bad-exit=1 /bin/sh -c 'envrun_report_key=${ENVRUN_REPORT_KEY:-}; unset ENVRUN_REPORT_KEY
+if [ -n "$envrun_report_key" ] && [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild /opt/envbuild/.venv/bin/python -m envbuild.report.sampler --interval 5 --task-pid $$ --step-pid "$PPID" >/dev/null <<envrun_report_key &
+$envrun_report_key
+envrun_report_key
+fi
+unset envrun_report_key
 first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)
 port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 12000 ))
 export PET_RDZV_BACKEND=c10d PET_RDZV_ENDPOINT="${first}:$port" PET_RDZV_ID="${SLURM_JOB_ID:-0}"

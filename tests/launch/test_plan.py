@@ -144,7 +144,8 @@ def test_report_sampler_only_where_envrun_reads_the_tasks_stderr() -> None:
     whose stderr srun writes to a file gets no sampler, and the plan says why."""
     with_report = plan("srun", "python", "train.py", environ=LOCAL_FULL, report=True)
     assert with_report.report and "envbuild.report.sampler" in with_report.script()
-    assert 'if [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild' in with_report.script()
+    assert ('if [ -n "$envrun_report_key" ] && [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild'
+            in with_report.script())  # only with the step's report key (envbuild.launch.shims.sampler_start_lines)
     for opts in (("--pty",), ("--error=err-%t.txt",), ("-o", "out.txt")):
         p = plan("srun", *opts, "python", "train.py", environ=LOCAL_FULL, report=True)
         assert not p.report and "envbuild.report.sampler" not in p.script()

@@ -163,10 +163,12 @@ def test_with_a_report_both_streams_pass_through_and_the_records_leave_stderr(tm
 
     start_record = {"v": SCHEMA, "kind": "start", "node": "vm", "seq": 0, "t": 1.0, "interval": 1.0, "cpus": 2,
                     "gpu_source": None, "gpu_note": "no GPU tool here", "gpu_names": []}
+    placeholder = "0" * 32  # the fake srun frames the record with the key envrun put in its environment
     records = tmp_path / "records"
-    records.write_bytes(b"".join(encode(start_record)))
+    records.write_bytes(b"".join(encode(start_record, placeholder)))
     write_script(fake_bin / "srun", f'printf "out 1\\nenvrun-metric: samples_per_s=42.5\\nno newline"\n'
-                 f'printf "\\r 50%%|##" >&2\ncat {records} >&2\nprintf "\\r100%%|####\\n" >&2\n'
+                 f'printf "\\r 50%%|##" >&2\nsed "s/{placeholder}/$ENVRUN_REPORT_KEY/" {records} >&2\n'
+                 f'printf "\\r100%%|####\\n" >&2\n'
                  'echo "srun: error: vm: task 0: Exited with exit code 2" >&2\nexit 2\n')
     env = environment(tmp_path, fake_bin)
     env["ENVRUN_REPORT"] = str(tmp_path / "report")

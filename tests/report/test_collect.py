@@ -11,31 +11,39 @@ import pytest
 from envbuild.report import collect
 from envbuild.report.collect import Collector
 from envbuild.report.model import Report
-from envbuild.report.wire import MARKER, encode
+from envbuild.report.render import summary_text
+from envbuild.report.wire import StreamSplitter, encode
 
 STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "report"
 JOB = {"id": "4242", "name": "train"}
+KEY = "0123456789abcdef" * 2
 
 
 def replay(name: str, *, exit_code: int | None = None, duration: float = 60.0) -> Report:
-    """Feed a recorded stream as envrun's supervisor does: marker lines to feed, metric lines to metric. Lines end
-    at "\\n" only: str.splitlines would also split at the marker's own 0x1e."""
-    lines = (STREAMS / name).read_text().split("\n")
-    head = dict(word.split("=") for word in lines[0].lstrip("# ").split())
+    """Feed a recorded stream as envrun's supervisor does: the records of the stream's key to feed, metric lines
+    of the rest to metric. Lines end at "\\n" only: str.splitlines would also split at the marker's own 0x1e."""
+    first, body = (STREAMS / name).read_bytes().split(b"\n", 1)
+    head = dict(word.split("=") for word in first.decode().lstrip("# ").split())
     collector = Collector(["python", "train.py"], JOB)
-    for line in lines[1:]:
-        if MARKER in line:
-            collector.feed(line.split(MARKER, 1)[1])
-        elif "envrun-metric:" in line:
+    splitter = StreamSplitter(head["key"])
+    rest, payloads = splitter.feed(body)
+    for payload in payloads:
+        collector.feed(payload)
+    for line in (rest + splitter.flush()).decode().split("\n"):
+        if "envrun-metric:" in line:
             collector.metric(line)
     started = float(head["started"])
     return collector.build(int(head["exit"]) if exit_code is None else exit_code, started, started + duration)
 
 
 def feed_records(collector: Collector, records: list[dict[str, object]]) -> None:
+    splitter = StreamSplitter(KEY)
     for record in records:
-        for line in encode(record):
-            collector.feed(line.decode()[len(MARKER):])
+        for line in encode(record, KEY):
+            passed, payloads = splitter.feed(line)
+            assert passed == b""
+            for payload in payloads:
+                collector.feed(payload)
 
 
 def test_two_ranks_cpu_use_and_idle_share() -> None:
@@ -150,3 +158,27 @@ def test_a_long_step_keeps_a_bounded_timeline_quickly() -> None:
     assert report.gpus[0].util == pytest.approx(0.5)
     assert report.ranks[0].cpu_cores == pytest.approx(0.5)
     assert elapsed < 30, f"100k samples took {elapsed:.1f} s"
+
+
+def test_text_from_the_records_cannot_steer_the_terminal_or_add_lines() -> None:
+    """Node and GPU names, the GPU tool's note and the end's reason are shown escaped: a name with ESC [ 2 J, a
+    newline that would start a fake summary line, a bidirectional override and a C1 CSI."""
+    node = "gpu-1\x1b[2J\nenvrun report: all fine\u202e"
+    gpu_name = "A100\x1b]0;owned\x07\x9b31m"
+    collector = Collector(["python", "train.py"], JOB)
+    start = {"v": 1, "kind": "start", "node": node, "seq": 0, "t": 10.0, "interval": 1.0, "cpus": 4,
+             "gpu_source": "nvidia-smi\r", "gpu_note": "slow\x1b[5m", "gpu_names": [{"index": 0, "name": gpu_name}]}
+    samples: list[dict[str, object]] = [{"v": 1, "kind": "end" if seq == 3 else "sample", "node": node, "seq": seq, "t": 10.0 + seq,
+                "ranks": [{"rank": 0, "local_rank": 0, "pid": 5, "cpu_s": 0.5 * seq, "cores": 1}],
+                "gpus": [{"index": 0, "util": 0.9, "mem_used": 1, "mem_total": 2}], "reason": "x\x1bc"}
+               for seq in (1, 2, 3)]
+    feed_records(collector, [start, *samples])
+    report = collector.build(0, 10.0, 14.0)
+    (summary_node,) = report.nodes
+    assert summary_node.node == "gpu-1\\x1b[2J\\nenvrun report: all fine\\u202e"
+    assert report.gpus[0].name == "A100\\x1b]0;owned\\x07\\x9b31m" and report.gpus[0].node == summary_node.node
+    assert (summary_node.gpu_source, summary_node.gpu_note) == ("nvidia-smi\\r", "slow\\x1b[5m")
+    assert report.ranks[0].node == summary_node.node and report.timeline[0].node == summary_node.node
+    text = summary_text(report)
+    assert all(line.isprintable() for line in text.split("\n")), text
+    assert [line for line in text.split("\n") if line.startswith("envrun report:")] == [text.split("\n")[0]], text

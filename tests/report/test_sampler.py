@@ -1,5 +1,6 @@
 """The job report's per-node sampler: its records from a fake /proc and a fake GPU source, and the real
-module run as envrun's shim runs it (a background child of the task's root), read back through wire."""
+module run as envrun's host shim runs it (a background child of the task's root, the step's key on its
+stdin), read back through wire."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from envbuild.launch.shims import REPORT_KEY_VARIABLE, sampler_start_lines
 from envbuild.report import procs, sampler, wire
 from tests.report.test_procs import FakeProc
 
 REPO = Path(__file__).resolve().parents[2]
+KEY = "5a" * 16
 
 
 class FakeGpus:
@@ -41,13 +44,15 @@ class FakeGpus:
         self.closed = True
 
 
-def records(data: bytes) -> list[dict[str, Any]]:
-    """The sampler's records in a stream of stderr, as the step supervisor takes them out."""
+def records(data: bytes, key: str = KEY) -> list[dict[str, Any]]:
+    """The sampler's records in a stream of stderr, as the step supervisor takes them out: every line with the
+    marker carries the key."""
     found = []
+    prefix = wire.MARKER_BYTES + key.encode()
     for line in data.split(b"\n"):
-        at = line.find(wire.MARKER_BYTES)
-        if at >= 0:
-            record = wire.decode(line[at + len(wire.MARKER_BYTES) :].decode())
+        if wire.MARKER_BYTES in line:
+            assert line.startswith(prefix), line
+            record = wire.decode(line[len(prefix) :].decode())
             assert record is not None, line
             found.append(record)
     return found
@@ -91,7 +96,7 @@ def test_start_sample_and_end_records(tmp_path: Path) -> None:
     end = node.sample("end", sampler.TASK_ENDED)
     assert (end["kind"], end["seq"], end["reason"]) == ("end", 2, "task-ended")
     for record in (start, one, end):
-        assert records(b"".join(wire.encode(record))) == [record]
+        assert records(b"".join(wire.encode(record, KEY))) == [record]
 
 
 def test_a_failing_gpu_source_costs_the_gpu_values_only(tmp_path: Path) -> None:
@@ -114,7 +119,7 @@ def test_without_the_gpu_reader_the_sampler_says_so(monkeypatch: pytest.MonkeyPa
 def test_bad_arguments_give_one_line_and_exit_0() -> None:
     read, write = os.pipe()
     gpus = FakeGpus()
-    assert sampler.main(["--interval", "-1", "--task-pid", "1", "--step-pid", "1"], gpus=gpus, fd=write) == 0
+    assert sampler.main(["--interval", "-1", "--task-pid", "1", "--step-pid", "1"], gpus=gpus, fd=write, key=KEY) == 0
     os.close(write)
     with os.fdopen(read, "rb") as pipe:
         text = pipe.read().decode()
@@ -127,23 +132,22 @@ def test_a_closed_stderr_ends_the_sampler_quietly() -> None:
     os.close(read)  # nobody reads: the first write fails with EPIPE (Python ignores SIGPIPE)
     try:
         args = ["--interval", "1", "--task-pid", str(os.getpid()), "--step-pid", str(os.getpid())]
-        assert sampler.main(args, gpus=FakeGpus(), fd=write) == 0
+        assert sampler.main(args, gpus=FakeGpus(), fd=write, key=KEY) == 0
     finally:
         os.close(write)
 
 
-# The task as envrun's host shim makes it: the shim ($$) starts the sampler in the background and execs the
-# program (here sleep); rank 0 computes, rank 1 sleeps, both for a bounded time and with their own stderr.
-# The test process stands for slurmstepd ($PPID), whose descendants are the step's processes.
-TASK = """
+# The task as envrun's host shim makes it: the shim ($$) takes the key out of its environment, starts the
+# sampler in the background with the key on its stdin (the shim's own lines) and execs the program (here sleep);
+# rank 0 computes, rank 1 sleeps, both for a bounded time and with their own stderr. The test process stands for
+# slurmstepd ($PPID), whose descendants are the step's processes.
+TASK = "\n".join([*sampler_start_lines('"$PY" -S -m envbuild.report.sampler --interval 0.2'), "echo $!", """
 RANK=0 LOCAL_RANK=0 "$PY" -S -c 'import time
 end = time.time() + 3
 while time.time() < end: pass' 2>/dev/null &
 RANK=1 LOCAL_RANK=1 "$PY" -S -c 'import time; time.sleep(3)' 2>/dev/null &
-"$PY" -S -m envbuild.report.sampler --interval 0.2 --task-pid $$ --step-pid $PPID </dev/null >/dev/null &
-echo $!
 exec sleep "$TASK_S"
-"""
+"""])
 
 
 @pytest.fixture
@@ -152,7 +156,8 @@ def task() -> Iterator[Any]:
     started: list[subprocess.Popen[bytes]] = []
 
     def start(task_s: float) -> tuple[subprocess.Popen[bytes], int]:
-        env = {**os.environ, "PY": sys.executable, "PYTHONPATH": str(REPO), "TASK_S": str(task_s)}
+        env = {**os.environ, "PY": sys.executable, "PYTHONPATH": str(REPO), "TASK_S": str(task_s),
+               REPORT_KEY_VARIABLE: KEY}
         env.pop("SLURM_CPUS_ON_NODE", None)
         process = subprocess.Popen(["sh", "-c", TASK], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                    start_new_session=True)
@@ -232,3 +237,55 @@ def test_a_background_sampler_keeps_ignoring_sigint(task: Any) -> None:
     found = records(_read_until_end(process))
     assert found[-1]["reason"] == "task-ended", found
     assert gone(sampler_pid)
+
+
+def test_the_key_is_read_on_stdin_and_nothing_else_starts_a_sampler() -> None:
+    def key_from(data: bytes) -> str:
+        read, write = os.pipe()
+        os.write(write, data)
+        os.close(write)
+        try:
+            return sampler.read_key(read)
+        finally:
+            os.close(read)
+
+    assert key_from(KEY.encode() + b"\n") == KEY
+    assert key_from(KEY.encode()) == KEY
+    for wrong in (b"", b"\n", b"0" * 31 + b"\n", KEY.upper().encode() + b"\n", b"x" * 5000):
+        with pytest.raises(ValueError, match="no report key on stdin"):
+            key_from(wrong)
+    # Run as its own command with nothing on stdin: one line on stderr, no record, exit 0.
+    done = subprocess.run([sys.executable, "-S", "-m", "envbuild.report.sampler", "--interval", "1", "--task-pid",
+                           str(os.getpid()), "--step-pid", str(os.getpid())], stdin=subprocess.DEVNULL,
+                          capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=30, check=False)
+    assert done.returncode == 0 and wire.MARKER_BYTES not in done.stderr, done.stderr
+    assert done.stderr.decode().startswith("envrun: report sampler: ValueError: no report key on stdin")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := procs.read_stat(int(entry))) is not None and stat.ppid == pid:
+            found.append(int(entry))
+    return found
+
+
+def test_the_program_never_has_the_key(task: Any) -> None:
+    """The shim hands the key to the sampler on its stdin: the program (the task's root after exec, the ranks it
+    started) has it neither in its environment nor on its argv, and nor has the sampler (whose environment and
+    argv the program could read in /proc)."""
+    process, sampler_pid = task(2)
+    assert records(process.stderr.readline())[0]["kind"] == "start"  # the sampler has its key, and uses it
+    root = process.pid
+    deadline = time.monotonic() + 5
+    while (stat := procs.read_stat(root)) is not None and stat.comm != "sleep" and time.monotonic() < deadline:
+        time.sleep(0.02)  # the shim has exec'd the program
+    ranks = [pid for pid in _children(root) if pid != sampler_pid]
+    assert len(ranks) == 2 and sampler_pid in _children(root)
+    for pid in (root, *ranks, sampler_pid):
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert REPORT_KEY_VARIABLE.encode() not in environ and KEY.encode() not in environ, pid
+        assert KEY.encode() not in cmdline, pid
+    assert b"RANK=1" in Path(f"/proc/{ranks[-1]}/environ").read_bytes() or \
+        b"RANK=1" in Path(f"/proc/{ranks[0]}/environ").read_bytes()  # the environments read are the ranks'

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from envbuild.report.stepreport import StepReport, expand_directory, target_directory
-from envbuild.report.wire import MARKER_BYTES, SCHEMA, encode
+from envbuild.report.wire import MARKER_BYTES, SCHEMA, encode, is_key
 
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "USER": "alice", "SLURM_ARRAY_JOB_ID": "4240",
        "SLURM_ARRAY_TASK_ID": "2"}
@@ -26,7 +26,13 @@ def test_a_second_step_of_the_job_keeps_the_first_steps_report(tmp_path: Path) -
 
 
 def payloads(*records: dict[str, object]) -> list[str]:
-    return [line[len(MARKER_BYTES) : -1].decode() for record in records for line in encode(record)]
+    key = "ab" * 16
+    return [line[len(MARKER_BYTES) + len(key) : -1].decode() for record in records for line in encode(record, key)]
+
+
+def test_every_step_has_its_own_key() -> None:
+    keys = {StepReport(command=("srun", "true"), environ={}).key for _ in range(20)}
+    assert len(keys) == 20 and all(is_key(key) for key in keys)
 
 
 def test_records_in_summary_and_files_out(tmp_path: Path) -> None:

@@ -74,12 +74,16 @@ def launch(request: RunRequest) -> None:
 
         if which(plan.argv[0], env.get("PATH", os.defpath)) is None:
             raise UsageError(f"{plan.argv[0]} is not on PATH", "load Slurm / apptainer or fix PATH")
+        from envbuild.launch.shims import REPORT_KEY_VARIABLE
+
         report = None
+        env.pop(REPORT_KEY_VARIABLE, None)  # only this step's: the host shim starts no sampler without it
         if plan.report:
             from envbuild.report.stepreport import StepReport
 
             report = StepReport(command=tuple(request.command), environ=os.environ,
                                 directory=report_directory(request, os.environ))
+            env[REPORT_KEY_VARIABLE] = report.key  # for the host shim, which hands it to the sampler only
         sys.exit(run_step(plan.argv, env, step=plan.step, time_limit=plan.time_limit, report=report))
     try:
         os.execvpe(plan.argv[0], list(plan.argv), env)  # noqa: S606 - argv passed as words, deliberately no shell
