@@ -7,11 +7,11 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from envbuild.safefiles import atomic_write
 from envbuild.catalogue.model import Catalogue, ImageEntry, render_json
 from envbuild.catalogue.page import JSON_NAME, render_page
 from envbuild.errors import EnvbuildError, ImageFormatError, UsageError
 from envbuild.inventory.facts import ImageFacts
+from envbuild.safefiles import open_dir, write_file
 
 IMAGE_SUFFIXES = (".sif", ".sqsh")  # SIF images and venv overlays
 PAGE_NAME = "index.html"
@@ -64,10 +64,13 @@ def write_site(directory: Path, catalogue: Catalogue) -> tuple[Path, Path]:
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"-o {directory}: is a file, not a directory", "give a directory for the page, e.g. -o site/")
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        fd = open_dir(directory, create=True)  # each file written through it: a link at a name is replaced
+        try:
+            write_file(JSON_NAME, render_json(catalogue), dir_fd=fd)
+            write_file(PAGE_NAME, render_page(catalogue), dir_fd=fd)
+        finally:
+            os.close(fd)
         page, data = directory / PAGE_NAME, directory / JSON_NAME
-        atomic_write(data, render_json(catalogue))
-        atomic_write(page, render_page(catalogue))
     except OSError as exc:
         raise EnvbuildError(f"-o {directory}: cannot write the catalogue: {exc.strerror or exc}",
                          "give a directory you can write to") from None

@@ -40,6 +40,7 @@ def import_command(recipe: Path, output: Path | None, fmt: str | None, system: s
     from envbuild.spec.load import load_spec_text
     from envbuild.spec.recipefiles import detect_format, spec_name_for
 
+    output = _file_or_stdout(output)
     if not recipe.is_file():
         raise UsageError(f"{recipe} does not exist or is not a file", "give the path of a .def file or a Dockerfile")
     text = recipe.read_text(encoding="utf-8", errors="replace")
@@ -55,9 +56,9 @@ def import_command(recipe: Path, output: Path | None, fmt: str | None, system: s
     if output is None:
         click.echo(rendered, nl=False)
         return
-    from envbuild.safefiles import atomic_write
+    from envbuild.safefiles import write_file
 
-    atomic_write(output, rendered.encode("utf-8"))
+    write_file(output, rendered)  # a link planted at the name is replaced; a device (/dev/null) written in place
     click.echo(f"wrote {output}" + (f" ({len(result.notes)} note(s) at the top: review them)" if result.notes else ""), err=True)
 
 
@@ -78,6 +79,7 @@ def export_command(spec: Path, fmt: RecipeFormat, output: Path | None, no_lock: 
     from envbuild.spec.load import load_spec
     from envbuild.spec.recipeexport import ExportInput, render_export
 
+    output = _file_or_stdout(output)
     loaded = load_spec(spec, check_host=False)
     pins, lock_source = None, None
     lock_file = lock_path_for(spec)
@@ -95,7 +97,12 @@ def export_command(spec: Path, fmt: RecipeFormat, output: Path | None, no_lock: 
     if output is None:
         sys.stdout.write(text)
         return
-    from envbuild.safefiles import atomic_write
+    from envbuild.safefiles import write_file
 
-    atomic_write(output, text.encode("utf-8"))
+    write_file(output, text)
     click.echo(f"wrote {output}", err=True)
+
+
+def _file_or_stdout(output: Path | None) -> Path | None:
+    """-o -: standard output, as everywhere in envbuild (None: print it)."""
+    return None if output is not None and str(output) == "-" else output

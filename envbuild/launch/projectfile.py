@@ -20,7 +20,6 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild.safefiles import atomic_write
 from envbuild.errors import SpecError
 from envbuild.launch.project import PROJECT_FILE
 
@@ -49,7 +48,7 @@ def update_project_file(directory: Path, *, image: str, overlays: tuple[str, ...
     spec_text = _relative(spec, directory)
     if not path.exists():
         lines = [_line(key, value, spec_text) for key, value in wanted.items()]
-        atomic_write(path, HEADER + "".join(line + "\n" for line in lines))
+        _write(directory, HEADER + "".join(line + "\n" for line in lines))
         return [f"wrote {name} ({', '.join(f'{k}: {render(v)}' for k, v in wanted.items())}): `envrun COMMAND` here runs in it"]
     untrusted = _untrusted(path)
     if untrusted:
@@ -92,8 +91,27 @@ def update_project_file(directory: Path, *, image: str, overlays: tuple[str, ...
         messages += _drop_old_overlays(lines, name)
     new_text = "".join(lines)
     if new_text != text:
-        atomic_write(path, new_text, mode=os.stat(path).st_mode & 0o7777)
+        _write(directory, new_text)
     return messages
+
+
+def _write(directory: Path, text: str) -> None:
+    """DIRECTORY/envrun.yaml replaced whole through the directory's descriptor (envbuild.safefiles.write_file:
+    a link planted at the name is replaced, never written through), keeping the mode of the file it replaces."""
+    import stat
+
+    from envbuild.safefiles import open_dir, write_file
+
+    fd = open_dir(directory)
+    try:
+        try:
+            info = os.stat(PROJECT_FILE, dir_fd=fd, follow_symlinks=False)
+            mode = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
+        except FileNotFoundError:
+            mode = None
+        write_file(PROJECT_FILE, text, mode=mode, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _untrusted(path: Path) -> Ignored | None:

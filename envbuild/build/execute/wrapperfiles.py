@@ -45,37 +45,61 @@ def venv_commands(venv_bin: str, root: str | None = None) -> list[str]:
 
 def is_replaceable_wrapper(path: Path) -> bool:
     """A wrapper may replace `path` only when nothing is there or envbuild wrote it."""
-    from envbuild.launch.wrappers import GENERATED_MARK
+    from envbuild.safefiles import open_dir
 
-    if not path.exists() and not path.is_symlink():
+    fd = open_dir(path.parent)
+    try:
+        return _replaceable_in(fd, path.name)
+    finally:
+        os.close(fd)
+
+
+def _replaceable_in(dir_fd: int, name: str) -> bool:
+    """is_replaceable_wrapper of the name `name` in the held directory: its first KB read without following a
+    link (a link, a device or anything but a regular file is someone else's)."""
+    import stat
+
+    from envbuild.errors import EnvbuildError
+    from envbuild.launch.wrappers import GENERATED_MARK
+    from envbuild.safefiles import read_file_nofollow
+
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
         return True
-    if path.is_symlink() or not path.is_file():
+    if not stat.S_ISREG(info.st_mode):
         return False
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return GENERATED_MARK in handle.read(1024)
-    except OSError:
+        data, _ = read_file_nofollow(dir_fd, name)
+    except (OSError, EnvbuildError):
         return False
+    return GENERATED_MARK in data[:1024].decode("utf-8", errors="replace")
 
 
 def write_run_wrappers(action: WriteRunWrappers) -> tuple[list[str], list[str]]:
     """Write a wrapper per command of the venv (and the extra commands) into `action.dest`; returns the
-    names written and the names kept because a file envbuild did not write was there."""
-    from envbuild.safefiles import atomic_write
+    names written and the names kept because a file envbuild did not write was there.
+
+    `dest` is OUTPUT_DIR/bin: its last component, envbuild's own name in the user's directory (a group
+    project, maybe), is opened without following a link and refused when another user made it, and every
+    wrapper is written through that descriptor: a bin/ planted as a link never gets wrappers in its target."""
     from envbuild.launch.wrappers import render_wrapper, wrapped_commands
     from envbuild.recipes.load import load_recipe
+    from envbuild.safefiles import open_below, write_file
 
     entries = [*venv_commands(action.venv_bin, action.venv_root), *action.extra_commands]
     recipe = load_recipe(action.system)
-    dest = Path(action.dest)
-    dest.mkdir(parents=True, exist_ok=True)
+    out_dir, bin_name = os.path.split(os.path.normpath(action.dest))
+    fd = open_below(out_dir or ".", (bin_name,), create=True)
     names, kept = [], []
-    for name in wrapped_commands(entries):
-        target = dest / name
-        if not is_replaceable_wrapper(target):
-            kept.append(name)  # someone else's file: never overwrite it
-            continue
-        atomic_write(target, render_wrapper(name, action.image, recipe, action.runtime_name, overlays=action.overlays),
-                     mode=0o755)
-        names.append(name)
+    try:
+        for name in wrapped_commands(entries):
+            if not _replaceable_in(fd, name):
+                kept.append(name)  # someone else's file: never overwrite it
+                continue
+            write_file(name, render_wrapper(name, action.image, recipe, action.runtime_name, overlays=action.overlays),
+                       mode=0o755, dir_fd=fd)
+            names.append(name)
+    finally:
+        os.close(fd)
     return names, kept

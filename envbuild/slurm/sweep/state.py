@@ -106,25 +106,33 @@ def load(directory: str, identity: dict[str, Any]) -> SweepState:
 
 
 def save(directory: str, state: SweepState) -> None:
-    from envbuild.safefiles import atomic_write
-
-    os.makedirs(directory, exist_ok=True)
     data = {"format": FORMAT, "identity": state.identity, "points": [asdict(p) for p in state.points],
             "runs": state.runs}
-    atomic_write(os.path.join(directory, STATE_FILE), json.dumps(data, indent=1, sort_keys=True) + "\n")
+    _write_files(directory, [(STATE_FILE, json.dumps(data, indent=1, sort_keys=True) + "\n")])
+
+
+def _write_files(directory: str, files: list[tuple[str, str | bytes]]) -> list[str]:
+    """Each (name, content) written into the report directory (made when missing) through one descriptor
+    of it (envbuild.safefiles.write_file: a link planted at a name is replaced, never written through); the
+    paths written."""
+    from envbuild.safefiles import open_dir, write_file
+
+    fd = open_dir(directory, create=True)
+    try:
+        for name, content in files:
+            write_file(name, content, dir_fd=fd)
+    finally:
+        os.close(fd)
+    return [os.path.join(directory, name) for name, _ in files]
 
 
 def write_reports(directory: str, rows: list[Row], identity: dict[str, Any],
                   warn: Callable[[str], object] | None = None) -> list[str]:
     """table.txt, table.csv, table.json, scaling.png (when a point finished) and report.html; the paths.
     The plot is the one part that may fail (matplotlib): the report is written without it, and `warn` says why."""
-    from envbuild.safefiles import atomic_write
-
-    written = []
-    for name, text in (("table.txt", render_text(rows)), ("table.csv", render_csv(rows)),
-                       ("table.json", render_json(rows, identity))):
-        atomic_write(os.path.join(directory, name), text)
-        written.append(os.path.join(directory, name))
+    files: list[tuple[str, str | bytes]] = [("table.txt", render_text(rows)), ("table.csv", render_csv(rows)),
+                                            ("table.json", render_json(rows, identity))]
+    written = _write_files(directory, files)
     png, no_plot = None, "fewer than one finished point"
     if any(r.time_s is not None for r in rows):
         try:
@@ -136,8 +144,7 @@ def write_reports(directory: str, rows: list[Row], identity: dict[str, Any],
             if warn is not None:
                 warn(f"no scaling plot ({no_plot}); the tables and report.html are written")
         else:
-            atomic_write(os.path.join(directory, "scaling.png"), png)
-            written.append(os.path.join(directory, "scaling.png"))
-    atomic_write(os.path.join(directory, "report.html"), render_html(rows, identity, png, no_plot, links_from=directory))
-    written.append(os.path.join(directory, "report.html"))
+            written += _write_files(directory, [("scaling.png", png)])
+    written += _write_files(directory, [("report.html", render_html(rows, identity, png, no_plot,
+                                                                    links_from=directory))])
     return written
