@@ -52,16 +52,15 @@ TIME_STAMP = re.compile(r"\d{8}-\d{6}")
 # The job report as envrun's step supervisor writes it at the end of `envrun --report DIR srun ...`: a recorded
 # step's records fed to StepReport, then finish() (python -I: nothing of the working directory is imported).
 REPORT_SCRIPT = f"""
-import sys
+import os, sys
 sys.path.insert(0, {str(REPO)!r})
 from envbuild.report.stepreport import StepReport
-from envbuild.report.wire import MARKER
-import os
+from envbuild.report.wire import StreamSplitter
 report = StepReport(command=("python", "train.py"), environ=os.environ, directory=sys.argv[1])
-lines = open({str(REPO / "tests/fixtures/report/eight-gpus-one-busy.stream")!r}).read().split("\\n")
-for line in lines[1:]:
-    if MARKER in line:
-        report.feed(line.split(MARKER, 1)[1])
+first, body = open({str(REPO / "tests/fixtures/report/eight-gpus-one-busy.stream")!r}, "rb").read().split(b"\\n", 1)
+head = dict(word.split("=") for word in first.decode().lstrip("# ").split())
+for payload in StreamSplitter(head["key"]).feed(body)[1]:
+    report.feed(payload)
 print(report.finish(0))
 """
 
