@@ -172,11 +172,11 @@ def lock_holder(root: Path, kind: str, name: str) -> str:
 def _open_locks_dir(path: Path, *, create: bool = True) -> int | None:
     """The descriptor of the store's `locks` directory holding `path`, opened below the store root without
     following a link (store.places): a link a member planted at `locks` is refused, never written through."""
-    from envbuild.store.places import open_store_dir
+    from envbuild.store.places import open_store_dir, open_store_root
 
     root = path.parent.parent
     try:
-        root_fd = safefiles.open_dir(root, create=create)
+        root_fd = open_store_root(root, create=create)
     except FileNotFoundError:
         if create:
             raise

@@ -32,7 +32,7 @@ class OpenStore:
 
     def __init__(self, root: Path | str, *, create: bool = False) -> None:
         self.root = Path(root)
-        self.fd = safefiles.open_dir(self.root, create=create)
+        self.fd = open_store_root(self.root, create=create)
         self.info = os.fstat(self.fd)
         self._dirs: dict[str, int] = {}
 
@@ -65,6 +65,51 @@ class OpenStore:
         if kind == "download":
             return self.fd
         return self.dir(ENTRY_DIRS.get(kind, kind), create=create)
+
+
+def open_store_root(root: Path | str, *, create: bool = False) -> int:
+    """The descriptor of the store root `root`. The path is the user's and is resolved as given, but for its
+    last component: when it lies in a directory others may write (a group project's `store`), a link there
+    that the user did not make is refused, since a member could point it at the user's files. The user's own
+    link (~/.cache/envbuild to a scratch file system) is followed. FileNotFoundError when it is missing and
+    not `create`."""
+    where = os.fspath(root)
+    parent, name = os.path.split(where.rstrip("/"))
+    if not name or name in (".", ".."):
+        return safefiles.open_dir(where, create=create)
+    parent_fd = _open_parent(parent or "/", create=create)
+    try:
+        try:
+            found = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            if not create:
+                raise
+            found = None
+        if found is not None and stat.S_ISLNK(found.st_mode):
+            if found.st_uid in (os.geteuid(), 0) or not safefiles.writable_by_others(os.fstat(parent_fd)):
+                return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)  # the user's own link, or root's
+            raise UnsafePlaceError(
+                f"the store {where} is a symbolic link made by {_user(found.st_uid)} in a directory others may "
+                "write: envbuild never follows it, since it could point at your files",
+                f"check who made it (ls -l {where}); remove the link and run again (envbuild makes the store "
+                "again), or give --cache-dir / $ENVBUILD_CACHE_DIR a store of your own")
+        # A store someone else made (a colleague's group store) is fine: its directories are judged below.
+        trusted = (found.st_uid,) if found is not None else ()
+        return safefiles.subdir(parent_fd, name, create=create, where=where, also_trusted=trusted)
+    finally:
+        os.close(parent_fd)
+
+
+def _open_parent(path: str, *, create: bool) -> int:
+    # O_PATH: the store's parent may be one the user can only pass through (0711, as /var/tmp/x or a home),
+    # not list; looking up, making and opening a name in it needs no more.
+    try:
+        return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if not create:
+            raise
+    safefiles.make_dirs(path)
+    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
 def open_store_dir(root_fd: int, root_info: os.stat_result, name: str, *, where: str,

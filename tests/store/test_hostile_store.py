@@ -94,6 +94,19 @@ def test_a_store_directory_planted_as_a_link_deletes_nothing_of_the_victims(scen
 
 
 @needs_root
+def test_a_store_root_planted_as_a_link_in_the_group_directory_is_refused(scene: Scene) -> None:
+    """Before: `project/store` replaced by a link to ~victim/canary/data had the build's locks, bases and
+    trash made among the victim's files, and their directories listed as the store's."""
+    store = group_store(scene)
+    before = scene.snapshot()
+    plant_link(store, scene.canary / "data", scene.gid)
+    code, out, err = sweep_as_victim(scene, store)
+    assert changes(before, scene.snapshot()) == []
+    assert code == 1, out + err
+    assert f"the store {store} is a symbolic link made by user envbuild-stranger" in err and "--cache-dir" in err
+
+
+@needs_root
 def test_cache_prune_refuses_a_trash_planted_as_a_link(scene: Scene) -> None:
 
     store = group_store(scene)
@@ -227,3 +240,14 @@ def test_touching_an_entry_never_follows_a_link_at_its_marker(tmp_path: Path) ->
     (entry / "last-used").unlink()
     touch_used(entry)
     assert (entry / "last-used").is_file() and time.time() - (entry / "last-used").stat().st_mtime < 60
+
+
+def test_the_users_own_link_as_the_store_is_followed(tmp_path: Path) -> None:
+    """~/.cache/envbuild as the user's link to a scratch file system: their own, so followed wherever it is."""
+    scratch = tmp_path / "scratch"
+    (scratch / "work" / "dead-1-aaaaaa").mkdir(parents=True)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "store").symlink_to(scratch)
+    assert [e.qualified_name for e in list_entries(shared / "store")] == ["work/dead-1-aaaaaa"]
