@@ -172,6 +172,9 @@ def test_report_partials_planted_for_the_coming_pids_overwrite_nothing(scene: Sc
 def test_sbatch_o_onto_an_attackers_link_writes_nothing_through_it(scene: Scene) -> None:
     scene.write_shared("env.sif", "image\n")
     plant_link(scene.shared / "job.sbatch", scene.canary_file, scene.gid)
+    next_pid = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    for pid in range(next_pid, next_pid + 400):  # and the partial names of the old writer, for the coming PIDs
+        (scene.shared / f".job.sbatch.partial-{pid}").symlink_to(scene.canary / ".bashrc")
     before = scene.snapshot()
     scene.run([ENVRUN, "sbatch", "--image", "env.sif", "-o", "job.sbatch", "--", "python", "train.py"])
     unharmed(scene, before, "envrun sbatch -o onto a link")
