@@ -21,6 +21,7 @@ from pathlib import Path
 
 from envbuild.safefiles import atomic_write
 from envbuild.store.layout import COMPLETE, CONTENT
+from envbuild.store.places import is_private_group as is_private_group  # its home is store.places
 
 RECORD_VERSION = 1
 _CHUNK = 1 << 20
@@ -113,23 +114,6 @@ def others_can_write(store_root: str | os.PathLike[str], entry_dir: str | os.Pat
         if info.st_mode & stat.S_IWGRP and not is_private_group(info.st_gid):
             return f"{path} is writable by its group ({_group_name(info.st_gid)})"
     return None
-
-
-def is_private_group(gid: int) -> bool:
-    """The user's own group, as Debian and Red Hat make one per user (named after them, their primary group,
-    no other members listed): with umask 002 their files are group-writable, and nobody else is in that
-    group. (That no other account has it as its primary group is assumed: listing every account is slow
-    where accounts come from a directory service.)"""
-    import grp
-    import pwd
-
-    if gid != os.getegid():
-        return False
-    try:
-        me, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(gid)
-    except KeyError:
-        return False
-    return group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}
 
 
 def _user_name(uid: int) -> str:

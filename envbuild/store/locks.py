@@ -16,7 +16,6 @@ import errno
 import fcntl
 import os
 import socket
-import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -201,39 +200,13 @@ def _open_lock_file(path: Path) -> int:
 
 
 def _open_in(locks: int, path: Path) -> int:
-    # O_NOFOLLOW: a link planted at a lock's name (to a file of yours) is refused, never truncated by
-    # _write_holder. O_NONBLOCK: a FIFO planted there does not hang the open.
-    flags = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    # 0o666 (less the umask): a store shared by a project's group must let every member lock it. A link, FIFO
+    # or hard link planted at a lock's name is refused (UnsafePlaceError), never truncated by _write_holder.
     try:
-        # 0o666 (less the umask): a store shared by a project's group must let every member lock it.
-        fd = os.open(path.name, os.O_RDWR | os.O_CREAT | flags, 0o666, dir_fd=locks)
-    except PermissionError:
-        fd = -1
+        return safefiles.open_lock_at(locks, path.name, mode=0o666, where=str(path))
     except OSError as exc:
-        raise _unusable_lock(path, exc) from None
-    if fd < 0:
-        try:
-            # Another user's lock file we may not write: flock works on a read-only descriptor too.
-            fd = os.open(path.name, os.O_RDONLY | flags, dir_fd=locks)
-        except OSError as exc:
-            raise _unusable_lock(path, exc) from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-        # A FIFO, or a hard link to a file elsewhere: not a lock file envbuild made, and never truncated.
-        os.close(fd)
-        raise EnvbuildError(f"the lock file {path} is not one envbuild made ("
-                            f"{'not a regular file' if not stat.S_ISREG(info.st_mode) else 'a hard link to another file'})",
-                            f"check who made it (ls -l {path}) and remove it; envbuild makes it again")
-    return fd
-
-
-def _unusable_lock(path: Path, exc: OSError) -> EnvbuildError:
-    if exc.errno == errno.ELOOP:
-        return EnvbuildError(f"the lock file {path} is a symbolic link: envbuild never writes through a link in "
-                             "a store others may write",
-                             f"check who made it (ls -l {path}) and remove it; envbuild makes the lock file again")
-    return EnvbuildError(f"cannot open the lock file {path}: {exc.strerror}",
-                         "make the store writable or point --cache-dir / $ENVBUILD_CACHE_DIR elsewhere")
+        raise EnvbuildError(f"cannot open the lock file {path}: {exc.strerror}",
+                            "make the store writable or point --cache-dir / $ENVBUILD_CACHE_DIR elsewhere") from None
 
 
 def _flock(fd: int, path: Path, *, blocking: bool, shared: bool = False) -> bool:

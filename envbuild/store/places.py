@@ -148,11 +148,26 @@ def others_may_write(info: os.stat_result) -> bool:
     """Whether someone besides the user (or root) may create or remove names in a directory with this stat:
     it is someone else's, writable by every user, or writable by a group that is not the user's own private
     group (Debian and Red Hat give each user one: with umask 002 their directories are group-writable)."""
-    from envbuild.store.integrity import is_private_group
-
     if info.st_uid not in (os.geteuid(), 0) or info.st_mode & stat.S_IWOTH:
         return True
     return bool(info.st_mode & stat.S_IWGRP) and not is_private_group(info.st_gid)
+
+
+def is_private_group(gid: int) -> bool:
+    """The user's own group, as Debian and Red Hat make one per user (named after them, their primary group,
+    no other members listed): with umask 002 their files are group-writable, and nobody else is in that
+    group. (That no other account has it as its primary group is assumed: listing every account is slow
+    where accounts come from a directory service.)"""
+    import grp
+    import pwd
+
+    if gid != os.getegid():
+        return False
+    try:
+        me, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}
 
 
 def _follow_own_link(root_fd: int, root_info: os.stat_result, name: str, link: os.stat_result, where: str) -> int | None:
