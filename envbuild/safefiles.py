@@ -333,6 +333,35 @@ def open_append_at(dir_fd: int, name: str, *, mode: int = 0o600) -> int:
     return fd
 
 
+def open_lock_at(dir_fd: int, name: str, *, mode: int = 0o666, where: str = "") -> int:
+    """A descriptor to flock the lock file `name` in the held directory `dir_fd` (a store's locks/), made when
+    missing (`mode` less the umask: a group store's members must all lock it), read-write where the caller may
+    write it, else read-only (flock works on either). Never through a link (O_NOFOLLOW), never a FIFO, device
+    or a hard link to a file elsewhere (its holder line would be written over that file): refused with
+    UnsafePlaceError. Other failures are the OSError."""
+    _check_name(name)
+    where = where or name
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | flags, mode, dir_fd=dir_fd)
+        except PermissionError:
+            fd = os.open(name, os.O_RDONLY | flags, dir_fd=dir_fd)  # another member's lock file
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePlaceError(f"the lock file {where} is a symbolic link: envbuild never writes through a link "
+                                   "in a place others may write",
+                                   f"check who made it (ls -l {where}) and remove it; envbuild makes it again") from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else "a hard link to another file"
+        raise UnsafePlaceError(f"the lock file {where} is not one envbuild made ({what})",
+                               f"check who made it (ls -l {where}) and remove it; envbuild makes it again")
+    return fd
+
+
 def touch(path: str | os.PathLike[str]) -> None:
     """Make the empty file `path` if it is not there (a marker); an existing name, in any form, is kept."""
     directory, name = os.path.split(os.fspath(path))
