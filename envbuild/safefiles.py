@@ -58,7 +58,7 @@ def open_dir(path: str | os.PathLike[str], *, create: bool = False, mode: int = 
     relative to its parent without following a link, so one planted there meanwhile is refused."""
     path = os.fspath(path) or "."
     try:
-        return os.open(path, _DIR_FLAGS)
+        return _open_dir_fd(path, 0)
     except FileNotFoundError:
         if not create:
             raise
@@ -82,7 +82,7 @@ def subdir(parent_fd: int, name: str, *, create: bool = False, mode: int = 0o777
         except FileExistsError:
             pass
     try:
-        fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
+        fd = _open_dir_fd(name, os.O_NOFOLLOW, dir_fd=parent_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             kind = "a symbolic link" if _is_link(parent_fd, name) else "not a directory"
@@ -98,6 +98,15 @@ def subdir(parent_fd: int, name: str, *, create: bool = False, mode: int = 0o777
             "what is written there could be swapped",
             f"check who made it (ls -ld {where or name}); remove it, or ask its owner to, and run again")
     return fd
+
+
+def _open_dir_fd(path: str, extra: int, *, dir_fd: int | None = None) -> int:
+    """os.open of a directory; one the caller may only pass through (mode 0711: no read) is opened O_PATH,
+    which serves every *at call by name, fstat included (listing it needs read permission anyway)."""
+    try:
+        return os.open(path, _DIR_FLAGS | extra, dir_fd=dir_fd)
+    except PermissionError:
+        return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC | extra, dir_fd=dir_fd)
 
 
 def _is_link(parent_fd: int, name: str) -> bool:

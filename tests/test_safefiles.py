@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from envbuild.errors import EnvbuildError
 from envbuild.safefiles import atomic_write
+from tests.conftest import REPO
 
 
 def test_atomic_write_replaces_the_file_and_leaves_no_partial(tmp_path: Path) -> None:
@@ -126,3 +128,30 @@ def test_open_dir_create_never_follows_a_link_planted_below(tmp_path: Path) -> N
     safefiles.make_dirs(tmp_path / "mine" / "out" / "jobs")
     assert (project / "out" / "jobs").is_dir()
     assert list(victim.iterdir()) == []
+
+
+def test_a_directory_the_user_may_only_pass_through_still_works(tmp_path: Path) -> None:
+    """A directory without read permission (0711, 0300): opened O_PATH, which serves every name lookup in it."""
+    from tests.support.trust_accounts import as_user, unprivileged
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make the directory another user's")
+    import shutil
+    import tempfile
+
+    account = unprivileged()
+    top = Path(tempfile.mkdtemp(prefix="envbuild-passthrough-", dir="/tmp"))  # pytest's own tmp is root's 0700
+    try:
+        top.chmod(0o755)
+        outer = top / "passthrough"
+        (outer / "inner").mkdir(parents=True)
+        os.chown(outer / "inner", account.pw_uid, account.pw_gid)
+        (outer / "inner").chmod(0o300)  # the user's own, to write in but not to list: no O_RDONLY descriptor
+        outer.chmod(0o711)
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); from envbuild import safefiles; "
+                "safefiles.write_file(sys.argv[2], 'ok'); print(open(sys.argv[2]).read())")
+        done = as_user(account, [sys.executable, "-I", "-c", code, str(REPO), str(outer / "inner" / "f")], cwd=Path("/"))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "ok\n"
+    finally:
+        shutil.rmtree(top)

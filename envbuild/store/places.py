@@ -225,3 +225,26 @@ def open_entry_path(entry_dir: Path | str) -> int | None:
     with OpenStore(entry.parent.parent) as store:
         kind_fd = store.dir(entry.parent.name)
         return None if kind_fd is None else open_entry(kind_fd, entry.name)
+
+
+def refuse_linked_entry(root: Path | str, kind: str, name: str) -> None:
+    """Before a build makes or fills the entry `name` of `kind` (under its lock): the entry, if there, must be a
+    real directory of the store, reached through the store's own directories (no link anywhere below the
+    root). A member who swapped the entry for a link to another user's files would have the build write and
+    then clean up there. Raises UnsafePlaceError naming the link and the fix."""
+    if kind == "download":
+        return
+    with OpenStore(root, create=True) as store:
+        kind_fd = store.kind_dir(kind, create=True)
+        if kind_fd is None:
+            return
+        try:
+            info = os.stat(name, dir_fd=kind_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(info.st_mode):
+            where = str(Path(root) / ENTRY_DIRS.get(kind, kind) / name)
+            what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a directory"
+            raise UnsafePlaceError(
+                f"the store entry {where} is {what}: a build never writes into an entry through a link",
+                f"check who made it (ls -l {where}), then remove it (rm {where}); the build makes the entry again")

@@ -35,7 +35,10 @@ def find_cotainr() -> CotainrTool:
         raise EnvbuildError("cotainr is not installed in envbuild's Python environment",
                             f"install it: {sys.executable} -m pip install 'cotainr>=2025.7.1,<2026' "
                             "(pip install . of envbuild brings it)") from None
-    return CotainrTool(argv=(sys.executable, "-m", "cotainr"), version=found)
+    from envbuild.host.pythonstart import isolation_flags
+
+    # Never with the working directory (a project others may write) on its sys.path (issue 40).
+    return CotainrTool(argv=(sys.executable, *isolation_flags(), "-m", "cotainr"), version=found)
 
 
 def check_pip_part(loaded: LoadedSpec, recipe: SystemRecipe, base: str) -> list[str]:
@@ -158,6 +161,9 @@ class CondaBuildSession(Session):
                                  keep_work=self.options.keep_work, out=self.out, quiet=self.options.quiet,
                                  heartbeat_s=self.options.heartbeat_s, started=started)
         with entry_lock(store_root, "image", plan.layers.image_entry, on_wait=lambda m: self._say(m)):
+            from envbuild.store.places import refuse_linked_entry
+
+            refuse_linked_entry(store_root, "image", plan.layers.image_entry)  # never written through a member's link
             executor.execute(plan)
             from envbuild.app.build.storetrust import record_stored_file
 

@@ -156,6 +156,9 @@ class BuildSession(Session):
         touch_used(Path(base.entry))
         # One build per image: concurrent builds of the same spec wait here, then reuse the result.
         with entry_lock(store_root, "image", layers.image_entry, on_wait=lambda m: self._say(f"{m}; will reuse its image")):
+            from envbuild.store.places import refuse_linked_entry
+
+            refuse_linked_entry(store_root, "image", layers.image_entry)  # never written through a member's link
             if image_key_of(output) == layers.image_key:
                 self._finish_up_to_date(request, layers, started)
                 return output
@@ -265,6 +268,9 @@ def _check_env_layer(store_root: Path, entry_dir: str, *, say: Callable[[str], N
 
     entry = EntryPaths(entry_dir)
     with entry_lock(store_root, "env", os.path.basename(entry_dir), on_wait=say):
+        from envbuild.store.places import refuse_linked_entry
+
+        refuse_linked_entry(store_root, "env", os.path.basename(entry_dir))  # never written through a member's link
         checked = ahead.verdict(os.path.basename(entry_dir)) if ahead else None
         if os.path.exists(entry.complete) and not take_env_layer(store_root, entry_dir, say=say, checked=checked,
                                                                  instead="building it again"):

@@ -102,6 +102,9 @@ class OverlaySession(Session):
         self._report(probe, plan)
         entry = StorePaths(str(store_root)).overlay(plan.entry)
         with entry_lock(store_root, "overlay", plan.entry, on_wait=lambda m: self._say(f"{m}; will reuse its overlay")):
+            from envbuild.store.places import refuse_linked_entry
+
+            refuse_linked_entry(store_root, "overlay", plan.entry)  # never written through a member's link
             if _overlay_key_of(output) == plan.key:
                 self._say(f"{output} is up to date (overlay {plan.key[:16]})")
                 self._note_project(request, output)

@@ -152,6 +152,9 @@ class BuildExecutor:
 
         kind, name = step.lock
         with entry_lock(self.store_root, kind, name, on_wait=lambda message: self._say(f"{label}: {message}")):
+            from envbuild.store.places import refuse_linked_entry
+
+            refuse_linked_entry(self.store_root, kind, name)  # a member's link there would take the writes elsewhere
             self._run_unlocked(step, label)
 
     def _run_unlocked(self, step: Step, label: str) -> None:
