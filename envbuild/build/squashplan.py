@@ -13,6 +13,11 @@ from envbuild.store.layout import EntryPaths
 
 NICE = ("nice", "-n", "10")  # what runs beside the tests of a layered build (squash_with_manifest)
 OBJECTS_DIR = "sif-objects"  # under the work dir: the definition, metadata and arch the writer's helper finds
+# Where envbuild's own helpers (`python -m envbuild.sif...`) run: `-m` puts the working directory first on
+# sys.path, and the user's (a project others may write) could hold a json.py or an envbuild/ (issue 40). Only
+# root may write /; the helpers' paths are absolute, and envbuild is found as the build's own Python finds it
+# (its site-packages, or the checkout bin/envbuild puts on $PYTHONPATH).
+HELPER_CWD = "/"
 
 
 def squash_actions(sandbox: str, output_partial: str, *, compression: str = "gzip", processors: int | None = None,
@@ -43,11 +48,12 @@ def squash_actions(sandbox: str, output_partial: str, *, compression: str = "gzi
         MakeDirs((objects,)),
         # Before the long squash, so that a runtime that cannot inspect the sandbox fails early.
         Run((*helper, "metadata", "--runtime", runtime_path, "--sandbox", sandbox, *(("--upper", upper) if upper else ()),
-             "--out", objects)),
+             "--out", objects), cwd=HELPER_CWD),
         Run(mksquashfs_argv(sandbox, output_partial, compression=compression, processors=processors,
                             source_date_epoch=source_date_epoch, all_root=all_root, mksquashfs=mksquashfs)),
         Run((*helper, "assemble", "--objects", objects, "--offset", str(PARTITION_OFFSET),
-             *(("--epoch", str(source_date_epoch)) if source_date_epoch is not None else ()), output_partial)),
+             *(("--epoch", str(source_date_epoch)) if source_date_epoch is not None else ()), output_partial),
+            cwd=HELPER_CWD),
     ]
     return tuple(actions)
 
@@ -62,7 +68,7 @@ def squash_with_manifest(squash: tuple[Action, ...], *, sandbox: str, partial: s
     manifest_out = EntryPaths(entry_dir).manifest
     common = ("--compression", compression, *(("--all-root",) if all_root else ()))
     if parent_dir is None:
-        return (*squash, Run((python, "-m", "envbuild.sif.manifest", *common, sandbox, manifest_out)))
+        return (*squash, Run((python, "-m", "envbuild.sif.manifest", *common, sandbox, manifest_out), cwd=HELPER_CWD))
     # The spec's tests, beside these, are a layered build's longest path (one imports torch, transformers and
     # lightning, slower at equal priority with the rest of this step than with this step niced); this step's
     # shorter work then takes the CPU they leave.
@@ -73,4 +79,5 @@ def squash_with_manifest(squash: tuple[Action, ...], *, sandbox: str, partial: s
         "--parent-sif", EntryPaths(parent_dir).image,
         "--manifest", EntryPaths(parent_dir).manifest, "--manifest-out", manifest_out, "--objects", f"{work}/{OBJECTS_DIR}",
         "--work", work, *common, *(("--processors", str(processors)) if processors else ()),
-        *(("--epoch", str(source_date_epoch)) if source_date_epoch is not None else ()), "--runtime", runtime, partial)))
+        *(("--epoch", str(source_date_epoch)) if source_date_epoch is not None else ()), "--runtime", runtime, partial),
+        cwd=HELPER_CWD))

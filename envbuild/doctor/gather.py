@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,7 @@ from envbuild.doctor.findings import DoctorReport, Finding, fail, info, ok, warn
 from envbuild.doctor.hostrecord import CACHE_VARIABLES, HostRecord, capture_host, join_record_lines
 from envbuild.doctor.imagefacts import ImageFacts, image_facts
 from envbuild.errors import EnvbuildError
+from envbuild.host.pythonstart import isolated_module
 
 if TYPE_CHECKING:
     from envbuild.launch.trust import Ignored
@@ -120,7 +120,7 @@ def wanted(setting: Setting, environ: dict[str, str]) -> tuple[list[str], list[s
 
 
 def envrun_argv(setting: Setting) -> list[str]:
-    argv = [sys.executable, "-m", "envbuild.cli.envrun_main", "--system", setting.recipe.name]
+    argv = [*isolated_module("envbuild.cli.envrun_main"), "--system", setting.recipe.name]
     if setting.image:
         argv += ["--image", setting.image]
     for path, _mount in setting.overlays:
@@ -154,7 +154,7 @@ def job_node_records(request: DoctorRequest, nodes: int) -> tuple[list[HostRecor
     """One record per node of the job, from a step of one task per node (srun --overlap: it runs next to
     whatever the job is already running)."""
     argv = ["srun", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-            sys.executable, "-m", "envbuild.cli.envrun_main", "doctor", "--node-record"]
+            *isolated_module("envbuild.cli.envrun_main"), "doctor", "--node-record"]
     if request.image:
         argv += ["--image", request.image]
     for overlay in request.overlays:

@@ -13,7 +13,7 @@
 export OMP_NUM_THREADS=1
 export TOKENIZERS_PARALLELISM=false
 exec srun --ntasks-per-node=16 --cpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 /bin/sh -c 'envrun_report_key=${ENVRUN_REPORT_KEY:-}; unset ENVRUN_REPORT_KEY
-if [ -n "$envrun_report_key" ] && [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild /opt/envbuild/.venv/bin/python -m envbuild.report.sampler --interval 5 --task-pid $$ --step-pid "$PPID" >/dev/null <<envrun_report_key &
+if [ -n "$envrun_report_key" ] && [ "${SLURM_LOCALID:-0}" = 0 ]; then /opt/envbuild/.venv/bin/python -I -c '"'"'import sys; sys.path.insert(0, sys.argv[1]); del sys.argv[:2]; import runpy; runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)'"'"' /opt/envbuild envbuild.report.sampler --interval 5 --task-pid $$ --step-pid "$PPID" >/dev/null <<envrun_report_key &
 $envrun_report_key
 envrun_report_key
 fi

@@ -24,7 +24,7 @@ export TOKENIZERS_PARALLELISM=false
 export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
 export FI_MR_CACHE_MONITOR=userfaultfd
 exec srun --ntasks-per-node=1 --cpus-per-task=112 --kill-on-bad-exit=1 /bin/sh -c 'envrun_report_key=${ENVRUN_REPORT_KEY:-}; unset ENVRUN_REPORT_KEY
-if [ -n "$envrun_report_key" ] && [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild /opt/envbuild/.venv/bin/python -m envbuild.report.sampler --interval 5 --task-pid $$ --step-pid "$PPID" >/dev/null <<envrun_report_key &
+if [ -n "$envrun_report_key" ] && [ "${SLURM_LOCALID:-0}" = 0 ]; then /opt/envbuild/.venv/bin/python -I -c '"'"'import sys; sys.path.insert(0, sys.argv[1]); del sys.argv[:2]; import runpy; runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)'"'"' /opt/envbuild envbuild.report.sampler --interval 5 --task-pid $$ --step-pid "$PPID" >/dev/null <<envrun_report_key &
 $envrun_report_key
 envrun_report_key
 fi

@@ -14,6 +14,7 @@ import pytest
 from envbuild.errors import UsageError
 from envbuild.host.facts import Runtime
 from envbuild.host.node import HostNode
+from envbuild.host.pythonstart import isolated_module
 from envbuild.launch.allocation import read_allocation
 from envbuild.launch.args import split_srun
 from envbuild.launch.plan import LaunchRequest, plan_launch
@@ -63,9 +64,10 @@ def plan(*command: str, system: str = "local", environ: dict[str, str] | None = 
     ))
 
 
-# What envbuild.app.run.launch.report_sampler gives for an envbuild installed in /opt/envbuild (issue 32)
-REPORT_SAMPLER = ("env", "PYTHONPATH=/opt/envbuild", "/opt/envbuild/.venv/bin/python", "-m", "envbuild.report.sampler",
-                  "--interval", "5")
+# What envbuild.app.run.launch.report_sampler gives for an envbuild installed in /opt/envbuild (issue 32): isolated
+# from the step's working directory (issue 40)
+REPORT_SAMPLER = isolated_module("envbuild.report.sampler", "--interval", "5", python="/opt/envbuild/.venv/bin/python",
+                                 root="/opt/envbuild")
 
 
 # What envbuild.launch.runscript says of a LUMI AI Factory image (its OCI entrypoint, laifs-container-recipes)
@@ -144,7 +146,7 @@ def test_report_sampler_only_where_envrun_reads_the_tasks_stderr() -> None:
     whose stderr srun writes to a file gets no sampler, and the plan says why."""
     with_report = plan("srun", "python", "train.py", environ=LOCAL_FULL, report=True)
     assert with_report.report and "envbuild.report.sampler" in with_report.script()
-    assert ('if [ -n "$envrun_report_key" ] && [ "${SLURM_LOCALID:-0}" = 0 ]; then env PYTHONPATH=/opt/envbuild'
+    assert ('if [ -n "$envrun_report_key" ] && [ "${SLURM_LOCALID:-0}" = 0 ]; then /opt/envbuild/.venv/bin/python -I -c'
             in with_report.script())  # only with the step's report key (envbuild.launch.shims.sampler_start_lines)
     for opts in (("--pty",), ("--error=err-%t.txt",), ("-o", "out.txt")):
         p = plan("srun", *opts, "python", "train.py", environ=LOCAL_FULL, report=True)

@@ -168,7 +168,8 @@ def report_sampler(request: RunRequest, environ: Mapping[str, str]) -> tuple[str
     seconds = parse_duration(given or REPORT_INTERVAL, given_from, bare="s")
     if seconds < 1:
         raise UsageError(f"{given_from} {given}: under a second between samples", "give 1s or more, e.g. 5s")
-    import envbuild
+    from envbuild.host.pythonstart import isolated_module
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(envbuild.__file__)))  # what holds the envbuild package
-    return ("env", f"PYTHONPATH={root}", sys.executable, "-m", "envbuild.report.sampler", "--interval", str(seconds))
+    # -I with this envbuild put on sys.path explicitly: the step's working directory (a json.py or an envbuild/
+    # there) is never on it (issue 40).
+    return isolated_module("envbuild.report.sampler", "--interval", str(seconds))
