@@ -53,21 +53,46 @@ def owned_by_stranger(info: os.stat_result, *, also: tuple[int, ...] = ()) -> bo
 # --- directories ------------------------------------------------------------------------------------------
 
 def open_dir(path: str | os.PathLike[str], *, create: bool = False, mode: int = 0o777) -> int:
-    """A descriptor of the directory `path` (close it). The components that exist are resolved as the user
-    gave them; with `create`, each missing one is made (mkdir with `mode`, less the umask) and opened
-    relative to its parent without following a link, so one planted there meanwhile is refused."""
+    """A descriptor of the directory `path` (close it), opened one component at a time. A link on the way is
+    followed only when it is the user's own (or root's), or lies in a directory nobody else may write: the
+    user's `/scratch -> /pfs/...` works, a link another member planted in a group directory at a name the
+    user was about to use is refused (UnsafePlaceError). With `create`, each missing component is made (mkdir
+    with `mode`, less the umask) and opened without following a link, so one planted meanwhile is refused."""
     path = os.fspath(path) or "."
+    absolute = path.startswith("/")
+    fd = _open_dir_fd("/" if absolute else ".", 0)
+    where = "/" if absolute else ""
     try:
-        return _open_dir_fd(path, 0)
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            where = os.path.join(where, part)
+            inner = _open_component(fd, part, create=create, mode=mode, where=where)
+            os.close(fd)
+            fd = inner
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_component(fd: int, part: str, *, create: bool, mode: int, where: str) -> int:
+    try:
+        return _open_dir_fd(part, os.O_NOFOLLOW, dir_fd=fd)
     except FileNotFoundError:
         if not create:
             raise
-    parent, name = os.path.split(path.rstrip("/") or "/")
-    parent_fd = open_dir(parent or ".", create=True, mode=mode)
-    try:
-        return subdir(parent_fd, name, create=True, mode=mode, where=path)
-    finally:
-        os.close(parent_fd)
+        return subdir(fd, part, create=True, mode=mode, where=where)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR) or not _is_link(fd, part):
+            raise
+    link = os.stat(part, dir_fd=fd, follow_symlinks=False)
+    if owned_by_stranger(link) and os.fstat(fd).st_mode & _GROUP_OR_OTHER_WRITE:
+        raise UnsafePlaceError(
+            f"{where} is a symbolic link made by uid {link.st_uid} (not you) in a directory others may write: "
+            "envbuild never follows a link someone else planted in a shared place",
+            f"check where it leads (ls -l {where}); remove it, or give the path it leads to")
+    return _open_dir_fd(part, 0, dir_fd=fd)
 
 
 def subdir(parent_fd: int, name: str, *, create: bool = False, mode: int = 0o777, where: str = "",
