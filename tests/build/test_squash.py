@@ -69,7 +69,8 @@ def test_squash_actions_golden() -> None:
         "cd / && /venv/bin/python -m envbuild.sif.writer metadata --runtime /usr/bin/apptainer --sandbox /w/sandbox --out /w/sif-objects",
         "env -u SOURCE_DATE_EPOCH mksquashfs /w/sandbox /o/img.sif.partial -noappend -comp zstd -Xcompression-level 3 "
         "-processors 4 -offset 32768 -mkfs-time 1700000000",
-        "cd / && /venv/bin/python -m envbuild.sif.writer assemble --objects /w/sif-objects --offset 32768 --epoch 1700000000 /o/img.sif.partial",
+        "cd / && /venv/bin/python -m envbuild.sif.writer assemble --objects /w/sif-objects --offset 32768 --epoch 1700000000 "
+        "/o/img.sif.partial",
     ]
     assert isinstance(actions[0], Remove) and isinstance(actions[1], MakeDirs)
     assert all(isinstance(a, Run) for a in actions[2:])
