@@ -108,22 +108,48 @@ def _site_seen(environ: Mapping[str, str]) -> str:
 
 def bash_syntax_error(text: str) -> tuple[int, str] | None:
     """bash -n's first complaint about the text as (line, message), or None when it parses (or there is no
-    bash to ask). bash reads it from stdin, with a time limit: a script is never run."""
+    bash to ask). bash reads it from stdin, with a time limit: a script is never run. Its stdin is a file in
+    memory (memfd), not a pipe: from a pipe bash reads a byte per system call, seconds for a script of megabytes;
+    from a file it can seek in, a buffer at a time."""
     import subprocess
 
     try:
-        parsed = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True, timeout=10, check=False)
+        payload = text.encode("utf-8", "surrogateescape")
+        script = _in_memory_file(payload)
+        try:
+            parsed = subprocess.run(["bash", "-n"], stdin=script, input=None if script is not None else payload,
+                                    capture_output=True, timeout=10, check=False)
+        finally:
+            if script is not None:
+                os.close(script)
     except (OSError, subprocess.TimeoutExpired, UnicodeError):
         return None
     if parsed.returncode == 0:
         return None
-    first = (parsed.stderr.strip().splitlines() or ["a syntax error"])[0]
+    first = (parsed.stderr.decode("utf-8", "replace").strip().splitlines() or ["a syntax error"])[0]
     message = first.removeprefix("bash: ")
     line = 0
     if message.startswith("line "):
         number, _, message = message[len("line "):].partition(": ")
         line = int(number) if number.isdigit() else 0
     return line, message
+
+
+def _in_memory_file(payload: bytes) -> int | None:
+    """A descriptor of an anonymous file holding `payload`, at its start; None where Linux's memfd is missing."""
+    try:
+        fd = os.memfd_create("envrun-check", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return None
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def render_report(name: str, report: CheckReport, site: str = "") -> str:
