@@ -38,6 +38,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     work.chmod(0o777)  # a directory others may write, as a group project (2770) is to its members
     (work / "env.sif").write_bytes(b"")
     monkeypatch.chdir(work)
+    monkeypatch.setenv("ENVRUN_TRUST_DIR", str(work))  # the user's group project, trusted for its env.sif
     monkeypatch.setenv("ENVRUN_CONFIG", str(tmp_path / "envrun-config.yaml"))
     (tmp_path / "envrun-config.yaml").write_text("batch: {time: '00:05:00'}\n")
     for name in ("SBATCH_ACCOUNT", "SLURM_ACCOUNT", "ENVRUN_IMAGE", "SLURM_JOB_ID"):
