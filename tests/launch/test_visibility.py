@@ -256,7 +256,7 @@ def test_envrun_sbatch_prints_the_warning_before_sbatch_and_refuses_a_system_pro
     monkeypatch.chdir(tmp_path / "proj")
     submitted: dict[str, str] = {}
 
-    def fake_submit(script: str, cwd: str) -> str:
+    def fake_submit(script: str, cwd: str, run: object = None) -> str:  # run: the stdin delivery (issue 40)
         submitted["stderr"] = capsys.readouterr().err  # what envrun sbatch printed before sbatch ran
         submitted["script"] = Path(script).read_text()
         return "42"
