@@ -90,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_renamed(mode, "--print", DRY_RUN, dest="dry_run")
     add_option(mode, OUTPUT, note="the batch script")
     add_renamed(mode, "--script", OUTPUT, dest="output")
-    mode.add_argument("--submit", action="store_true", help="submit it (written to -o FILE or .envrun/jobs/); "
-                      "prints the job id")
+    mode.add_argument("--submit", action="store_true", help="submit it (sbatch reads it on stdin; a copy is kept in "
+                      ".envrun/jobs/); prints the job id")
     mode.add_argument("--check", metavar="SCRIPT", help="check a batch script's #SBATCH and srun lines instead")
     parser.add_argument("--wait", action="store_true", help="with --submit: follow the output, exit with the job's code")
     parser.add_argument("--no-report", action="store_true",
