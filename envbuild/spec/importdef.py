@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import posixpath
 import re
-import shlex
 
 from envbuild.errors import UsageError
 from envbuild.spec.importargs import (
@@ -16,7 +15,7 @@ from envbuild.spec.importargs import (
     unused_build_args,
 )
 from envbuild.spec.importenv import carry_assignments
-from envbuild.spec.importshell import script_lines
+from envbuild.spec.importshell import script_lines, split_words
 from envbuild.spec.recipefiles import (
     ImportResult,
     SpecBuilder,
@@ -167,7 +166,7 @@ def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, bod
                 add_label(builder, offset, key, value.strip())
     elif section == "files":
         for offset, line in enumerate(body, number + 1):
-            words = shlex.split(line, comments=True)
+            words = split_words(line, comments=True)
             if words:
                 add_file(builder, offset, words[0], _files_dest(words), src_prefix, recipe=source,
                          context=f"the directory of {source}", written=f"%files {line.strip()}")
@@ -203,7 +202,7 @@ def _def_env_line(builder: SpecBuilder, number: int, line: str) -> None:
     if not text or text.startswith("#"):
         return
     try:
-        words = shlex.split(text.removeprefix("export ").strip(), comments=True)
+        words = split_words(text.removeprefix("export ").strip(), comments=True)
     except ValueError:
         words = []
     if words and text.startswith("export ") and all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", w) for w in words):

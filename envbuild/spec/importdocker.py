@@ -9,7 +9,7 @@ import shlex
 
 from envbuild.spec.importargs import check_image_reference, recipe_error, substitute_docker_args, unused_build_args
 from envbuild.spec.importenv import carry_assignments
-from envbuild.spec.importshell import HEREDOC, heredoc_delimiters
+from envbuild.spec.importshell import HEREDOC, heredoc_delimiters, split_words
 from envbuild.spec.model import VENV_PREFIX
 from envbuild.spec.recipefiles import (
     ImportResult,
@@ -39,12 +39,14 @@ def _docker_instructions(text: str) -> list[tuple[int, str, str]]:
     result: list[tuple[int, str, str]] = []
     pending: tuple[int, list[str]] | None = None
     heredoc: list[str] = []  # delimiters still to be read for the last instruction
+    body: list[str] = []  # its here-document lines, joined once at the end (adding each to the string was quadratic)
     for number, raw in enumerate(text.splitlines(), 1):
         if heredoc:
-            line, word, rest = result[-1]
-            result[-1] = (line, word, rest + "\n" + raw)
+            body.append(raw)
             if raw.strip() == heredoc[0]:
                 heredoc.pop(0)
+                if not heredoc:
+                    _append_body(result, body)
             continue
         stripped = raw.strip()
         if pending is None and (not stripped or stripped.startswith("#")):
@@ -63,11 +65,20 @@ def _docker_instructions(text: str) -> list[tuple[int, str, str]]:
         result.append((start, word.upper(), rest.strip()))
         if word.upper() in ("RUN", "COPY", "ADD") and not rest.lstrip().startswith("["):  # exec form: no here-documents
             heredoc = heredoc_delimiters(rest)
+    if heredoc:  # the file ended inside a here-document
+        _append_body(result, body)
     if pending:
         joined = " ".join(pending[1])
         word, _, rest = joined.partition(" ")
         result.append((pending[0], word.upper(), rest.strip()))
     return result
+
+
+def _append_body(result: list[tuple[int, str, str]], body: list[str]) -> None:
+    """The here-document lines read for the last instruction, added to its arguments; `body` is emptied."""
+    line, word, rest = result[-1]
+    result[-1] = (line, word, "\n".join([rest, *body]))
+    body.clear()
 
 
 def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args: dict[str, str] | None = None,
@@ -108,7 +119,7 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
             _docker_env(builder, number, rest)
         elif word in ("LABEL", "MAINTAINER"):
             pairs = [("maintainer", rest.strip("\"'"))] if word == "MAINTAINER" else \
-                [tuple(w.partition("=")[::2]) for w in shlex.split(rest)]
+                [tuple(w.partition("=")[::2]) for w in split_words(rest)]
             for key, value in pairs:
                 add_label(builder, number, key, value)
         elif word in ("COPY", "ADD") and "\n" in rest:
@@ -125,7 +136,7 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
 
 
 def _arg_names(rest: str) -> list[str]:
-    return [word.partition("=")[0] for word in shlex.split(rest)]
+    return [word.partition("=")[0] for word in split_words(rest)]
 
 
 def _declared_args(rest: str, build_args: dict[str, str], inherited: dict[str, str | None], source: str,
@@ -133,7 +144,7 @@ def _declared_args(rest: str, build_args: dict[str, str], inherited: dict[str, s
     """`ARG NAME[=default] ...` -> {NAME: value}: the --build-arg, else the default, else the value of the
     same ARG before FROM (Docker's rule for declaring it again in a stage), else None (no value)."""
     declared: dict[str, str | None] = {}
-    for word in shlex.split(rest):
+    for word in split_words(rest):
         key, sep, default = word.partition("=")
         if key in build_args:
             declared[key] = build_args[key]
@@ -226,7 +237,7 @@ def _docker_copy_heredoc(builder: SpecBuilder, number: int, word: str, rest: str
     """`COPY <<EOF /path` ... `EOF`: the file is written in post, its content byte for byte."""
     first, _, body = rest.partition("\n")
     heredocs = list(HEREDOC.finditer(first))
-    words = shlex.split(HEREDOC.sub("", first))
+    words = split_words(HEREDOC.sub("", first))
     modes = [w.split("=", 1)[1] for w in words if w.startswith("--chmod=")]
     dests = [w for w in words if not w.startswith("--")]
     content = body.rsplit("\n", 1)[0]
@@ -247,7 +258,7 @@ def _docker_copy_heredoc(builder: SpecBuilder, number: int, word: str, rest: str
 
 def _docker_copy(builder: SpecBuilder, number: int, word: str, rest: str, src_prefix: str, workdir: str,
                  source: str) -> None:
-    words = json.loads(rest) if rest.startswith("[") else shlex.split(rest)
+    words = json.loads(rest) if rest.startswith("[") else split_words(rest)
     mode = None
     options = [w for w in words if w.startswith("--")]
     words = [w for w in words if not w.startswith("--")]

@@ -11,6 +11,8 @@ instead of writing `$VAR` into a literal value. Pure: text in, entries or a reas
 from __future__ import annotations
 
 import re
+from collections import ChainMap
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -48,10 +50,21 @@ def split_assignments(text: str) -> list[tuple[str, list[str | _Ref]]]:
     return pairs
 
 
+# A run of characters with no meaning to the shell, outside and inside double quotes: taken whole, not a character
+# at a time (a 1 MB value of one part per character took quadratic time to join).
+_PLAIN_RUN = re.compile(r"""[^\s'"\\$`]+""")
+_QUOTED_RUN = re.compile(r"""[^"\\$`]+""")
+
+
 def _word(text: str, position: int) -> tuple[list[str | _Ref], int]:
     parts: list[str | _Ref] = []
     quoted = False
     while position < len(text):
+        run = (_QUOTED_RUN if quoted else _PLAIN_RUN).match(text, position)
+        if run:
+            parts.append(run.group())
+            position = run.end()
+            continue
         char = text[position]
         if char.isspace() and not quoted:
             break
@@ -103,25 +116,32 @@ def _reference(text: str, position: int) -> tuple[str | _Ref, int]:
     return "$", position + 1  # a lone $ (end of the value, `$ `) is literal to the shell too
 
 
-def env_entry(name: str, parts: list[str | _Ref], earlier: dict[str, EnvEntry], known: dict[str, str]) -> EnvEntry | None:
+def env_entry(name: str, parts: list[str | _Ref], earlier: Mapping[str, EnvEntry], known: Mapping[str, str]) -> EnvEntry | None:
     """The `env:` entry for `name=parts` after `earlier` entries of the same file and `known` values (build
     arguments): a literal value, {prepend:, append:}, None when it changes nothing (`PATH=$PATH`); an
-    EnvProblem where a part's value is not known here."""
+    EnvProblem where a part's value is not known here. Only the names the value refers to are looked up (a
+    copy of all earlier entries per assignment made a file of many ENV lines take quadratic time)."""
     before = earlier.get(name)
-    values = {**known, **{key: value for key, value in earlier.items() if isinstance(value, str)}}
-    pieces: list[str | _Ref] = []
+    pieces: list[str | _Ref] = []  # literal text joined, between the references to `name` itself
+    literal: list[str] = []
     for part in parts:
         if isinstance(part, _Ref) and part.name != name:
-            if part.name not in values:
+            value = _value_of(part.name, earlier, known)
+            if value is None:
                 why = "is added to, not set, in this file" if part.name in earlier else "is not set earlier in this file"
                 raise EnvProblem(f"${part.name} {why}, so its value is not known here; write the value in its place")
-            part = values[part.name]
+            part = value
         elif isinstance(part, _Ref) and isinstance(before, str):  # this file set it: its value is known
             part = {"": before, "before": ":" + before if before else "", "after": before + ":" if before else ""}[part.join]
-        if isinstance(part, str) and pieces and isinstance(pieces[-1], str):
-            pieces[-1] += part
-        else:
-            pieces.append(part)
+        if isinstance(part, str):
+            literal.append(part)
+            continue
+        if literal:
+            pieces.append("".join(literal))
+            literal = []
+        pieces.append(part)
+    if literal:
+        pieces.append("".join(literal))
     selves = [(index, part) for index, part in enumerate(pieces) if isinstance(part, _Ref)]
     if not selves:
         return "".join(p for p in pieces if isinstance(p, str))
@@ -132,6 +152,12 @@ def env_entry(name: str, parts: list[str | _Ref], earlier: dict[str, EnvEntry], 
     tail = "".join(p for p in pieces[at + 1:] if isinstance(p, str))
     edit = _edit(name, self_ref, head, tail)
     return _combined(before, edit)
+
+
+def _value_of(name: str, earlier: Mapping[str, EnvEntry], known: Mapping[str, str]) -> str | None:
+    """The value `name` has here: set earlier in the file (a literal value), else a known build argument."""
+    entry = earlier.get(name)
+    return entry if isinstance(entry, str) else known.get(name)
 
 
 def _edit(name: str, self_ref: _Ref, head: str, tail: str) -> dict[str, str]:
@@ -163,12 +189,13 @@ def _combined(before: EnvEntry | None, edit: dict[str, str]) -> EnvEntry | None:
 def apply_assignments(text: str, env: dict[str, EnvEntry], known: dict[str, str]) -> None:
     """Every assignment of `text` into `env` (the importer's entries so far), in order; an EnvProblem
     before any is made, so a line is carried whole or not at all."""
-    after = dict(env)
+    changes: dict[str, EnvEntry] = {}
+    after = ChainMap(changes, env)  # the line's own assignments over the earlier ones, without a copy of them
     for name, parts in split_assignments(text):
         entry = env_entry(name, parts, after, known)
         if entry is not None:
-            after[name] = entry
-    env.update(after)
+            changes[name] = entry
+    env.update(changes)
 
 
 def carry_assignments(env: dict[str, EnvEntry], text: str, known: dict[str, str]) -> str | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -26,7 +25,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuild.errors import UsageError
 from envbuild.spec.importargs import recipe_error
-from envbuild.spec.importshell import script_lines
+from envbuild.spec.importshell import script_lines, split_words
 
 if TYPE_CHECKING:
     from envbuild.spec.importenv import EnvEntry
@@ -40,7 +39,9 @@ HARMLESS_FLAGS = {"--no-cache-dir", "-U", "--upgrade", "-q", "--quiet", "-v", "-
 HARMLESS_WITH_VALUE = {"--progress-bar", "--root-user-action", "--upgrade-strategy"}
 PIP_INSTALL = re.compile(r"^(?:sudo\s+)?(?:(?P<py>\S*python[0-9.]*)\s+-m\s+pip|\S*pip[0-9.]*)\s+install\s+(?P<args>.*)$", re.S)
 VENV_LINE = re.compile(r"^(?P<py>\S+)\s+-m\s+venv\s+" + re.escape(VENV_PREFIX) + r"/?$")
-VARIANT_COMMENT = re.compile(r"\s+#\s*pytorch variant (?P<variant>\S+)\s*$")
+# (?<!\s): the blanks before the # are tried from the first of them only (from each, a long run of blanks was
+# read again: quadratic time).
+VARIANT_COMMENT = re.compile(r"(?<!\s)\s+#\s*pytorch variant (?P<variant>\S+)\s*$")
 SHORTHANDS = ("transformers", "lightning")
 
 
@@ -59,8 +60,9 @@ class ImportResult:
         return "\n".join(head) + "\n" + yaml.dump(self.spec, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000)
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """libyaml's emitter where PyYAML has it: the Python one takes seconds per megabyte of a here-document in post
+    (the same text, but for U+0085, which libyaml escapes)."""
 
 
 def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
@@ -111,7 +113,7 @@ class SpecBuilder:
         variant = VARIANT_COMMENT.search(logical)
         if variant:
             logical = logical[: variant.start()]
-        segments = [s.strip() for s in re.split(r"\s*&&\s*", logical)]
+        segments = [s.strip() for s in logical.split("&&")]  # not a regex: \s*&& was quadratic on long blanks
         kept = []
         for segment in segments:
             if not self._pip_segment(line, segment, variant["variant"] if variant else None):
@@ -127,7 +129,7 @@ class SpecBuilder:
         if not match:
             return False
         try:
-            words = shlex.split(match["args"], comments=True)
+            words = split_words(match["args"], comments=True)
         except ValueError:
             return False
         requirements, index_url, unknown = [], None, []

@@ -19,6 +19,7 @@ from envbuild.errors import UsageError
 from envbuild.launch.args import SRUN_LONG_WITH_VALUE, SRUN_SHORT_WITH_VALUE, split_srun
 from envbuild.slurm.check.programs import Program, classify_program
 from envbuild.slurm.check.shellwords import SimpleCommand, read_commands
+from envbuild.spec.importshell import split_words
 
 # sbatch's one-letter options and the long names they stand for
 SHORT_NAMES = {
@@ -173,49 +174,13 @@ def parse_script(text: str) -> BatchScript:
 # --- #SBATCH lines ------------------------------------------------------------------------------------
 
 
-# One part of an #SBATCH word, read as shlex(posix, whitespace_split, commenters="#") reads it: a run of plain
-# characters and escaped ones, a single-quoted string, a double-quoted one (no two ways to split any: an unclosed
-# quote fails without backtracking into other splits); or the blanks between words, or the `#` that ends them.
-_BARE = r"""[^ \t\r\n'"\\#]"""
-_DIRECTIVE_PART = re.compile(rf"""(?={_BARE}|\\.){_BARE}*(?:\\.{_BARE}*)*|'[^']*'|"[^"\\]*(?:\\.[^"\\]*)*"|(?P<blank>[ \t\r\n]+)"""
-                             r"""|(?P<hash>\#)""", re.DOTALL)
-_IN_DOUBLE_QUOTES = re.compile(r"""\\([\\"])""")
-_ESCAPED = re.compile(r"\\(.)", re.DOTALL)
-
-
 def directive_words(text: str) -> list[str]:
-    """The words of an #SBATCH line after the magic word; an unquoted `#` ends them. Read a part at a time
-    (shlex builds each word a character at a time, by string concatenation: a long quoted word took quadratic
-    time in its length)."""
-    words: list[str] = []
-    word: list[str] | None = None  # the parts of the word being read; None between words
-    position = 0
-    while position < len(text):
-        part = _DIRECTIVE_PART.match(text, position)
-        if part is None:  # an unclosed quote, a backslash at the end: sbatch takes the words as they are
-            return text.split("#", 1)[0].split()
-        position = part.end()
-        if part["blank"] is not None or part["hash"] is not None:
-            if word is not None:
-                words.append("".join(word))
-                word = None
-            if part["hash"] is not None:  # a comment, to the end of the line
-                end_of_line = text.find("\n", position)
-                position = len(text) if end_of_line < 0 else end_of_line
-            continue
-        piece = part.group()
-        if piece[0] == "'":
-            piece = piece[1:-1]
-        elif piece[0] == '"':
-            piece = "".join(_IN_DOUBLE_QUOTES.split(piece[1:-1]))  # split keeps the escaped character: joined, \" is "
-        elif "\\" in piece:
-            piece = "".join(_ESCAPED.split(piece))
-        if word is None:
-            word = []
-        word.append(piece)
-    if word is not None:
-        words.append("".join(word))
-    return words
+    """The words of an #SBATCH line after the magic word; an unquoted `#` ends them. Read as shlex reads them,
+    in linear time (envbuild.spec.importshell.split_words: shlex took quadratic time in a long quoted word)."""
+    try:
+        return split_words(text, comments=True)
+    except ValueError:  # an unclosed quote: sbatch takes the words as they are
+        return text.split("#", 1)[0].split()
 
 
 def long_name(name: str) -> str:
