@@ -120,6 +120,11 @@ class CopyFile:
     # The image tree `dest` lies in: the copy is made inside it (envbuild.imagetree.intree.copy_into_tree), the
     # source's permission bits kept (or `mode`), never widened.
     dest_root: str | None = None
+    # An image copied to the output: the files[] sources it holds (host paths), each with the readers (GROUP,
+    # OTHERS of envbuild.spec.model) its entry leaves to the source's bits. Whoever of them cannot read a source
+    # on this host gets no permission on the copy, from its creation on (anyone who can read an image can read
+    # every file in it).
+    private_sources: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         _check_inside(self.dest_root, self.dest)
@@ -128,7 +133,8 @@ class CopyFile:
         mode = f" (mode {self.mode:04o})" if self.mode is not None else ""
         when = ("  # ahead, for the output step; left to it when there is no room" if self.ahead else
                 "  # unless made ahead already" if self.unless_exists else "")
-        return f"copy {shlex.quote(self.src)} -> {shlex.quote(self.dest)}{mode}{when}"
+        private = "  # without permissions for those who cannot read its files[] sources" if self.private_sources else ""
+        return f"copy {shlex.quote(self.src)} -> {shlex.quote(self.dest)}{mode}{when}{private}"
 
 
 @dataclass(frozen=True)

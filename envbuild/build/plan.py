@@ -147,7 +147,8 @@ def start_tests(request: BuildRequest, sandbox: str, tests: tuple[str, ...], ove
 def _tests_beside(request: BuildRequest, sandbox: str, tests: tuple[str, ...], squash: tuple[Action, ...],
                   partial: str, output_partial: str | None) -> tuple[Action, ...]:
     """The squash's actions (and the output's copy of `partial`), then the wait for the tests started before."""
-    squash = (*squash, *((CopyFile(partial, output_partial, ahead=True),) if output_partial else ()))
+    squash = (*squash, *((CopyFile(partial, output_partial, ahead=True, private_sources=private_sources(request)),)
+                         if output_partial else ()))
     return (*squash, JoinBeside("test")) if tests else squash
 
 
@@ -160,8 +161,16 @@ def output_step(request: BuildRequest, store_image: str, title: str, *, made_ahe
     """Copy the image from the store to the output path, which changes at once from old to new. `made_ahead`:
     the squash step usually copied it already (image_steps); the copy here is for when it had no room."""
     output, partial = request.options.output, output_partial(request)
-    return Step("output", title, (CopyFile(store_image, partial, unless_exists=made_ahead), Rename(partial, output)),
-                cleanup=(Remove((partial,)),))
+    copy = CopyFile(store_image, partial, unless_exists=made_ahead, private_sources=private_sources(request))
+    return Step("output", title, (copy, Rename(partial, output)), cleanup=(Remove((partial,)),))
+
+
+def private_sources(request: BuildRequest) -> tuple[tuple[str, int], ...]:
+    """The files[] sources of the image whose readers are left to the source's bits (see CopyFile): the output
+    copy gives no permission to those who cannot read them on this host."""
+    spec, directory = request.source.spec, request.source.directory
+    return tuple((item.host_source(directory), item.readers_left_to_source) for item in spec.files
+                 if item.readers_left_to_source)
 
 
 def wrappers_step(request: BuildRequest, venv_bin: str, *, root: str | None = None) -> Step:

@@ -17,7 +17,7 @@ from envbuild.envnames import ENV_NAME_FIX
 from envbuild.errors import SpecError, SpecProblem
 from envbuild.host.secrets import secret_reason
 from envbuild.recipes.load import available_recipes, recipes_dir
-from envbuild.spec.model import FileCopy, Spec
+from envbuild.spec.model import GROUP, OTHERS, FileCopy, Spec
 from envbuild.yamlsource import FieldPath, LocatedDocument, load_yaml_file, parse_yaml_text
 
 if TYPE_CHECKING:
@@ -282,21 +282,70 @@ def file_source_problem(item: FileCopy, spec_dir: str) -> tuple[str, str] | None
 
 
 def _mode_warnings(document: LocatedDocument, loaded: LoadedSpec) -> list[SpecProblem]:
-    """files[] without a mode keep their source's bits (never widened): say where that leaves a file the other
-    users of the image cannot read, which a umask of 0007 or 0077 makes easy to miss."""
+    """files[] whose source the group or others cannot read on this host, and whose entry does not let them
+    (no `mode:`, or one without their read bit): the image keeps the file from them inside, but anyone who can
+    read the image file reads every file in it (unsquashfs), so the build writes the image file without their
+    read permission too (envbuild.build.execute.fsactions). Say so, where a umask of 0007 or 0077 or a private
+    directory (~/.ssh) makes it easy to miss."""
     warnings = []
     for index, item in enumerate(loaded.spec.files):
         source = item.host_source(str(loaded.directory.absolute()))
-        if item.mode is not None or not os.path.isfile(source):
+        if not os.path.lexists(source):
             continue
-        bits = os.stat(source).st_mode & 0o7777
-        if not bits & 0o004:
-            pos = document.position_of(("files", index, "src"))
-            warnings.append(SpecProblem(
-                document.file, pos.line, pos.column, f"files[{index}].src",
-                f"{item.src!r} is mode {bits:04o}: copied as it is, other users of the image cannot read it",
-                f"if they should, write `mode: '{bits | 0o444:04o}'` on this entry (or chmod o+r the file)"))
+        hidden = hidden_from(source) & item.readers_left_to_source
+        if not hidden:
+            continue
+        who = "others" if hidden == OTHERS else "its group and others" if hidden == GROUP | OTHERS else "its group"
+        pos = document.position_of(("files", index, "src"))
+        warnings.append(SpecProblem(
+            document.file, pos.line, pos.column, f"files[{index}].src",
+            f"{item.src!r} cannot be read by {who} on this host ({_modes_of(source)}): the image file is written "
+            f"without permissions for {who.removeprefix('its ')} too (0644 becomes {0o644 & ~hidden:04o}), as anyone "
+            "who can read an image can read every file in it",
+            "if they should read it, write `mode: '0644'` on this entry (or chmod the file); if not, keep it out of "
+            "the image and bind it at run time (envrun --bind)"))
     return warnings
+
+
+def hidden_from(source: str) -> int:
+    """The readers (GROUP, OTHERS) that cannot read the files[] source `source` on this host: the file (every file
+    and directory of a directory source) lacks their read bit, or the directory that holds it their search bit
+    (~/.ssh is 0700). Links are followed where the copy follows them (the source itself), not below it. What
+    cannot be looked at counts as hidden from both."""
+    try:
+        hidden = _lacking(os.stat(os.path.dirname(os.path.abspath(source))).st_mode, read=False, search=True)
+        info = os.stat(source)
+        if not os.path.isdir(source):
+            return hidden | _lacking(info.st_mode)
+        for root, _directories, files in os.walk(source):
+            hidden |= _lacking(os.stat(root).st_mode, search=True, read=True)
+            for name in files:
+                found = os.lstat(os.path.join(root, name))
+                if not os.path.islink(os.path.join(root, name)):
+                    hidden |= _lacking(found.st_mode)
+            if hidden == GROUP | OTHERS:
+                break
+        return hidden
+    except OSError:
+        return GROUP | OTHERS
+
+
+def _lacking(mode: int, *, read: bool = True, search: bool = False) -> int:
+    hidden = 0
+    for readers, read_bit, search_bit in ((GROUP, 0o040, 0o010), (OTHERS, 0o004, 0o001)):
+        if (read and not mode & read_bit) or (search and not mode & search_bit):
+            hidden |= readers
+    return hidden
+
+
+def _modes_of(source: str) -> str:
+    """'mode 0600, in a directory of mode 0700': what hides it."""
+    try:
+        own = os.stat(source).st_mode & 0o7777
+        directory = os.stat(os.path.dirname(os.path.abspath(source))).st_mode & 0o7777
+    except OSError as exc:
+        return f"cannot look at it: {exc.strerror}"
+    return f"mode {own:04o}, in a directory of mode {directory:04o}"
 
 
 def _host_problems(document: LocatedDocument, loaded: LoadedSpec) -> list[SpecProblem]:

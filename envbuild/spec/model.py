@@ -254,6 +254,9 @@ class PythonEnv(StrictModel):
         return self.pytorch.index_url or recipe.pytorch_index_for(self.pytorch.wheel_tag)
 
 
+GROUP, OTHERS = 0o070, 0o007  # the permission bits of a class of readers, as a mask
+
+
 class FileCopy(StrictModel):
     # Before `src`, whose check reads it.
     allow_outside_spec_dir: bool = Field(
@@ -291,6 +294,16 @@ class FileCopy(StrictModel):
         if not re.match(r"^0?[0-7]{3,4}$", text):
             raise ValueError(f"{value!r} is not an octal mode; quote it, e.g. '0755'")
         return text
+
+    @property
+    def readers_left_to_source(self) -> int:
+        """The readers (GROUP, OTHERS) this entry does not let read the file in the image: both without a
+        `mode:` (the source's bits are kept), none where the mode grants read to both. Those of them who cannot
+        read the source on this host get no permission on the image file either (envbuild.spec.load.hidden_from)."""
+        if self.mode is None:
+            return GROUP | OTHERS
+        bits = int(self.mode, 8)
+        return (0 if bits & 0o040 else GROUP) | (0 if bits & 0o004 else OTHERS)
 
     def host_source(self, spec_dir: str) -> str:
         """Where `src` is on the build host, for the spec loader's checks and the build alike: `~` expanded,

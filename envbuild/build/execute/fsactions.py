@@ -169,10 +169,30 @@ def _copy_file(executor: FileActionExecutor, step: Step, action: CopyFile) -> No
         check_room(executor, step, action.src, action.dest)
         # Never half a file at the destination, and never through a link planted there (the output's directory
         # may be a group project's): safefiles copies to an unpredictable name and renames it over the target.
-        safefiles.copy_file(action.src, action.dest, mode=action.mode)
+        safefiles.copy_file(action.src, action.dest, mode=_private_mode(executor, action))
         return
     if action.mode is not None:
         os.chmod(action.dest, action.mode)
+
+
+def _private_mode(executor: FileActionExecutor, action: CopyFile) -> int | None:
+    """The copy's mode: `action.mode` (None: the source's), less the permissions of the readers who cannot read
+    one of the image's files[] sources on this host (envbuild.spec.load.hidden_from). safefiles.copy_file gives
+    the bits to a file only its owner could read while it was written."""
+    if not action.private_sources:
+        return action.mode
+    from envbuild.spec.load import hidden_from
+    from envbuild.spec.model import GROUP, OTHERS
+
+    hidden = 0
+    for source, readers in action.private_sources:
+        hidden |= hidden_from(source) & readers
+    if not hidden:
+        return action.mode
+    mode = (stat.S_IMODE(os.stat(action.src).st_mode) if action.mode is None else action.mode) & ~hidden
+    who = "others" if hidden == OTHERS else "the group and others" if hidden == GROUP | OTHERS else "the group"
+    executor._log.write(f"  {action.dest}: mode {mode:04o}: the image holds files[] sources {who} cannot read\n")
+    return mode
 
 
 def check_room(executor: FileActionExecutor, step: Step, src: str, dest: str) -> None:
