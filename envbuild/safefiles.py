@@ -546,10 +546,49 @@ def remove_tree_at(parent_fd: int, name: str, *, missing_ok: bool = True) -> Non
 
 
 def empty_dir(fd: int) -> None:
-    """Remove everything inside the directory `fd`, never crossing a link."""
+    """Remove everything inside the directory `fd`, never crossing a link. Iterative, one descriptor held per
+    level: a tree someone made thousands of levels deep ends in a clear error, never a RecursionError."""
     _ensure_writable(fd)
-    for name in list_names(fd):
-        remove_tree_at(fd, name)
+    # Each level: its descriptor, its name in the level above (None for `fd` itself), the names left to remove.
+    levels: list[tuple[int, str | None, list[str]]] = [(fd, None, list_names(fd))]
+    try:
+        while levels:
+            here, _, names = levels[-1]
+            if not names:
+                _, name, _ = levels.pop()
+                if name is not None:
+                    os.close(here)
+                    try:
+                        os.rmdir(name, dir_fd=levels[-1][0])
+                    except FileNotFoundError:
+                        pass
+                continue
+            name = names.pop()
+            try:
+                info = os.stat(name, dir_fd=here, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(info.st_mode):
+                unlink_at(here, name)
+                continue
+            try:
+                inner = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=here)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link since the stat: remove the link
+                    unlink_at(here, name)
+                    continue
+                if exc.errno == errno.EMFILE:
+                    raise EnvbuildError(
+                        f"a directory tree {len(levels)} levels deep is too deep to remove here (no descriptor left)",
+                        "remove it by hand (rm -rf), after checking who made it") from None
+                raise
+            levels.append((inner, name, []))
+            _ensure_writable(inner)
+            levels[-1][2].extend(list_names(inner))
+    finally:
+        for here, name, _ in levels:
+            if name is not None:
+                os.close(here)
 
 
 def list_names(fd: int) -> list[str]:

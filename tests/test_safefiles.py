@@ -178,3 +178,20 @@ def test_a_link_a_stranger_planted_in_a_group_directory_is_not_followed(tmp_path
     os.lchown(project / "reports", os.geteuid(), os.getegid())  # the user's own link is theirs to follow
     safefiles.write_file(project / "reports" / "summary.txt", "x")
     assert (victim / "summary.txt").read_text(encoding="utf-8") == "x"
+
+
+def test_remove_tree_of_a_very_deep_tree_needs_no_recursion(tmp_path: Path) -> None:
+    """A member can make trash/ thousands of levels deep: the removal is iterative (600 levels, beyond what a
+    recursive walk of three frames a level allows under Python's limit of 1000)."""
+    top = tmp_path / "trash"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    for _level in range(600):
+        os.mkdir("d", dir_fd=fd)
+        (Path(f"/proc/self/fd/{fd}") / "f").write_text("x", encoding="utf-8")
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    safefiles.remove_tree(top)
+    assert not top.exists()
