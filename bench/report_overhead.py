@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from envbuild.app.run.launch import REPORT_INTERVAL  # noqa: E402 - after the checkout is on sys.path
-from envbuild.report.wire import MARKER_BYTES  # noqa: E402
+from envbuild.report.wire import MARKER_BYTES, new_key  # noqa: E402
 
 LOOP = "n = 0\nfor i in range({work}):\n    n += i\nprint(n)\n"
 
@@ -79,10 +79,15 @@ def sampler_run(interval: float, seconds: float, ranks: int) -> tuple[float, int
         time.sleep(0.2)  # the ranks are started
         read_end, write_end = os.pipe()
         env = {**os.environ, "PYTHONPATH": str(REPO)}
+        key = new_key()  # as envrun makes one per step; the host shim hands it over on the sampler's stdin
+        prefix = MARKER_BYTES + key.encode()
         started = time.perf_counter()
         sampler = subprocess.Popen([sys.executable, "-S", "-m", "envbuild.report.sampler", "--interval", str(interval),
                                     "--task-pid", str(step.pid), "--step-pid", str(step.pid)],
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=write_end, env=env)
+                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=write_end, env=env)
+        assert sampler.stdin is not None
+        sampler.stdin.write(f"{key}\n".encode())
+        sampler.stdin.close()
         os.close(write_end)
         records = bytearray()
         deadline = started + seconds
@@ -94,7 +99,7 @@ def sampler_run(interval: float, seconds: float, ranks: int) -> tuple[float, int
                 chunk = None
             if chunk:
                 records += chunk
-            if seconds == 0 and MARKER_BYTES + b'{"v":1,"kind":"start"' in records:
+            if seconds == 0 and prefix + b'{"v":1,"kind":"start"' in records:
                 break
             if seconds and time.perf_counter() >= deadline:
                 break
@@ -113,10 +118,10 @@ def sampler_run(interval: float, seconds: float, ranks: int) -> tuple[float, int
     if sampler.returncode != 0:
         sys.exit(f"the sampler exited {sampler.returncode}")
     lines = bytes(records).split(b"\n")
-    if not any(line.startswith(MARKER_BYTES + b'{"v":1,"kind":"end"') for line in lines):
+    if not any(line.startswith(prefix + b'{"v":1,"kind":"end"') for line in lines):
         sys.exit(f"the sampler wrote no end record:\n{bytes(records)[-2000:]!r}")
     seqs = {line.split(b'"seq":')[1].split(b",")[0] for line in lines
-            if line.startswith(MARKER_BYTES) and b'"kind":"start"' not in line}
+            if line.startswith(prefix) and b'"kind":"start"' not in line}
     return usage.ru_utime + usage.ru_stime, len(seqs), wall
 
 
