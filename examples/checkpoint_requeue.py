@@ -5,7 +5,8 @@
 Near the time limit envrun asks the ranks to checkpoint in two ways: the file named by
 $ENVRUN_CHECKPOINT_FILE appears, and each rank gets SIGUSR1. Either is enough; this loop handles both. All
 ranks must stop at the same step (a rank that leaves early would leave the others waiting in all_reduce),
-so the ranks agree on "stop now" with one small all_reduce per step. Rank 0 saves, everyone exits 0, the
+so the ranks agree on "stop now" with one small all_reduce per step. Rank 0 saves while the others wait
+at a barrier, everyone exits 0, the
 job requeues itself, and the next run ($ENVRUN_RESTART = 1, 2, ...) resumes from the checkpoint.
 
 A tiny model, no data download: the point is the control flow.
@@ -66,6 +67,11 @@ def main() -> None:
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step},
                            args.checkpoint)
                 print(f"CHECKPOINT at step {step} (run {os.environ.get('ENVRUN_RESTART', '0')})", flush=True)
+            if distributed:
+                # The others wait until the checkpoint is written: a rank that tears its process group down
+                # while rank 0 is still saving can abort in gloo's teardown ("terminate called without an
+                # active exception", SIGABRT), which fails the step that was meant to end cleanly.
+                dist.barrier()
             break
         loss = model(torch.randn(8, 16)).pow(2).mean()
         optimizer.zero_grad()
