@@ -24,6 +24,10 @@ as the node's GPU numbers and says so in `note`.
 The `index` of every GPU reported is its position among the job's GPUs on this node, in the tool's (PCI) order:
 0..n-1, the number a program of the job uses (`cuda:0`), whatever the node's own numbering.
 
+Each source's `sampling` says, in words for the report, how its utilisation covers the time between two reads:
+NVML averages its own sample buffer over the whole interval (`util_samples` per reading says how many driver
+samples), nvidia-smi its loop's rows; amd-smi, rocm-smi and sysfs give the busy percent at the moment of the read.
+
 Reads never hang the sampler: tools run with a timeout and are killed (with their process group) past it, NVML
 calls run in a helper thread that is abandoned past it; a failed read gives util/mem_used None for that sample
 and is counted in `note`. After FAILURES_BEFORE_BACKOFF failures in a row a source tries only every RETRY_EVERY
@@ -56,11 +60,14 @@ if TYPE_CHECKING:
         name: str
         mem_total: int | None
 
-    class GpuReading(TypedDict):
+    class _GpuReadingFields(TypedDict):
         index: int
         util: float | None  # 0-1
         mem_used: int | None  # bytes
         mem_total: int | None  # bytes
+
+    class GpuReading(_GpuReadingFields, total=False):
+        util_samples: int  # NVML: how many driver samples `util` averages (0: none new, the driver's current rate)
 
     # tool_index -> (util 0-1, mem_used bytes, mem_total bytes)
     Readings = dict[int, tuple[float | None, int | None, int | None]]
@@ -84,6 +91,15 @@ AMD_SMI_METRIC = ("metric", "--usage", "--mem-usage", "--json")
 ROCM_SMI_NAMES = ("--showproductname", "--showbus", "--json")
 ROCM_SMI_METRIC = ("--showuse", "--showmeminfo", "vram", "--json")
 NO_GPU_NOTE = "no nvidia-smi, amd-smi, rocm-smi or /sys/class/drm GPU on this node"
+
+# What each way of reading covers between two reads (GpuSource.sampling; the report states it).
+NVML_SAMPLING_BUFFER = "NVML sample buffer: the mean of every driver utilisation sample between two reads"
+NVML_SAMPLING_CURRENT = "NVML: the driver's utilisation over its last sample period (1/6 s to 1 s) at each read"
+AMD_SMI_SAMPLING = "amd-smi metric: the firmware's recent average busy percent (gfx_activity) at each read, nothing between reads"
+ROCM_SMI_SAMPLING = "rocm-smi: the driver's busy percent (GPU use) at each read, nothing between reads"
+SYSFS_SAMPLING = "sysfs gpu_busy_percent: the driver's busy percent at each read, nothing between reads"
+# nvmlValueType_t -> the field of the c_nvmlValue_t union that holds a sample (nvml.h)
+NVML_SAMPLE_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
 class Device:
@@ -120,6 +136,9 @@ class GpuSource:
     """The job's GPUs on this node through one way of reading them; the base class is the "no GPU" source."""
 
     name: str | None = None
+    # How the source's utilisation covers the time between two reads, in words for the report's start record
+    # (the sampler reads it with getattr(source, "sampling", "")); "" for the no-GPU source.
+    sampling = ""
 
     def __init__(self, devices: Sequence[Device] = (), note: str = "") -> None:
         self.devices = list(devices)  # the job's GPUs, in the tool's order: output index = position
@@ -127,6 +146,7 @@ class GpuSource:
         self._problems: dict[str, int] = {}
         self._failures_in_row = 0
         self._skipped = 0
+        self._util_samples: dict[int, int] = {}  # tool_index -> driver samples the last util averages (NVML)
 
     @property
     def note(self) -> str:
@@ -161,8 +181,11 @@ class GpuSource:
         samples: list[GpuReading] = []
         for index, device in enumerate(self.devices):
             util, used, total = readings.get(device.tool_index, (None, None, None))
-            samples.append({"index": index, "util": None if util is None else round(min(max(util, 0.0), 1.0), 3),
-                            "mem_used": used, "mem_total": total if total is not None else device.mem_total})
+            sample: GpuReading = {"index": index, "util": None if util is None else round(min(max(util, 0.0), 1.0), 3),
+                                  "mem_used": used, "mem_total": total if total is not None else device.mem_total}
+            if util is not None and device.tool_index in self._util_samples:
+                sample["util_samples"] = self._util_samples[device.tool_index]
+            samples.append(sample)
         return samples
 
     def close(self) -> None:
@@ -324,7 +347,15 @@ def _bus_id(text: str | None) -> str | None:
 # --- NVIDIA ------------------------------------------------------------------------------------------------------
 
 class NvmlSource(GpuSource):
-    """NVML in this process: no process per read, a few library calls per GPU."""
+    """NVML in this process: no process per read, a few library calls per GPU.
+
+    Utilisation comes from NVML's own sample buffer (nvmlDeviceGetSamples with NVML_GPU_UTILIZATION_SAMPLES):
+    the driver keeps one utilisation sample per sample period (1/6 s to 1 s, by GPU), and a read averages those
+    newer than the previous read's newest, so a reading covers the whole interval between two reads instead of
+    the last sample period before it; `util_samples` says how many it averages. A read that finds no new sample
+    (reads faster than the driver samples) gives the driver's current rate with util_samples 0. A GPU whose
+    driver keeps no buffer (NVMLError_NotSupported, or a pynvml without the call) is read with
+    nvmlDeviceGetUtilizationRates, the last sample period only, from then on; `note` and `sampling` say so."""
 
     name = "nvml"
 
@@ -333,6 +364,11 @@ class NvmlSource(GpuSource):
         self._nvml = nvml
         self._handles = handles
         self._stuck: threading.Thread | None = None
+        self._last_seen: dict[int, int] = {}  # tool_index -> the newest sample's time stamp already counted (us)
+        self._rates_only: list[int] = []  # tool_index of the GPUs whose driver keeps no sample buffer
+        for device in self.devices:
+            self._last_seen[device.tool_index] = self._newest_sample(device)
+        self._describe_sampling()
 
     @classmethod
     def open(cls, environ: Mapping[str, str]) -> NvmlSource:
@@ -365,29 +401,96 @@ class NvmlSource(GpuSource):
         chosen, note = job_devices(devices, environ, vendor="nvidia")
         return cls(nvml, handles, chosen, note)
 
+    def _newest_sample(self, device: Device) -> int:
+        """The time stamp the first read counts from: the buffer's newest sample at open (so samples from before
+        the step are left out), else now on the host clock, which is the clock NVML stamps its samples with."""
+        now = int(time.time() * 1_000_000)
+        try:
+            _, samples = self._samples(device, 0)
+        except Exception:  # noqa: BLE001 - no buffer here: _utilisation finds out again and says so
+            return now
+        return max((int(sample.timeStamp) for sample in samples), default=now)
+
+    def _samples(self, device: Device, since: int) -> tuple[int, list[Any]]:
+        """nvmlDeviceGetSamples: (value type, samples newer than `since`). NVML answers NotFound when there is
+        none; a pynvml without the call counts as a driver without the buffer."""
+        nvml = self._nvml
+        if not hasattr(nvml, "nvmlDeviceGetSamples"):
+            self._no_buffer(device, "this pynvml has no nvmlDeviceGetSamples")
+            return 0, []
+        try:
+            value_type, samples = nvml.nvmlDeviceGetSamples(self._handles[device.tool_index],
+                                                            nvml.NVML_GPU_UTILIZATION_SAMPLES, since)
+        except nvml.NVMLError as error:
+            if _nvml_error_is(nvml, error, "NVMLError_NotSupported"):
+                self._no_buffer(device, "its driver keeps no utilisation samples (NVML: Not Supported)")
+                return 0, []
+            if _nvml_error_is(nvml, error, "NVMLError_NotFound"):
+                return 0, []
+            raise
+        return int(value_type), list(samples)
+
+    def _no_buffer(self, device: Device, why: str) -> None:
+        if device.tool_index in self._rates_only:
+            return
+        self._rates_only.append(device.tool_index)
+        caveat = (f"GPU {self.devices.index(device)}: {why}: its utilisation is the driver's last sample period "
+                  "at each read, not the whole interval")
+        self._caveat = "; ".join(part for part in (self._caveat, caveat) if part)
+        self._describe_sampling()
+
+    def _describe_sampling(self) -> None:
+        positions = [index for index, device in enumerate(self.devices) if device.tool_index in self._rates_only]
+        if not positions:
+            self.sampling = NVML_SAMPLING_BUFFER
+        elif len(positions) == len(self.devices):
+            self.sampling = NVML_SAMPLING_CURRENT
+        else:
+            self.sampling = (f"{NVML_SAMPLING_BUFFER}; GPUs {', '.join(map(str, positions))} (no buffer): "
+                             f"{NVML_SAMPLING_CURRENT}")
+
     def _measure(self) -> Readings:
         if self._stuck is not None and self._stuck.is_alive():
             raise ToolFailed("an NVML call still has not returned")
         result: Readings = {}
-        worker = threading.Thread(target=self._measure_into, args=(result,), daemon=True)
+        counts: dict[int, int] = {}
+        worker = threading.Thread(target=self._measure_into, args=(result, counts), daemon=True)
         worker.start()
         worker.join(READ_TIMEOUT_S)
         if worker.is_alive():
             self._stuck = worker
             raise ToolFailed(f"NVML did not answer within {READ_TIMEOUT_S:g} s")
+        self._util_samples = counts
         return result
 
-    def _measure_into(self, result: Readings) -> None:
+    def _measure_into(self, result: Readings, counts: dict[int, int]) -> None:
         nvml = self._nvml
         for device in self.devices:
             handle = self._handles[device.tool_index]
             util = used = total = None
             with contextlib.suppress(nvml.NVMLError):
-                util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100
+                util, count = self._utilisation(device)
+                if count is not None:
+                    counts[device.tool_index] = count
             with contextlib.suppress(nvml.NVMLError):
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle)
                 used, total = int(memory.used), int(memory.total)
             result[device.tool_index] = (util, used, total)
+
+    def _utilisation(self, device: Device) -> tuple[float, int | None]:
+        """(utilisation 0-1, driver samples it averages: 0 for the current rate, None for a GPU without buffer)."""
+        index = device.tool_index
+        if index not in self._rates_only:
+            value_type, samples = self._samples(device, self._last_seen[index])
+            # NVML returns only samples newer than `since`; the filter keeps a read from counting one twice anyway
+            new = [sample for sample in samples if int(sample.timeStamp) > self._last_seen[index]]
+            if new:
+                field = NVML_SAMPLE_VALUE_FIELDS.get(value_type, "uiVal")
+                values = [float(getattr(sample.sampleValue, field)) for sample in new]
+                self._last_seen[index] = max(int(sample.timeStamp) for sample in new)
+                return sum(values) / len(values) / 100, len(values)
+        rate = self._nvml.nvmlDeviceGetUtilizationRates(self._handles[index]).gpu / 100
+        return rate, (None if index in self._rates_only else 0)
 
     def close(self) -> None:
         if self._handles:
@@ -396,24 +499,44 @@ class NvmlSource(GpuSource):
                 self._nvml.nvmlShutdown()
 
 
+def _nvml_error_is(nvml: Any, error: BaseException, name: str) -> bool:
+    """Whether `error` is pynvml's exception class `name` (pynvml makes one per NVML return code)."""
+    kind = getattr(nvml, name, None)
+    return isinstance(kind, type) and isinstance(error, kind)
+
+
 def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def parse_nvidia_smi(text: str) -> tuple[list[Device], Readings]:
-    """Rows of `nvidia-smi --query-gpu=NVIDIA_SMI_QUERY --format=csv,noheader,nounits` (MiB, percent)."""
+def parse_nvidia_smi(text: str, query: str = NVIDIA_SMI_QUERY) -> tuple[list[Device], Readings]:
+    """Rows of `nvidia-smi --query-gpu=QUERY --format=csv[,noheader][,nounits]` (memory in MiB, utilisation in %),
+    read by the names in `query`: a header row, units ("96 %", "61870 MiB") and the tool's words for no value
+    ("[N/A]", "[Not Supported]") are understood. A row without "index" takes its position."""
+    names = [name.strip() for name in query.split(",")]
     devices: list[Device] = []
     readings: Readings = {}
     for line in text.splitlines():
-        fields = [field.strip() for field in line.split(",")]
-        if len(fields) < 5 or not fields[0].isdigit():
+        values = [value.strip() for value in line.split(",")]
+        if len(values) != len(names) or values[0] == names[0]:  # not a row of this query, or its header
             continue
-        index = int(fields[0])
-        util, used, total = _number(fields[2]), _number(fields[3]), _number(fields[4])
-        devices.append(Device(index, fields[1], _bytes(total, MIB), _bus_id(fields[5]) if len(fields) > 5 else None,
-                              fields[6] if len(fields) > 6 else None))
+        row = dict(zip(names, values, strict=True))
+        index_text = row.get("index", str(len(devices)))
+        if not index_text.isdigit():
+            continue
+        index = int(index_text)
+        util, used, total = (_number(_without_unit(row.get(name, ""))) for name in
+                             ("utilization.gpu", "memory.used", "memory.total"))
+        devices.append(Device(index, row.get("name", "NVIDIA GPU"), _bytes(total, MIB), _bus_id(row.get("pci.bus_id")),
+                              row.get("uuid")))
         readings[index] = (None if util is None else util / 100, _bytes(used, MIB), _bytes(total, MIB))
     return devices, readings
+
+
+def _without_unit(value: str) -> str:
+    """"96 %" -> "96", "61870 MiB" -> "61870": what --format=csv writes without nounits."""
+    number, _, unit = value.partition(" ")
+    return number if unit in ("%", "MiB") else value
 
 
 class NvidiaSmiSource(GpuSource):
@@ -425,6 +548,8 @@ class NvidiaSmiSource(GpuSource):
     def __init__(self, executable: str, environ: Mapping[str, str], devices: Sequence[Device], note: str,
                  first: Readings) -> None:
         super().__init__(devices, note)
+        self.sampling = (f"nvidia-smi every {NVIDIA_SMI_LOOP_MS} ms, its rows between two reads averaged; each row "
+                         "the driver's utilisation over its last sample period (1/6 s to 1 s)")
         self._executable = executable
         self._environ = dict(environ)
         self._last = first
@@ -565,9 +690,10 @@ def _rocm_smi_cards(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def parse_rocm_smi_names(text: str) -> list[Device]:
-    """`rocm-smi --showproductname --showbus --json`: "Card Series" (spelled "Card series" by some versions)
-    and "PCI Bus"."""
-    return [Device(index, str(fields.get("card series") or fields.get("card model") or "AMD GPU"), None,
+    """`rocm-smi --showproductname --showbus --json`: "Card Series" (spelled "Card series" by some versions;
+    ROCm 6.2's --showallinfo names the GPU "Device Name" instead) and "PCI Bus"."""
+    return [Device(index, str(fields.get("card series") or fields.get("device name") or fields.get("card model")
+                              or "AMD GPU"), None,
                    _bus_id(str(fields["pci bus"])) if fields.get("pci bus") else None)
             for index, fields in sorted(_rocm_smi_cards(text))]
 
@@ -590,6 +716,7 @@ class CallPerReadSource(GpuSource):
                  devices: Sequence[Device], note: str) -> None:
         super().__init__(devices, note)
         self.name = name
+        self.sampling = AMD_SMI_SAMPLING if name == "amd-smi" else ROCM_SMI_SAMPLING
         self._argv = argv
         self._parse = parse
         self._environ = dict(environ)
@@ -619,6 +746,7 @@ class SysfsSource(GpuSource):
     Reading files costs microseconds, no process."""
 
     name = "sysfs"
+    sampling = SYSFS_SAMPLING
 
     @classmethod
     def open(cls, environ: Mapping[str, str], drm_root: Path) -> SysfsSource:

@@ -60,10 +60,67 @@ def make_sysfs(root: Path, cards: dict[int, tuple[int, int, int] | None]) -> Pat
     return drm
 
 
-# --- parsers against recorded outputs -----------------------------------------------------------------------------
+# --- parsers against the real tools' outputs (recorded/README.md names each source) ---------------------------
+
+def test_nvidia_smi_not_available_values_as_drivers_write_them() -> None:
+    query = "memory.total,memory.free,memory.used,temperature.gpu,fan.speed,utilization.gpu,utilization.memory"
+    for name in ("public-nvidia-smi-fan-na.csv", "public-nvidia-smi-fan-not-supported.csv"):
+        devices, readings = gpus.parse_nvidia_smi((RECORDED / name).read_text(), query)
+        assert [(d.tool_index, d.mem_total) for d in devices] == [(0, 2004 * MIB)]
+        assert readings == {0: (0.0, 0, 2004 * MIB)}
+
+
+def test_nvidia_smi_unified_memory_gpu_has_no_memory_figures() -> None:
+    _, readings = gpus.parse_nvidia_smi((RECORDED / "public-nvidia-smi-gb10-memory-na.csv").read_text(),
+                                        "memory.used,memory.total,utilization.memory")
+    assert readings == {0: (None, None, None)}
+
+
+def test_nvidia_smi_rows_with_a_header_are_read_by_field_name() -> None:
+    devices, readings = gpus.parse_nvidia_smi((RECORDED / "public-nvidia-smi-name-bus-index-uuid.csv").read_text(),
+                                              "name,pci.bus,index,uuid")
+    assert [(d.tool_index, d.name) for d in devices] == [
+        (0, "GeForce GTX 1060 6GB"), (1, "GeForce GTX 1080 Ti"), (2, "GeForce GTX 1060 6GB"),
+        (3, "GeForce GTX 1060 6GB"), (4, "GeForce GTX 1060 6GB")]
+    assert devices[1].uuid == "GPU-15ea7bf9-1a0e-2d7f-9c62-c28e5ca1aaf1" and devices[1].bus_id is None
+    assert readings[4] == (None, None, None)
+
+
+def test_nvidia_smi_units_are_read_when_nounits_is_not_given() -> None:
+    header = "index, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB], pci.bus_id, uuid"
+    row = "0, NVIDIA A100-SXM4-80GB, 87 %, 1024 MiB, 81920 MiB, 00000000:07:00.0, GPU-0"
+    devices, readings = gpus.parse_nvidia_smi(f"{header}\n{row}\n")
+    assert devices[0].bus_id == "0000:07:00.0" and readings[0] == (0.87, 1024 * MIB, 81920 * MIB)
+
+
+def test_amd_smi_metric_list_shape_of_rocm6() -> None:
+    readings = gpus.parse_amd_smi_metric((RECORDED / "public-amd-smi-metric-usage-w7700-list.json").read_text())
+    assert readings == {0: (0.42, None, None)}  # --usage only: no mem_usage section
+
+
+def test_amd_smi_metric_section_not_read_is_na() -> None:
+    readings = gpus.parse_amd_smi_metric((RECORDED / "public-amd-smi-metric-watch-usage-na-list.json").read_text())
+    assert readings == {0: (None, None, None)}
+
+
+def test_rocm_smi_strings_and_bytes() -> None:
+    text = (RECORDED / "public-rocm-smi-use-vram-productname-rx7900xt.json").read_text()
+    assert gpus.parse_rocm_smi_metric(text) == {0: (0.0, 27856896, 21458059264)}
+    assert gpus.parse_rocm_smi_names(text) == [Device(0, "Radeon RX 7900 XT")]
+
+
+def test_rocm_smi_names_across_versions() -> None:
+    mi250x = gpus.parse_rocm_smi_names((RECORDED / "public-rocm-smi-productname-mi250x.json").read_text())
+    assert [(d.tool_index, d.name, d.bus_id) for d in mi250x] == [(0, "AMD INSTINCT MI200 (MCM) OAM LC MBA HPE C2", None)]
+    text = (RECORDED / "public-rocm-smi-allinfo-780m-rocm6.2.json").read_text()
+    assert gpus.parse_rocm_smi_names(text) == [Device(0, "Phoenix3", None, "0000:c4:00.0")]
+    assert gpus.parse_rocm_smi_metric(text) == {0: (0.19, None, None)}
+
+
+# --- parsers against the stand-ins' outputs (shapes with no public output: recorded/README.md) ----------------------------
 
 def test_nvidia_smi_rows_give_devices_and_readings() -> None:
-    devices, readings = gpus.parse_nvidia_smi((RECORDED / "nvidia-smi-query-h100x8.csv").read_text())
+    devices, readings = gpus.parse_nvidia_smi((RECORDED / "standin-nvidia-smi-query-h100x8.csv").read_text())
     assert [d.tool_index for d in devices] == list(range(8))
     assert devices[0] == Device(0, "NVIDIA H100 80GB HBM3", 81559 * MIB, "0000:19:00.0",
                                 "GPU-5a1c0e27-0d4b-4f3e-9c1a-7b2e8f600d10")
@@ -74,16 +131,16 @@ def test_nvidia_smi_rows_give_devices_and_readings() -> None:
 
 
 def test_nvidia_smi_not_available_values_are_none() -> None:
-    _, readings = gpus.parse_nvidia_smi((RECORDED / "nvidia-smi-query-not-supported.csv").read_text())
+    _, readings = gpus.parse_nvidia_smi((RECORDED / "standin-nvidia-smi-query-not-supported.csv").read_text())
     assert readings[0] == (None, 310 * MIB, 16384 * MIB)
     assert readings[1] == (0.12, None, None)
 
 
 def test_amd_smi_rocm6_list_shape() -> None:
-    devices = gpus.parse_amd_smi_static((RECORDED / "amd-smi-static-mi250x-rocm6.json").read_text())
+    devices = gpus.parse_amd_smi_static((RECORDED / "standin-amd-smi-static-mi250x-rocm6.json").read_text())
     assert [(d.tool_index, d.name, d.bus_id) for d in devices[:2]] == [
         (0, "AMD Instinct MI250X", "0000:c1:00.0"), (1, "AMD Instinct MI250X", "0000:c6:00.0")]
-    readings = gpus.parse_amd_smi_metric((RECORDED / "amd-smi-metric-mi250x-rocm6.json").read_text())
+    readings = gpus.parse_amd_smi_metric((RECORDED / "standin-amd-smi-metric-mi250x-rocm6.json").read_text())
     assert len(readings) == 8
     util, used, total = readings[0]
     assert util is not None and util > 0.9 and used is not None and used > 48000 * MIB and total == 65520 * MIB
@@ -92,15 +149,15 @@ def test_amd_smi_rocm6_list_shape() -> None:
 
 
 def test_amd_smi_rocm7_gpu_data_shape() -> None:
-    readings = gpus.parse_amd_smi_metric((RECORDED / "amd-smi-metric-mi250x-rocm7.json").read_text())
+    readings = gpus.parse_amd_smi_metric((RECORDED / "standin-amd-smi-metric-mi250x-rocm7.json").read_text())
     assert sorted(readings) == [0, 1, 2, 3]
     assert all(util is not None and util > 0.9 for util, _, _ in readings.values())
 
 
 def test_rocm_smi_json() -> None:
-    devices = gpus.parse_rocm_smi_names((RECORDED / "rocm-smi-productname-bus-mi250x.json").read_text())
+    devices = gpus.parse_rocm_smi_names((RECORDED / "standin-rocm-smi-productname-bus-mi250x.json").read_text())
     assert [(d.tool_index, d.name, d.bus_id) for d in devices[:1]] == [(0, "AMD Instinct MI250X", "0000:c1:00.0")]
-    readings = gpus.parse_rocm_smi_metric((RECORDED / "rocm-smi-use-vram-mi250x.json").read_text())
+    readings = gpus.parse_rocm_smi_metric((RECORDED / "standin-rocm-smi-use-vram-mi250x.json").read_text())
     assert readings[0][0] is not None and readings[0][0] > 0.9 and readings[0][2] == 68702699520
     assert readings[5] == (0.0, 10 * MIB, 68702699520)
 
@@ -134,6 +191,7 @@ def test_nvidia_smi_comes_first_when_nvml_is_absent(tmp_path: Path, no_sysfs: Pa
     try:
         assert (source.name, source.note) == ("nvidia-smi", "")
         assert [n["name"] for n in source.names()] == ["NVIDIA H100 80GB HBM3"] * 8
+        assert source.sampling.startswith(f"nvidia-smi every {gpus.NVIDIA_SMI_LOOP_MS} ms, its rows between two reads")
     finally:
         source.close()
 
@@ -145,6 +203,7 @@ def test_nvidia_smi_comes_first_when_nvml_is_absent(tmp_path: Path, no_sysfs: Pa
 def test_amd_tools_in_order(tmp_path: Path, no_sysfs: Path, tools: tuple[str, ...], expected: str) -> None:
     source = open_with(tmp_path, tools, "amd-mi250x-8gcd-idle-except-0.json", no_sysfs, SLURM_STEP_GPUS="0,1,2,3,4,5,6,7")
     assert source.name == expected
+    assert source.sampling == {"amd-smi": gpus.AMD_SMI_SAMPLING, "rocm-smi": gpus.ROCM_SMI_SAMPLING}[expected]
     assert [(n["index"], n["name"], n["mem_total"]) for n in source.names()][:2] == [
         (0, "AMD Instinct MI250X", 65520 * MIB), (1, "AMD Instinct MI250X", 65520 * MIB)]
     sample = source.read()
@@ -155,7 +214,7 @@ def test_amd_tools_in_order(tmp_path: Path, no_sysfs: Path, tools: tuple[str, ..
 def test_sysfs_when_no_tool(tmp_path: Path) -> None:
     drm = make_sysfs(tmp_path, {0: None, 1: (87, 30 * 2**30, 64 * 2**30), 2: (0, 2**20, 64 * 2**30)})
     source = open_with(tmp_path, (), "amd-mi250x-8gcd-idle-except-0.json", drm, SLURM_JOB_GPUS="0,1")
-    assert source.name == "sysfs"
+    assert (source.name, source.sampling) == ("sysfs", gpus.SYSFS_SAMPLING)
     assert source.names() == [{"index": 0, "name": "AMD GPU (card1)", "mem_total": 64 * 2**30},
                               {"index": 1, "name": "AMD GPU (card2)", "mem_total": 64 * 2**30}]
     assert source.read() == [{"index": 0, "util": 0.87, "mem_used": 30 * 2**30, "mem_total": 64 * 2**30},
@@ -174,6 +233,7 @@ def test_sysfs_reads_visible_numbers_as_the_nodes_and_says_so(tmp_path: Path) ->
 def test_no_gpu_at_all(tmp_path: Path, no_sysfs: Path) -> None:
     source = open_with(tmp_path, (), "hung.json", no_sysfs)
     assert (source.name, source.note, source.names(), source.read()) == (None, gpus.NO_GPU_NOTE, [], [])
+    assert source.sampling == ""
     source.close()
 
 
@@ -209,6 +269,58 @@ def test_a_hung_nvml_call_costs_one_sample(tmp_path: Path, no_sysfs: Path, monke
     assert source.read()[0]["util"] is None
     assert source.read()[0]["util"] is None  # the stuck call is not joined by another
     assert "NVML did not answer within 0.2 s" in source.note and "still has not returned" in source.note
+    source.close()
+
+
+def test_nvml_averages_every_driver_sample_between_reads(tmp_path: Path, no_sysfs: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = stand_in_pynvml([(7, 2**30)], buffer="whole")  # answers the whole buffer: the reader's own filter counts
+    nvml.samples[0] = [(1_000, 50)]  # before the step: left out
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    source = open_with(tmp_path, (), "hung.json", no_sysfs, CUDA_VISIBLE_DEVICES="0")
+    assert (source.name, source.sampling, source.note) == ("nvml", gpus.NVML_SAMPLING_BUFFER, "")
+    nvml.samples[0] += [(2_000, 100), (3_000, 80)]
+    assert source.read() == [{"index": 0, "util": 0.9, "mem_used": 2**30, "mem_total": 80 * 2**30, "util_samples": 2}]
+    nvml.samples[0] += [(4_000, 20)]
+    assert source.read()[0] == {"index": 0, "util": 0.2, "mem_used": 2**30, "mem_total": 80 * 2**30,
+                                "util_samples": 1}
+    assert nvml.samples_since == [0, 1_000, 3_000]  # each read asks from the previous read's newest sample
+    source.close()
+
+
+def test_nvml_read_without_a_new_sample_gives_the_current_rate(tmp_path: Path, no_sysfs: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = stand_in_pynvml([(7, 2**30)], buffer="newer")  # as NVML: NotFound when nothing is newer
+    nvml.samples[0] = [(1_000, 50)]
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    source = open_with(tmp_path, (), "hung.json", no_sysfs, CUDA_VISIBLE_DEVICES="0")
+    assert [(g["util"], g.get("util_samples")) for g in source.read()] == [(0.07, 0)]
+    nvml.samples[0] += [(2_000, 40)]
+    assert [(g["util"], g.get("util_samples")) for g in source.read()] == [(0.4, 1)]
+    assert source.note == ""
+    source.close()
+
+
+def test_nvml_without_a_sample_buffer_reads_the_current_rate_and_says_so(tmp_path: Path, no_sysfs: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = stand_in_pynvml([(97, 2**30), (3, 2**20)], buffer="newer", not_supported=(1,))
+    nvml.samples[0] = [(1_000, 50)]
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    source = open_with(tmp_path, (), "hung.json", no_sysfs, CUDA_VISIBLE_DEVICES="0,1")
+    nvml.samples[0] += [(2_000, 60)]
+    assert [(g["util"], g.get("util_samples")) for g in source.read()] == [(0.6, 1), (0.03, None)]
+    assert source.note == ("GPU 1: its driver keeps no utilisation samples (NVML: Not Supported): its utilisation "
+                           "is the driver's last sample period at each read, not the whole interval")
+    assert source.sampling == (f"{gpus.NVML_SAMPLING_BUFFER}; GPUs 1 (no buffer): {gpus.NVML_SAMPLING_CURRENT}")
+    source.close()
+
+
+def test_nvml_of_a_pynvml_without_the_buffer_call(tmp_path: Path, no_sysfs: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in_pynvml([(97, 2**30)]))
+    source = open_with(tmp_path, (), "hung.json", no_sysfs, CUDA_VISIBLE_DEVICES="0")
+    assert [g["util"] for g in source.read()] == [0.97] and "util_samples" not in source.read()[0]
+    assert source.sampling == gpus.NVML_SAMPLING_CURRENT and "no nvmlDeviceGetSamples" in source.note
     source.close()
 
 
@@ -371,8 +483,17 @@ def processes_replaying(trace: Path) -> list[int]:
     return found
 
 
-def stand_in_pynvml(gpus_: list[tuple[int, int]], init_error: str | None = None) -> Any:
-    """A pynvml module with the calls the reader makes; GPUs as (util %, memory used bytes), 80 GiB each."""
+def stand_in_pynvml(gpus_: list[tuple[int, int]], init_error: str | None = None, buffer: str | None = None,
+                    not_supported: tuple[int, ...] = ()) -> Any:
+    """A pynvml module with the calls the reader makes; GPUs as (util %, memory used bytes), 80 GiB each
+    (the current rate nvmlDeviceGetUtilizationRates gives).
+
+    `buffer`: None for a pynvml without nvmlDeviceGetSamples; "newer" answers as NVML documents it (the samples
+    newer than the time stamp asked for, NVMLError_NotFound when there is none); "whole" answers the whole
+    buffer whatever is asked. The buffer is `module.samples[handle]`, a list of (time stamp in us, percent) the
+    test extends; the answer has pynvml's shape: (value type, [c_nvmlSample_t with .timeStamp and
+    .sampleValue.uiVal]). GPUs in `not_supported` answer NVMLError_NotSupported. `module.samples_since` lists
+    the time stamps asked for (GPU 0)."""
     module: Any = types.ModuleType("pynvml")
 
     class NVMLError(Exception):
@@ -384,9 +505,35 @@ def stand_in_pynvml(gpus_: list[tuple[int, int]], init_error: str | None = None)
     class NVMLError_DriverNotLoaded(NVMLError):
         pass
 
+    class NVMLError_NotSupported(NVMLError):
+        pass
+
+    class NVMLError_NotFound(NVMLError):
+        pass
+
     module.NVMLError = NVMLError
     module.NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
     module.NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
+    module.NVMLError_NotSupported = NVMLError_NotSupported
+    module.NVMLError_NotFound = NVMLError_NotFound
+    module.NVML_GPU_UTILIZATION_SAMPLES = 1  # nvml.h's nvmlSamplingType_t
+    module.samples = {handle: [] for handle in range(len(gpus_))}
+    module.samples_since = []
+
+    def samples(handle: int, sampling_type: int, since: int) -> tuple[int, list[Any]]:
+        assert sampling_type == module.NVML_GPU_UTILIZATION_SAMPLES
+        if handle == 0:
+            module.samples_since.append(since)
+        if handle in not_supported:
+            raise NVMLError_NotSupported("Not Supported")
+        found = [(stamp, value) for stamp, value in module.samples[handle] if buffer == "whole" or stamp > since]
+        if not found:
+            raise NVMLError_NotFound("Not Found")
+        return 1, [types.SimpleNamespace(timeStamp=stamp, sampleValue=types.SimpleNamespace(uiVal=value))
+                   for stamp, value in found]  # 1: NVML_VALUE_TYPE_UNSIGNED_INT
+
+    if buffer is not None:
+        module.nvmlDeviceGetSamples = samples
     module.shut_down = False
     module.hang_s = 0.0
 

@@ -1,7 +1,8 @@
 """Stand-in GPU tools (nvidia-smi, amd-smi, rocm-smi) that replay traces in the output formats the real tools
 document: see replay.py for the formats, the trace file and the environment variables (ENVBUILD_FAKEGPU_TRACE,
-ENVBUILD_FAKEGPU_STATE, ENVBUILD_FAKEGPU_PYTHON). traces/ holds the scenarios, recorded/ fixed outputs in those
-formats for the parsers' tests.
+ENVBUILD_FAKEGPU_STATE, ENVBUILD_FAKEGPU_PYTHON). traces/ holds the scenarios; recorded/ fixed outputs for
+the parsers' tests: the real tools' output quoted in public (public-*, each with its source in
+recorded/README.md) and the stand-ins' own (standin-*), kept for the shapes no public output was found for.
 
 Put FAKEGPU first on PATH for all three tools, or `fake_bin(dir, tools)` for a node that has only some of them.
 """
