@@ -10,14 +10,23 @@ ancestor-or-self that has RANK, so DataLoader workers, which inherit RANK, and h
 with a cleaned environment both count for their rank; the rank's main process is the highest ancestor
 with the same RANK value. Processes under no RANK are the launcher (torchrun, shims, apptainer).
 
-A process's CPU time vanishes from /proc with it, so StepProcs remembers the last CPU seconds of every
-process it saw and keeps them in its group's total after the process has gone: a rank's cpu_s only
-grows, also when its DataLoader workers are restarted every epoch.
+CPU time is counted exactly where the kernel keeps it, never estimated from processes that have gone:
+- a live process counts its own CPU seconds (utime + stime) and those of the children it has waited for
+  (cutime + cstime, proc(5)): the kernel adds a child's whole final CPU time, with its own waited-for
+  children, to its parent when the parent reaps it (wait4(2)), so a DataLoader worker that ended between two
+  samples is counted to its last tick by the rank process that joined it;
+- a process that has gone counts its final CPU seconds for its group, taken, best first, from its own stat
+  read after it exited and before it was reaped (a zombie still shows its final times), from the growth of its
+  reaper's cutime + cstime when it was that reaper's only child to go, else from its last read; the sampler
+  watches each rank's main process for its exit (pidfd) so that the read comes at once. What a reaper of
+  another group (torchrun, apptainer's starter) received that way is taken off that group, so nothing is
+  counted twice. `cpu_source` says which of these a rank's total rests on.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 PROC = "/proc"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -31,16 +40,22 @@ class Stat:
     """The fields of /proc/PID/stat the report uses. `start` (clock ticks after boot) tells a process
     from a later one that got the same pid; `comm` changes when the process execs."""
 
-    __slots__ = ("comm", "cpu_s", "ppid", "rss", "start", "state", "threads")
+    __slots__ = ("comm", "cpu_s", "ppid", "reaped_s", "rss", "start", "state", "threads")
 
-    def __init__(self, comm: str, state: str, ppid: int, cpu_s: float, threads: int, start: int, rss: int) -> None:
+    def __init__(self, comm: str, state: str, ppid: int, cpu_s: float, threads: int, start: int, rss: int,
+                 reaped_s: float = 0.0) -> None:
         self.comm = comm
         self.state = state
         self.ppid = ppid
-        self.cpu_s = cpu_s
+        self.cpu_s = cpu_s  # its own user + system seconds
+        self.reaped_s = reaped_s  # those of the children it waited for (cutime + cstime)
         self.threads = threads
         self.start = start
         self.rss = rss
+
+    @property
+    def total_s(self) -> float:
+        return self.cpu_s + self.reaped_s
 
 
 def parse_stat(text: str) -> Stat | None:
@@ -58,6 +73,7 @@ def parse_stat(text: str) -> Stat | None:
             state=fields[0],
             ppid=int(fields[1]),
             cpu_s=(int(fields[11]) + int(fields[12])) / CLOCK_TICKS,  # utime + stime
+            reaped_s=(int(fields[13]) + int(fields[14])) / CLOCK_TICKS,  # cutime + cstime
             threads=int(fields[17]),
             start=int(fields[19]),
             rss=int(fields[21]) * PAGE_SIZE,
@@ -159,6 +175,33 @@ def read_allowed_cpus(pid: int, proc_root: str = PROC) -> set[int]:
     return set()
 
 
+def read_status(pid: int, proc_root: str = PROC) -> tuple[set[int], int | None]:
+    """(CPUs the process may run on, its peak resident memory in bytes: VmHWM) from /proc/PID/status; empty and
+    None where unreadable. VmHWM is the kernel's own high-water mark of the process, between samples too."""
+    data = _read(f"{proc_root}/{pid}/status")
+    cpus: set[int] = set()
+    peak: int | None = None
+    if data is None:
+        return cpus, peak
+    for line in data.decode("utf-8", "replace").splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            cpus = parse_cpu_list(line.partition(":")[2])
+        elif line.startswith("VmHWM:"):
+            value = line.partition(":")[2].split()
+            peak = int(value[0]) * 1024 if value and value[0].isdigit() else None
+    return cpus, peak
+
+
+def read_uptime(proc_root: str = PROC) -> float | None:
+    """Seconds since boot (the first field of /proc/uptime): with a process's start (clock ticks after boot) it
+    gives when the process started, to the tick."""
+    data = _read(f"{proc_root}/uptime", 256)
+    try:
+        return float(data.split()[0]) if data else None
+    except (IndexError, ValueError):
+        return None
+
+
 def read_load1(proc_root: str = PROC) -> float | None:
     """The node's load average over one minute, the first field of /proc/loadavg."""
     data = _read(f"{proc_root}/loadavg", 256)
@@ -184,26 +227,54 @@ def descendants(root: int, parents: dict[int, int], skip: int | None = None) -> 
     return found
 
 
-def _new_group() -> dict[str, float]:
-    return {"procs": 0, "threads": 0, "cpu_s": 0.0, "rss": 0}
+# Where a rank's CPU total comes from (cpu_source in its records, docs/concepts/report.md).
+AT_EXIT = "exit"  # read after its main process ended: its own stat as a zombie, or its reaper's cutime + cstime
+LAST_READ = "last-read"  # its main process's last read before it went (the exit read was missed)
+RUNNING = "running"  # it was still running at this sample
 
 
 class _Seen:
-    """What StepProcs remembers of one process: its group, its last CPU seconds, and the part of those
-    counted for a group it left (an exec that set or dropped RANK)."""
+    """What StepProcs remembers of one process between samples."""
 
-    __slots__ = ("cpu_s", "earlier", "group")
+    __slots__ = ("earlier", "group", "own", "parent", "read_t", "reaped", "transfer")
 
-    def __init__(self, group: object, cpu_s: float) -> None:
+    def __init__(self, group: object, parent: tuple[int, int] | None) -> None:
         self.group = group
-        self.cpu_s = cpu_s
-        self.earlier = 0.0
+        self.parent = parent  # (pid, start) of its parent when last read, None outside the step's tree
+        self.own = 0.0  # last own CPU seconds (utime + stime)
+        self.reaped = 0.0  # last cutime + cstime
+        self.read_t = 0.0  # when those were read (unix seconds)
+        self.transfer = 0.0  # the part of `reaped` already counted for another group (a rank it reaped)
+        self.earlier = 0.0  # CPU seconds it had when it moved into its group (an exec that set RANK)
+
+    @property
+    def total(self) -> float:
+        return self.own + self.reaped
+
+    def counted(self) -> float:
+        """What it adds to its group now."""
+        return self.own + self.reaped - self.transfer - self.earlier
+
+
+class _RankLife:
+    """One rank across samples: its main process, when its program started and ended, where its CPU total rests."""
+
+    __slots__ = ("cores", "ended", "exact_end", "hwm", "key", "local_rank", "started")
+
+    def __init__(self) -> None:
+        self.key: tuple[int, int] | None = None  # its main process (pid, start)
+        self.local_rank: int | None = None
+        self.cores = 0
+        self.started: float | None = None  # unix seconds its program started (exec), to a scan's precision
+        self.ended: float | None = None  # unix seconds its main process ended; None while it runs
+        self.exact_end = False  # the CPU total at `ended` is the kernel's final one
+        self.hwm = 0  # the largest VmHWM of its main process (bytes)
 
 
 class StepProcs:
     """The step's processes on this node, sampled again and again; it remembers what it needs between
-    samples: every process's last CPU seconds and group (to keep the CPU time of processes that exited),
-    and every rank seen (a rank whose processes have all ended is still reported, with its CPU seconds)."""
+    samples: every process's last CPU seconds, parent and group (to count a process that ended exactly, and
+    once), and every rank seen (a rank whose processes have all ended is still reported, with its CPU seconds)."""
 
     def __init__(self, step_pid: int, proc_root: str = PROC, skip: int | None = None) -> None:
         """`skip`: a process not to count, with its descendants (the sampler, started inside a task)."""
@@ -213,9 +284,12 @@ class StepProcs:
         self._outside: set[int] = set()  # pids of processes seen outside the step: not read again until a full scan
         self._scans = 0
         self._seen: dict[tuple[int, int], _Seen] = {}  # (pid, start) -> what it used, and where
-        self._gone: dict[object, float] = {}  # group -> CPU seconds of processes that have left it
-        self._ranks: dict[int, dict[str, object]] = {}  # rank -> local_rank, pid and cores last seen
+        self._gone: dict[object, float] = {}  # group -> CPU seconds of its processes that have ended
+        self._ranks: dict[int, _RankLife] = {}
         self._environ: dict[tuple[int, int, str], tuple[int | None, int | None]] = {}
+        # (pid, start) -> (final total, when it ended, whether that total is the kernel's final one)
+        self._exits: dict[tuple[int, int], tuple[float, float, bool]] = {}
+        self._last_t: float | None = None  # when the previous scan ran
 
     def step_processes(self) -> dict[int, Stat]:
         """The stat of every descendant of the step's pid, read now, parents before their children.
@@ -251,14 +325,58 @@ class StepProcs:
     def _rank_of(self, pid: int, stat: Stat) -> tuple[int | None, int | None]:
         # The environment is read once per process image: a process gets a new one only by exec, which
         # changes its command name (a shim that execs apptainer that execs python is three images).
+        # Nothing is kept from a read that found no environment at all: a process in the middle of its exec
+        # shows an empty one for a moment, and keeping that would make a rank a launcher process for good.
         key = (pid, stat.start, stat.comm)
-        if key not in self._environ:
-            self._environ[key] = read_rank(pid, self.proc_root)
-        return self._environ[key]
+        known = self._environ.get(key)
+        if known is not None:
+            return known
+        data = _read(f"{self.proc_root}/{pid}/environ", 1 << 20)
+        if not data:
+            return None, None
+        values = parse_environ(data, ("RANK", "LOCAL_RANK"))
+        found = self._environ[key] = (_int_or_none(values.get("RANK")), _int_or_none(values.get("LOCAL_RANK")))
+        return found
 
-    def sample(self) -> tuple[list[dict[str, object]], dict[str, object]]:
+    def rank_mains(self) -> list[tuple[int, int]]:
+        """(pid, start) of each rank's main process still running: what the sampler watches for its exit."""
+        return [life.key for life in self._ranks.values() if life.key is not None and life.ended is None]
+
+    def watch(self, key: tuple[int, int], now: float) -> bool:
+        """Read a rank's main process now (the sampler does between samples); True when it has ended. An ended
+        process read before its reaper took it (a zombie) leaves its final CPU seconds, the kernel's own; one
+        already reaped leaves the growth of its reaper's cutime + cstime when it was the reaper's only child of
+        the step to go, else nothing (its last read stands)."""
+        seen = self._seen.get(key)
+        if seen is None or key in self._exits:
+            return key in self._exits
+        stat = read_stat(key[0], self.proc_root)
+        if stat is not None and stat.start == key[1]:
+            if stat.state not in ("Z", "X"):
+                seen.own, seen.reaped, seen.read_t = stat.cpu_s, stat.reaped_s, now
+                return False
+            self._exits[key] = (stat.total_s, now, True)
+            return True
+        parent_key = seen.parent
+        parent = self._seen.get(parent_key) if parent_key is not None else None
+        parent_stat = read_stat(parent_key[0], self.proc_root) if parent_key is not None else None
+        if parent is not None and parent_stat is not None and parent_key is not None \
+                and parent_stat.start == parent_key[1]:
+            siblings_gone = [other for other, entry in self._seen.items()
+                             if entry.parent == parent_key and other != key and other not in self._exits
+                             and read_stat(other[0], self.proc_root) is None]
+            grown = parent_stat.reaped_s - parent.reaped
+            if not siblings_gone and grown >= seen.total - 2.0 / CLOCK_TICKS:
+                self._exits[key] = (max(grown, seen.total), now, True)
+                return True
+        self._exits[key] = (seen.total, seen.read_t or now, False)  # missed: its last read, and when
+        return True
+
+    def sample(self, now: float | None = None) -> tuple[list[dict[str, object]], dict[str, object]]:
         """(ranks, launcher) as record.md describes them, ranks ordered by rank."""
+        now = time.time() if now is None else now
         procs = self.step_processes()
+        uptime = read_uptime(self.proc_root)
         own = {pid: self._rank_of(pid, stat) for pid, stat in procs.items()}
         group: dict[int, object] = {}  # pid -> its rank, or LAUNCHER
         main: dict[int, int] = {}  # pid -> the main process of its rank
@@ -271,28 +389,35 @@ class StepProcs:
             else:
                 group[pid] = rank
                 main[pid] = main[ppid] if ppid in main and own[ppid][0] == rank else pid
+        live = {(pid, stat.start) for pid, stat in procs.items()}
+        self._account_gone(live, procs, now)
 
-        totals: dict[object, dict[str, float]] = {}
-        live: set[tuple[int, int]] = set()
+        moved_in: dict[tuple[int, int], float] = {}  # a process that moved into a rank now: its previous read time
         for pid, stat in procs.items():
             key = (pid, stat.start)
-            live.add(key)
+            parent = (stat.ppid, procs[stat.ppid].start) if stat.ppid in procs else None
             seen = self._seen.get(key)
             if seen is None:
-                seen = self._seen[key] = _Seen(group[pid], stat.cpu_s)
+                seen = self._seen[key] = _Seen(group[pid], parent)
             elif seen.group != group[pid]:
-                self._gone[seen.group] = self._gone.get(seen.group, 0.0) + seen.cpu_s - seen.earlier
-                seen.group, seen.earlier = group[pid], seen.cpu_s
-            seen.cpu_s = stat.cpu_s
+                # An exec set or dropped RANK since the last read: what it used until then stays with its old group.
+                self._gone[seen.group] = self._gone.get(seen.group, 0.0) + seen.counted()
+                seen.group, seen.earlier, seen.transfer = group[pid], seen.total, 0.0
+                moved_in[key] = seen.read_t
+            seen.parent = parent
+            seen.own, seen.reaped, seen.read_t = stat.cpu_s, stat.reaped_s, now
+            if stat.state in ("Z", "X") and key not in self._exits:
+                self._exits[key] = (stat.total_s, now, True)  # a zombie shows its final times until it is reaped
+        self._environ = {key: value for key, value in self._environ.items() if key[:2] in live}
+
+        totals: dict[object, dict[str, float]] = {}
+        for pid, stat in procs.items():
+            seen = self._seen[(pid, stat.start)]
             entry = totals.setdefault(group[pid], _new_group())
             entry["procs"] += 1
             entry["threads"] += stat.threads
-            entry["cpu_s"] += stat.cpu_s - seen.earlier
+            entry["cpu_s"] += seen.counted()
             entry["rss"] += stat.rss
-        for key in [key for key in self._seen if key not in live]:
-            seen = self._seen.pop(key)
-            self._gone[seen.group] = self._gone.get(seen.group, 0.0) + seen.cpu_s - seen.earlier
-        self._environ = {key: value for key, value in self._environ.items() if key[:2] in live}
 
         roots: dict[int, int] = {}  # rank -> main process; the earliest started should two subtrees share a RANK
         for pid, root in main.items():
@@ -300,11 +425,96 @@ class StepProcs:
             if pid == root and isinstance(of, int) and (of not in roots or procs[pid].start < procs[roots[of]].start):
                 roots[of] = pid
         for rank, root in roots.items():
-            self._ranks[rank] = {"rank": rank, "local_rank": own[root][1], "pid": root,
-                                 "cores": len(read_allowed_cpus(root, self.proc_root))}
-        ranks = [{**self._ranks[rank], **_counts(totals.get(rank), self._gone.get(rank, 0.0), threads=True)}
-                 for rank in sorted(self._ranks)]
+            stat = procs[root]
+            key = (root, stat.start)
+            life = self._ranks.get(rank)
+            if life is None:
+                life = self._ranks[rank] = _RankLife()
+            if life.key != key:  # its first main process, or a restarted one
+                if key in moved_in and self._last_t is not None:
+                    begun = moved_in[key] or self._last_t  # its exec came after its last read without RANK
+                else:
+                    begun = _started_at(stat.start, uptime, now)
+                life.started = begun if life.started is None else min(life.started, begun)
+                life.key, life.ended, life.exact_end = key, None, False
+            cpus, peak = read_status(root, self.proc_root)
+            life.local_rank, life.cores = own[root][1], len(cpus)
+            life.hwm = max(life.hwm, peak or 0)
+        for life in self._ranks.values():
+            if life.key is not None and life.ended is None and life.key in self._exits:  # a zombie now
+                _, life.ended, life.exact_end = self._exits[life.key]
+        self._exits = {key: value for key, value in self._exits.items() if key in live}
+        self._last_t = now
+        ranks = []
+        for rank in sorted(self._ranks):
+            life = self._ranks[rank]
+            counts = _counts(totals.get(rank), self._gone.get(rank, 0.0), threads=True)
+            running = life.key is not None and life.key in live and life.key not in self._exits
+            ranks.append({"rank": rank, "local_rank": life.local_rank,
+                          "pid": life.key[0] if life.key is not None else None, "cores": life.cores, **counts,
+                          "hwm": life.hwm, "started": _round_t(life.started), "ended": _round_t(life.ended),
+                          "cpu_source": RUNNING if running else AT_EXIT if life.exact_end else LAST_READ})
         return ranks, _counts(totals.get(LAUNCHER), self._gone.get(LAUNCHER, 0.0), threads=False)
+
+    def _account_gone(self, live: set[tuple[int, int]], procs: dict[int, Stat], now: float) -> None:
+        """Count once, for its group, the final CPU seconds of every process that has gone since the last scan."""
+        gone = [key for key in self._seen if key not in live]
+        by_parent: dict[tuple[int, int] | None, list[tuple[int, int]]] = {}
+        for key in gone:
+            reaper = self._seen[key].parent
+            by_parent.setdefault(reaper if reaper in live else None, []).append(key)
+        for parent_key, keys in by_parent.items():
+            parent = self._seen.get(parent_key) if parent_key is not None else None
+            finals: dict[tuple[int, int], float] = {}
+            for key in keys:
+                seen = self._seen[key]
+                exit_total = self._exits.get(key)
+                finals[key] = exit_total[0] if exit_total is not None else seen.total
+            if parent is not None and parent_key is not None and len(keys) == 1:
+                # Its reaper's cutime + cstime grew by its final total (with what else the reaper waited for
+                # since its last read, which only a child it never saw could add: a few ticks at most).
+                grown = procs[parent_key[0]].reaped_s - parent.reaped
+                key = keys[0]
+                known = self._exits.get(key)
+                if grown >= finals[key] - 2.0 / CLOCK_TICKS and (known is None or not known[2]):
+                    finals[key] = grown
+                    self._exits[key] = (grown, known[1] if known is not None else now, True)
+            # What the reaper's cutime + cstime grew by since its last read: a child is covered by it only when
+            # that growth holds the child's final total (a reaper that ignores SIGCHLD gets nothing added).
+            remaining = procs[parent_key[0]].reaped_s - parent.reaped if parent is not None and parent_key else 0.0
+            for key in keys:
+                seen = self._seen.pop(key)
+                exit_total = self._exits.get(key)
+                for life in self._ranks.values():
+                    if life.key == key and (life.ended is None or not life.exact_end):
+                        life.ended = exit_total[1] if exit_total is not None else seen.read_t
+                        life.exact_end = exit_total is not None and exit_total[2]
+                covered = parent is not None and remaining >= finals[key] - 2.0 / CLOCK_TICKS
+                if covered:
+                    remaining -= finals[key]
+                if parent is not None and covered and parent.group == seen.group:
+                    # its reaper's cutime holds all of it now: what of it was counted elsewhere comes off the reaper
+                    parent.transfer += seen.transfer + seen.earlier
+                else:
+                    self._gone[seen.group] = self._gone.get(seen.group, 0.0) + finals[key] - seen.transfer \
+                        - seen.earlier
+                    if parent is not None and covered:
+                        parent.transfer += finals[key]
+
+
+def _started_at(start_ticks: int, uptime: float | None, now: float) -> float:
+    """Unix seconds a process started: its age is the time since boot less its start (clock ticks after boot)."""
+    if uptime is None:
+        return now
+    return now - max(0.0, uptime - start_ticks / CLOCK_TICKS)
+
+
+def _round_t(t: float | None) -> float | None:
+    return None if t is None else round(t, 3)
+
+
+def _new_group() -> dict[str, float]:
+    return {"procs": 0, "threads": 0, "cpu_s": 0.0, "rss": 0}
 
 
 def _counts(entry: dict[str, float] | None, gone_cpu_s: float, *, threads: bool) -> dict[str, object]:

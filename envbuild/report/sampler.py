@@ -23,6 +23,7 @@ only when the sampler starts, and a missing one means "no GPU source".
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import time
@@ -48,8 +49,20 @@ if TYPE_CHECKING:
 
 # How often, between samples, the sampler looks whether the task has ended: srun waits for the sampler's end
 # record (it holds the task's stderr) before the step ends, so this is what the report adds to every step's
-# end at most; the look is one getppid() while the sampler is the task's child.
+# end at most; the look is one getppid() while the sampler is the task's child. Where the kernel cannot tell
+# the sampler when a rank's main process exits (no pidfd), the ranks' main processes are read this often too,
+# so that a rank's last read is at most this old.
 TASK_CHECK_S = 0.1
+
+# The samples come densely at first and then further apart, up to the interval: the gap is the time since the
+# start over DENSE_SHARE, at least MIN_GAP_S. A short step (a few seconds) gets a true shape and its ranks are
+# seen from their start (the exec that gives them RANK falls between two close reads); a day-long one costs
+# a few dozen extra records in its first minute. GPUs are read at the interval only: their tools cost more.
+MIN_GAP_S = 0.1
+DENSE_SHARE = 10.0
+# After a rank's main process exits the next sample comes this soon, so that the ranks that end together
+# share one record.
+RANK_END_SAMPLE_S = 0.05
 
 # Why the last record was written (its "reason"). STDERR_CLOSED is named for the contract; a sampler whose
 # stderr is closed cannot write it, so it ends without an end record.
@@ -136,6 +149,8 @@ class Sampler:
         self.proc_root = proc_root
         self.procs = StepProcs(step_pid, proc_root, skip=os.getpid())
         self.seq = 0
+        self._pidfds: dict[tuple[int, int], int] = {}  # a rank's main process -> a pidfd that wakes at its exit
+        self._pidfd_open = getattr(os, "pidfd_open", None)  # Linux 5.3 and Python 3.9
 
     def _head(self, kind: str) -> dict[str, object]:
         return {"v": wire.SCHEMA, "kind": kind, "node": self.node, "seq": self.seq, "t": round(time.time(), 3)}
@@ -146,20 +161,64 @@ class Sampler:
         except Exception:  # noqa: BLE001 - see open_gpus
             names = []
         return {**self._head("start"), "interval": self.interval, "cpus": self.cpus,
-                "gpu_source": self.gpus.name, "gpu_note": self.gpus.note, "gpu_names": names}
+                "gpu_source": self.gpus.name, "gpu_note": self.gpus.note, "gpu_names": names,
+                "gpu_sampling": str(getattr(self.gpus, "sampling", "") or "")}
 
-    def sample(self, kind: str = "sample", reason: str | None = None) -> dict[str, object]:
+    def sample(self, kind: str = "sample", reason: str | None = None, *, gpus: bool = True) -> dict[str, object]:
+        """A record of the step's processes now; with `gpus`, of the GPUs too (a record without the key has
+        no GPU reading, which is not a reading of 0)."""
         self.seq += 1
         ranks, launcher = self.procs.sample()
-        try:
-            gpus = [dict(gpu) for gpu in self.gpus.read()]
-        except Exception:  # noqa: BLE001 - see open_gpus: this sample has no GPU values
-            gpus = []
-        record = {**self._head(kind), "ranks": ranks, "launcher": launcher, "gpus": gpus,
-                  "load1": read_load1(self.proc_root)}
+        record = {**self._head(kind), "ranks": ranks, "launcher": launcher, "load1": read_load1(self.proc_root)}
+        if gpus:
+            try:
+                record["gpus"] = [dict(gpu) for gpu in self.gpus.read()]
+            except Exception:  # noqa: BLE001 - see open_gpus: this sample has no GPU values
+                record["gpus"] = []
         if reason is not None:
             record["reason"] = reason
+        self._watch_new_ranks()
         return record
+
+    def _watch_new_ranks(self) -> None:
+        keys = set(self.procs.rank_mains())
+        for key in [key for key in self._pidfds if key not in keys]:
+            os.close(self._pidfds.pop(key))
+        if self._pidfd_open is None:
+            return
+        for key in keys - set(self._pidfds):
+            try:
+                self._pidfds[key] = self._pidfd_open(key[0])
+            except OSError:  # gone already (the next sample counts it), or pidfds refused: read every tick
+                continue
+
+    def wait_for_rank_exit(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds; True when a rank's main process ended meanwhile (its final CPU seconds
+        are read at once, before or just after its reaper takes it: StepProcs.watch)."""
+        ended = False
+        if self._pidfds:
+            poller = select.poll()
+            by_fd = {fd: key for key, fd in self._pidfds.items()}
+            for fd in by_fd:
+                poller.register(fd, select.POLLIN)
+            for fd, _events in poller.poll(max(0.0, timeout) * 1000):
+                key = by_fd[fd]
+                if self.procs.watch(key, time.time()):
+                    ended = True
+                    os.close(self._pidfds.pop(key))
+            unwatched = [key for key in self.procs.rank_mains() if key not in self._pidfds]
+        else:
+            time.sleep(max(0.0, timeout))
+            unwatched = self.procs.rank_mains()
+        now = time.time()
+        for key in unwatched:  # no pidfd for it: a read every tick keeps its last read at most a tick old
+            ended = self.procs.watch(key, now) or ended
+        return ended
+
+    def close(self) -> None:
+        for fd in self._pidfds.values():
+            os.close(fd)
+        self._pidfds.clear()
 
 
 def read_key(fd: int = 0) -> str:
@@ -222,19 +281,26 @@ def run(sampler: Sampler, watch: TaskWatch, key: str, fd: int = 2) -> str:
             if signal.getsignal(signum) != signal.SIG_IGN:
                 signal.signal(signum, _on_signal)
         emit(sampler.start(), key, fd)
-        due = time.monotonic() + sampler.interval
+        begun = time.monotonic()
+        gpus_due = begun + sampler.interval
+        scan_due = begun + MIN_GAP_S
         while True:
             now = time.monotonic()
             if watch.ended():
                 reason = TASK_ENDED
                 break
-            if now >= due:
-                emit(sampler.sample(), key, fd)
-                due += sampler.interval
-                if due <= time.monotonic():  # fell behind (a stopped or starved sampler): skip, never catch up
-                    due = time.monotonic() + sampler.interval
+            if now >= scan_due:
+                with_gpus = now >= gpus_due
+                emit(sampler.sample(gpus=with_gpus), key, fd)
+                if with_gpus:
+                    gpus_due += sampler.interval
+                    if gpus_due <= time.monotonic():  # fell behind (a stopped or starved sampler): never catch up
+                        gpus_due = time.monotonic() + sampler.interval
+                gap = min(sampler.interval, max(MIN_GAP_S, (time.monotonic() - begun) / DENSE_SHARE))
+                scan_due = min(time.monotonic() + gap, gpus_due)
                 continue
-            time.sleep(min(TASK_CHECK_S, due - now))
+            if sampler.wait_for_rank_exit(min(TASK_CHECK_S, scan_due - now)):
+                scan_due = min(scan_due, time.monotonic() + RANK_END_SAMPLE_S)
     except _Stop:
         pass
     for signum in _STOP_SIGNALS:
@@ -275,7 +341,10 @@ def main(argv: list[str] | None = None, gpus: GpuSource | None = None, fd: int =
         source = source or open_gpus(environ)
         sampler = Sampler(node=node_name(environ), interval=interval, step_pid=step_pid,
                           cpus=node_cpus(environ, step_pid), gpus=source)
-        run(sampler, watch, key, fd)
+        try:
+            run(sampler, watch, key, fd)
+        finally:
+            sampler.close()
     except (_StderrGone, _Stop):
         pass
     except BaseException as error:  # noqa: BLE001 - the user's stderr gets one line, never a traceback

@@ -20,11 +20,12 @@ TICKS = procs.CLOCK_TICKS
 
 
 def stat_line(pid: int, comm: str, ppid: int, *, ticks: int = 0, threads: int = 1, start: int = 1000,
-              rss_pages: int = 10, state: str = "S") -> str:
-    """A /proc/PID/stat line (proc(5)): 52 fields, utime and stime at 14 and 15, num_threads at 20,
-    starttime at 22, rss (pages) at 24."""
+              rss_pages: int = 10, state: str = "S", reaped: int = 0) -> str:
+    """A /proc/PID/stat line (proc(5)): 52 fields, utime and stime at 14 and 15, cutime and cstime (what the
+    children it waited for used) at 16 and 17, num_threads at 20, starttime at 22, rss (pages) at 24."""
     fields = [state, str(ppid), str(pid), str(pid), "0", "-1", "4194304", "100", "0", "0", "0",
-              str(ticks), "0", "0", "0", "20", "0", str(threads), "0", str(start), "123456789", str(rss_pages)]
+              str(ticks), "0", str(reaped), "0", "20", "0", str(threads), "0", str(start), "123456789",
+              str(rss_pages)]
     fields += ["0"] * (52 - 2 - len(fields))
     return f"{pid} ({comm}) {' '.join(fields)}\n"
 
@@ -36,14 +37,16 @@ class FakeProc:
         self.root = root
         root.mkdir(exist_ok=True)
         (root / "loadavg").write_text("1.50 0.80 0.40 2/345 6789\n")
+        (root / "uptime").write_text("100.00 150.00\n")
         (root / "self").mkdir(exist_ok=True)  # not a pid: skipped
 
     def add(self, pid: int, ppid: int, *, env: dict[str, str] | None = None, comm: str = "python", ticks: int = 0,
-            threads: int = 1, start: int = 1000, rss_pages: int = 10, cpus: str = "0-3") -> None:
+            threads: int = 1, start: int = 1000, rss_pages: int = 10, cpus: str = "0-3", state: str = "S",
+            reaped: int = 0) -> None:
         folder = self.root / str(pid)
         folder.mkdir(exist_ok=True)
         (folder / "stat").write_text(stat_line(pid, comm, ppid, ticks=ticks, threads=threads, start=start,
-                                               rss_pages=rss_pages))
+                                               rss_pages=rss_pages, state=state, reaped=reaped))
         environ = folder / "environ"
         if env is None:  # unreadable: another user's process
             environ.unlink(missing_ok=True)
@@ -103,8 +106,11 @@ def test_ranks_launcher_and_unrelated_processes(tmp_path: Path) -> None:
     ranks, launcher = StepProcs(100, str(fake.root)).sample()
     assert [entry["rank"] for entry in ranks] == [0, 1]
     rank0, rank1 = ranks
+    started = rank0.pop("started")
     assert rank0 == {"rank": 0, "local_rank": 0, "pid": 102, "cores": 7, "procs": 2, "threads": 9,
-                     "cpu_s": round(550 / TICKS, 2), "rss": 120 * procs.PAGE_SIZE}
+                     "cpu_s": round(550 / TICKS, 2), "rss": 120 * procs.PAGE_SIZE, "hwm": 0, "ended": None,
+                     "cpu_source": "running"}
+    assert abs(time.time() - started - (100 - 1000 / TICKS)) < 5  # from its start: uptime less starttime
     assert (rank1["pid"], rank1["procs"], rank1["threads"], rank1["cores"]) == (104, 2, 5, 7)
     assert rank1["cpu_s"] == round(35 / TICKS, 2)
     assert launcher == {"procs": 2, "cpu_s": round(107 / TICKS, 2), "rss": 20 * procs.PAGE_SIZE}
@@ -130,16 +136,58 @@ def test_cpu_time_of_exited_processes_stays_with_their_rank(tmp_path: Path) -> N
     assert by_rank(step.sample()[0])[0]["cpu_s"] == round(140 / TICKS, 2)
     fake.add(103, 102, env={"RANK": "0"}, ticks=60, start=2000)
     assert by_rank(step.sample()[0])[0]["cpu_s"] == round(160 / TICKS, 2)
-    fake.remove(103)  # the worker exits (end of epoch)
-    fake.add(102, 100, env={"RANK": "0"}, ticks=110)
+    fake.remove(103)  # the worker exits (end of epoch) after 70 ticks: its parent's cutime gets all of them
+    fake.add(102, 100, env={"RANK": "0"}, ticks=110, reaped=70)
     rank0 = by_rank(step.sample()[0])[0]
-    assert (rank0["cpu_s"], rank0["procs"]) == (round(170 / TICKS, 2), 1)
+    assert (rank0["cpu_s"], rank0["procs"]) == (round(180 / TICKS, 2), 1)  # the 10 ticks after its last read too
     fake.add(103, 102, env={"RANK": "0"}, ticks=5, start=3000)  # a new worker that got the same pid
-    assert by_rank(step.sample()[0])[0]["cpu_s"] == round(175 / TICKS, 2)
-    fake.remove(104)  # rank 1 ended: still reported, with what it used
+    assert by_rank(step.sample()[0])[0]["cpu_s"] == round(185 / TICKS, 2)
+    fake.remove(104)  # rank 1 ended, reaped by slurmstepd (not in the step): still reported, with its last read
     rank1 = by_rank(step.sample()[0])[1]
     assert (rank1["procs"], rank1["threads"], rank1["rss"], rank1["cpu_s"], rank1["pid"]) == (
         0, 0, 0, round(10 / TICKS, 2), 104)
+    assert rank1["cpu_source"] == "last-read" and rank1["ended"] is not None
+
+
+def test_a_rank_that_ends_is_counted_to_its_last_tick(tmp_path: Path) -> None:
+    """A rank's final CPU seconds come from the kernel: its own stat as a zombie, else the growth of its
+    reaper's cutime; what the reaper (the launcher) received is not counted for the launcher again."""
+    fake = FakeProc(tmp_path / "proc")
+    fake.add(100, 1, env={})
+    fake.add(101, 100, env={}, comm="torchrun", ticks=20)
+    fake.add(102, 101, env={"RANK": "0"}, ticks=100, start=1100)
+    fake.add(103, 101, env={"RANK": "1"}, ticks=50, start=1100)
+    step = StepProcs(100, str(fake.root))
+    step.sample()
+    fake.add(102, 101, env={"RANK": "0"}, ticks=180, start=1100, state="Z")  # exited, not yet reaped
+    assert step.watch((102, 1100), time.time()) is True
+    fake.remove(102)  # torchrun reaps it
+    fake.add(101, 100, env={}, comm="torchrun", ticks=22, reaped=180)
+    ranks, launcher = step.sample()
+    rank0 = by_rank(ranks)[0]
+    assert (rank0["cpu_s"], rank0["cpu_source"]) == (round(180 / TICKS, 2), "exit")
+    assert launcher["cpu_s"] == round(22 / TICKS, 2)  # its cutime holds rank 0's time: counted once, for rank 0
+    fake.remove(103)  # reaped before anyone read it as a zombie: torchrun's cutime grew by its final 90 ticks
+    fake.add(101, 100, env={}, comm="torchrun", ticks=23, reaped=270)
+    ranks, launcher = step.sample()
+    rank1 = by_rank(ranks)[1]
+    assert (rank1["cpu_s"], rank1["cpu_source"]) == (round(90 / TICKS, 2), "exit")
+    assert launcher["cpu_s"] == round(23 / TICKS, 2)
+    assert rank1["ended"] is not None and rank1["started"] is not None
+
+
+def test_a_rank_whose_exec_is_seen_starts_there(tmp_path: Path) -> None:
+    """The rank's program starts at its exec (RANK appears), not at the fork of the container process."""
+    fake = FakeProc(tmp_path / "proc")
+    fake.add(100, 1, env={})
+    fake.add(101, 100, env={}, comm="starter", ticks=5)
+    fake.add(102, 101, env={}, comm="sh", ticks=3, start=500)
+    step = StepProcs(100, str(fake.root))
+    step.sample(now=1000.0)
+    fake.add(102, 101, env={"RANK": "0"}, comm="python", ticks=53, start=500)
+    ranks, launcher = step.sample(now=1001.0)
+    assert ranks[0]["started"] == 1000.0 and ranks[0]["cpu_s"] == round(50 / TICKS, 2)
+    assert launcher["cpu_s"] == round(8 / TICKS, 2)
 
 
 def test_a_process_that_execs_into_a_rank_keeps_its_launcher_time(tmp_path: Path) -> None:
