@@ -1,18 +1,21 @@
 """The job report's files in a directory the project's members share (issue 40): the report directory's name
 (OUTPUT.report beside the job's output) planted as a link or made by another user is refused, and a link planted
-at a file's name or at its partial names is replaced, never written through (the victim's ~/.bashrc stays)."""
+at a file's name or at its partial names is replaced, never written through (the victim's ~/.bashrc stays). And the
+page escapes every value a record or the command brings, in the sortable table's cells and attributes too."""
 
 from __future__ import annotations
 
 import os
+from html import escape
 from pathlib import Path
 
 import pytest
 
 from envbuild.report import render
-from envbuild.report.render import write_report
+from envbuild.report.render import render_html, write_report
 from envbuild.safefiles import UnsafePlaceError
 from tests.report.test_collect import replay
+from tests.report.test_render import cpu_only_step
 from tests.support.trust_accounts import stranger
 
 NAMES = ("report.json", "report.html", "timeline.png", "summary.txt")
@@ -67,3 +70,23 @@ def test_links_at_the_files_and_their_partial_names_are_never_written_through(sh
     assert bashrc.read_text() == "export EDITOR=vi\n"
     for name in NAMES:
         assert not (directory / name).is_symlink() and (directory / name).stat().st_size > 0
+
+
+HOSTILE = '"><img src=x onerror=alert(1)><script>alert(2)</script>'
+
+
+def test_the_page_escapes_what_records_and_the_command_bring() -> None:
+    report = cpu_only_step()
+    report.command = ["python", HOSTILE]
+    report.job["name"] = HOSTILE
+    report.nodes[0].node = HOSTILE
+    report.nodes[0].gpu_sampling = HOSTILE
+    for rank in report.ranks:
+        rank.node = HOSTILE
+        rank.cpu_source = HOSTILE
+    report.not_measured = [f"GPUs on {HOSTILE}: none"]
+    page = render_html(report, None, HOSTILE)
+    assert HOSTILE not in page and "<img" not in page and "alert(2)</script>" not in page
+    assert page.count("<script>") == 1  # the page's own sorting script, nothing else
+    assert f'<td data-v="{escape(HOSTILE)}">{escape(HOSTILE)}</td>' in page  # the node cell, sorted by its text
+    assert f"<p>No GPU was measured: GPUs on {escape(HOSTILE)}: none</p>" in page
