@@ -199,7 +199,11 @@ SchedulerType=sched/backfill
 GresTypes=gpu
 # A node that was down comes back by itself once slurmd registers again.
 ReturnToService=2
-JobAcctGatherType=jobacct_gather/none
+# Job accounting gathering on, as on the sites' clusters: `sstat` then answers for a running step (TotalCPU,
+# MaxRSS per step), the independent figure the job report is checked against (tests/e2e/test_report_truth.py).
+# No database here (AccountingStorageType none), so `sacct` has no history: the tests say so and use sstat.
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 # No mail on this machine; the default (mail) is missing and slurmctld complains.

@@ -112,6 +112,11 @@ class _Timeline:
 
 
 class _Rank:
+    """One rank across the samples: its total CPU seconds (exact, envbuild.report.procs), its life, and the
+    shape of its use between samples. An interval runs from the previous sample (or the rank's start, where its
+    CPU count was 0) to this one (or to the rank's end): never past the end, so a rank that has ended adds no
+    interval of 0 after it."""
+
     def __init__(self, node: str) -> None:
         self.node = node
         self.local_rank: int | None = None
@@ -121,37 +126,68 @@ class _Rank:
         self.last_t: float | None = None
         self.busy_s = 0.0
         self.span_s = 0.0
+        self.idle_s = 0.0
         self.intervals = 0
-        self.idle = 0
         self.rss = 0
         self.threads = 0
         self.procs = 0
+        self.cpu_s: float | None = None  # the rank's total so far: the sampler counts a restarted worker's too
+        self.source = ""
+        self.started: float | None = None
+        self.ended: float | None = None
 
     def sample(self, t: float, item: dict[str, object]) -> float | None:
-        """Take one sample of this rank; the busy cores since its previous sample (None for the first)."""
+        """Take one sample of this rank; the busy cores since its previous sample (None when there is no interval)."""
         local_rank, cores, pid = _int(item.get("local_rank")), _int(item.get("cores")), _int(item.get("pid"))
         cpu_s = _float(item.get("cpu_s"))
+        started, ended = _float(item.get("started")), _float(item.get("ended"))
         if local_rank is not None:
             self.local_rank = local_rank
         if cores:
             self.cores = cores
-        self.rss = max(self.rss, _int(item.get("rss")) or 0)
+        self.rss = max(self.rss, _int(item.get("rss")) or 0, _int(item.get("hwm")) or 0)
         self.threads = max(self.threads, _int(item.get("threads")) or 0)
         self.procs = max(self.procs, _int(item.get("procs")) or 0)
         if cpu_s is None:
             return None
+        if started is not None and started <= t:
+            self.started = started if self.started is None else min(self.started, started)
+        self.cpu_s = max(cpu_s, self.cpu_s or 0.0)
+        self.source = _text(item.get("cpu_source"))
+        self.ended = ended if ended is not None and ended <= t else None
+        end = self.ended if self.ended is not None else t
+        begin = self.last_t
+        if begin is None and started is not None and started < end:
+            begin, self.last_cpu = started, 0.0  # its program started here with no CPU seconds yet
         busy: float | None = None
-        # A new main process (a restarted worker) or CPU seconds that went back start the count again.
-        if self.last_t is not None and pid == self.pid and cpu_s >= self.last_cpu and t > self.last_t:
-            elapsed, used = t - self.last_t, cpu_s - self.last_cpu
+        if begin is not None and end > begin and cpu_s >= self.last_cpu:
+            elapsed, used = end - begin, cpu_s - self.last_cpu
             busy = used / elapsed
             self.busy_s += used
             self.span_s += elapsed
             self.intervals += 1
             if busy < RANK_IDLE_CORES:
-                self.idle += 1
-        self.pid, self.last_cpu, self.last_t = pid, cpu_s, t
+                self.idle_s += elapsed
+        self.pid, self.last_cpu = pid, cpu_s
+        if begin is None or end > begin:
+            self.last_t = end
         return busy
+
+    def summary(self, name: str, number: int, origin: float, last: float | None) -> RankSummary:
+        """Its figures, times relative to the step's start (`origin`); `last`: the node's last record."""
+        total = self.cpu_s
+        end = self.ended if self.ended is not None else last
+        life = end - self.started if self.started is not None and end is not None else None
+        if life is not None and life > 0 and total is not None:
+            cores: float | None = total / life
+        else:  # no start known (an old sampler): the sampled intervals
+            cores = self.busy_s / self.span_s if self.span_s > 0 else None
+        return RankSummary(rank=number, node=name, local_rank=self.local_rank, cores=self.cores, cpu_cores=cores,
+                           idle_fraction=self.idle_s / self.span_s if self.span_s > 0 else None,
+                           rss_bytes=self.rss, threads=self.threads, procs=self.procs, intervals=self.intervals,
+                           cpu_s=None if total is None else round(total, 2), cpu_source=self.source,
+                           started_s=None if self.started is None else round(self.started - origin, 3),
+                           ended_s=None if end is None else round(end - origin, 3))
 
 
 class _Gpu:
@@ -189,6 +225,7 @@ class _Node:
         self.cpus: int | None = None
         self.gpu_source: str | None = None
         self.gpu_note = ""
+        self.gpu_sampling = ""
         self.interval: float | None = None
         self.samples = 0
         self.first: float | None = None
@@ -207,6 +244,7 @@ class _Node:
         self.cpus = _int(record.get("cpus")) or self.cpus
         self.gpu_source = _text(record.get("gpu_source")) or None
         self.gpu_note = _text(record.get("gpu_note"))
+        self.gpu_sampling = _text(record.get("gpu_sampling"))
         self.interval = _float(record.get("interval"))
         for item in _items(record.get("gpu_names")):
             index = _int(item.get("index"))
@@ -331,15 +369,13 @@ class Collector:
             node.flush()
             nodes.append(NodeSummary(node=name, cpus=node.cpus, gpu_source=node.gpu_source, gpu_note=node.gpu_note,
                                      load1_mean=node.load_sum / node.load_count if node.load_count else None,
-                                     samples=node.samples, first=node.first, last=node.last))
-            for number in sorted(node.ranks):
-                rank = node.ranks[number]
-                measured = rank.intervals > 0 and rank.span_s > 0
-                ranks.append(RankSummary(rank=number, node=name, local_rank=rank.local_rank, cores=rank.cores,
-                                         cpu_cores=rank.busy_s / rank.span_s if measured else None,
-                                         idle_fraction=rank.idle / rank.intervals if measured else None,
-                                         rss_bytes=rank.rss, threads=rank.threads, procs=rank.procs,
-                                         intervals=rank.intervals))
+                                     samples=node.samples, first=node.first, last=node.last,
+                                     gpu_sampling=node.gpu_sampling))
+            node_ranks = [node.ranks[number].summary(name, number, started, node.last)
+                          for number in sorted(node.ranks)]
+            ranks += node_ranks
+            starts = [rank.started_s for rank in node_ranks if rank.started_s is not None]
+            nodes[-1].startup_s = max(0.0, min(starts)) if starts else None
             for index in sorted(node.gpus):
                 gpu = node.gpus[index]
                 count = gpu.util_count
@@ -381,12 +417,10 @@ def _unmeasured_on(node: _Node, duration: float) -> list[str]:
     for index, gpu in sorted(node.gpus.items()):
         if node.gpu_source is not None and node.samples >= 1 and not gpu.util_count:
             found.append(f"utilisation of GPU {index} on {name}: {node.gpu_source} gave no value")
-    if node.samples < 2:
-        every = f"one every {node.interval:g} s" if node.interval else "one every few seconds"
-        found.append(f"use on {name}: {node.samples} sample{'s' if node.samples != 1 else ''} in {duration:.1f} s "
-                     f"(the sampler takes {every}; CPU use needs two): the step was too short to measure")
-    else:
-        for number, rank in sorted(node.ranks.items()):
-            if not rank.intervals:
-                found.append(f"CPU use of rank {number} on {name}: seen in one sample only")
+    if not node.ranks and node.samples < 2:
+        found.append(f"use on {name}: {node.samples} sample{'s' if node.samples != 1 else ''} in {duration:.1f} s, "
+                     "no rank seen: the step ended before its ranks could be read")
+    for number, rank in sorted(node.ranks.items()):
+        if rank.started is None and not rank.intervals:
+            found.append(f"CPU use of rank {number} on {name}: seen in one sample only, with no start time")
     return found

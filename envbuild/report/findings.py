@@ -21,7 +21,9 @@ RANK_BUSY_SHARE = 0.5  # ... while another rank, idle in less than this share, c
 CPU_SATURATED = 0.9  # busy cores / cores at or above this: the CPUs are the bottleneck (SageMaker's CPUBottleneck, 90 %)
 ONE_CORE_BUSY = 0.9  # busy cores of a one-process rank at or above this: its one process is saturated
 GPU_MEMORY_FULL = 0.95  # peak memory / total at or above this: close to out-of-memory
-MIN_SAMPLES = 2  # a GPU needs this many utilisation samples, a rank this many CPU intervals, to be judged
+MIN_SAMPLES = 2  # a GPU needs this many utilisation samples to be judged
+MIN_RANK_LIFE_S = 1.0  # a rank's CPU total is judged over at least this long a life (start-up noise dominates below)
+RANK_IDLE_RATIO = 0.1  # an idle rank's exact mean busy cores are under this share of the busiest rank's
 
 LOCAL_RANK_FIX = ("give each rank its own GPU: torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before the model "
                   "is built, then model.to('cuda') and DDP(model, device_ids=[local_rank]); a hard-coded 'cuda:0' "
@@ -72,7 +74,11 @@ def _measured_gpus(report: Report, node: str) -> list[GpuSummary]:
 
 
 def _measured_ranks(report: Report) -> list[RankSummary]:
-    return [rank for rank in report.ranks if rank.idle_fraction is not None and rank.intervals >= MIN_SAMPLES]
+    """Ranks whose CPU figures can carry a finding: an exact total over a life of MIN_RANK_LIFE_S or more (or,
+    from a sampler without start times, MIN_SAMPLES intervals)."""
+    return [rank for rank in report.ranks if rank.idle_fraction is not None and rank.cpu_cores is not None
+            and ((rank.life_s or 0.0) >= MIN_RANK_LIFE_S if rank.started_s is not None
+                 else rank.intervals >= MIN_SAMPLES)]
 
 
 def _util(gpu: GpuSummary) -> float:
@@ -149,13 +155,24 @@ def _own_gpu(report: Report, rank: RankSummary) -> GpuSummary | None:
 
 def idle_rank(report: Report) -> list[Finding] | None:
     """Applies when two or more ranks had their CPU use measured: a rank idle (under RANK_IDLE_CORES of a core)
-    in RANK_IDLE_SHARE of its intervals while another computes. A rank whose own GPU is busy waits on it (a
+    in RANK_IDLE_SHARE of its life, and with an exact mean under RANK_IDLE_RATIO of the busiest rank's, while
+    another computes; a step whose ranks ran under MIN_RANK_LIFE_S gets a note saying so. A rank whose own GPU is busy waits on it (a
     GPU program may sleep while its kernels run): not named."""
     ranks = _measured_ranks(report)
     if len(ranks) < 2:
+        short = [rank for rank in report.ranks if rank.life_s is not None and rank.life_s < MIN_RANK_LIFE_S]
+        if len(report.ranks) >= 2 and short:
+            longest = max(rank.life_s or 0.0 for rank in short)
+            return [Finding(level="note", rule="idle-rank",
+                            what=f"the ranks ran {longest:.1f} s at most: too short to tell an idle rank "
+                                 f"(it takes {MIN_RANK_LIFE_S:g} s)",
+                            fix="judge a step that trains for a while; the figures above are still exact")]
         return None
+    busiest = max(rank.cpu_cores or 0.0 for rank in ranks)
     busy = [rank for rank in ranks if (rank.idle_fraction or 0.0) < RANK_BUSY_SHARE]
-    idle = [rank for rank in ranks if (rank.idle_fraction or 0.0) >= RANK_IDLE_SHARE]
+    # Idle by its samples and by its exact total: a rank that computed in bursts between samples is not idle.
+    idle = [rank for rank in ranks if (rank.idle_fraction or 0.0) >= RANK_IDLE_SHARE
+            and (rank.cpu_cores or 0.0) < RANK_IDLE_RATIO * busiest]
     idle = [rank for rank in idle if (gpu := _own_gpu(report, rank)) is None or _util(gpu) < GPU_BUSY_UTIL]
     if not busy or not idle:
         return []

@@ -20,8 +20,11 @@ class NodeSummary:
     """One node: what its sampler said at start, and its mean load."""
 
     def __init__(self, *, node: str, cpus: int | None, gpu_source: str | None, gpu_note: str, load1_mean: float | None,
-                 samples: int, first: float | None, last: float | None) -> None:
+                 samples: int, first: float | None, last: float | None, startup_s: float | None = None,
+                 gpu_sampling: str = "") -> None:
         self.node = node
+        self.startup_s = startup_s  # from the step's start to the first rank's program on this node (container start)
+        self.gpu_sampling = gpu_sampling  # what one GPU reading covers, as the GPU source says
         self.cpus = cpus
         self.gpu_source = gpu_source
         self.gpu_note = gpu_note
@@ -32,20 +35,34 @@ class NodeSummary:
 
 
 class RankSummary:
-    """One rank (a training process and its children): CPU use from the growth of its CPU seconds between samples."""
+    """One rank (a training process and its children): its CPU seconds over its life, from the kernel's counts
+    (envbuild.report.procs), and their shape from the samples."""
 
     def __init__(self, *, rank: int, node: str, local_rank: int | None, cores: int | None, cpu_cores: float | None,
-                 idle_fraction: float | None, rss_bytes: int, threads: int, procs: int, intervals: int) -> None:
+                 idle_fraction: float | None, rss_bytes: int, threads: int, procs: int, intervals: int,
+                 cpu_s: float | None = None, cpu_source: str = "", started_s: float | None = None,
+                 ended_s: float | None = None) -> None:
+        self.cpu_s = cpu_s  # CPU seconds (user + system) of its processes from its program's start to its end
+        self.cpu_source = cpu_source  # where that total comes from: exit, last-read or running (procs.py)
+        self.started_s = started_s  # when its program started and ended, seconds after the step's start
+        self.ended_s = ended_s  # (None: it was running when the step's records ended)
         self.rank = rank
         self.node = node
         self.local_rank = local_rank
         self.cores = cores  # CPUs its main process may run on
-        self.cpu_cores = cpu_cores  # mean busy cores (CPU seconds per second)
-        self.idle_fraction = idle_fraction  # share of sample intervals under RANK_IDLE_CORES
+        self.cpu_cores = cpu_cores  # mean busy cores: cpu_s over its life (CPU seconds per second)
+        self.idle_fraction = idle_fraction  # share of its life in sample intervals under RANK_IDLE_CORES
         self.rss_bytes = rss_bytes  # peaks
         self.threads = threads
         self.procs = procs
         self.intervals = intervals  # sample intervals its CPU use was measured over
+
+    @property
+    def life_s(self) -> float | None:
+        """Seconds its program ran (to the step's last record when it had not ended)."""
+        if self.started_s is None or self.ended_s is None:
+            return None
+        return max(0.0, self.ended_s - self.started_s)
 
     @property
     def cpu_util(self) -> float | None:

@@ -232,11 +232,15 @@ AT_EXIT = "exit"  # read after its main process ended: its own stat as a zombie,
 LAST_READ = "last-read"  # its main process's last read before it went (the exit read was missed)
 RUNNING = "running"  # it was still running at this sample
 
+# Two clock ticks: how far a reaper's cutime may fall short of a child's last read and still hold it (both are
+# counted in ticks, rounded separately).
+_TICK_SLACK = 2.0 / CLOCK_TICKS
+
 
 class _Seen:
     """What StepProcs remembers of one process between samples."""
 
-    __slots__ = ("earlier", "group", "own", "parent", "read_t", "reaped", "transfer")
+    __slots__ = ("earlier", "group", "latest", "latest_t", "own", "parent", "read_t", "reaped", "transfer")
 
     def __init__(self, group: object, parent: tuple[int, int] | None) -> None:
         self.group = group
@@ -246,6 +250,10 @@ class _Seen:
         self.read_t = 0.0  # when those were read (unix seconds)
         self.transfer = 0.0  # the part of `reaped` already counted for another group (a rank it reaped)
         self.earlier = 0.0  # CPU seconds it had when it moved into its group (an exec that set RANK)
+        # Its total as read between samples (StepProcs.watch), kept apart: the sample's accounting compares a
+        # reaper's cutime with its value at the previous sample, whatever was read in between.
+        self.latest = 0.0
+        self.latest_t = 0.0
 
     @property
     def total(self) -> float:
@@ -287,9 +295,14 @@ class StepProcs:
         self._gone: dict[object, float] = {}  # group -> CPU seconds of its processes that have ended
         self._ranks: dict[int, _RankLife] = {}
         self._environ: dict[tuple[int, int, str], tuple[int | None, int | None]] = {}
-        # (pid, start) -> (final total, when it ended, whether that total is the kernel's final one)
-        self._exits: dict[tuple[int, int], tuple[float, float, bool]] = {}
+        # (pid, start) -> (final total, when it ended, whether that total is the kernel's final one, the final
+        # cutime + cstime within it where it was read)
+        self._exits: dict[tuple[int, int], tuple[float, float, bool, float | None]] = {}
         self._last_t: float | None = None  # when the previous scan ran
+        # The sampler starts beside the task's first process, before the container's program: a rank seen by
+        # the first scan already running its program began it after this (its fork came earlier, in the
+        # container's start-up).
+        self._created = time.time()
 
     def step_processes(self) -> dict[int, Stat]:
         """The stat of every descendant of the step's pid, read now, parents before their children.
@@ -342,6 +355,10 @@ class StepProcs:
         """(pid, start) of each rank's main process still running: what the sampler watches for its exit."""
         return [life.key for life in self._ranks.values() if life.key is not None and life.ended is None]
 
+    def running_ranks(self) -> list[tuple[int, int]]:
+        """The rank main processes not known to have ended (read by the last sample or by watch since)."""
+        return [key for key in self.rank_mains() if key not in self._exits]
+
     def watch(self, key: tuple[int, int], now: float) -> bool:
         """Read a rank's main process now (the sampler does between samples); True when it has ended. An ended
         process read before its reaper took it (a zombie) leaves its final CPU seconds, the kernel's own; one
@@ -353,9 +370,9 @@ class StepProcs:
         stat = read_stat(key[0], self.proc_root)
         if stat is not None and stat.start == key[1]:
             if stat.state not in ("Z", "X"):
-                seen.own, seen.reaped, seen.read_t = stat.cpu_s, stat.reaped_s, now
+                seen.latest, seen.latest_t = stat.total_s, now
                 return False
-            self._exits[key] = (stat.total_s, now, True)
+            self._exits[key] = (stat.total_s, now, True, stat.reaped_s)
             return True
         parent_key = seen.parent
         parent = self._seen.get(parent_key) if parent_key is not None else None
@@ -366,10 +383,13 @@ class StepProcs:
                              if entry.parent == parent_key and other != key and other not in self._exits
                              and read_stat(other[0], self.proc_root) is None]
             grown = parent_stat.reaped_s - parent.reaped
-            if not siblings_gone and grown >= seen.total - 2.0 / CLOCK_TICKS:
-                self._exits[key] = (max(grown, seen.total), now, True)
+            if not siblings_gone and grown >= seen.total - _TICK_SLACK:
+                self._exits[key] = (max(grown, seen.total), now, True, None)
                 return True
-        self._exits[key] = (seen.total, seen.read_t or now, False)  # missed: its last read, and when
+        if seen.latest_t > seen.read_t:  # missed: its last read, and when
+            self._exits[key] = (max(seen.total, seen.latest), seen.latest_t, False, None)
+        else:
+            self._exits[key] = (seen.total, seen.read_t or now, False, None)
         return True
 
     def sample(self, now: float | None = None) -> tuple[list[dict[str, object]], dict[str, object]]:
@@ -407,7 +427,7 @@ class StepProcs:
             seen.parent = parent
             seen.own, seen.reaped, seen.read_t = stat.cpu_s, stat.reaped_s, now
             if stat.state in ("Z", "X") and key not in self._exits:
-                self._exits[key] = (stat.total_s, now, True)  # a zombie shows its final times until it is reaped
+                self._exits[key] = (stat.total_s, now, True, stat.reaped_s)  # a zombie shows its final times until it is reaped
         self._environ = {key: value for key, value in self._environ.items() if key[:2] in live}
 
         totals: dict[object, dict[str, float]] = {}
@@ -435,6 +455,8 @@ class StepProcs:
                     begun = moved_in[key] or self._last_t  # its exec came after its last read without RANK
                 else:
                     begun = _started_at(stat.start, uptime, now)
+                    if self._last_t is None:
+                        begun = min(now, max(begun, self._created))
                 life.started = begun if life.started is None else min(life.started, begun)
                 life.key, life.ended, life.exact_end = key, None, False
             cpus, peak = read_status(root, self.proc_root)
@@ -442,7 +464,7 @@ class StepProcs:
             life.hwm = max(life.hwm, peak or 0)
         for life in self._ranks.values():
             if life.key is not None and life.ended is None and life.key in self._exits:  # a zombie now
-                _, life.ended, life.exact_end = self._exits[life.key]
+                _, life.ended, life.exact_end, _ = self._exits[life.key]
         self._exits = {key: value for key, value in self._exits.items() if key in live}
         self._last_t = now
         ranks = []
@@ -457,49 +479,76 @@ class StepProcs:
         return ranks, _counts(totals.get(LAUNCHER), self._gone.get(LAUNCHER, 0.0), threads=False)
 
     def _account_gone(self, live: set[tuple[int, int]], procs: dict[int, Stat], now: float) -> None:
-        """Count once, for its group, the final CPU seconds of every process that has gone since the last scan."""
+        """Count once, for its group, the final CPU seconds of every process that has gone since the last scan.
+
+        A gone process is covered by its reaper (its parent when last read) when the reaper's cutime + cstime
+        grew by its final total: read now for a reaper still running, from the reaper's own final read for one
+        that has gone too. A covered process adds nothing itself where its reaper is of its group (the reaper's
+        count holds it); otherwise it adds its final total to its group and the reaper gives that much up.
+        Children are settled before their reapers, so a reaper gives up what its gone children took."""
         gone = [key for key in self._seen if key not in live]
-        by_parent: dict[tuple[int, int] | None, list[tuple[int, int]]] = {}
+        if not gone:
+            return
+        gone_set = set(gone)
+        finals: dict[tuple[int, int], float] = {}
         for key in gone:
-            reaper = self._seen[key].parent
-            by_parent.setdefault(reaper if reaper in live else None, []).append(key)
-        for parent_key, keys in by_parent.items():
-            parent = self._seen.get(parent_key) if parent_key is not None else None
-            finals: dict[tuple[int, int], float] = {}
-            for key in keys:
-                seen = self._seen[key]
-                exit_total = self._exits.get(key)
-                finals[key] = exit_total[0] if exit_total is not None else seen.total
-            if parent is not None and parent_key is not None and len(keys) == 1:
-                # Its reaper's cutime + cstime grew by its final total (with what else the reaper waited for
-                # since its last read, which only a child it never saw could add: a few ticks at most).
-                grown = procs[parent_key[0]].reaped_s - parent.reaped
-                key = keys[0]
-                known = self._exits.get(key)
-                if grown >= finals[key] - 2.0 / CLOCK_TICKS and (known is None or not known[2]):
-                    finals[key] = grown
-                    self._exits[key] = (grown, known[1] if known is not None else now, True)
-            # What the reaper's cutime + cstime grew by since its last read: a child is covered by it only when
-            # that growth holds the child's final total (a reaper that ignores SIGCHLD gets nothing added).
-            remaining = procs[parent_key[0]].reaped_s - parent.reaped if parent is not None and parent_key else 0.0
-            for key in keys:
-                seen = self._seen.pop(key)
-                exit_total = self._exits.get(key)
-                for life in self._ranks.values():
-                    if life.key == key and (life.ended is None or not life.exact_end):
-                        life.ended = exit_total[1] if exit_total is not None else seen.read_t
-                        life.exact_end = exit_total is not None and exit_total[2]
-                covered = parent is not None and remaining >= finals[key] - 2.0 / CLOCK_TICKS
-                if covered:
-                    remaining -= finals[key]
-                if parent is not None and covered and parent.group == seen.group:
-                    # its reaper's cutime holds all of it now: what of it was counted elsewhere comes off the reaper
-                    parent.transfer += seen.transfer + seen.earlier
-                else:
-                    self._gone[seen.group] = self._gone.get(seen.group, 0.0) + finals[key] - seen.transfer \
-                        - seen.earlier
-                    if parent is not None and covered:
-                        parent.transfer += finals[key]
+            known = self._exits.get(key)
+            finals[key] = known[0] if known is not None else self._seen[key].total
+        children: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for key in gone:
+            reaper_key = self._seen[key].parent
+            if reaper_key is not None:
+                children.setdefault(reaper_key, []).append(key)
+        growth: dict[tuple[int, int], float] = {}
+        for reaper_key, keys in children.items():
+            reaper = self._seen.get(reaper_key)
+            if reaper is None:
+                continue
+            if reaper_key in live:
+                grown = procs[reaper_key[0]].reaped_s - reaper.reaped
+                known = self._exits.get(keys[0])
+                if len(keys) == 1 and grown >= finals[keys[0]] - _TICK_SLACK and (known is None or not known[2]):
+                    # its only child to go: the growth is that child's final total, to the tick
+                    finals[keys[0]] = grown
+                    self._exits[keys[0]] = (grown, known[1] if known is not None else now, True, None)
+            elif reaper_key in gone_set:
+                known = self._exits.get(reaper_key)
+                if known is None or not known[2]:
+                    continue  # its last read came before it took them
+                grown = known[3] - reaper.reaped if known[3] is not None else known[0] - reaper.total
+            else:
+                continue
+            growth[reaper_key] = grown
+
+        def depth(key: tuple[int, int]) -> int:
+            count = 0
+            parent = self._seen[key].parent
+            while parent in gone_set and count < len(gone):
+                count += 1
+                parent = self._seen[parent].parent if parent is not None else None
+            return count
+
+        for key in sorted(gone, key=depth, reverse=True):
+            seen = self._seen[key]
+            known = self._exits.get(key)
+            for life in self._ranks.values():
+                if life.key == key and (life.ended is None or not life.exact_end):
+                    life.ended = known[1] if known is not None else seen.read_t
+                    life.exact_end = known is not None and known[2]
+            reaper_key = seen.parent
+            reaper = self._seen.get(reaper_key) if reaper_key is not None else None
+            covered = reaper is not None and reaper_key in growth and \
+                growth[reaper_key] >= finals[key] - _TICK_SLACK
+            if reaper is not None and reaper_key is not None and covered:
+                growth[reaper_key] -= finals[key]
+            if reaper is not None and covered and reaper.group == seen.group:
+                reaper.transfer += seen.transfer + seen.earlier
+            else:
+                self._gone[seen.group] = self._gone.get(seen.group, 0.0) + finals[key] - seen.transfer - seen.earlier
+                if reaper is not None and covered:
+                    reaper.transfer += finals[key]
+        for key in gone:
+            del self._seen[key]
 
 
 def _started_at(start_ticks: int, uptime: float | None, now: float) -> float:

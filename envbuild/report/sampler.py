@@ -63,6 +63,9 @@ DENSE_SHARE = 10.0
 # After a rank's main process exits the next sample comes this soon, so that the ranks that end together
 # share one record.
 RANK_END_SAMPLE_S = 0.05
+# When the sampler's own task has ended, how long it waits for the ranks of the node's other tasks to end
+# before its end record (a rank still running then is reported as running, with its total so far).
+OTHER_TASKS_WAIT_S = 1.0
 
 # Why the last record was written (its "reason"). STDERR_CLOSED is named for the contract; a sampler whose
 # stderr is closed cannot write it, so it ends without an end record.
@@ -283,11 +286,16 @@ def run(sampler: Sampler, watch: TaskWatch, key: str, fd: int = 2) -> str:
         emit(sampler.start(), key, fd)
         begun = time.monotonic()
         gpus_due = begun + sampler.interval
-        scan_due = begun + MIN_GAP_S
+        scan_due = begun  # at once: the ranks' programs start in the next few tenths of a second
         while True:
             now = time.monotonic()
             if watch.ended():
                 reason = TASK_ENDED
+                # The other tasks of this node end about now too (their ranks finish together): wait a little
+                # for them, so that their totals are final ones and not "running".
+                others_due = time.monotonic() + OTHER_TASKS_WAIT_S
+                while sampler.procs.running_ranks() and time.monotonic() < others_due:
+                    sampler.wait_for_rank_exit(TASK_CHECK_S / 2)
                 break
             if now >= scan_due:
                 with_gpus = now >= gpus_due

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,91 @@ def test_sbatch_wait_ends_with_the_summary_and_writes_the_report_beside_the_outp
     assert report["job"]["id"] == job and report["schema"] == "envrun-report/1"
 
 
+KNOWN_LOAD = REPO / "tests/support/known_load.py"
+
+
+def truths(stdout: str) -> dict[int, tuple[float, float]]:
+    """Rank -> (its CPU seconds from its own getrusage, its wall seconds): the TRUTH lines of known_load.py."""
+    found = {}
+    for match in re.finditer(r"^TRUTH rank=(\d+) cpu_s=([\d.]+) wall_s=([\d.]+)$", stdout, re.M):
+        found[int(match.group(1))] = (float(match.group(2)), float(match.group(3)))
+    return found
+
+
+def assert_agrees_with_truth(report: dict[str, object], stdout: str) -> dict[int, dict[str, object]]:
+    """Every rank's exact CPU seconds and mean busy cores in report.json against its own getrusage: within 5 %
+    or 0.05 cores (0.05 s per second of its life for the seconds)."""
+    truth = truths(stdout)
+    ranks = {r["rank"]: r for r in report["ranks"]}  # type: ignore[index, union-attr]
+    assert sorted(ranks) == sorted(truth), (ranks, stdout)
+    for rank, (cpu_s, wall_s) in truth.items():
+        entry = ranks[rank]
+        cores = cpu_s / wall_s
+        assert abs(entry["cpu_s"] - cpu_s) <= max(0.05 * cpu_s, 0.05 * wall_s), (rank, entry, cpu_s, wall_s)
+        assert abs(entry["cpu_cores"] - cores) <= max(0.05 * cores, 0.05), (rank, entry, cores)
+        assert entry["cpu_source"] in ("exit", "last-read"), entry
+    return ranks
+
+
+# The matrix of known programs at the default interval (one GPU/CPU sample every 5 s; the first seconds are
+# sampled densely): each rank's figures against its own getrusage.
+TRUTH_CASES = {
+    "busy-and-idle": (["srun", "-n2", "python", "known_load.py", "7", "busy,idle"], {1}),
+    "short-step": (["srun", "-n2", "python", "known_load.py", "3", "busy"], set()),
+    "rank-exits-early": (["srun", "-n2", "python", "known_load.py", "7", "busy", "--exit-after", "2"], set()),
+    "dataloader-workers": (["srun", "torchrun", "--nproc-per-node", "2", "known_load.py", "4", "half",
+                            "--workers", "1"], set()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRUTH_CASES))
+def test_the_report_agrees_with_each_ranks_own_getrusage(case: str, reference_image: Path, tmp_path: Path) -> None:
+    words, idle = TRUTH_CASES[case]
+    (tmp_path / "known_load.py").write_text(KNOWN_LOAD.read_text())
+    out = tmp_path / "rep"
+    result = envrun(reference_image, "--report", str(out), *words, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["interval_s"] == 5.0
+    assert_agrees_with_truth(report, result.stdout)
+    named = {f["what"] for f in report["findings"] if f["rule"] == "idle-rank" and f["level"] == "problem"}
+    if idle:
+        assert len(named) == 1 and next(iter(named)).startswith("rank 1 idle"), report["findings"]
+    else:
+        assert not named, report["findings"]  # no rank that computed is called idle
+    text = summary(result.stderr)
+    assert "found nothing" not in text or not idle
+
+
+def test_the_report_agrees_with_sstat_while_the_step_runs(reference_image: Path, tmp_path: Path) -> None:
+    """Slurm's own accounting (jobacct_gather/linux, provision/cluster.sh) read by `sstat` during the step is a
+    lower bound of the step's CPU seconds the report gives at its end, and not far below it. sstat counts in whole
+    seconds and includes the launcher (apptainer); `sacct` has no database here."""
+    (tmp_path / "known_load.py").write_text(KNOWN_LOAD.read_text())
+    out = tmp_path / "rep"
+    args = [ENVRUN, "--image", str(reference_image), "--report", str(out), "srun", "-n2", "-J", "truth-sstat",
+            "python", "known_load.py", "8", "busy"]
+    with subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        time.sleep(6)
+        job = subprocess.run(["squeue", "-h", "-n", "truth-sstat", "-o", "%i"], capture_output=True, text=True,
+                             timeout=30).stdout.split()
+        assert job, "the step is not running"
+        stat = subprocess.run(["sstat", "-a", "-P", "-n", "-j", f"{job[0]}.0", "-o", "TRESUsageInTot"],
+                              capture_output=True, text=True, timeout=30)
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stdout + stderr
+    usage = re.search(r"cpu=(?:(\d+)-)?(\d+):(\d+):(\d+)", stat.stdout)
+    assert usage, stat.stdout + stat.stderr
+    days, hours, minutes, seconds = (int(part or 0) for part in usage.groups())
+    sstat_cpu = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    report = json.loads((out / "report.json").read_text())
+    ranks = assert_agrees_with_truth(report, stdout)
+    reported = sum(float(r["cpu_s"]) for r in ranks.values())  # type: ignore[arg-type]
+    # at 6 s the two busy ranks have used about 2 x 5 s (a second for the containers to start): sstat then, in
+    # whole seconds, is below the report's total at the end (8 s each) and not more than 2 x 3 s + 2 s below it
+    assert sstat_cpu <= reported + 1 and reported - sstat_cpu <= 2 * 3 + 2, (sstat_cpu, reported)
+
+
 def test_a_two_node_step_reports_both_nodes(two_nodes: None, reference_image: Path, program: Path,
                                             tmp_path: Path) -> None:
     out = tmp_path / "rep"
@@ -187,6 +273,14 @@ def test_a_two_node_step_reports_both_nodes(two_nodes: None, reference_image: Pa
     text = summary(result.stderr)
     assert "2 nodes" in text.splitlines()[0], text
     report = json.loads((out / "report.json").read_text())
+    (tmp_path / "known_load.py").write_text(KNOWN_LOAD.read_text())  # and at the default interval, against the truth
+    truth_out = tmp_path / "truth"
+    measured = envrun(reference_image, "--report", str(truth_out), "srun", "-N2", "-n2", "python", "known_load.py",
+                      "5", "busy,idle", cwd=tmp_path, timeout=300)
+    assert measured.returncode == 0, measured.stdout + measured.stderr
+    truth_report = json.loads((truth_out / "report.json").read_text())
+    assert_agrees_with_truth(truth_report, measured.stdout)
+    assert next(f["what"] for f in truth_report["findings"] if f["rule"] == "idle-rank").startswith("rank 1 idle")
     assert sorted(n["node"] for n in report["nodes"]) == ["node1", "node2"]
     assert sorted(report["job"]["nodes"]) == ["node1", "node2"]
     assert sorted((r["rank"], r["node"]) for r in report["ranks"]) == [(0, "node1"), (1, "node2")]

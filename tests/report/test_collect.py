@@ -97,8 +97,8 @@ def test_a_step_too_short_for_two_samples_says_so() -> None:
     report = replay("too-short.stream")
     assert report.exit_code == 1
     assert report.ranks[0].cpu_cores is None and report.ranks[0].idle_fraction is None
-    assert any(item.startswith("use on n1: 1 sample in 60.0 s (the sampler takes one every 5 s; CPU use needs two)")
-               for item in report.not_measured)
+    # a sampler without the ranks' start times (an older envbuild on the nodes): one sample carries no figure
+    assert "CPU use of rank 0 on n1: seen in one sample only, with no start time" in report.not_measured
 
 
 def test_no_records_at_all() -> None:
