@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 GPU_BUSY_UTIL = 0.5  # a GPU at or above this mean utilisation is busy (Princeton's GPU efficiency target, 50 %)
-RANK_IDLE_SHARE = 0.9  # a rank idle in this share of its sample intervals is idle
+# A rank idle (under RANK_IDLE_CORES) in this share of its life, with an exact mean under RANK_IDLE_RATIO of the
+# busiest rank's, is idle: its program's start (imports, a few tenths of a second of one core) is the rest.
+RANK_IDLE_SHARE = 0.75
 RANK_BUSY_SHARE = 0.5  # ... while another rank, idle in less than this share, computes
 CPU_SATURATED = 0.9  # busy cores / cores at or above this: the CPUs are the bottleneck (SageMaker's CPUBottleneck, 90 %)
 ONE_CORE_BUSY = 0.9  # busy cores of a one-process rank at or above this: its one process is saturated

@@ -121,3 +121,48 @@ def test_a_clean_step_lists_the_rules_it_checked() -> None:
 def test_numbers() -> None:
     assert numbers([5, 1, 2, 3, 7, 8]) == "1-3, 5, 7, 8"
     assert numbers([]) == ""
+
+
+def ranks_with_life(shapes: dict[int, list[float]], *, start: float = 0.5, every: float = 0.5) -> Report:
+    """One node; each rank's program starts at `start` and its cumulative CPU seconds are read every `every`
+    seconds (the list), then it ends at its last read with that total (the sampler's exit read)."""
+    collector = Collector(["python", "train.py"], {})
+    records: list[dict[str, object]] = [{"v": 1, "kind": "start", "node": "n1", "seq": 0, "t": 0.0, "interval": 5.0,
+                                         "cpus": 4, "gpu_source": None, "gpu_note": "no GPU", "gpu_names": []}]
+    count = max(len(totals) for totals in shapes.values())
+    for seq in range(1, count + 1):
+        t = start + every * seq
+        ranks = []
+        for rank, totals in shapes.items():
+            ended = start + every * len(totals) if seq >= len(totals) else None
+            ranks.append({"rank": rank, "local_rank": rank, "pid": 100 + rank, "procs": 1, "threads": 1, "cores": 1,
+                          "cpu_s": totals[min(seq, len(totals)) - 1], "rss": GIB, "started": start, "ended": ended,
+                          "cpu_source": "exit" if ended is not None else "running"})
+        records.append({"v": 1, "kind": "sample", "node": "n1", "seq": seq, "t": t, "load1": 1.0, "ranks": ranks})
+    feed_records(collector, records)
+    return collector.build(0, 0.0, start + every * count + 0.1)
+
+
+def test_a_rank_idle_after_its_imports_is_named_from_its_exact_total() -> None:
+    """Rank 1 imports for a second (0.4 of a core) and then waits: idle in 80 % of its life, 0.08 cores on the mean."""
+    busy = [0.5 * (i + 1) for i in range(10)]
+    idle = [0.2, 0.4] + [0.4 + 0.001 * i for i in range(8)]
+    report = ranks_with_life({0: busy, 1: idle})
+    rank0, rank1 = report.ranks
+    assert rank0.cpu_cores == 1.0 and rank1.cpu_s == 0.41 and rank1.life_s == 5.0
+    assert rank1.idle_fraction is not None and 0.75 <= rank1.idle_fraction < 0.9
+    assert report.findings[0].what == "rank 1 idle 80 % of the step while rank 0 computed"
+
+
+def test_a_rank_that_computes_in_bursts_between_samples_is_not_idle() -> None:
+    """Idle at most reads, but its exact total is a third of the busy rank's: not idle."""
+    bursty = [0.0, 0.0, 0.0, 1.6, 1.6, 1.6, 1.6, 1.6, 1.6, 1.7]
+    report = ranks_with_life({0: [0.5 * (i + 1) for i in range(10)], 1: bursty})
+    assert report.ranks[1].idle_fraction is not None and report.ranks[1].idle_fraction >= 0.75
+    assert "idle-rank" not in rules(report) and "idle-rank" in report.checked
+
+
+def test_ranks_too_short_to_judge_say_so() -> None:
+    report = ranks_with_life({0: [0.2, 0.4], 1: [0.0, 0.0]}, every=0.3)
+    assert [(f.rule, f.level) for f in report.findings] == [("idle-rank", "note")]
+    assert report.findings[0].what.startswith("the ranks ran 0.6 s at most: too short to tell an idle rank")
