@@ -280,7 +280,7 @@ def test_a_two_node_step_reports_both_nodes(two_nodes: None, reference_image: Pa
     assert measured.returncode == 0, measured.stdout + measured.stderr
     truth_report = json.loads((truth_out / "report.json").read_text())
     assert_agrees_with_truth(truth_report, measured.stdout)
-    assert next(f["what"] for f in truth_report["findings"] if f["rule"] == "idle-rank").startswith("rank 1 idle")
+    assert next(f["what"] for f in truth_report["findings"] if f["rule"] == "idle-rank").startswith("rank 1 (node node2) idle")
     assert sorted(n["node"] for n in report["nodes"]) == ["node1", "node2"]
     assert sorted(report["job"]["nodes"]) == ["node1", "node2"]
     assert sorted((r["rank"], r["node"]) for r in report["ranks"]) == [(0, "node1"), (1, "node2")]
