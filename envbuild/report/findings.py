@@ -24,6 +24,8 @@ CPU_SATURATED = 0.9  # busy cores / cores at or above this: the CPUs are the bot
 ONE_CORE_BUSY = 0.9  # busy cores of a one-process rank at or above this: its one process is saturated
 GPU_MEMORY_FULL = 0.95  # peak memory / total at or above this: close to out-of-memory
 MIN_SAMPLES = 2  # a GPU needs this many utilisation samples to be judged
+SLOW_START_S = 30.0  # a start-up this long, and SLOW_START_SHARE of the step or more, is worth a note
+SLOW_START_SHARE = 0.2
 MIN_RANK_LIFE_S = 1.0  # a rank's CPU total is judged over at least this long a life (start-up noise dominates below)
 RANK_IDLE_RATIO = 0.1  # an idle rank's exact mean busy cores are under this share of the busiest rank's
 
@@ -256,6 +258,28 @@ def gpu_memory(report: Report) -> list[Finding] | None:
     return found
 
 
+def slow_start(report: Report) -> list[Finding] | None:
+    """Applies to nodes where a rank's program start was seen: the time from the step's start to it (the
+    container's start and the launcher's own imports) at SLOW_START_S or more and SLOW_START_SHARE of the step
+    or more. It is not idle time of the ranks: idle-rank counts from each rank's own start."""
+    known = [node for node in report.nodes if node.startup_s is not None]
+    if not known:
+        return None
+    slow = [node for node in known if (node.startup_s or 0.0) >= SLOW_START_S
+            and (node.startup_s or 0.0) >= SLOW_START_SHARE * report.duration_s]
+    if not slow:
+        return []
+    longest = max(node.startup_s or 0.0 for node in slow)
+    names = ", ".join(node.node for node in slow[:4]) + (f" and {len(slow) - 4} more" if len(slow) > 4 else "")
+    return [Finding(level="note", rule="slow-start",
+                    what=f"{_plural('node', len(slow))} {names}: the ranks' programs started up to {longest:.0f} s "
+                         f"after the step ({percent(longest / report.duration_s)} of it)",
+                    fix="the start-up is the container's (reading the image) and the launcher's own imports "
+                        "(torchrun imports torch before it starts the ranks): keep the image on a fast file system "
+                        "or copy it to node-local disk in the job, and run the work of several steps in one step so "
+                        "that it is paid once")]
+
+
 def failed_step(report: Report) -> list[Finding] | None:
     """Applies to every step: one that failed is reported up to its end, and says so."""
     if report.exit_code == 0:
@@ -271,5 +295,6 @@ RULES: tuple[tuple[str, Callable[[Report], list[Finding] | None]], ...] = (
     ("idle-rank", idle_rank),
     ("input-bound", input_bound),
     ("gpu-memory", gpu_memory),
+    ("slow-start", slow_start),
     ("failed-step", failed_step),
 )

@@ -166,3 +166,15 @@ def test_ranks_too_short_to_judge_say_so() -> None:
     report = ranks_with_life({0: [0.2, 0.4], 1: [0.0, 0.0]}, every=0.3)
     assert [(f.rule, f.level) for f in report.findings] == [("idle-rank", "note")]
     assert report.findings[0].what.startswith("the ranks ran 0.6 s at most: too short to tell an idle rank")
+
+
+def test_a_slow_start_is_a_note_of_its_own_not_idle_time() -> None:
+    """The ranks' programs start 40 s into a 100 s step: a slow-start note; the ranks, busy from their start,
+    are not idle."""
+    report = ranks_with_life({0: [0.5 * (i + 1) for i in range(120)], 1: [0.5 * (i + 1) for i in range(120)]},
+                             start=40.0)
+    assert report.nodes[0].startup_s == 40.0
+    assert [(f.rule, f.level) for f in report.findings] == [("slow-start", "note")]
+    assert report.findings[0].what == "node n1: the ranks' programs started up to 40 s after the step (40 % of it)"
+    quick = ranks_with_life({0: [0.5 * (i + 1) for i in range(10)]}, start=0.5)
+    assert "slow-start" in quick.checked and not quick.findings
