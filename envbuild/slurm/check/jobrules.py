@@ -187,7 +187,7 @@ def partition_exists(ctx: Context) -> list[Finding]:
     found: list[Finding] = []
     directive = ctx.job.get("partition")
     recipe = ctx.site
-    if directive is None:
+    if directive is None or placeholder_in(directive.value or "") is not None:  # the placeholders rule's
         return found
     gpu_job = ctx.job.gpus() is not None
     kinds = {name: "CPU" if spec.cpu_only else "GPU" for name, spec in recipe.partitions.items()}
@@ -313,12 +313,75 @@ _HUMAN_TIME = re.compile(r"(\d+)\s*(h|hrs?|hours?|m|mins?|minutes?|d|days?)$", r
 _HUMAN_UNITS = {"h": 3600, "m": 60, "d": 86400}
 
 
+# What guides and templates write where the user must put their own value: `<ACCOUNT>`, `project_xxxxxxx`,
+# `XXXX`, `your_project`, `/path/to/...`, `...`, `changeme`, `xyz-cluster`. Each alternative stands for a whole
+# segment of the word (between `_ - . / : = ,` or its ends), so `boxxxer` or `yourself` are not placeholders.
+PLACEHOLDER = re.compile(
+    r"<[^<>\s]*[A-Za-z][^<>]*>"
+    r"|(?:^|(?<=[_\-./:=,]))(?:[xX]{3,}|xyz|XYZ|your[_-][A-Za-z]\w*|YOUR[_-][A-Z]\w*|change[_-]?me|CHANGE[_-]?ME"
+    r"|\.\.\.)(?=$|[_\-./:=,])"
+    r"|^/path/to/")
+# The options whose placeholder sbatch or the job trips on (an account, a partition, a file it writes).
+_PLACEHOLDER_OPTIONS = ("account", "partition", "qos", "reservation", "constraint", "nodelist", "exclude", "output",
+                        "error", "chdir", "mail-user", "nodes", "ntasks", "ntasks-per-node", "cpus-per-task", "time",
+                        "mem", "gpus", "gpus-per-node", "gres", "job-name", "licenses", "clusters")
+
+
+def placeholder_in(text: str) -> str | None:
+    """The placeholder in `text` (a value or a word), or None."""
+    match = PLACEHOLDER.search(text)
+    return match.group(0) if match else None
+
+
+def placeholders(ctx: Context) -> list[Finding]:
+    """Applies to every #SBATCH option of _PLACEHOLDER_OPTIONS and every word of an srun line or of a program the
+    body starts (quoted or not: a quoted `"<options>"` passes bash -n and reaches the program): a value left as a
+    guide's placeholder. sbatch refuses an account or partition that does not exist; a program word fails after
+    the queue wait."""
+    found: list[Finding] = []
+    for directive in ctx.script.directives:
+        if directive.name not in _PLACEHOLDER_OPTIONS or not directive.value:
+            continue
+        held = placeholder_in(directive.value)
+        if held is None:
+            continue
+        example = ""
+        if directive.name == "account" and ctx.recipe is not None and ctx.site.batch.account_example:
+            example = f" (on {ctx.name}: a project such as {ctx.site.batch.account_example})"
+        found.append(Finding(
+            directive.line, f"{directive.written}: {held!r} is a placeholder, not a value",
+            "a guide's or template's stand-in for your own value: sbatch refuses an account, partition or QOS that "
+            "does not exist, and a path or name with it in is taken literally", SBATCH_DOC,
+            f"put your own value for --{directive.name}{example}"))
+    seen: set[int] = set()
+    for srun in ctx.script.sruns:
+        for word in srun.words:
+            held = placeholder_in(word)
+            if held is not None and srun.line not in seen:
+                seen.add(srun.line)
+                found.append(Finding(
+                    srun.line, f"{word!r}: {held!r} is a placeholder, not a value",
+                    "the step runs the words as written: the program gets the placeholder and fails after the job "
+                    "waited in the queue", SBATCH_DOC, "replace it with the real argument"))
+    for command in ctx.script.commands:
+        for word in command.program.words:
+            held = placeholder_in(word)
+            if held is not None and command.line not in seen:
+                seen.add(command.line)
+                found.append(Finding(
+                    command.line, f"{word!r}: {held!r} is a placeholder, not a value",
+                    "the job runs the words as written: the program gets the placeholder and fails after the job "
+                    "waited in the queue", SBATCH_DOC, "replace it with the real argument"))
+    return found
+
+
 def numbers(ctx: Context) -> list[Finding]:
-    """Counts sbatch cannot read (#SBATCH lines are not shell: `--nodes=$N` stays the text $N)."""
+    """Counts sbatch cannot read (#SBATCH lines are not shell: `--nodes=$N` stays the text $N); a placeholder
+    (`--nodes=<NODES>`) is the placeholders rule's."""
     found: list[Finding] = []
     for directive in ctx.script.directives:
         if directive.name in ("nodes", "ntasks", "ntasks-per-node", "cpus-per-task") and directive.value is not None \
-                and count(directive.value) is None:
+                and count(directive.value) is None and placeholder_in(directive.value) is None:
             variable = "$" in directive.value
             found.append(Finding(
                 directive.line, f"{directive.written}: not a number" + (" (a shell variable)" if variable else ""),

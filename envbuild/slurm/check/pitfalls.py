@@ -40,6 +40,7 @@ RULES: tuple[tuple[Callable[[Context], list[Finding]], str, bool], ...] = (
     (checkjob.interpreter_line, "error", False),
     (checkjob.commands_above_directives, "warning", False),
     (checkjob.late_directives, "warning", False),
+    (checkjob.placeholders, "error", False),
     (checkjob.numbers, "error", False),
     (checkjob.account, "error", True),
     (checkjob.partition_exists, "error", True),
