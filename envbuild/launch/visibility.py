@@ -24,7 +24,7 @@ from envbuild.launch.args import launcher_has, launcher_split, split_srun, torch
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 # The container's own system directories: a bind over them would hide the image's files.
 SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
@@ -179,6 +179,41 @@ def _after_torchrun(words: tuple[str, ...], start: int) -> int | None:
         inner = program_file_index(words[at:])
         return None if inner is None else at + inner
     return at if at < len(words) else None
+
+
+# Options whose value names a file the program reads at its start (a training config): a missing one fails the
+# job as surely as a missing program file. Only values with these endings are taken as files.
+_CONFIG_OPTIONS = ("--config", "--config-file", "--config_file", "--cfg", "--deepspeed_config", "--deepspeed-config")
+_CONFIG_ENDINGS = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".py")
+
+
+def files_opened_at_start(words: tuple[str, ...]) -> list[str]:
+    """The files a command opens at once, as written: its program file (program_file_index) and the value of a
+    config option (`--config run.yaml`, `--config=run.yaml`) that names a file by its ending. Words with `$`
+    or a backquote are left out: what they hold is decided when the job runs."""
+    found: list[str] = []
+    at = program_file_index(words)
+    if at is not None:
+        found.append(words[at])
+    for index, word in enumerate(words):
+        name, equals, value = word.partition("=")
+        if name not in _CONFIG_OPTIONS:
+            continue
+        value = value if equals else (words[index + 1] if index + 1 < len(words) else "")
+        if value.endswith(_CONFIG_ENDINGS):
+            found.append(value)
+    return [path for path in dict.fromkeys(found) if path and "$" not in path and "`" not in path]
+
+
+def missing_files(words: tuple[str, ...], start_dir: str, exists: Callable[[str], bool]) -> list[tuple[str, str]]:
+    """(as written, the absolute path looked at) of each file the command opens at once (files_opened_at_start)
+    that does not exist, a relative one taken from `start_dir` (where the job starts)."""
+    missing: list[tuple[str, str]] = []
+    for path in files_opened_at_start(words):
+        looked = os.path.normpath(path if path.startswith("/") else os.path.join(start_dir, path))
+        if not exists(looked):
+            missing.append((path, looked))
+    return missing
 
 
 def path_words(words: tuple[str, ...]) -> list[tuple[int, str]]:

@@ -85,6 +85,7 @@ def store_with_debris(scene: Scene) -> Path:
 
 def with_image(scene: Scene) -> None:
     scene.write_shared("env.sif", "a stand-in image: only the sbatch plan and the kernel probe see it\n")
+    scene.write_shared("train.py", "print('the program the batch job runs: envrun sbatch --submit wants it there')\n")
 
 
 def for_build(scene: Scene) -> None:

@@ -137,6 +137,7 @@ done
 
 def test_a_job_script_in_jobs_the_attacker_made_is_never_the_one_submitted(scene: Scene) -> None:
     scene.write_shared("env.sif", "image\n")
+    scene.write_shared("train.py", "print('trained')\n")  # envrun sbatch --submit refuses a program not there
     plant_dir(scene, ".envrun/jobs")
     (scene.bin / "sbatch").write_text(RECORDING_SBATCH)
     account = attacker()

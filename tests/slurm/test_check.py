@@ -283,7 +283,8 @@ def test_local_recipe_applies_only_the_generic_rules() -> None:
     assert (finding.line, finding.what) == (7, "srun starts torchrun 4 times per node")
 
 
-def test_report_format_and_exit_code(tmp_path: Path) -> None:
+def test_report_format_and_exit_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(FIXTURES)  # where the job would start: its program files are there
     out = io.StringIO()
     assert check_script_file(str(FIXTURES / "bad-lumi-g-gpus-per-task.sh"), load_recipe("lumi-g"), out, {}) == 1
     lines = out.getvalue().splitlines()

@@ -21,6 +21,7 @@ def run(argv: list[str]) -> int:
 
 def test_check_exit_codes_and_report(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SBATCH_ACCOUNT", raising=False)
+    monkeypatch.chdir(FIXTURES)  # where the job would start: its program files are there
     bad = str(FIXTURES / "bad-lumi-g-cpus.sh")
     assert run(["sbatch", "--system", "lumi-g", "--check", bad]) == 1
     out = capsys.readouterr().out
@@ -63,6 +64,8 @@ def test_check_on_a_site_without_a_recipe(capsys: pytest.CaptureFixture[str], mo
     monkeypatch.setenv("SLURM_CLUSTER_NAME", "perlmutter")
     job = tmp_path / "job.sh"
     job.write_text("#!/bin/bash\n#SBATCH -C gpu\n#SBATCH -N 1\n#SBATCH --gpus-per-node=4\n\nsrun python train.py\n")
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
     assert run(["sbatch", "--check", str(job)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"{job}: note: no recipe for this site (SLURM_CLUSTER_NAME=perlmutter")

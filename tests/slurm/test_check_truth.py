@@ -275,7 +275,8 @@ def test_a_10_mb_file_is_answered_in_under_2_seconds(tmp_path: Path) -> None:
 # --- the report: JSON, edits ---------------------------------------------------------------------------------------
 
 
-def test_json_report() -> None:
+def test_json_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(FIXTURES)  # where the job would start: its program files are there
     out = io.StringIO()
     path = str(FIXTURES / "bad-lumi-g-cpus.sh")
     assert check_script_file(path, load_recipe("lumi-g"), out, {}, site="--system", as_json=True) == 1

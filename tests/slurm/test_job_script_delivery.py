@@ -37,6 +37,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     work.mkdir()
     work.chmod(0o777)  # a directory others may write, as a group project (2770) is to its members
     (work / "env.sif").write_bytes(b"")
+    (work / "train.py").write_text("print('trained')\n")  # envrun sbatch --submit refuses a program that is not there
     monkeypatch.chdir(work)
     monkeypatch.setenv("ENVRUN_TRUST_DIR", str(work))  # the user's group project, trusted for its env.sif
     monkeypatch.setenv("ENVRUN_CONFIG", str(tmp_path / "envrun-config.yaml"))

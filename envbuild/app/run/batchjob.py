@@ -69,6 +69,7 @@ def sbatch(request: SbatchRequest, *, script: str | None, submit: bool, wait: bo
     text = render_script(job)
     for warning in job.warnings:
         print(f"envrun sbatch: warning: {warning}", file=sys.stderr)
+    _refuse_missing_files(request.command, os.getcwd(), submit=submit)
     if not (script or submit):
         sys.stdout.write(text)
         return 0
@@ -94,6 +95,24 @@ def sbatch(request: SbatchRequest, *, script: str | None, submit: bool, wait: bo
     if wait:
         return wait_for_job(job_id, os.getcwd())
     return 0
+
+
+def _refuse_missing_files(command: tuple[str, ...], cwd: str, *, submit: bool) -> None:
+    """The program file and a config file the command names must exist where the job starts (this directory,
+    which sbatch makes the job's): a typo or the wrong directory would fail the job after its queue wait. An
+    error before --submit; a warning when the script is only printed or written (it may be submitted elsewhere)."""
+    from envbuild.launch.visibility import missing_files
+
+    missing = missing_files(command, cwd, os.path.exists)
+    if not missing:
+        return
+    what = "; ".join(f"{written} (looked at {looked})" for written, looked in missing)
+    fix = ("fix the name, or run envrun sbatch in the directory the job should start in (the job starts where "
+           "sbatch is run)")
+    if submit:
+        raise UsageError(f"the job would open a file that does not exist: {what}", fix)
+    print(f"envrun sbatch: warning: the job would open a file that does not exist here: {what}; {fix}",
+          file=sys.stderr)
 
 
 def submit_text(text: str, record: str) -> str:

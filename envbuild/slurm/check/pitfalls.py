@@ -22,7 +22,7 @@ from envbuild.errors import UsageError
 from envbuild.slurm.check import jobrules as checkjob
 from envbuild.slurm.check import steprules as checksteps
 from envbuild.slurm.check.parse import parse_script
-from envbuild.slurm.check.rulebase import Context, Finding
+from envbuild.slurm.check.rulebase import Context, FileProbe, Finding
 from envbuild.terminaltext import printable
 
 TYPE_CHECKING = False
@@ -58,6 +58,7 @@ RULES: tuple[tuple[Callable[[Context], list[Finding]], str, bool], ...] = (
     (checksteps.launcher_without_srun, "warning", False),
     (checksteps.core_masks_on_shared_nodes, "warning", True),
     (checksteps.program_not_visible, "error", False),
+    (checksteps.program_missing, "error", False),
     (checksteps.program_unknown, "info", False),
 )
 
@@ -80,16 +81,19 @@ _ASK_BASH = (-1, "")  # check_script's default: ask bash -n itself
 
 
 def check_script(text: str, recipe: SystemRecipe | None, environ: Mapping[str, str], site: str = "",
-                 syntax_error: tuple[int, str] | None = _ASK_BASH) -> CheckReport:
+                 syntax_error: tuple[int, str] | None = _ASK_BASH, files: FileProbe | None = None) -> CheckReport:
     """`site`: what detection saw, for the first note when `recipe` is None ("SLURM_CLUSTER_NAME=perlmutter").
-    `syntax_error`: bash -n's answer where the caller has it (bash_syntax_error); by default bash is asked."""
+    `syntax_error`: bash -n's answer where the caller has it (bash_syntax_error); by default bash is asked.
+    `files`: where the job starts and what exists there, for the rules that look (program_missing); None: not
+    looked at (a script checked away from where it runs)."""
     script = parse_script(text)
     notes: list[str] = []
     if recipe is None:
         seen = site or _site_seen(environ)
         notes.append(f"no recipe for this site ({seen}): site rules skipped; only the rules that need no site "
                      "facts ran (choose a recipe with --system NAME where one fits)")
-    ctx = Context(script, recipe, environ, notes, bash_syntax_error(text) if syntax_error == _ASK_BASH else syntax_error)
+    ctx = Context(script, recipe, environ, notes, bash_syntax_error(text) if syntax_error == _ASK_BASH else syntax_error,
+                  files)
     found: list[tuple[int, int, Finding]] = []
     for order, (rule, level, needs_site) in enumerate(RULES):
         if needs_site and recipe is None:
@@ -241,7 +245,7 @@ def check_script_file(path: str, recipe: SystemRecipe | None, out: TextIO, envir
     environ = os.environ if environ is None else environ
     syntax_error = bash_syntax_error(text)
     refuse_non_script(path, parse_script(text), syntax_error)
-    report = check_script(text, recipe, environ, site, syntax_error)
+    report = check_script(text, recipe, environ, site, syntax_error, FileProbe(os.getcwd(), os.path.exists))
     if as_json:
         import json
 

@@ -14,7 +14,7 @@ from envbuild.slurm.check.shape import JobShape, StepShape
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from envbuild.recipes.protocols import RecipeNode, SystemRecipe
     from envbuild.slurm.check.parse import BatchScript, Directive, SrunLine
@@ -39,6 +39,16 @@ class Finding:
     level: str = "warning"  # error: sbatch refuses the job or bash the script; warning; info: nothing to fix
 
 
+@dataclass(frozen=True)
+class FileProbe:
+    """What a rule may ask of the file system where the check runs: the directory the job starts in (sbatch's:
+    where it is run, i.e. here) and whether a path exists. Given by the caller that reads files
+    (pitfalls.check_script_file), so that the rules stay pure."""
+
+    start_dir: str
+    exists: Callable[[str], bool]
+
+
 @dataclass
 class Context:
     """The script under check. `recipe` is None where the site has no recipe: only the rules that need no
@@ -49,6 +59,7 @@ class Context:
     environ: Mapping[str, str]
     notes: list[str] = field(default_factory=list)
     syntax_error: tuple[int, str] | None = None  # bash -n's first complaint, when it has one
+    files: FileProbe | None = None  # where the job starts and what exists there; None: files are not looked at
 
     def __post_init__(self) -> None:
         if self.script.commands_above_directives:

@@ -5,6 +5,7 @@ srun does not inherit, fixed core masks on shared nodes. One function per rule, 
 
 from __future__ import annotations
 
+import os
 import re
 
 from envbuild.launch.allocation import count_gpus
@@ -319,6 +320,49 @@ def program_not_visible(ctx: Context) -> list[Finding]:
             f"({directory}); every rank fails with \"can't open file\" once the job has waited in the queue",
             "apptainer(1) bind paths, https://apptainer.org/docs/user/latest/bind_paths_and_mounts.html",
             f"bind its directory: -B {folder}" + (f" (add it to {written})" if written else ""), edit))
+    return found
+
+
+def program_missing(ctx: Context) -> list[Finding]:
+    """The program file (or a config file it names, `--config run.yaml`) of an srun line or a command that does
+    not exist where the job starts: every rank fails with "can't open file" after the queue wait. Applies only
+    where the check may look (the caller gives `ctx.files`: `envrun sbatch --check` run where the job would be
+    submitted) and the directory is known: the script's `cd /absolute/path`, else --chdir, else where sbatch is
+    run (here). A path in a container line that is absolute may be the image's own: left alone."""
+    from envbuild.launch.visibility import missing_files
+
+    probe = ctx.files
+    if probe is None:
+        return []
+    script = ctx.script
+    chdir = ctx.job.get("chdir")
+    start = probe.start_dir
+    if chdir is not None and chdir.value:
+        if "$" in chdir.value or "%" in chdir.value:
+            return []
+        start = os.path.join(probe.start_dir, chdir.value)
+    found: list[Finding] = []
+    lines = [(srun.line, srun.program, srun.under_envrun) for srun in script.sruns] + \
+        [(command.line, command.program, False) for command in script.commands]
+    for line, program, under_envrun in lines:
+        if program.kind in ("unknown", "other"):
+            continue
+        cds = [directory for at, directory in script.directories if at < line]
+        if cds and cds[-1] is None:
+            continue  # a `cd` to a variable or a relative path: where it lands is not known here
+        base = cds[-1] if cds and cds[-1] is not None else start
+        in_container = program.container is not None or under_envrun
+        for written, looked in missing_files(program.words, base, probe.exists):
+            if in_container and written.startswith("/"):
+                continue
+            where = "the script's cd" if cds else ("--chdir" if start != probe.start_dir else
+                                                   "the directory sbatch is run from, taken to be here")
+            found.append(Finding(
+                line, f"{written}: no such file where the job starts (looked at {looked}, from {where})",
+                f"{program.name} opens it at once: every rank fails with \"can't open file\" or \"No such file\", "
+                "after the job has waited in the queue", SBATCH_DOC,
+                "fix the name or the path, or submit from the directory that holds it (the job starts where sbatch "
+                "is run, or at --chdir)"))
     return found
 
 
