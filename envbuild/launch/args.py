@@ -27,6 +27,10 @@ SRUN_LONG_WITH_VALUE = {
     "partition", "power", "prolog", "propagate", "qos", "relative", "reservation", "signal", "sockets-per-node",
     "task-epilog", "task-prolog", "thread-spec", "threads-per-core", "time", "time-min", "tmp", "uid", "gid",
     "wait", "wckey", "exclude", "extra-node-info", "switches", "cluster-constraint", "clusters", "het-group",
+    # NVIDIA's pyxis plugin adds these to srun (https://github.com/NVIDIA/pyxis, "Usage"): the image is an
+    # option's value, never the program
+    "container-image", "container-mounts", "container-workdir", "container-name", "container-save",
+    "container-env",
 }
 # torchrun options that take their value as the next word; `_` and `-` are interchangeable in torchrun.
 TORCHRUN_WITH_VALUE = {

@@ -160,7 +160,8 @@ def test_per_task_launch_with_fewer_tasks_than_gpus() -> None:
     text = (FIXTURES / "bad-puhti-srun-python-4-gpus.sh").read_text().replace("--ntasks=1", "--ntasks=2")
     (finding,) = check_text(text.replace("--cpus-per-task=40", "--cpus-per-task=10"), "puhti")  # two ranks
     assert finding.line == 11
-    assert finding.what == "srun starts 2 python process(es) per node for 4 GPUs per node (2 GPU(s) idle)"
+    assert finding.what == ("srun starts 2 python process(es) per node for 4 GPUs per node (2 GPU(s) idle, unless "
+                            "train.py starts one process per GPU itself)")
     assert finding.fix.startswith("--ntasks-per-node=4 --cpus-per-task=10 in #SBATCH (one task per GPU)")
 
 
@@ -168,7 +169,7 @@ def test_per_task_launch_on_lumi_cites_the_per_task_gpu_variable() -> None:
     text = (FIXTURES / "lumi-g-full-node-8-tasks.sh").read_text().replace("--ntasks-per-node=8", "--ntasks-per-node=4")
     (finding,) = check_text(text, "lumi-g")
     assert (finding.line, finding.what) == (30, "srun starts 4 python process(es) per node for 8 GPUs per node "
-                                                "(4 GPU(s) idle)")
+                                                "(4 GPU(s) idle, unless train.py starts one process per GPU itself)")
     assert "launch.per_task_gpu_env.ROCR_VISIBLE_DEVICES" in finding.source
 
 

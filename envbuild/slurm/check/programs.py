@@ -44,6 +44,20 @@ _SHELLS = ("bash", "sh", "zsh", "dash", "ksh")
 _SETUP = {"cd", "export", "source", ".", "set", "ulimit", "module", "ml", "echo", "printf", "true", "unset",
           "declare", "local", "umask", "conda", "hostname", "date", "mkdir", "nvidia-smi", "rocm-smi", "sleep",
           ":", "test", "["}
+# Wrappers of two words that run the rest of the line, with their options that take the next word as value:
+# `uv run` (https://docs.astral.sh/uv/reference/cli/#uv-run)
+_TWO_WORD_WRAPPERS = {
+    ("uv", "run"): {"--with", "--with-editable", "--with-requirements", "--python", "-p", "--project", "--directory",
+                    "--env-file", "--extra", "--group", "--only-group", "--index", "--index-url", "--package",
+                    "--default-index", "--extra-index-url", "--find-links", "-f", "--no-group", "--config-file"},
+}
+# NERSC's shifter runs the rest of the line in its image (https://docs.nersc.gov/development/containers/shifter/):
+# its options that take the next word as value
+_SHIFTER_WITH_VALUE = {"--image", "--volume", "-V", "--module", "-m", "--env", "-e", "--workdir", "-w",
+                       "--entrypoint", "--env-file", "--user"}
+# Launchers sites ship under their own name: JSC's torchrun_jsc is torchrun with a fixed rendezvous for its
+# systems (https://github.com/HelmholtzAI-FZJ/torchrun_jsc)
+_TORCHRUN_NAMES = ("torchrun", "torchrun_jsc", "torchrun-jsc")
 _UNKNOWN_PROGRAMS = {
     "mpirun": "mpirun starts its own processes (how many, and where, is in its options or hostfile)",
     "mpiexec": "mpiexec starts its own processes (how many, and where, is in its options or hostfile)",
@@ -87,8 +101,14 @@ def classify_program(words: tuple[str, ...], via: str = "") -> Program:
         return classify_program(rest[2:], _join(via, f"{base} {rest[1]}"))
     if base in _SHELLS:
         return _shell_string(rest, via)
-    if base == "torchrun":
+    if base in _TORCHRUN_NAMES:
         return Program("torchrun", rest, via)
+    if tuple(word.rsplit("/", 1)[-1] for word in rest[:2]) in _TWO_WORD_WRAPPERS:
+        name = (base, rest[1])
+        command = _after_options(rest[2:], _TWO_WORD_WRAPPERS[name])
+        return classify_program(command, _join(via, " ".join(name)))
+    if base == "shifter":
+        return classify_program(_after_options(rest[1:], _SHIFTER_WITH_VALUE), _join(via, "shifter"))
     if base == "accelerate" and rest[1:2] == ("launch",):
         return Program("accelerate", rest, via)
     if base == "deepspeed":
@@ -102,7 +122,28 @@ def classify_program(words: tuple[str, ...], via: str = "") -> Program:
         inner = classify_program(rest[1:], _join(via, first))
         if inner.kind not in ("other", "unknown"):
             return inner
+    after = _after_options(rest[1:], set())
+    runs = after[0] if after and _names_a_launcher(after[0]) and base not in _SETUP else None
+    if runs is not None:  # a site's or a project's wrapper (my_launch python ...): what it does is its own
+        return Program("unknown", rest, via, f"{base} runs {runs.rsplit('/', 1)[-1]} in a way the check does not "
+                       "know (a site's or the project's wrapper)")
     return Program("other", rest, via)
+
+
+def _names_a_launcher(word: str) -> bool:
+    base = word.rsplit("/", 1)[-1]
+    return base in _TORCHRUN_NAMES or base in ("accelerate", "deepspeed") or bool(_PYTHON.match(base))
+
+
+def _after_options(args: tuple[str, ...], with_value: set[str]) -> tuple[str, ...]:
+    """The command after a wrapper's options (`--name value`, `--name=value`, `-x value`, `--`)."""
+    index = 0
+    while index < len(args) and args[index].startswith("-"):
+        word = args[index]
+        if word == "--":
+            return args[index + 1:]
+        index += 2 if ("=" not in word and word in with_value) else 1
+    return args[index:]
 
 
 def _skip_wrappers(words: tuple[str, ...]) -> tuple[str, ...]:

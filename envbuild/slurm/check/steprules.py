@@ -124,8 +124,15 @@ def per_task_launch(ctx: Context) -> list[Finding]:
         else:
             why = "srun starts the program once per task, and each training process drives one GPU"
             source = SRUN_DOC
+        # What the script does inside is not seen: a Python file may start one process per GPU itself
+        # (torch.multiprocessing.spawn, a launcher of its own such as deepy_torchrun.py): said as a condition.
+        from envbuild.launch.visibility import program_file_index
+
+        at = program_file_index(srun.program.words)
+        unless = f", unless {srun.program.words[at].rsplit('/', 1)[-1]} starts one process per GPU itself" \
+            if at is not None and tasks < gpus else ""
         found.append(Finding(srun.line, f"srun starts {tasks} {srun.program.name} process(es) per node for {gpus} "
-                             f"GPU{'s' if gpus != 1 else ''} per node ({effect})", why, source, fix))
+                             f"GPU{'s' if gpus != 1 else ''} per node ({effect}{unless})", why, source, fix))
     return found
 
 
@@ -267,6 +274,11 @@ def core_masks_on_shared_nodes(ctx: Context) -> list[Finding]:
     return found
 
 
+# The rules that need to know what a line runs: a line whose program is unknown skips them, and says so.
+PROGRAM_RULES = ("launcher_tasks", "per_task_launch", "launcher_without_srun", "program_not_visible",
+                 "program_missing")
+
+
 def program_unknown(ctx: Context) -> list[Finding]:
     """An srun line (or a command) whose program the text does not name (`srun $CMD`, `mpirun ...`, `eval`):
     nothing is guessed about it, and this says so."""
@@ -277,8 +289,8 @@ def program_unknown(ctx: Context) -> list[Finding]:
         if program.kind != "unknown":
             continue
         found.append(Finding(line, f"{under + ' ' if under else ''}{program.name}: what runs here is not known from "
-                             "the script", f"{program.why}; the rules on tasks, GPUs and launchers were not applied "
-                             "to this line", SRUN_DOC if under else SBATCH_DOC,
+                             "the script", f"{program.why}; the rules that read the program did not run for this line "
+                             f"({', '.join(PROGRAM_RULES)})", SRUN_DOC if under else SBATCH_DOC,
                              "nothing to change; write the program out (srun python train.py ...) to have it checked"))
     return found
 
