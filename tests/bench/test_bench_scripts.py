@@ -37,7 +37,7 @@ def assert_line(output: str, pattern: str) -> None:
 
 COVERED = {"envrun_overlay_dryrun.py", "catalogue_50_images.py", "envrun_latency.py", "packages_vs_loop.py",
            "noop_rebuild.py", "compression.py", "build_cache.py", "build_vs_manual.py", "plus_one.py",
-           "overlay_vs_image.py", "store_verify.py", "report_overhead.py"}
+           "overlay_vs_image.py", "store_verify.py", "report_overhead.py", "check_parser.py"}
 
 
 def test_every_bench_script_has_a_test_here() -> None:
@@ -46,6 +46,12 @@ def test_every_bench_script_has_a_test_here() -> None:
 
 
 # --- no container ------------------------------------------------------------------------------------------
+
+
+def test_check_parser() -> None:
+    output = run_bench("check_parser.py", "--quick")
+    assert_line(output, r"^right +10 of 10 ")  # tree-sitter-bash reads every construct of issue 38
+    assert_line(output, r"^`envrun sbatch --check` of it, end to end")
 
 
 def test_envrun_overlay_dryrun() -> None:

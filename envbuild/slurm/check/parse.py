@@ -311,15 +311,14 @@ def _read_command(command: SimpleCommand, variables: dict[str, str], script: Bat
                 continue
             name, eq, value = word.partition("=")
             if eq:
-                variables[name] = expand(value, variables)
+                _assign(variables, name, value)
             if texts[0] == "export" or name not in script.exports:
                 script.exports.setdefault(name, line)
         return
     if all(_ASSIGNMENT.match(word) for word in texts):
         for word in texts:
             name, _, value = word.partition("=")
-            variables[name.rstrip("+")] = (variables.get(name[:-1], "") if name.endswith("+") else "") + \
-                expand(value, variables)
+            _assign(variables, name, value)
         return
     srun_at = next((i for i, word in enumerate(texts) if word.rsplit("/", 1)[-1] == "srun"), None)
     if srun_at is not None and _is_srun_prefix(list(texts[:srun_at])):
@@ -335,6 +334,8 @@ def _read_command(command: SimpleCommand, variables: dict[str, str], script: Bat
         ))
         return
     words = expand_words(command, 0, variables)
+    if not words:  # `$EMPTY` alone: bash runs nothing
+        return
     if words[0] in ("cd", "pushd"):
         target = words[1] if len(words) > 1 else ""
         script.directories.append((line, target if target.startswith("/") and "$" not in target else None))
@@ -342,6 +343,16 @@ def _read_command(command: SimpleCommand, variables: dict[str, str], script: Bat
         script.modules += [(line, word) for word in words[1:] if not word.startswith("-") and
                            word not in ("load", "add", "purge", "use", "unload", "rm", "swap", "restore", "list")]
     script.commands.append(Command(line, classify_program(words)))
+
+
+def _assign(variables: dict[str, str], name: str, value: str) -> None:
+    """NAME=value and NAME+=value as the script's own variables; an array (`NAME=(a b)`) holds what is not known
+    here, so its name is dropped."""
+    base = name.rstrip("+")
+    if value.startswith("("):
+        variables.pop(base, None)
+        return
+    variables[base] = (variables.get(base, "") if name.endswith("+") else "") + expand(value, variables)
 
 
 def _usual_spelling(word: str) -> str:

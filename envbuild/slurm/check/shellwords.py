@@ -1,37 +1,28 @@
-"""Shell words of a batch script's body as bash reads them (bash(1) "QUOTING", "Here Documents"): simple
-commands split at newlines and ; & && || | ( ), each word with its quotes removed, comments, redirections and
-here-document bodies left out. Linear in the text: one regular expression walks it (no re-reading of a line
-when a quote or a continuation carries on), so even a script of megabytes is read at once.
+"""Shell words of a batch script's body as bash reads them (bash(1) "SHELL GRAMMAR", "QUOTING"): the simple
+commands, each word with its quotes removed, comments; redirections, here-document bodies and the commands
+inside `$(...)` and `<(...)` left out. The grammar is tree-sitter-bash's (a full bash grammar in C: arrays,
+`declare`, functions, `case`, `[[ ]]`, arithmetic, process substitution, here-documents), imported only when a
+script is read.
 
-Why not shlex or bashlex: shlex reads a character at a time in Python (slow on a large script, and it knows
-no line numbers, here-documents or `$(...)`), and bashlex is a yacc parser that is slower still and raises on
-much that bash accepts. What the checker needs is bash's word splitting and quote removal, which is small
-and well defined. Pure.
+Why tree-sitter-bash: the regular-expression tokenizer this replaced split `nodes=( $(cmd) )`, `case` items and
+`$((N - 1))` into commands bash never runs, and bashlex (a yacc parser in Python) raises on much that bash
+accepts and is slower; docs/reports/performance.md has the side-by-side figures (bench/check_parser.py).
+
+A long script stays fast: with `wanted`, the lines before the first multi-line construct that the caller does
+not need, and that open or close nothing (no keyword, bracket or operator), are blanked before the parse, and
+those that are bare words are split in C. Pure.
 """
 
 from __future__ import annotations
 
+import heapq
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-_TOKEN = re.compile(r"""
-  (?P<blank>[ \t\r\f\v]+)
-| (?P<newline>\n)
-| (?P<continued>\\\n)
-| (?P<redirect>\d*(?:<<-|<<<|<<|>>|>&|<&|<>|>\||&>>|&>|[<>]))
-| (?P<operator>&&|\|\||;;&?|;&|\|&|[;&|()])
-| (?P<single>'[^']*(?P<single_end>')?)
-| (?P<ansi>\$'[^'\\]*(?:\\.[^'\\]*)*(?P<ansi_end>')?)
-| (?P<double>"[^"\\]*(?:\\.[^"\\]*)*(?P<double_end>")?)
-| (?P<substitution>\$\(|`)
-| (?P<escape>\\.?)
-| (?P<hash>\#)
-| (?P<plain>[^\s;&|()<>'"\\`$#]+|\$)
-""", re.VERBOSE | re.DOTALL)
-# inside $( ... ): what changes the depth, and the quotes whose insides do not count
-_IN_SUBSTITUTION = re.compile(r"""[()]|'[^']*'?|"[^"\\]*(?:\\.[^"\\]*)*"?|\\.""", re.DOTALL)
-_BACKQUOTED = re.compile(r"(?:[^`\\]|\\.)*`?", re.DOTALL)
+if TYPE_CHECKING:
+    from tree_sitter import Node, Parser
+
 # A line, continued or not, with its quotes closed and no `$(`, backquote or here-document: one match in C.
 # Each alternative takes a run of plain characters (whole: a lookahead and its backreference, the atomic group
 # Python 3.10 lacks), one character or one quoted string, and no two start alike, so a line that does not match
@@ -40,8 +31,27 @@ _PLAIN_LOGICAL_LINE = re.compile(r"""(?:(?=(?P<run>[^'"\\\n`$#<]+))(?P=run)|'[^'
                                  r"""|(?<![^\s;&|(])\#[^\n]*|\#)*(?:\n|\Z)""", re.DOTALL)
 # what makes a line more than blank-separated words: quotes, operators, redirections, comments, escapes other
 # than a continuation
-_NOT_BARE_WORDS = re.compile(r"""['"`;&|()<>#]|\\(?!\n)""")
+_NOT_BARE_WORDS = re.compile(r"""['"`;&|()<>#{}\[\]]|\\(?!\n)""")
+# what may open or close a construct that spans lines, or join a line to the next: such a line is parsed
+_STRUCTURAL = re.compile(r"[(){};&|\[\]]")
+_RESERVED = frozenset(("if", "then", "elif", "else", "fi", "case", "esac", "for", "select", "while", "until", "do",
+                       "done", "in", "function", "time", "coproc", "!", "{", "}", "[[", "]]"))
+_OPENS = frozenset(("if", "case", "for", "select", "while", "until", "{"))
+_CLOSES = frozenset(("fi", "esac", "done", "}"))
+_KEYWORDISH = re.compile(r"[^\s;&|()]+")
 _DOUBLE_ESCAPES = re.compile(r"\\([$`\"\\\n])")
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+# nodes that hold no command of the script's own (words, expansions, `$(...)`, `<(...)`, tests, here-documents)
+_LEAVES = frozenset((
+    "word", "string", "raw_string", "ansi_c_string", "translated_string", "number", "concatenation",
+    "simple_expansion", "expansion", "command_substitution", "process_substitution", "arithmetic_expansion",
+    "test_command", "heredoc_body", "heredoc_start", "heredoc_end", "file_redirect", "herestring_redirect",
+    "variable_name", "extglob_pattern", "brace_expression", "regex", "special_variable_name",
+))
+
+
+_COMMANDS = frozenset(("command", "declaration_command", "unset_command", "variable_assignment",
+                       "variable_assignments"))
 
 
 class Word(NamedTuple):  # a tuple: a long script has millions of them
@@ -53,8 +63,8 @@ class Word(NamedTuple):  # a tuple: a long script has millions of them
 @dataclass(frozen=True)
 class SimpleCommand:
     line: int  # where its first word is
-    texts: tuple[str, ...]  # its words, quotes removed
-    closed: bool  # False: a quote or `$(` is still open at the end of the text (bash -n fails)
+    texts: tuple[str, ...]  # its words, quotes removed; never empty
+    closed: bool  # False: bash cannot parse the script from here on (a quote or `$(` that never closes, ...)
     quoting: tuple[tuple[bool, bool], ...] | None = None  # each word's (quoted, expands); None: all bare words
 
     @property
@@ -75,170 +85,204 @@ def read_commands(text: str, first_line: int = 1, wanted: re.Pattern[str] | None
                   ) -> tuple[list[SimpleCommand], list[Comment]]:
     """The simple commands of `text` in order, and its comments. `first_line` is the line number of text[0].
 
-    With `wanted`, a line that is whole in itself (no quote, backslash, `$(` or here-document) and in which
-    `wanted` finds nothing is passed over unread: the caller says which commands can matter to it, and the
-    rest of a long script costs a str.find per line."""
-    reader = _Reader(text, first_line)
-    position, end = 0, len(text)
+    With `wanted`, the caller says which commands can matter to it: a line that needs no grammar (it opens and
+    closes nothing, before any multi-line quote, `$(` or here-document) and in which `wanted` finds nothing is
+    left out unread."""
+    early_commands: list[SimpleCommand] = []
+    early_comments: list[Comment] = []
+    if wanted is not None:
+        text = _blank_plain_lines(text, first_line, wanted, early_commands, early_comments)
+    source = text.encode("utf-8", "surrogatepass")
+    tree = _parser().parse(source)
+    reader = _TreeReader(source, first_line, wanted)
+    reader.read(tree.root_node)
+    if early_commands and reader.error_line is not None:
+        early_commands = [replace_closed(command) if command.line >= reader.error_line else command
+                          for command in early_commands]
+    commands = list(heapq.merge(early_commands, reader.commands, key=lambda command: command.line))
+    comments = list(heapq.merge(early_comments, reader.comments, key=lambda comment: comment.line))
+    return commands, comments
+
+
+def replace_closed(command: SimpleCommand) -> SimpleCommand:
+    return SimpleCommand(command.line, command.texts, False, command.quoting)
+
+
+_PARSER: list[Parser] = []
+
+
+def _parser() -> Parser:
+    """tree-sitter's parser for bash, made once (imported here: envrun's launch path never reads a script)."""
+    if not _PARSER:
+        import tree_sitter_bash
+        from tree_sitter import Language, Parser
+
+        _PARSER.append(Parser(Language(tree_sitter_bash.language())))
+    return _PARSER[0]
+
+
+def _blank_plain_lines(text: str, first_line: int, wanted: re.Pattern[str], commands: list[SimpleCommand],
+                       comments: list[Comment]) -> str:
+    """`text` with the lines the caller does not need made empty (their newlines kept, so lines keep their
+    numbers); bare-word lines it needs go to `commands` and whole-line comments to `comments`, and are blanked
+    too. Only while every line so far is whole in itself and at the top level: from the first line that is
+    not (a quote or `$(` that goes on, a here-document, unbalanced brackets, a keyword that opens a block), the
+    rest is left to the grammar."""
+    pieces: list[str] = []
+    position, end, line = 0, len(text), first_line
+    depth = 0  # blocks opened (if, case, for, while, until, {) and not yet closed, on the lines read so far
+    joined = False  # the line before ends in an operator that carries the command on (|, &&, ||)
     while position < end:
-        if wanted is not None:
-            skip = _PLAIN_LOGICAL_LINE.match(text, position)
-            stop = skip.end() if skip is not None else position
-            if stop > position and not wanted.search(text, position, stop):
-                if text.startswith("#", position):
-                    newline = text.find("\n", position)
-                    reader.comments.append(Comment(reader.line, text[position:end if newline < 0 else newline], True))
-                reader.line += text.count("\n", position, stop)
-                position = stop
-                continue
-            if stop > position and not _NOT_BARE_WORDS.search(text, position, stop):
-                # words and continuations only (a long `srun \` line): split in C, as bash would
-                words = text[position:stop].replace("\\\n", " ").split()
-                if words:
-                    reader.commands.append(SimpleCommand(reader.line, tuple(words), True))
-                reader.line += text.count("\n", position, stop)
-                position = stop
-                continue
-        position = reader.run(position)
-    return reader.commands, reader.comments
+        match = _PLAIN_LOGICAL_LINE.match(text, position)
+        stop = match.end() if match is not None else position
+        if stop == position:
+            break
+        segment = text[position:stop]
+        newlines = segment.count("\n")
+        blank = False
+        if segment.startswith("#"):  # a whole-line comment (#SBATCH lines after the first command)
+            comments.append(Comment(line, segment.rstrip("\n"), True))
+            blank = True
+        elif depth == 0 and not joined and not _STRUCTURAL.search(segment):
+            words = segment.replace("\\\n", " ").split()
+            if not _RESERVED.intersection(words):
+                if not wanted.search(segment):
+                    blank = True
+                elif not _NOT_BARE_WORDS.search(segment):
+                    commands.append(SimpleCommand(line, tuple(words), True))
+                    blank = True
+        if not blank:
+            if segment.count("(") != segment.count(")"):
+                break  # a case item, a multi-line array or subshell: the grammar reads the rest
+            for word in _KEYWORDISH.findall(segment.split(" #", 1)[0]):
+                depth += (word in _OPENS) - (word in _CLOSES)
+            if depth < 0:
+                break
+            joined = segment.rstrip().endswith(("|", "&&"))
+        pieces.append("\n" * newlines if blank else segment)
+        line += newlines
+        position = stop
+    pieces.append(text[position:])
+    return "".join(pieces)
 
 
-class _Reader:
-    def __init__(self, text: str, first_line: int) -> None:
-        self.text = text
-        self.line = first_line
+class _TreeReader:
+    """The commands and comments of tree-sitter's tree, in the order of the text."""
+
+    def __init__(self, source: bytes, first_line: int, wanted: re.Pattern[str] | None = None) -> None:
+        self.source = source
+        self.first_line = first_line
+        # the caller's pattern on the tree's bytes, so that a command it does not want is never decoded
+        self.wanted = re.compile(wanted.pattern.encode(), wanted.flags & ~re.UNICODE) if wanted is not None else None
         self.commands: list[SimpleCommand] = []
         self.comments: list[Comment] = []
-        self.words: list[Word] = []
-        self.parts: list[str] = []  # the word being read
-        self.quoted = False
-        self.expands = True
-        self.word_line = first_line
-        self.command_line = first_line
-        self.redirect_target = False  # the next word is a redirection's target, not an argument
-        self.heredocs: list[tuple[str, bool]] = []  # delimiters whose bodies start after this line
-        self.heredoc_word = False  # the next word is a here-document delimiter
-        self.heredoc_strip = False  # <<- : the delimiter line may be indented with tabs
-        self.closed = True
+        self.error_byte = len(source) + 1  # where bash stops understanding the text (none: past its end)
+        self.error_line: int | None = None
 
-    def run(self, position: int) -> int:
-        """Read from `position` to the end of the line where every quote, continuation and here-document
-        has ended; the position after it."""
-        text, end = self.text, len(self.text)
-        while position < end:
-            match = _TOKEN.match(text, position)
-            assert match is not None  # every character starts some token
-            kind, token = match.lastgroup, match.group()
-            position = match.end()
-            if kind == "substitution":
-                position = self.substitution(token, position)
-                continue
-            if kind == "hash" and self.parts:
-                self.add_part("#", quoted=False)
-                continue
-            if kind == "hash":  # a comment, to the end of the line
-                stop = text.find("\n", position)
-                stop = end if stop < 0 else stop
-                line_start = match.start() == 0 or text[match.start() - 1] == "\n"
-                self.comments.append(Comment(self.line, text[match.start():stop], line_start))
-                position = stop
-                continue
-            if kind == "plain":
-                self.add_part(token, quoted=False)
-            elif kind in ("single", "ansi", "double"):
-                ends = match.group(f"{kind}_end") is not None
-                self.closed = self.closed and ends
-                inner = token[2 if kind == "ansi" else 1:len(token) - ends]
-                if kind != "double":
-                    self.add_part(inner, quoted=True, expands=False)
-                    self.line += token.count("\n")
-                    continue
-                self.add_part(_DOUBLE_ESCAPES.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), inner),
-                              quoted=True)
-            elif kind == "escape":
-                self.add_part(token[1:], quoted=True, expands=token[1:] != "$")
-            elif kind == "continued":
-                pass
-            elif kind == "blank":
-                self.end_word()
-            elif kind == "redirect":
-                self.end_word()
-                self.redirect_target = True
-                self.heredoc_word = token.lstrip("0123456789") in ("<<", "<<-")
-                self.heredoc_strip = token.endswith("-")
-            elif kind == "operator":
-                self.end_command()
-            elif kind == "newline":
-                self.end_command()
-                self.line += 1
-                if self.heredocs:
-                    position = self.skip_heredocs(position)
-                return position
-            self.line += token.count("\n")
-        self.end_command()
-        return position
+    def read(self, root: Node) -> None:
+        if root.has_error:
+            self.error_byte = _first_error(root)
+            self.error_line = self.first_line + self.source.count(b"\n", 0, self.error_byte)
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            kind = node.type
+            if kind in _COMMANDS and self.wanted is not None and not self.wanted.search(
+                    self.source[node.start_byte:node.end_byte]):
+                continue  # a command the caller has no use for (its comments, if any, are not #SBATCH lines)
+            if kind == "command":
+                self.add_command(node)
+            elif kind in ("declaration_command", "unset_command"):
+                self.add(node, node.children)
+            elif kind == "variable_assignment":  # X=1, nodes=(a b): one word, no program
+                self.add(node, [node])
+            elif kind == "variable_assignments":
+                self.add(node, node.named_children)
+            elif kind == "comment":
+                self.comments.append(Comment(self.first_line + node.start_point.row, self.text(node),
+                                             node.start_point.column == 0))
+            elif kind not in _LEAVES:
+                stack.extend(reversed(node.children))
 
-    def add_part(self, part: str, quoted: bool, expands: bool = True) -> None:
-        if not self.parts and not self.quoted:
-            self.word_line = self.line
-        self.parts.append(part)
-        self.quoted = self.quoted or quoted
-        self.expands = self.expands and expands
+    def text(self, node: Node) -> str:
+        return self.source[node.start_byte:node.end_byte].decode("utf-8", "surrogatepass")
 
-    def end_word(self) -> None:
-        if not self.parts and not self.quoted:
+    def add_command(self, node: Node) -> None:
+        """A command's words, without its redirections. tree-sitter-bash (0.25) reads `A=1 B=2` and the next
+        line as one command; bash ends a command at an unescaped newline, and so does this."""
+        parts: list[Node] = []
+        end = node.start_byte
+        for child in node.children:
+            gap = self.source[end:child.start_byte]
+            if b"\n" in gap and b"\n" in gap.replace(b"\\\n", b""):
+                self.add(node, parts)
+                parts = []
+            end = child.end_byte
+            if not child.type.endswith("redirect") and child.type != "comment":
+                parts.append(child)
+        self.add(node, parts)
+
+    def add(self, node: Node, parts: list[Node]) -> None:
+        words = [word for word in map(self.word, parts) if word is not None]
+        if not words:
             return
-        word = Word("".join(self.parts), self.quoted, self.expands)
-        self.parts, self.quoted, self.expands = [], False, True
-        if self.redirect_target:
-            self.redirect_target = False
-            if self.heredoc_word:
-                self.heredocs.append((word.text, self.heredoc_strip))
-                self.heredoc_word = False
-            return
-        if not self.words:
-            self.command_line = self.word_line
-        self.words.append(word)
+        line = self.first_line + parts[0].start_point.row
+        self.commands.append(SimpleCommand(line, tuple(word.text for word in words), node.end_byte < self.error_byte,
+                                           tuple((word.quoted, word.expands) for word in words)))
 
-    def end_command(self) -> None:
-        self.end_word()
-        if self.words:
-            self.commands.append(SimpleCommand(self.command_line, tuple(word.text for word in self.words), self.closed,
-                                               tuple((word.quoted, word.expands) for word in self.words)))
-        self.words = []
-        self.redirect_target = False
+    def word(self, node: Node) -> Word | None:
+        """The word bash makes of a node, its quotes removed; `$X`, `${X}`, `$(...)`, `$((...))` as written."""
+        kind = node.type
+        raw = self.text(node)
+        if kind == "command_name":
+            return self.word(node.children[0]) if node.children else None
+        if kind == "word" or not node.is_named:
+            if "\\" not in raw:
+                return Word(raw, False)
+            return Word(_ESCAPE.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), raw), True, "\\$" not in raw)
+        if kind == "string":
+            return Word(_DOUBLE_ESCAPES.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), raw[1:-1]), True)
+        if kind == "translated_string":
+            return Word(_DOUBLE_ESCAPES.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), raw[2:-1]), True)
+        if kind == "raw_string":
+            return Word(raw[1:-1], True, False)
+        if kind == "ansi_c_string":
+            return Word(raw[2:-1], True, False)
+        if kind == "concatenation":
+            return self.joined(node, node.children, node.start_byte)
+        if kind == "variable_assignment":
+            value = node.child_by_field_name("value")
+            if value is None or value.type == "array":
+                return Word(raw, False)
+            return self.joined(node, [value], node.start_byte)
+        return Word(raw, False)
 
-    def substitution(self, opener: str, position: int) -> int:
-        """`$(...)` or a backquoted command, kept as one opaque part: its insides are another command."""
-        text = self.text
-        if opener == "`":
-            match = _BACKQUOTED.match(text, position)
-            assert match is not None
-            stop = match.end()
-            self.closed = self.closed and text[stop - 1:stop] == "`" and stop > position
+    def joined(self, node: Node, parts: list[Node], start: int) -> Word:
+        """The node's text with each part's quotes removed; what lies between the parts as written."""
+        texts: list[str] = []
+        quoted, expands = False, True
+        for part in parts:
+            if part.start_byte > start:
+                texts.append(self.source[start:part.start_byte].decode("utf-8", "surrogatepass"))
+            word = self.word(part)
+            if word is not None:
+                texts.append(word.text)
+                quoted, expands = quoted or word.quoted, expands and word.expands
+            start = part.end_byte
+        if start < node.end_byte:
+            texts.append(self.source[start:node.end_byte].decode("utf-8", "surrogatepass"))
+        return Word("".join(texts), quoted, expands)
+
+
+def _first_error(root: Node) -> int:
+    """Where the first ERROR or MISSING node of the tree starts: bash stops understanding the script there."""
+    node = root
+    while True:
+        for child in node.children:
+            if child.is_error or child.is_missing:
+                return int(child.start_byte)
+            if child.has_error:
+                node = child
+                break
         else:
-            depth, stop = 1, position
-            for match in _IN_SUBSTITUTION.finditer(text, position):
-                piece = match.group()
-                depth += 1 if piece == "(" else -1 if piece == ")" else 0
-                stop = match.end()
-                if depth == 0:
-                    break
-            else:
-                stop = len(text)
-            self.closed = self.closed and depth == 0
-        self.add_part(opener + text[position:stop], quoted=False)
-        self.line += text.count("\n", position, stop)
-        return stop
-
-    def skip_heredocs(self, position: int) -> int:
-        """After the line that opened them: each here-document's body, to the line that is its delimiter."""
-        for delimiter, strip in self.heredocs:
-            indent = r"\t*" if strip else ""
-            found = re.compile(rf"^{indent}{re.escape(delimiter)}$", re.MULTILINE).search(self.text, position)
-            stop = found.end() if found else len(self.text)
-            stop = stop + 1 if stop < len(self.text) else stop
-            self.line += self.text.count("\n", position, stop)
-            position = stop
-        self.heredocs = []
-        return position
+            return int(node.start_byte)
