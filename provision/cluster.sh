@@ -231,6 +231,9 @@ EOF
             fi
         done < <(node_names)
         printf 'PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n'
+        # A second partition with a time limit, on the same nodes: `envrun sbatch --check` reads partitions and
+        # their MaxTime from scontrol (envbuild/slurm/cluster.py), and its tests ask for more than this allows.
+        printf 'PartitionName=short Nodes=ALL Default=NO MaxTime=00:10:00 State=UP\n'
     } >"$D/etc/slurm.conf.new"
     {
         printf '%s\n' "$MARKER"

@@ -5,6 +5,7 @@
     envrun sbatch --submit --wait -- python train.py                 # submit, follow the output, exit with the job's code
     envrun sbatch --check my_job.sh                                  # the pitfall rules on a hand-written script
     envrun sbatch --check my_job.sh --json                           # the same as JSON
+    envrun sbatch --check my_job.sh --test-only                      # and what sbatch --test-only says
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                       ".envrun/jobs/); prints the job id")
     mode.add_argument("--check", metavar="SCRIPT", help="check a batch script's #SBATCH and srun lines instead")
     parser.add_argument("--wait", action="store_true", help="with --submit: follow the output, exit with the job's code")
+    parser.add_argument("--test-only", action="store_true",
+                        help="with --check: also ask Slurm itself (sbatch --test-only: whether it accepts the script, "
+                             "and where and when the job would start)")
     parser.add_argument("--no-report", action="store_true",
                         help="no job report (by default the step writes it next to the job output: OUTPUT.report/, "
                              "and its summary ends the output)")
@@ -109,7 +113,9 @@ def main(argv: list[str]) -> None:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.check:
-        return check_script(args.check, args.system, as_json=args.json)
+        return check_script(args.check, args.system, as_json=args.json, test_only=args.test_only)
+    if args.test_only:
+        raise UsageError("--test-only goes with --check", "envrun sbatch --check SCRIPT --test-only")
     if args.json:
         raise UsageError("--json is the output of --check", "envrun sbatch --check SCRIPT --json")
     if args.wait and not args.submit:

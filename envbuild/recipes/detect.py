@@ -80,6 +80,11 @@ def resolve_site_recipe(system: str | None, environ: Mapping[str, str]) -> tuple
     return (load_recipe(name) if name else None), why
 
 
+def cluster_name(environ: Mapping[str, str], slurm_conf: str | None = None) -> tuple[str, str]:
+    """(Slurm's cluster name, where it was read), as detection reads it (see _cluster_name)."""
+    return _cluster_name(environ, slurm_conf)
+
+
 def _cluster_name(environ: Mapping[str, str], slurm_conf: str | None) -> tuple[str, str]:
     """(Slurm's cluster name, where it was read), ("", "") if nowhere: the job's $SLURM_CLUSTER_NAME, else
     ClusterName in slurm.conf (login nodes; srun and sbatch set the variable only inside a job)."""

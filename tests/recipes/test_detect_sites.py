@@ -230,6 +230,8 @@ def test_check_on_a_jureca_login_node_uses_jureca_rules(login_node: Path, monkey
     monkeypatch.setenv("SYSTEMNAME", "jurecadc")
     job = tmp_path / "job.sh"
     job.write_text(COURSE_JOB)
+    (tmp_path / "train.py").write_text("")  # the job's program, where the job would start
+    monkeypatch.chdir(tmp_path)
     data = check_json([str(job)], capsys)
     assert (data["system"], data["site_rules"], data["findings"]) == ("jureca-dc", True, [])
     # the same job without its GPU request: JURECA's rules know dc-gpu is a GPU partition

@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING, Any
 from envbuild.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from envbuild.launch.project import Environment
     from envbuild.recipes.protocols import SystemRecipe
     from envbuild.slurm.batch.plan import BatchJob
+    from envbuild.slurm.cluster import ClusterFacts
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,43 @@ class SbatchRequest:
     report: bool = True  # the step writes its job report next to the job's output (envbuild.report)
 
 
-def check_script(path: str, system: str | None, *, as_json: bool) -> int:
-    """`envrun sbatch --check`: the pitfall rules on a batch script; 1 when it has errors or warnings."""
+def check_script(path: str, system: str | None, *, as_json: bool, test_only: bool = False) -> int:
+    """`envrun sbatch --check`: the pitfall rules on a batch script; 1 when it has errors or warnings. Where the
+    check runs on the cluster the script is for, what that cluster says now (partitions, limits, nodes) is
+    checked too, and with `test_only` what `sbatch --test-only` says."""
     from envbuild.recipes.detect import resolve_site_recipe
     from envbuild.slurm.check.pitfalls import check_script_file
 
     # the check runs a site's rules only on that site's evidence: with no recipe for the site, none
     site_recipe, site = resolve_site_recipe(system, os.environ)
-    return check_script_file(path, site_recipe, sys.stdout, site=site, as_json=as_json)
+    cluster, note = live_cluster(system, os.environ)
+    return check_script_file(path, site_recipe, sys.stdout, site=site, as_json=as_json, cluster=cluster,
+                             test_only=test_only and cluster is not None, notes=(note,) if note else ())
+
+
+def live_cluster(system: str | None, environ: Mapping[str, str]) -> tuple[ClusterFacts | None, str]:
+    """The facts of the cluster this runs on, when the script is checked for it, and a note: (None, why not)
+    where Slurm does not answer, or the check is for another cluster (`--system` names another site, or the
+    environment's $SLURM_CLUSTER_NAME is not the ClusterName of the Slurm that answers)."""
+    from envbuild.recipes.detect import cluster_name, detect_site
+    from envbuild.slurm.cluster import read_cluster
+
+    configured, _where = cluster_name({key: value for key, value in environ.items() if key != "SLURM_CLUSTER_NAME"})
+    named = environ.get("SLURM_CLUSTER_NAME", "")
+    if named and configured and named.lower() != configured:
+        return None, (f"this machine's Slurm is {configured}, the environment names {named}: the live cluster's "
+                      "partitions and limits were not checked")
+    if system:
+        detected, _why = detect_site(environ)
+        if detected != system:
+            return None, (f"--system {system}: the Slurm here ({configured or 'none found'}) is not that site's: its "
+                          "partitions and limits were not checked")
+    facts = read_cluster(configured or named)
+    if facts is None:
+        return None, ("no Slurm answered here (scontrol): the cluster's own partitions and limits were not checked "
+                      "(run the check on the cluster's login node for them)")
+    return facts, (f"checked against {facts.name or 'this cluster'} as scontrol describes it now: "
+                   f"{len(facts.partitions)} partition(s), {len(facts.nodes)} node(s)")
 
 
 def sbatch(request: SbatchRequest, *, script: str | None, submit: bool, wait: bool) -> int:

@@ -412,3 +412,118 @@ def late_directives(ctx: Context) -> list[Finding]:
     return [Finding(line, f"{text} comes after the first command (line {first}): sbatch ignores it",
                     "sbatch reads #SBATCH lines only until the first line that is neither blank nor a comment",
                     SBATCH_DOC, f"move it above line {first}") for line, text in ctx.script.late_directives]
+
+
+# --- the live cluster: what `scontrol show partition/node` says now (envbuild.slurm.cluster) ---------------------
+
+
+def _asked_partitions(ctx: Context) -> tuple[Directive | None, list[str]]:
+    found = ctx.job.get("partition")
+    if found is None or not found.value or "$" in found.value or placeholder_in(found.value):
+        return found, []
+    return found, [name.strip() for name in found.value.split(",") if name.strip()]
+
+
+def cluster_partition(ctx: Context) -> list[Finding]:
+    """Applies where the check runs on the script's cluster and scontrol answered: every partition --partition
+    names (a comma list: sbatch takes the first that can run the job) exists there."""
+    cluster = ctx.cluster
+    if cluster is None or not cluster.partitions:
+        return []
+    directive, names = _asked_partitions(ctx)
+    missing = [name for name in names if name not in cluster.partitions]
+    if directive is None or not missing:
+        return []
+    default = cluster.default_partition()
+    known = ", ".join(sorted(cluster.partitions))
+    return [Finding(directive.line, f"{directive.written}: this cluster ({cluster.name}) has no partition "
+                    f"{', '.join(missing)}", f"its partitions are {known}; sbatch refuses the job (invalid partition)",
+                    cluster.source, f"--partition={default.name if default else sorted(cluster.partitions)[0]}, or "
+                    f"one of: {known}")]
+
+
+def cluster_limits(ctx: Context) -> list[Finding]:
+    """Applies where the check runs on the script's cluster and scontrol answered: the time, nodes, GPUs per node,
+    memory per node and node features (--constraint) the script asks for against the partition it runs in (the
+    named ones that exist, else the cluster's default): what no partition named can give is an error."""
+    cluster = ctx.cluster
+    if cluster is None or not cluster.partitions:
+        return []
+    _directive, names = _asked_partitions(ctx)
+    partitions = [cluster.partitions[name] for name in names if name in cluster.partitions]
+    if not names:
+        default = cluster.default_partition()
+        partitions = [default] if default else []
+    if not partitions:
+        return []
+    where = ", ".join(p.name for p in partitions)
+    found: list[Finding] = []
+    time_directive = ctx.job.get("time")
+    if time_directive is not None and time_directive.value:
+        try:
+            asked = parse_slurm_time(time_directive.value, "--time")
+        except UsageError:
+            asked = None
+        limits = [p.max_time_s for p in partitions]
+        if asked is not None and all(limit is not None and asked > limit for limit in limits):
+            most = max(limit for limit in limits if limit is not None)
+            found.append(Finding(time_directive.line, f"{time_directive.written} is over the time limit of {where} "
+                                 f"({format_duration(most)})", "sbatch refuses a job over its partition's MaxTime "
+                                 "(or it pends for ever: PartitionTimeLimit)", cluster.source,
+                                 f"--time={format_duration(most)} or less, and save checkpoints to go on in a next job"))
+    nodes_directive = ctx.job.get("nodes")
+    if nodes_directive is not None and count(nodes_directive.value) is not None:
+        asked_nodes = count(nodes_directive.value) or 1
+        room = [min(len(p.nodes) or asked_nodes, p.max_nodes or asked_nodes) for p in partitions]
+        if all(asked_nodes > most for most in room):
+            found.append(Finding(nodes_directive.line, f"{nodes_directive.written}: {where} has {max(room)} node(s) "
+                                 "for a job", "sbatch refuses a job that asks for more nodes than its partition has",
+                                 cluster.source, f"--nodes={max(room)} or fewer"))
+    sized = ctx.job.gpus()
+    if sized is not None and sized.value > 0 and not ctx.job.gpus_spread():
+        most_gpus = max((node.gpus for p in partitions for node in cluster.nodes_of(p)), default=0)
+        if sized.value > most_gpus:
+            what = "has no GPUs" if most_gpus == 0 else f"has at most {most_gpus} GPUs per node"
+            found.append(Finding(sized.directive.line, f"{sized.how}: {where} {what}",
+                                 "the partition's nodes do not have them (their Gres): sbatch refuses the job "
+                                 "(requested node configuration is not available)", cluster.source,
+                                 "leave the GPUs out, or name a partition whose nodes have them" if most_gpus == 0
+                                 else f"--gpus-per-node={most_gpus} or fewer, on more nodes"))
+    memory = ctx.job.get("mem")
+    asked_mb = size_mb(memory.value) if memory is not None else None
+    if memory is not None and asked_mb:
+        most_mb = max((node.memory_mb or 0 for p in partitions for node in cluster.nodes_of(p)), default=0)
+        if most_mb and asked_mb > most_mb:
+            found.append(Finding(memory.line, f"{memory.written}: {where}'s nodes have at most {format_mb(most_mb)}",
+                                 "sbatch refuses memory per node its nodes do not have", cluster.source,
+                                 f"--mem={format_mb(most_mb)} or less (or --mem=0: all of a node's memory)"))
+    constraint = ctx.job.get("constraint")
+    if constraint is not None and constraint.value and "$" not in constraint.value:
+        wanted = [name for name in re.split(r"[|&,\[\]()*\s]+", constraint.value) if name and not name.isdigit()]
+        have = {feature for p in partitions for node in cluster.nodes_of(p) for feature in node.features}
+        if wanted and not any(name in have for name in wanted):
+            found.append(Finding(constraint.line, f"{constraint.written}: no node of {where} has "
+                                 f"{' or '.join(wanted)}", "sbatch refuses a job whose features no node has "
+                                 f"(the nodes have: {', '.join(sorted(have)) or 'no features'})", cluster.source,
+                                 "leave --constraint out, or name features the nodes have"))
+    return found
+
+
+def sbatch_test_only(ctx: Context) -> list[Finding]:
+    """Applies with `--check --test-only` where sbatch answered and refused the script: what Slurm itself says."""
+    if ctx.test_only is None or ctx.test_only[0] == 0:
+        return []
+    status, message = ctx.test_only
+    line = ctx.script.directive_lines[0] if ctx.script.directive_lines else 1
+    return [Finding(line, f"sbatch --test-only refuses the job: {message or f'exit status {status}'}",
+                    "Slurm's own answer for this script on this cluster, now", "sbatch --test-only, " + SBATCH_DOC,
+                    "change what it names; the other findings often say which option")]
+
+
+def sbatch_test_only_accepted(ctx: Context) -> list[Finding]:
+    """Applies with `--check --test-only` where sbatch accepted the script: where and when it would start."""
+    if ctx.test_only is None or ctx.test_only[0] != 0:
+        return []
+    line = ctx.script.directive_lines[0] if ctx.script.directive_lines else 1
+    return [Finding(line, f"sbatch --test-only: {ctx.test_only[1]}", "Slurm's own answer for this script on this "
+                    "cluster, now", "sbatch --test-only, " + SBATCH_DOC, "nothing to change")]

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from envbuild.recipes.protocols import SystemRecipe
     from envbuild.slurm.check.parse import BatchScript
+    from envbuild.slurm.cluster import ClusterFacts
 
 # (rule, level, needs the site's recipe), in the order their findings are listed when they share a line.
 # error: sbatch refuses the job, or bash the script; warning: the job runs, worse than asked; info: not known.
@@ -46,6 +47,10 @@ RULES: tuple[tuple[Callable[[Context], list[Finding]], str, bool], ...] = (
     (checkjob.partition_exists, "error", True),
     (checkjob.partition_limits, "error", True),
     (checkjob.time_syntax, "error", False),
+    (checkjob.cluster_partition, "error", False),
+    (checkjob.cluster_limits, "error", False),
+    (checkjob.sbatch_test_only, "error", False),
+    (checkjob.sbatch_test_only_accepted, "info", False),
     (checkjob.gpus_per_node, "error", True),
     (checkjob.cpus_per_node, "error", True),
     (checkjob.memory_per_node, "error", True),
@@ -81,11 +86,13 @@ _ASK_BASH = (-1, "")  # check_script's default: ask bash -n itself
 
 
 def check_script(text: str, recipe: SystemRecipe | None, environ: Mapping[str, str], site: str = "",
-                 syntax_error: tuple[int, str] | None = _ASK_BASH, files: FileProbe | None = None) -> CheckReport:
+                 syntax_error: tuple[int, str] | None = _ASK_BASH, files: FileProbe | None = None,
+                 cluster: ClusterFacts | None = None, test_only: tuple[int, str] | None = None) -> CheckReport:
     """`site`: what detection saw, for the first note when `recipe` is None ("SLURM_CLUSTER_NAME=perlmutter").
     `syntax_error`: bash -n's answer where the caller has it (bash_syntax_error); by default bash is asked.
     `files`: where the job starts and what exists there, for the rules that look (program_missing); None: not
-    looked at (a script checked away from where it runs)."""
+    looked at (a script checked away from where it runs). `cluster`: what the cluster the script is for says
+    now (envbuild.slurm.cluster), and `test_only` what `sbatch --test-only` said; None: not asked."""
     script = parse_script(text)
     notes: list[str] = []
     if recipe is None:
@@ -93,7 +100,7 @@ def check_script(text: str, recipe: SystemRecipe | None, environ: Mapping[str, s
         notes.append(f"no recipe for this site ({seen}): site rules skipped; only the rules that need no site "
                      "facts ran (choose a recipe with --system NAME where one fits)")
     ctx = Context(script, recipe, environ, notes, bash_syntax_error(text) if syntax_error == _ASK_BASH else syntax_error,
-                  files)
+                  files, cluster, test_only)
     found: list[tuple[int, int, Finding]] = []
     for order, (rule, level, needs_site) in enumerate(RULES):
         if needs_site and recipe is None:
@@ -238,14 +245,25 @@ def refuse_non_script(path: str, script: BatchScript, syntax_error: tuple[int, s
 
 
 def check_script_file(path: str, recipe: SystemRecipe | None, out: TextIO, environ: Mapping[str, str] | None = None,
-                      site: str = "", as_json: bool = False) -> int:
+                      site: str = "", as_json: bool = False, cluster: ClusterFacts | None = None,
+                      test_only: bool = False, notes: tuple[str, ...] = ()) -> int:
     """Check the file and write its report; 1 when it has errors or warnings. `site`: how the recipe was
     chosen, or what detection saw where there is no recipe."""
     text = read_script(path)
     environ = os.environ if environ is None else environ
     syntax_error = bash_syntax_error(text)
     refuse_non_script(path, parse_script(text), syntax_error)
-    report = check_script(text, recipe, environ, site, syntax_error, FileProbe(os.getcwd(), os.path.exists))
+    answer = None
+    if test_only:
+        from envbuild.slurm.cluster import sbatch_test_only
+
+        answer = sbatch_test_only(text, os.getcwd())
+        if answer is None:
+            notes = (*notes, "sbatch --test-only: sbatch is not here or did not answer: Slurm's own check did not run")
+    report = check_script(text, recipe, environ, site, syntax_error, FileProbe(os.getcwd(), os.path.exists), cluster,
+                          answer)
+    if notes:
+        report = replace(report, notes=(*report.notes, *notes))
     if as_json:
         import json
 

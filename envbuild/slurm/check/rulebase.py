@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from envbuild.recipes.protocols import RecipeNode, SystemRecipe
     from envbuild.slurm.check.parse import BatchScript, Directive, SrunLine
+    from envbuild.slurm.cluster import ClusterFacts
 
 SBATCH_DOC = "sbatch(1), https://slurm.schedmd.com/sbatch.html"
 SRUN_DOC = "srun(1), https://slurm.schedmd.com/srun.html"
@@ -60,6 +61,8 @@ class Context:
     notes: list[str] = field(default_factory=list)
     syntax_error: tuple[int, str] | None = None  # bash -n's first complaint, when it has one
     files: FileProbe | None = None  # where the job starts and what exists there; None: files are not looked at
+    cluster: ClusterFacts | None = None  # what the cluster the check runs on says, now; None: not asked
+    test_only: tuple[int, str] | None = None  # `sbatch --test-only`'s exit status and message; None: not asked
 
     def __post_init__(self) -> None:
         if self.script.commands_above_directives:

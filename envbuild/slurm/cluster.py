@@ -1,0 +1,175 @@
+"""What the Slurm cluster this runs on says about itself, now: its partitions (time limits, nodes) and its nodes
+(CPUs, memory, GPUs, features), read with `scontrol show partition|node --oneliner`, and what `sbatch --test-only`
+says of a script. `envrun sbatch --check` checks a script against these facts where it runs on the cluster the
+script is for (envbuild.app.run.batchjob decides that); the rules that judge them are pure
+(envbuild.slurm.check.jobrules, `cluster_*`) and get the facts as data.
+
+`scontrol show ... --oneliner` prints one `Key=Value ...` line per entity in every Slurm release the sites run
+(scontrol(1)); its JSON form needs a newer Slurm than some sites have (22.05 here), so the key=value form is read.
+A value may hold spaces (`OS=Linux 6.1 #1 SMP`): a value runs up to the next ` Key=`. Without Slurm (a laptop) or
+when it does not answer within SCONTROL_TIMEOUT_S, there are no facts and the caller says so.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from envbuild.durations import parse_slurm_time
+from envbuild.errors import UsageError
+
+SCONTROL_TIMEOUT_S = 15  # slurmctld answers in well under a second; a hung one must not hang the check
+TEST_ONLY_TIMEOUT_S = 30
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::([^:,(]+))?:(\d+)")
+
+
+@dataclass(frozen=True)
+class PartitionFacts:
+    name: str
+    max_time_s: int | None  # None: UNLIMITED
+    default_time_s: int | None
+    max_nodes: int | None  # None: UNLIMITED
+    nodes: tuple[str, ...]  # the node names (expanded)
+    state: str
+    default: bool
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    name: str
+    cpus: int | None
+    memory_mb: int | None
+    gpus: int  # from its Gres (gpu[:type]:N), 0 without
+    gpu_type: str | None
+    features: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """The cluster as scontrol described it at `read_at` (an ISO time, for the findings' sources)."""
+
+    name: str
+    read_at: str
+    partitions: dict[str, PartitionFacts] = field(default_factory=dict)
+    nodes: dict[str, NodeFacts] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        return f"scontrol show partition/node on {self.name or 'this cluster'}, {self.read_at}"
+
+    def default_partition(self) -> PartitionFacts | None:
+        return next((partition for partition in self.partitions.values() if partition.default), None)
+
+    def nodes_of(self, partition: PartitionFacts) -> list[NodeFacts]:
+        return [self.nodes[name] for name in partition.nodes if name in self.nodes]
+
+
+def parse_oneliners(text: str) -> list[dict[str, str]]:
+    """Each line of `scontrol show ... --oneliner` as its Key=Value pairs."""
+    entities: list[dict[str, str]] = []
+    for line in text.splitlines():
+        keys = list(_KEY.finditer(line))
+        if not keys:
+            continue
+        entity: dict[str, str] = {}
+        for index, match in enumerate(keys):
+            end = keys[index + 1].start() if index + 1 < len(keys) else len(line)
+            entity[match.group(1)] = line[match.end():end].strip()
+        entities.append(entity)
+    return entities
+
+
+def expand_hostlist(text: str) -> tuple[str, ...]:
+    """Slurm's host list `n[001-003,007],g1` as its names (what `scontrol show hostnames` prints)."""
+    names: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text):
+        match = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
+        if match is None:
+            if part and part != "(null)":
+                names.append(part)
+            continue
+        head, ranges, tail = match.groups()
+        for item in ranges.split(","):
+            low, dash, high = item.partition("-")
+            if dash and low.isdigit() and high.isdigit():
+                names += [f"{head}{number:0{len(low)}d}{tail}" for number in range(int(low), int(high) + 1)]
+            elif item:
+                names.append(f"{head}{item}{tail}")
+    return tuple(names)
+
+
+def _time(value: str | None) -> int | None:
+    if not value or value.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return None
+    try:
+        return parse_slurm_time(value, "MaxTime", allow_zero=True)
+    except UsageError:
+        return None
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() else None
+
+
+def parse_partitions(text: str) -> dict[str, PartitionFacts]:
+    found: dict[str, PartitionFacts] = {}
+    for entity in parse_oneliners(text):
+        name = entity.get("PartitionName")
+        if not name:
+            continue
+        found[name] = PartitionFacts(name=name, max_time_s=_time(entity.get("MaxTime")),
+                                     default_time_s=_time(entity.get("DefaultTime")),
+                                     max_nodes=_int(entity.get("MaxNodes")),
+                                     nodes=expand_hostlist(entity.get("Nodes", "")), state=entity.get("State", ""),
+                                     default=entity.get("Default", "").upper() == "YES")
+    return found
+
+
+def parse_nodes(text: str) -> dict[str, NodeFacts]:
+    found: dict[str, NodeFacts] = {}
+    for entity in parse_oneliners(text):
+        name = entity.get("NodeName")
+        if not name:
+            continue
+        gpus, gpu_type = 0, None
+        for match in _GPU_GRES.finditer(entity.get("Gres", "")):
+            gpus += int(match.group(2))
+            gpu_type = gpu_type or match.group(1)
+        features = entity.get("AvailableFeatures", "")
+        found[name] = NodeFacts(name=name, cpus=_int(entity.get("CPUTot")), memory_mb=_int(entity.get("RealMemory")),
+                                gpus=gpus, gpu_type=gpu_type,
+                                features=tuple(f for f in features.split(",") if f and f != "(null)"))
+    return found
+
+
+def read_cluster(name: str, run: object = subprocess.run) -> ClusterFacts | None:
+    """The facts of the cluster scontrol answers for (named `name` by the caller: its ClusterName); None where
+    scontrol is missing, fails or does not answer in time."""
+    outputs: list[str] = []
+    for what in ("partition", "node"):
+        try:
+            done = run(["scontrol", "show", what, "--oneliner"], capture_output=True, text=True,  # type: ignore[operator]
+                       timeout=SCONTROL_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode != 0:
+            return None
+        outputs.append(done.stdout)
+    return ClusterFacts(name=name, read_at=time.strftime("%Y-%m-%dT%H:%M"), partitions=parse_partitions(outputs[0]),
+                        nodes=parse_nodes(outputs[1]))
+
+
+def sbatch_test_only(script: str, cwd: str, run: object = subprocess.run) -> tuple[int, str] | None:
+    """What `sbatch --test-only` says of the script (its exit status and message: where and when the job would
+    start, or why Slurm refuses it); the script goes on sbatch's standard input, so nothing is written. None
+    where sbatch is missing or does not answer."""
+    try:
+        done = run(["sbatch", "--test-only"], input=script, capture_output=True, text=True, cwd=cwd,  # type: ignore[operator]
+                   timeout=TEST_ONLY_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    message = " ".join(line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip())
+    return done.returncode, message
