@@ -62,6 +62,8 @@ RULES: tuple[tuple[Callable[[Context], list[Finding]], str, bool], ...] = (
     (checksteps.per_task_launch, "warning", False),
     (checksteps.launcher_without_srun, "warning", False),
     (checksteps.core_masks_on_shared_nodes, "warning", True),
+    (checksteps.container_without_gpu_flag, "warning", True),
+    (checksteps.signal_without_trap, "warning", False),
     (checksteps.program_not_visible, "error", False),
     (checksteps.program_missing, "error", False),
     (checksteps.program_unknown, "info", False),

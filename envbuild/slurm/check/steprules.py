@@ -378,6 +378,50 @@ def program_missing(ctx: Context) -> list[Finding]:
     return found
 
 
+APPTAINER_GPU_DOC = "Apptainer GPU support, https://apptainer.org/docs/user/latest/gpu.html"
+
+
+def container_without_gpu_flag(ctx: Context) -> list[Finding]:
+    """Applies on a site whose GPUs are NVIDIA's (its recipe says so) to a job that asks for GPUs: a line that
+    runs `singularity|apptainer exec|run` without --nv (or --nvccli) sees no GPU driver inside the container,
+    and the program runs on the CPU or fails to find CUDA. (AMD GPUs are seen through /dev, which the runtime
+    binds by default, with the ROCm of the image: no flag is needed there, so the rule does not apply.)"""
+    node = ctx.node
+    if node is None or node.gpu_vendor != "nvidia" or not ctx.job.gpus_per_node():
+        return []
+    found: list[Finding] = []
+    lines = [(srun.line, srun.program) for srun in ctx.script.sruns] + \
+        [(command.line, command.program) for command in ctx.script.commands]
+    for line, program in lines:
+        if program.container is None or any(word in ("--nv", "--nvccli") for word in program.container):
+            continue
+        runtime = next((part.strip() for part in reversed(program.via.split(",")) if "exec" in part or "run" in part),
+                       "the container")
+        found.append(Finding(line, f"{runtime} without --nv in a GPU job: the container sees no NVIDIA driver",
+                             f"{ctx.name}'s GPUs are NVIDIA's; Apptainer and Singularity bind the host's driver "
+                             "libraries into the container only with --nv", APPTAINER_GPU_DOC,
+                             f"add --nv: {runtime} --nv ..."))
+    return found
+
+
+def signal_without_trap(ctx: Context) -> list[Finding]:
+    """Applies to a job whose --signal sends the signal to the batch shell (`B:`): a script that sets no `trap`
+    for it is ended by it (SIGUSR1's and SIGTERM's default action), or ignores it, and the step never gets the
+    signal it was meant to forward; the checkpoint the signal was asked for is never written."""
+    directive = ctx.job.get("signal")
+    if directive is None or not directive.value or not directive.value.upper().startswith(("B:", "RB:", "BR:")):
+        return []
+    signal = directive.value.split(":", 1)[1].split("@", 1)[0].upper().removeprefix("SIG")
+    traps = [line for line in ctx.script.lines if line.lstrip().startswith("trap ")]
+    if any(signal in line.upper() or (signal.isdigit() and signal in line) for line in traps):
+        return []
+    return [Finding(directive.line, f"{directive.written}: the batch shell gets SIG{signal}, and the script sets no "
+                    f"trap for it", f"B: sends the signal to the batch shell only; without `trap ... {signal}` its "
+                    "default action ends the script and the running step, so the program never checkpoints",
+                    SBATCH_DOC, f"trap 'kill -{signal} $STEP_PID' {signal} before the step, and run the step in the "
+                    "background with `srun ... & STEP_PID=$!; wait`; or leave out B: to signal the step itself")]
+
+
 def _bind_options(options: tuple[str, ...]) -> list[tuple[str, str]]:
     """The container's bind options as written: (flag, value), for `-B X`, `--bind X` and `--bind=X`."""
     found: list[tuple[str, str]] = []
