@@ -37,3 +37,14 @@ def test_signal_to_the_batch_shell_needs_a_trap() -> None:
     assert rule(trapped, "local", "signal_without_trap") == []
     to_the_step = job.replace("B:USR1", "USR1")
     assert rule(to_the_step, "local", "signal_without_trap") == []
+
+
+def test_lines_bash_accepts_but_the_check_cannot_read_are_named() -> None:
+    from envbuild.slurm.check.jobrules import unread_lines
+    from envbuild.slurm.check.parse import BatchScript
+    from envbuild.slurm.check.rulebase import Context
+
+    script = BatchScript(lines=["#!/bin/bash", "srun python train.py", "weird"], open_quote_line=3)
+    (finding,) = unread_lines(Context(script, None, {}, [], None))
+    assert finding.line == 3 and "could not read the script from line 3 on (bash accepts it)" in finding.what
+    assert unread_lines(Context(script, None, {}, [], (3, "syntax error"))) == []  # bash's own error says it

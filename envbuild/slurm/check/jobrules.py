@@ -48,6 +48,18 @@ def shell_syntax(ctx: Context) -> list[Finding]:
     return found
 
 
+def unread_lines(ctx: Context) -> list[Finding]:
+    """Applies where bash accepts the script (bash -n says nothing) but the check's grammar (tree-sitter-bash,
+    envbuild.slurm.check.shellwords) could not read it from some line on: the rules did not run on those
+    lines, and this says so instead of calling them clean."""
+    opened = ctx.script.open_quote_line
+    if opened is None or ctx.syntax_error is not None:
+        return []
+    return [Finding(opened, f"the check could not read the script from line {opened} on (bash accepts it)",
+                    "a construct the check's bash grammar does not know: no rule ran on these lines", BASH_DOC,
+                    "nothing to change for bash; please report the lines to envbuild so that the check reads them")]
+
+
 def interpreter_line(ctx: Context) -> list[Finding]:
     """No `#!` first line: sbatch refuses the script ("This does not look like a batch script")."""
     if ctx.script.interpreter is not None:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 RULES: tuple[tuple[Callable[[Context], list[Finding]], str, bool], ...] = (
     (checkjob.shell_syntax, "error", False),
     (checkjob.interpreter_line, "error", False),
+    (checkjob.unread_lines, "info", False),
     (checkjob.commands_above_directives, "warning", False),
     (checkjob.late_directives, "warning", False),
     (checkjob.placeholders, "error", False),
