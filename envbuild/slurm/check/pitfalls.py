@@ -16,6 +16,7 @@ an error or warning, 1 otherwise. `check_script` reads only the text, the recipe
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, replace
 
 from envbuild.errors import UsageError
@@ -97,6 +98,19 @@ def check_script(text: str, recipe: SystemRecipe | None, environ: Mapping[str, s
     looked at (a script checked away from where it runs). `cluster`: what the cluster the script is for says
     now (envbuild.slurm.cluster), and `test_only` what `sbatch --test-only` said; None: not asked."""
     script = parse_script(text)
+    submitted = submitted_here_document(text) if not script.directive_lines and not script.late_directives else None
+    if submitted is not None:
+        start, body, delimiter = submitted
+        if not delimiter.startswith(("'", '"')):  # the script's shell expands the here-document: its own settings
+            body = _expand_assigned(body, text.split("\n")[:start])
+        inner = check_script(body, recipe, environ, site, None if syntax_error == _ASK_BASH else syntax_error, files,
+                             cluster, test_only)
+        moved = tuple(replace(finding, line=finding.line + start, edit=None if finding.edit is None else
+                              (finding.edit[0] + start, finding.edit[1])) for finding in inner.findings)
+        note = (f"the script submits a job with `sbatch <<{delimiter}` (line {start}): the here-document is that job "
+                "and is what was checked" + ("" if delimiter.startswith(("'", '"')) else
+                                             "; its $VARIABLES are expanded by this script when it runs"))
+        return replace(inner, findings=moved, notes=(note, *inner.notes))
     notes: list[str] = []
     if recipe is None:
         seen = site or _site_seen(environ)
@@ -112,6 +126,43 @@ def check_script(text: str, recipe: SystemRecipe | None, environ: Mapping[str, s
     findings = tuple(finding for _line, _order, finding in sorted(found, key=lambda item: item[:2]))
     return CheckReport(recipe.name if recipe is not None else None, findings, tuple(ctx.notes),
                        len(script.directive_lines), len(script.sruns))
+
+
+_SBATCH_HERE_DOCUMENT = re.compile(r"^[ \t]*(?:\S*/)?sbatch\b[^\n]*?<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2[^\n]*\n",
+                                   re.MULTILINE)
+
+
+_SIMPLE_ASSIGNMENT = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=([^\s;&|`$()<>'\"]*)[ \t]*$")
+
+
+def _expand_assigned(body: str, before: list[str]) -> str:
+    """$NAME and ${NAME} in `body` replaced by the plain values the script assigned on its lines `before` (as its
+    shell does when it writes an unquoted here-document); other variables stay as written."""
+    values: dict[str, str] = {}
+    for line in before:
+        match = _SIMPLE_ASSIGNMENT.match(line)
+        if match:
+            values[match.group(1)] = match.group(2)
+    if not values:
+        return body
+    return re.sub(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))",
+                  lambda m: values.get(m.group(1) or m.group(2), m.group(0)), body)
+
+
+def submitted_here_document(text: str) -> tuple[int, str, str] | None:
+    """A job handed to sbatch on its standard input, `sbatch [options] <<EOF ... EOF` (a script that writes
+    and submits its job): (the line before the here-document's first, its text, the delimiter as written);
+    None when the script holds no such thing."""
+    match = _SBATCH_HERE_DOCUMENT.search(text)
+    if match is None:
+        return None
+    strip_tabs, quote, word = match.groups()
+    body_start = match.end()
+    end = re.compile(rf"^{chr(9) + '*' if strip_tabs else ''}{re.escape(word)}[ \t]*$", re.MULTILINE).search(text, body_start)
+    body = text[body_start:end.start() if end else len(text)]
+    if strip_tabs:
+        body = "\n".join(line.lstrip("\t") for line in body.split("\n"))
+    return text.count("\n", 0, body_start), body, f"{quote}{word}{quote}"
 
 
 def _site_seen(environ: Mapping[str, str]) -> str:

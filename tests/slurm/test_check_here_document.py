@@ -1,0 +1,38 @@
+"""A script that writes its job and hands it to `sbatch <<EOF` (issue 38): the here-document is the job, and is
+what --check reads, with the lines of the file and the script's own settings expanded as its shell would."""
+
+from __future__ import annotations
+
+from envbuild.recipes.load import load_recipe
+from envbuild.slurm.check.pitfalls import check_script, submitted_here_document
+
+DRIVER = """#!/bin/bash
+# writes and submits the job
+NODES=2
+sbatch --parsable <<EOF
+#!/bin/bash
+#SBATCH --nodes=$NODES
+#SBATCH --time=6h
+srun python train.py --nodes ${NODES}
+EOF
+"""
+
+
+def test_the_here_document_is_found() -> None:
+    start, body, delimiter = submitted_here_document(DRIVER) or (0, "", "")
+    assert (start, delimiter) == (4, "EOF") and body.startswith("#!/bin/bash\n#SBATCH --nodes=$NODES")
+    assert submitted_here_document("#!/bin/bash\ncat <<EOF\nx\nEOF\n") is None  # not sbatch's
+
+
+def test_the_job_in_it_is_checked_at_its_lines() -> None:
+    report = check_script(DRIVER, load_recipe("local"), {}, syntax_error=None)
+    assert [(f.line, f.rule) for f in report.findings] == [(7, "time_syntax")]  # --nodes=$NODES is 2 when it runs
+    assert report.directive_lines == 2 and report.srun_lines == 1
+    assert report.notes[0].startswith("the script submits a job with `sbatch <<EOF` (line 4)")
+
+
+def test_a_quoted_delimiter_is_taken_as_written() -> None:
+    quoted = DRIVER.replace("<<EOF", "<<'EOF'")
+    report = check_script(quoted, load_recipe("local"), {}, syntax_error=None)
+    assert ("numbers", 6) in [(f.rule, f.line) for f in report.findings]  # sbatch gets the text $NODES
+    assert "expanded" not in report.notes[0]
