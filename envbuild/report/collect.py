@@ -135,6 +135,8 @@ class _Rank:
         self.source = ""
         self.started: float | None = None
         self.ended: float | None = None
+        self.cgroup_cpu_s: float | None = None  # its Slurm task cgroup's figures, where it has one of its own
+        self.cgroup_peak: int | None = None
 
     def sample(self, t: float, item: dict[str, object]) -> float | None:
         """Take one sample of this rank; the busy cores since its previous sample (None when there is no interval)."""
@@ -146,6 +148,12 @@ class _Rank:
         if cores:
             self.cores = cores
         self.rss = max(self.rss, _int(item.get("rss")) or 0, _int(item.get("hwm")) or 0)
+        cgroup_cpu = _float(item.get("cgroup_cpu_s"))
+        if cgroup_cpu is not None:
+            self.cgroup_cpu_s = cgroup_cpu
+        cgroup_peak = _int(item.get("cgroup_peak"))
+        if cgroup_peak is not None:
+            self.cgroup_peak = max(self.cgroup_peak or 0, cgroup_peak)
         self.threads = max(self.threads, _int(item.get("threads")) or 0)
         self.procs = max(self.procs, _int(item.get("procs")) or 0)
         if cpu_s is None:
@@ -184,8 +192,9 @@ class _Rank:
             cores = self.busy_s / self.span_s if self.span_s > 0 else None
         return RankSummary(rank=number, node=name, local_rank=self.local_rank, cores=self.cores, cpu_cores=cores,
                            idle_fraction=self.idle_s / self.span_s if self.span_s > 0 else None,
-                           rss_bytes=self.rss, threads=self.threads, procs=self.procs, intervals=self.intervals,
+                           rss_bytes=max(self.rss, self.cgroup_peak or 0), threads=self.threads, procs=self.procs, intervals=self.intervals,
                            cpu_s=None if total is None else round(total, 2), cpu_source=self.source,
+                           cgroup_cpu_s=self.cgroup_cpu_s, cgroup_peak_bytes=self.cgroup_peak,
                            started_s=None if self.started is None else round(self.started - origin, 3),
                            ended_s=None if end is None else round(end - origin, 3))
 

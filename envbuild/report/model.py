@@ -41,7 +41,12 @@ class RankSummary:
     def __init__(self, *, rank: int, node: str, local_rank: int | None, cores: int | None, cpu_cores: float | None,
                  idle_fraction: float | None, rss_bytes: int, threads: int, procs: int, intervals: int,
                  cpu_s: float | None = None, cpu_source: str = "", started_s: float | None = None,
-                 ended_s: float | None = None) -> None:
+                 ended_s: float | None = None, cgroup_cpu_s: float | None = None,
+                 cgroup_peak_bytes: int | None = None) -> None:
+        # Its Slurm task cgroup's own counts, where the rank has a task cgroup of its own (srun's tasks under
+        # Slurm's task/cgroup plugin): CPU seconds and peak memory of everything in the task, its launcher too
+        self.cgroup_cpu_s = cgroup_cpu_s
+        self.cgroup_peak_bytes = cgroup_peak_bytes
         self.cpu_s = cpu_s  # CPU seconds (user + system) of its processes from its program's start to its end
         self.cpu_source = cpu_source  # where that total comes from: exit, last-read or running (procs.py)
         self.started_s = started_s  # when its program started and ended, seconds after the step's start

@@ -192,6 +192,64 @@ def read_status(pid: int, proc_root: str = PROC) -> tuple[set[int], int | None]:
     return cpus, peak
 
 
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def task_cgroup(pid: int, proc_root: str = PROC, cgroup_root: str = CGROUP_ROOT) -> tuple[str, ...] | None:
+    """The directories of the Slurm task cgroup the process is in (its cgroup path ends in `task_N` under a
+    `job_X/step_Y`, as Slurm's task/cgroup plugin makes them: cgroup/v2 `.../job_X/step_Y/user/task_N`, cgroup/v1
+    `/slurm/uid_U/job_X/step_Y/task_N` per controller), or None where there is none (proctrack/linuxproc, a
+    laptop). v2: one directory; v1: the cpuacct and memory controllers' directories."""
+    data = _read(f"{proc_root}/{pid}/cgroup")
+    if data is None:
+        return None
+    unified: str | None = None
+    per_controller: dict[str, str] = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        _number, _colon, rest = line.partition(":")
+        controllers, _colon, path = rest.partition(":")
+        if not _is_task_path(path):
+            continue
+        if controllers == "":
+            unified = f"{cgroup_root}{path}"
+        for controller in controllers.split(","):
+            if controller in ("cpuacct", "memory"):
+                per_controller[controller] = f"{cgroup_root}/{controllers}{path}"
+    if unified is not None:
+        return (unified,)
+    if "cpuacct" in per_controller:
+        return tuple(per_controller[name] for name in ("cpuacct", "memory") if name in per_controller)
+    return None
+
+
+def _is_task_path(path: str) -> bool:
+    parts = path.rstrip("/").split("/")
+    return len(parts) >= 3 and parts[-1].startswith("task_") and any(p.startswith("job_") for p in parts) and \
+        any(p.startswith("step_") for p in parts)
+
+
+def read_cgroup_usage(directories: tuple[str, ...]) -> tuple[float | None, int | None]:
+    """(CPU seconds, peak memory in bytes) of a cgroup as its kernel counts them, each None where not readable:
+    v2 `cpu.stat` usage_usec and `memory.peak` (Linux 5.19), v1 `cpuacct.usage` (ns) and
+    `memory.max_usage_in_bytes`. Every process that was ever in it counts, those that have ended too."""
+    cpu: float | None = None
+    peak: int | None = None
+    for directory in directories:
+        stat = _read(f"{directory}/cpu.stat")
+        if stat is not None:
+            for line in stat.decode("ascii", "replace").splitlines():
+                if line.startswith("usage_usec "):
+                    cpu = int(line.split()[1]) / 1e6
+        usage = _read(f"{directory}/cpuacct.usage", 64)
+        if usage is not None and usage.strip().isdigit():
+            cpu = int(usage.strip()) / 1e9
+        for name in ("memory.peak", "memory.max_usage_in_bytes"):
+            value = _read(f"{directory}/{name}", 64)
+            if value is not None and value.strip().isdigit():
+                peak = int(value.strip())
+    return cpu, peak
+
+
 def read_uptime(proc_root: str = PROC) -> float | None:
     """Seconds since boot (the first field of /proc/uptime): with a process's start (clock ticks after boot) it
     gives when the process started, to the tick."""
@@ -267,7 +325,8 @@ class _Seen:
 class _RankLife:
     """One rank across samples: its main process, when its program started and ended, where its CPU total rests."""
 
-    __slots__ = ("cores", "ended", "exact_end", "hwm", "key", "local_rank", "started")
+    __slots__ = ("cgroup", "cgroup_cpu", "cgroup_peak", "cores", "ended", "exact_end", "hwm", "key", "local_rank",
+                 "started")
 
     def __init__(self) -> None:
         self.key: tuple[int, int] | None = None  # its main process (pid, start)
@@ -277,6 +336,9 @@ class _RankLife:
         self.ended: float | None = None  # unix seconds its main process ended; None while it runs
         self.exact_end = False  # the CPU total at `ended` is the kernel's final one
         self.hwm = 0  # the largest VmHWM of its main process (bytes)
+        self.cgroup: tuple[str, ...] | None = None  # its Slurm task cgroup, where it has one of its own
+        self.cgroup_cpu: float | None = None  # that cgroup's CPU seconds and peak memory, last read
+        self.cgroup_peak: int | None = None
 
 
 class StepProcs:
@@ -303,6 +365,8 @@ class StepProcs:
         # the first scan already running its program began it after this (its fork came earlier, in the
         # container's start-up).
         self._created = time.time()
+        self.cgroup_root = CGROUP_ROOT
+        self._cgroups_seen: dict[int, tuple[str, ...] | None] = {}  # rank -> its main's task cgroup, read once
 
     def step_processes(self) -> dict[int, Stat]:
         """The stat of every descendant of the step's pid, read now, parents before their children.
@@ -462,6 +526,9 @@ class StepProcs:
             cpus, peak = read_status(root, self.proc_root)
             life.local_rank, life.cores = own[root][1], len(cpus)
             life.hwm = max(life.hwm, peak or 0)
+            if rank not in self._cgroups_seen or life.key != key:
+                self._cgroups_seen[rank] = task_cgroup(root, self.proc_root, self.cgroup_root)
+        self._read_task_cgroups()
         for life in self._ranks.values():
             if life.key is not None and life.ended is None and life.key in self._exits:  # a zombie now
                 _, life.ended, life.exact_end, _ = self._exits[life.key]
@@ -475,8 +542,34 @@ class StepProcs:
             ranks.append({"rank": rank, "local_rank": life.local_rank,
                           "pid": life.key[0] if life.key is not None else None, "cores": life.cores, **counts,
                           "hwm": life.hwm, "started": _round_t(life.started), "ended": _round_t(life.ended),
+                          "cgroup_cpu_s": None if life.cgroup_cpu is None else round(life.cgroup_cpu, 3),
+                          "cgroup_peak": life.cgroup_peak,
                           "cpu_source": RUNNING if running else AT_EXIT if life.exact_end else LAST_READ})
         return ranks, _counts(totals.get(LAUNCHER), self._gone.get(LAUNCHER, 0.0), threads=False)
+
+    def _read_task_cgroups(self) -> None:
+        """Each rank with a Slurm task cgroup of its own (srun starts one rank per task; under torchrun the ranks
+        share the task's, which then says nothing of one rank) gets that cgroup's CPU seconds and peak memory.
+        The cgroup holds the task's launcher too (the shim, apptainer's starter) and, for the node's first task,
+        this sampler: its own CPU seconds are taken off."""
+        shared: dict[tuple[str, ...], int] = {}
+        for found in self._cgroups_seen.values():
+            if found is not None:
+                shared[found] = shared.get(found, 0) + 1
+        own = task_cgroup(os.getpid(), self.proc_root, self.cgroup_root)
+        for rank, found in self._cgroups_seen.items():
+            life = self._ranks.get(rank)
+            if life is None or found is None or shared.get(found, 0) > 1:
+                if life is not None:
+                    life.cgroup = None
+                continue
+            cpu, peak = read_cgroup_usage(found)
+            if cpu is not None and found == own:
+                times = os.times()
+                cpu = max(0.0, cpu - (times.user + times.system + times.children_user + times.children_system))
+            life.cgroup = found
+            life.cgroup_cpu = cpu if cpu is not None else life.cgroup_cpu
+            life.cgroup_peak = max(life.cgroup_peak or 0, peak) if peak is not None else life.cgroup_peak
 
     def _account_gone(self, live: set[tuple[int, int]], procs: dict[int, Stat], now: float) -> None:
         """Count once, for its group, the final CPU seconds of every process that has gone since the last scan.

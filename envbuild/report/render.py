@@ -168,7 +168,8 @@ def report_json(report: Report) -> dict[str, object]:
                    "cpu_cores": _round(r.cpu_cores), "cores": r.cores, "idle_fraction": _round(r.idle_fraction),
                    "cpu_s": _round(r.cpu_s), "cpu_source": r.cpu_source or None, "started_s": _round(r.started_s),
                    "ended_s": _round(r.ended_s), "life_s": _round(r.life_s), "rss_bytes": r.rss_bytes,
-                   "threads": r.threads, "procs": r.procs, "intervals": r.intervals}
+                   "threads": r.threads, "procs": r.procs, "intervals": r.intervals,
+                   "cgroup_cpu_s": _round(r.cgroup_cpu_s), "cgroup_peak_bytes": r.cgroup_peak_bytes}
                   for r in report.ranks],
         "gpus": [{"node": g.node, "index": g.index, "name": g.name, "util": _round(g.util),
                   "util_max": _round(g.util_max), "busy_fraction": _round(g.busy_fraction),

@@ -109,7 +109,7 @@ def test_ranks_launcher_and_unrelated_processes(tmp_path: Path) -> None:
     started = rank0.pop("started")
     assert rank0 == {"rank": 0, "local_rank": 0, "pid": 102, "cores": 7, "procs": 2, "threads": 9,
                      "cpu_s": round(550 / TICKS, 2), "rss": 120 * procs.PAGE_SIZE, "hwm": 0, "ended": None,
-                     "cpu_source": "running"}
+                     "cpu_source": "running", "cgroup_cpu_s": None, "cgroup_peak": None}
     # seen at the first scan already running: it started after the sampler did (its fork, at uptime less
     # starttime, came in the container's start-up), so no earlier than the StepProcs was made
     assert time.time() - 5 < started <= time.time()
@@ -268,3 +268,43 @@ def test_real_processes_are_grouped_and_the_busy_rank_uses_cpu() -> None:
     finally:
         os.killpg(step.pid, signal.SIGKILL)
         step.wait()
+
+
+def add_cgroup(fake: FakeProc, pid: int, text: str) -> None:
+    (fake.root / str(pid) / "cgroup").write_text(text)
+
+
+def test_a_slurm_task_cgroup_of_its_own_gives_the_ranks_kernel_totals(tmp_path: Path) -> None:
+    """Slurm's task/cgroup (cgroup/v2): each srun task, one rank, has .../job_X/step_Y/user/task_N with cpu.stat
+    and memory.peak; under torchrun the ranks share one task's cgroup, which says nothing of one rank."""
+    fake = FakeProc(tmp_path / "proc")
+    cgroups = tmp_path / "cgroup"
+    fake.add(100, 1, env={})
+    fake.add(102, 100, env={"RANK": "0"}, ticks=100)
+    fake.add(103, 100, env={"RANK": "1"}, ticks=10)
+    for pid, task, usec, peak in ((102, 0, 1_250_000, 300 << 20), (103, 1, 120_000, 200 << 20)):
+        path = f"/system.slice/slurmstepd.scope/job_7/step_0/user/task_{task}"
+        add_cgroup(fake, pid, f"0::{path}\n")
+        (cgroups / path.lstrip("/")).mkdir(parents=True)
+        (cgroups / path.lstrip("/") / "cpu.stat").write_text(f"usage_usec {usec}\nuser_usec 1\nsystem_usec 1\n")
+        (cgroups / path.lstrip("/") / "memory.peak").write_text(f"{peak}\n")
+    step = StepProcs(100, str(fake.root))
+    step.cgroup_root = str(cgroups)
+    ranks = by_rank(step.sample()[0])
+    assert (ranks[0]["cgroup_cpu_s"], ranks[0]["cgroup_peak"]) == (1.25, 300 << 20)
+    assert (ranks[1]["cgroup_cpu_s"], ranks[1]["cgroup_peak"]) == (0.12, 200 << 20)
+    add_cgroup(fake, 103, "0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n")  # shared: not a rank's
+    step = StepProcs(100, str(fake.root))
+    step.cgroup_root = str(cgroups)
+    assert [r["cgroup_cpu_s"] for r in step.sample()[0]] == [None, None]
+
+
+def test_cgroup_v1_and_no_slurm_cgroup(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path / "proc")
+    fake.add(100, 1, env={})
+    fake.add(102, 100, env={"RANK": "0"}, ticks=100)
+    path = "/slurm/uid_1000/job_7/step_0/task_0"
+    add_cgroup(fake, 102, f"4:memory:{path}\n3:cpu,cpuacct:{path}\n1:name=systemd:/\n")
+    assert procs.task_cgroup(102, str(fake.root), "/cg") == (f"/cg/cpu,cpuacct{path}", f"/cg/memory{path}")
+    add_cgroup(fake, 102, "0::/user.slice/user-1000.slice/session-3.scope\n")  # proctrack/linuxproc: none
+    assert procs.task_cgroup(102, str(fake.root), "/cg") is None

@@ -82,7 +82,8 @@ def test_report_json_follows_the_schema() -> None:
     assert data["started"] == "2025-10-09T08:53:20Z" and data["duration_s"] == 60.0
     rank = data["ranks"][0]  # type: ignore[index]
     assert set(rank) == {"rank", "node", "local_rank", "cpu_util", "cpu_cores", "cores", "idle_fraction", "rss_bytes",
-                         "threads", "procs", "intervals", "cpu_s", "cpu_source", "started_s", "ended_s", "life_s"}
+                         "threads", "procs", "intervals", "cpu_s", "cpu_source", "started_s", "ended_s", "life_s",
+                         "cgroup_cpu_s", "cgroup_peak_bytes"}
     assert set(data["nodes"][0]) == {"node", "cpus", "gpu_source", "gpu_note", "gpu_sampling", "load1_mean",  # type: ignore[index]
                                      "samples", "startup_s"}
     gpu = data["gpus"][7]  # type: ignore[index]
@@ -235,7 +236,8 @@ def test_report_json_has_each_ranks_exact_total_and_the_nodes_start_up() -> None
     assert data["ranks"][1] == {  # type: ignore[index]
         "rank": 1, "node": "c1", "local_rank": 1, "cpu_util": 0.0, "cpu_cores": 0.0, "cores": 4, "idle_fraction": 1.0,
         "cpu_s": 0.0, "cpu_source": "last-read", "started_s": 0.45, "ended_s": 3.1, "life_s": 2.65,
-        "rss_bytes": 200 << 20, "threads": 3, "procs": 1, "intervals": 8}
+        "rss_bytes": 200 << 20, "threads": 3, "procs": 1, "intervals": 8, "cgroup_cpu_s": None,
+        "cgroup_peak_bytes": None}
     assert data["nodes"][0]["startup_s"] == 0.4 and data["nodes"][0]["gpu_sampling"] == ""  # type: ignore[index]
     json.dumps(data)
 
