@@ -87,6 +87,22 @@ def _cause(lines: list[str], code: int, step: str, time_limit: str) -> str:
     return "srun gave no reason in its messages; see the output above"
 
 
+def cause_exit_code(lines: list[str], code: int) -> int:
+    """The exit status envrun gives for a failed step: the first failing task's own exit code where it exited
+    with one and srun then ended the others (srun's own status is then the terminated tasks' 143, which says
+    only that srun stopped them, and depends on which task was still running); else srun's `code`."""
+    if code == 0:
+        return code
+    first = _first_failure(lines)
+    if first is None:
+        return code
+    index, _node, _tasks, happened = first
+    exit_code = _EXIT.search(happened)
+    if exit_code is None or not _others_ended(lines, index):
+        return code
+    return int(exit_code.group(1)) or code
+
+
 def _first_failure(lines: list[str]) -> tuple[int, str, str, str] | None:
     for index, line in enumerate(lines):
         match = _TASK.match(line)

@@ -146,14 +146,15 @@ def run_step(argv: tuple[str, ...], env: dict[str, str], *, step: str, time_limi
     for number, handler in previous.items():
         _signal.signal(number, handler)
     code = os.waitstatus_to_exitcode(status)
+    final = code if code >= 0 else 128 - code
     if code != 0:
-        from envbuild.launch.exitcause import explain
+        from envbuild.launch.exitcause import cause_exit_code, explain
 
         line = explain(kept, code, step, time_limit)
         if writable_err:
             _write_all(("" if at_line_start else "\n").encode() + (line + "\n").encode())
             at_line_start = True
-    final = code if code >= 0 else 128 - code
+        final = cause_exit_code(kept, final)
     if report is not None:
         summary = report.finish(final)
         if writable_err:

@@ -145,3 +145,17 @@ def test_accelerate_and_deepspeed_steps() -> None:
 def test_user_output_that_looks_like_a_root_cause_block_is_not_read_outside_one() -> None:
     text = "  rank      : 7 (local_rank: 7)\n  exitcode  : 9\nsrun: error: vm: task 0: Exited with exit code 2\n"
     assert cause(text, 2, "torchrun").endswith("task 0 on vm (torchrun) exited with code 2")
+
+
+def test_the_exit_status_is_the_first_failing_tasks_own() -> None:
+    """srun's status is 143 when it terminated a task that was still running after another exited with 1: the
+    job's status is the cause's, 1 (it depends on no race between the tasks)."""
+    from envbuild.launch.exitcause import cause_exit_code
+
+    lines = ["srun: error: vm: task 0: Exited with exit code 1", "srun: launch/slurm: _step_signal: Terminating StepId=402.0",
+             "slurmstepd-vm: error: *** STEP 402.0 ON vm CANCELLED AT 2026-11-28T14:51:47 ***",
+             "srun: error: vm: task 1: Terminated"]
+    assert cause_exit_code(lines, 143) == 1
+    assert cause_exit_code(lines[:1], 1) == 1
+    assert cause_exit_code(["srun: error: vm: task 0: Segmentation fault"], 139) == 139  # a signal: srun's own
+    assert cause_exit_code([], 2) == 2
