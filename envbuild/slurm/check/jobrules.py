@@ -366,24 +366,17 @@ def placeholders(ctx: Context) -> list[Finding]:
             "does not exist, and a path or name with it in is taken literally", SBATCH_DOC,
             f"put your own value for --{directive.name}{example}"))
     seen: set[int] = set()
-    for srun in ctx.script.sruns:
-        for word in srun.words:
-            held = placeholder_in(word)
-            if held is not None and srun.line not in seen:
-                seen.add(srun.line)
-                found.append(Finding(
-                    srun.line, f"{word!r}: {held!r} is a placeholder, not a value",
-                    "the step runs the words as written: the program gets the placeholder and fails after the job "
-                    "waited in the queue", SBATCH_DOC, "replace it with the real argument"))
-    for command in ctx.script.commands:
-        for word in command.program.words:
-            held = placeholder_in(word)
-            if held is not None and command.line not in seen:
-                seen.add(command.line)
-                found.append(Finding(
-                    command.line, f"{word!r}: {held!r} is a placeholder, not a value",
-                    "the job runs the words as written: the program gets the placeholder and fails after the job "
-                    "waited in the queue", SBATCH_DOC, "replace it with the real argument"))
+    lines = [(srun.line, srun.words, "step") for srun in ctx.script.sruns] + \
+        [(command.line, command.program.words, "job") for command in ctx.script.commands]
+    for line, words, what in lines:
+        held_in = next(((word, held) for word in words if (held := placeholder_in(word)) is not None), None)
+        if held_in is None or line in seen:
+            continue
+        seen.add(line)
+        found.append(Finding(
+            line, f"{held_in[0]!r}: {held_in[1]!r} is a placeholder, not a value",
+            f"the {what} runs the words as written: the program gets the placeholder and fails after the job "
+            "waited in the queue", SBATCH_DOC, "replace it with the real argument"))
     return found
 
 
