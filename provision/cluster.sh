@@ -199,8 +199,8 @@ SchedulerType=sched/backfill
 GresTypes=gpu
 # A node that was down comes back by itself once slurmd registers again.
 ReturnToService=2
-# Job accounting gathering on, as on the sites' clusters: `sstat` then answers for a running step (TotalCPU,
-# MaxRSS per step), the independent figure the job report is checked against (tests/e2e/test_report_truth.py).
+# Job accounting gathering on, as on the sites' clusters: `sstat` then answers for a running step (TRESUsageInTot
+# cpu=, MaxRSS per step), the independent figure the job report is checked against (tests/e2e/test_report.py).
 # No database here (AccountingStorageType none), so `sacct` has no history: the tests say so and use sstat.
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=task=1

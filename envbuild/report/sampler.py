@@ -206,9 +206,9 @@ class Sampler:
                 poller.register(fd, select.POLLIN)
             for fd, _events in poller.poll(max(0.0, timeout) * 1000):
                 key = by_fd[fd]
-                if self.procs.watch(key, time.time()):
-                    ended = True
-                    os.close(self._pidfds.pop(key))
+                ended = self.procs.watch(key, time.time()) or ended
+                # A readable pidfd stays readable: closed whatever the read found, or the next poll would not wait
+                os.close(self._pidfds.pop(key))
             unwatched = [key for key in self.procs.rank_mains() if key not in self._pidfds]
         else:
             time.sleep(max(0.0, timeout))

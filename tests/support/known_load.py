@@ -11,7 +11,7 @@ makes rank 1 leave after S seconds (a rank that exits early). At exit each rank 
 
 (its life from its exec: the wall time since the script's first line plus the interpreter's start before it).
 
-The job report must agree with these (tests/e2e/test_report_truth.py).
+The job report must agree with these (tests/e2e/test_report.py).
 """
 
 from __future__ import annotations
