@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.quick import quick_base_rootfs, seed_store, write_quick_spec  # noqa: E402
-from envbuild.host.facts import host_debian_mirror  # noqa: E402
+from envbuild.host.buildhost import host_debian_mirror  # noqa: E402
 from envbuild.host.pip import read_host_pip_settings  # noqa: E402
 
 PACKAGES = ["torch==2.13.0", "transformers", "lightning", "accelerate"]  # as envs/local-cpu-pytorch.yaml

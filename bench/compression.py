@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from envbuild.build.squashplan import squash_actions  # noqa: E402
+from envbuild.builder.plan.squashplan import squash_actions  # noqa: E402
 from envbuild.sif.reader import read_sif_layout  # noqa: E402
 
 REFERENCE = REPO / "build/local-cpu-pytorch.sif"
@@ -45,8 +45,8 @@ def run_actions(actions: tuple, work: Path) -> None:
     """Through the build executor, exactly as `envbuild build` squashes (its log goes to work/)."""
     import io
 
-    from envbuild.build.actions import Step
-    from envbuild.build.execute.executor import BuildExecutor
+    from envbuild.builder.execute.executor import BuildExecutor
+    from envbuild.builder.plan.actions import Step
 
     executor = BuildExecutor(work / "squash.log", store_root=work / "store", out=io.StringIO())
     executor.execute_steps((Step("squash", "squash", actions),), None, "bench")

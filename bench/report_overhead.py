@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from envbuild.app.run.launch import REPORT_INTERVAL  # noqa: E402 - after the checkout is on sys.path
+from envbuild.commands.launch import REPORT_INTERVAL  # noqa: E402 - after the checkout is on sys.path
 from envbuild.report.wire import MARKER_BYTES, new_key  # noqa: E402
 
 LOOP = "n = 0\nfor i in range({work}):\n    n += i\nprint(n)\n"
@@ -142,7 +142,7 @@ def bench_sampler(intervals: list[float], seconds: float, ranks: int) -> None:
 
 
 def seconds_of(text: str) -> float:
-    from envbuild.durations import parse_duration
+    from envbuild.shared.durations import parse_duration
 
     return float(parse_duration(text, "--intervals", bare="s"))
 

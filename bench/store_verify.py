@@ -37,6 +37,7 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]  # envbuild, and bench/plus_one.
 from plus_one import EXTRA, entries, forget  # noqa: E402 - bench/plus_one.py, beside this script: the same +1
 from quick import QUICK_LAST_PACKAGE, seed_store, write_quick_spec  # noqa: E402 - bench/quick.py, likewise
 
+from envbuild.shared.treedigest import tree_digest, write_file_digests  # noqa: E402
 from envbuild.store.integrity import (  # noqa: E402
     env_layer_problem,
     is_private_group,
@@ -44,7 +45,6 @@ from envbuild.store.integrity import (  # noqa: E402
     write_content_record,
 )
 from envbuild.store.layout import kind_dir  # noqa: E402
-from envbuild.treedigest import tree_digest, write_file_digests  # noqa: E402
 
 
 def make_store(source: Path, target: Path, *, shared: bool,

@@ -8,7 +8,7 @@ lazily loaded subcommands included: envbuild.cli.lazygroup) and argparse's over 
 at a fixed width of 100 columns. mkdocs-click would render the click half only, needs mkdocs to run, and
 would show a different text than the terminal does; this writes plain Markdown anyone reads on the forge, in
 exactly the words a user sees. The spec reference is the JSON Schema that `envbuild schema` prints
-(envbuild.spec.jsonschema): one table per object, the pydantic field descriptions as the text. The module map
+(envbuild.envspec.jsonschema): one table per object, the pydantic field descriptions as the text. The module map
 lists every module of envbuild/ with the first sentence of its docstring.
 """
 
@@ -168,7 +168,7 @@ def _object_table(node: dict[str, Any], defs: dict[str, Any]) -> str:
 
 def spec_markdown() -> str:
     sys.path.insert(0, str(ROOT))
-    from envbuild.spec.jsonschema import spec_json_schema
+    from envbuild.envspec.jsonschema import spec_json_schema
 
     schema = spec_json_schema()
     defs = schema.get("$defs", {})

@@ -145,11 +145,11 @@ def debootstrap_base(tmp_path_factory: pytest.TempPathFactory, build_cache: Path
     is reused as is). Needs apptainer and debootstrap like any build: a missing tool fails the test."""
     import io
 
-    from envbuild.app.build.request import BuildOptions, make_request
-    from envbuild.build.execute.executor import BuildExecutor
-    from envbuild.build.plan import plan_base
-    from envbuild.host.facts import gather_host_facts
-    from envbuild.spec.load import load_spec
+    from envbuild.builder.execute.executor import BuildExecutor
+    from envbuild.builder.plan.imageplan import plan_base
+    from envbuild.builder.sessions.buildrequest import BuildOptions, make_request
+    from envbuild.envspec.loadspec import load_spec
+    from envbuild.host.buildhost import gather_host_facts
 
     loaded = load_spec(REPO / "envs/local-cpu-pytorch.yaml")
     facts = gather_host_facts(cache_dir=build_cache)

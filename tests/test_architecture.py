@@ -17,12 +17,10 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = REPO / "envbuild"
 
 # Highest first: cli may import everything below it, store nothing but the shared leaves.
-PACKAGE_ORDER = ("cli", "app", "doctor", "catalogue", "slurm", "build", "lock", "launch", "kernel", "inventory", "sif",
-                 "spec", "recipes", "host", "store", "imagetree", "report")
-# Modules any package may import: they import nothing of envbuild but each other.
-SHARED_LEAVES = ("envbuild", "envbuild.errors", "envbuild.yamlsource", "envbuild.treedigest", "envbuild.safefiles",
-                 "envbuild.strictmodel", "envbuild.overlayformat", "envbuild.interrupts",
-                 "envbuild.terminaltext", "envbuild.shelltext", "envbuild.envnames", "envbuild.durations")
+PACKAGE_ORDER = ("cli", "commands", "doctor", "catalogue", "verify", "slurm", "builder", "lock", "launch", "kernel",
+                 "convert", "inventory", "sif", "envspec", "recipes", "host", "store", "imagetree", "report")
+# The package any package may import: its modules import nothing of envbuild but each other.
+SHARED_PACKAGE = "shared"
 
 
 def module_name(path: Path) -> str:
@@ -82,10 +80,10 @@ def package_of(module: str) -> str | None:
 
 
 def test_every_module_belongs_to_a_package_or_is_a_shared_leaf() -> None:
-    loose = [name for name in all_modules() if package_of(name) is None and name not in SHARED_LEAVES]
+    loose = [name for name in all_modules() if package_of(name) is None and name != "envbuild"]
     packages = {package_of(name) for name in all_modules()} - {None}
-    assert loose == []
-    assert packages == set(PACKAGE_ORDER)
+    assert loose == [], "a module outside every package: move it into the package of its concern (or shared/)"
+    assert packages == {*PACKAGE_ORDER, SHARED_PACKAGE}
 
 
 def test_packages_import_only_lower_packages() -> None:
@@ -95,10 +93,10 @@ def test_packages_import_only_lower_packages() -> None:
         own = package_of(module)
         for target in imports:
             theirs = package_of(target)
-            if target in SHARED_LEAVES:
+            if theirs == SHARED_PACKAGE or target == "envbuild":
                 continue
-            if own is None:
-                violations.append(f"shared leaf {module} imports {target}")
+            if own == SHARED_PACKAGE:
+                violations.append(f"shared module {module} imports {target}")
             elif theirs != own and rank[theirs] <= rank[own]:
                 violations.append(f"{module} ({own}) imports {target} ({theirs})")
     assert violations == [], "imports against the package order " + " > ".join(PACKAGE_ORDER) + ":\n" + "\n".join(sorted(violations))
@@ -179,23 +177,25 @@ def dry_run_loads_nothing_heavy(tmp_path: Path, argv: list[str]) -> None:
 # --- the planners do no I/O ------------------------------------------------------------------------------------
 # The pure side of the one-way flow (spec -> validated model -> pure plan -> thin executors): what these modules
 # compute is data and text, golden-tested; reading the host and writing files is the executors' part.
+# Every module of a package named here is a pure planner; so is each module named after them.
+PURE_PACKAGES = ("envbuild.builder.plan",)
 PURE_PLANNERS = (
-    "envbuild.build.actions", "envbuild.build.archcheck", "envbuild.build.condacheck", "envbuild.build.condaplan",
-    "envbuild.build.layers", "envbuild.build.overlayplan", "envbuild.build.plan", "envbuild.build.record",
-    "envbuild.build.render", "envbuild.build.request", "envbuild.build.sandbox",
-    "envbuild.build.squashplan", "envbuild.build.upperplan",
-    "envbuild.launch.plan", "envbuild.launch.sizing",
-    "envbuild.slurm.batch.plan", "envbuild.slurm.batch.requeue", "envbuild.slurm.batch.resources",
+    *(name for name in sorted(all_modules()) if name.startswith(tuple(f"{p}." for p in PURE_PACKAGES))),
+    "envbuild.launch.launchplan", "envbuild.launch.sizing",
+    "envbuild.slurm.batch.jobplan", "envbuild.slurm.batch.requeue", "envbuild.slurm.batch.resources",
     "envbuild.slurm.batch.script", "envbuild.slurm.batch.stepcommand",
-    "envbuild.catalogue.model", "envbuild.catalogue.page", "envbuild.catalogue.summary",
-    "envbuild.slurm.sweep.metrics", "envbuild.slurm.sweep.points", "envbuild.slurm.sweep.report",
+    "envbuild.catalogue.cataloguedata", "envbuild.catalogue.page", "envbuild.catalogue.summary",
+    "envbuild.slurm.sweep.metrics", "envbuild.slurm.sweep.points", "envbuild.slurm.sweep.sweepfiles",
     "envbuild.slurm.sweep.table",
 )
 # Packages that are executors or above them: a planner imports none of their modules.
-EXECUTOR_PACKAGES = ("envbuild.build.execute", "envbuild.app", "envbuild.cli", "envbuild.doctor")
+EXECUTOR_PACKAGES = ("envbuild.builder.execute", "envbuild.builder.sessions", "envbuild.commands", "envbuild.verify", "envbuild.cli",
+                     "envbuild.doctor")
 # Modules a planner imports for their pure part although another part of them reads the host: each with what
 # the planner takes from it. Shrink this list; never grow it without that reason.
 MIXED_MODULES = {
+    "envbuild.host.pip": "builder.plan.install: local_path_of, the host path behind a pip location (string work); the "
+                         "reader of pip's configuration beside it reads the host",
     "envbuild.host.arch": "build.archcheck: system_arch, the recipe's architecture named as uname names it; "
                           "host_arch and the ELF reader beside it read this machine",
     "envbuild.host.node": "launch.plan: GPU_RUNTIME_FLAGS; read_host_node beside it reads the node's GPUs and CPUs, "
@@ -203,17 +203,17 @@ MIXED_MODULES = {
     "envbuild.sif.format": "build.squashplan: PARTITION_OFFSET; read_sif_arch beside it reads a SIF's 128-byte "
                            "header with struct only, for envrun's start-up",
     "envbuild.launch.allocation": "launch.sizing, slurm.batch.plan: read_allocation parses a job's variables; "
-                                  "gpus_from_scontrol (one scontrol call) is called by app/run/launch.py only",
+                                  "gpus_from_scontrol (one scontrol call) is called by commands/launch.py only",
     "envbuild.launch.runscript": "launch.plan: GPU_SWITCHES; image_runscript beside it reads the image's runscript "
-                                 "(called by app/run/launch.py)",
+                                 "(called by commands/launch.py)",
     "envbuild.launch.visibility": "launch.plan: check_visibility asks the host through the HostPaths the request "
                                   "brings (a test brings a table)",
     "envbuild.launch.overlays": "launch.plan: checked_overlays reads each overlay's record while planning (left: "
-                                "to move into app/run/launch.py with the request)",
+                                "to move into commands/launch.py with the request)",
     "envbuild.slurm.batch.staging": "slurm.batch.plan, slurm.batch.script: StageSource and the staging script "
                                     "text; describe_source (sizes, archive listings) is called by "
-                                    "app/run/batchjob.py only",
-    "envbuild.inventory.facts": "catalogue.model, catalogue.summary: the ImageFacts record, kept with "
+                                    "commands/sbatch.py only",
+    "envbuild.inventory.imagefacts": "catalogue.model, catalogue.summary: the ImageFacts record, kept with "
                                 "read_image_facts that fills it",
     "envbuild.store.entries": "catalogue.page: human_size; the store listing beside it reads the disk",
 }
@@ -308,9 +308,9 @@ def test_the_io_reader_sees_each_kind_of_io(tmp_path: Path) -> None:
 
 
 # --- one home for file effects (issue 40) --------------------------------------------------------------------
-# Every write, rename, unlink and rmtree in a place others may write goes through envbuild/safefiles.py. A raw one
+# Every write, rename, unlink and rmtree in a place others may write goes through envbuild/shared/safefiles.py. A raw one
 # anywhere else fails here, unless its module is listed below with the reason it is safe.
-FILE_EFFECT_HOME = "envbuild/safefiles.py"
+FILE_EFFECT_HOME = "envbuild/shared/safefiles.py"
 FILE_EFFECTS_ALLOWED = {
     "envbuild/imagetree/intree.py": "writes inside an image tree only through descriptors resolved within its root, "
                                     "one O_NOFOLLOW component at a time (openat2's RESOLVE_IN_ROOT done by hand)",
@@ -326,7 +326,7 @@ _PATH_EFFECTS = {"write_text", "write_bytes", "unlink", "rmdir", "symlink_to", "
 
 
 def raw_file_effects(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, what) of each call that writes, renames or removes a file other than through envbuild.safefiles."""
+    """(line, what) of each call that writes, renames or removes a file other than through envbuild.shared.safefiles."""
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -380,7 +380,7 @@ def test_file_effects_have_one_home() -> None:
         if relative == FILE_EFFECT_HOME or relative in FILE_EFFECTS_ALLOWED:
             continue
         offenders += [f"{relative}:{line}: {what}" for line, what in raw_file_effects(ast.parse(path.read_text(encoding="utf-8")))]
-    assert not offenders, ("write, rename and remove files through envbuild.safefiles (or list the module in "
+    assert not offenders, ("write, rename and remove files through envbuild.shared.safefiles (or list the module in "
                            "FILE_EFFECTS_ALLOWED with the reason it is safe):\n" + "\n".join(offenders))
 
 

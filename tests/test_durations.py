@@ -1,12 +1,12 @@
-"""The one duration grammar (envbuild/durations.py) of every time option of both tools (issue 31): units,
+"""The one duration grammar (envbuild/shared/durations.py) of every time option of both tools (issue 31): units,
 Slurm's forms, Slurm's forms alone for what Slurm reads, and written back in Slurm's form."""
 
 from __future__ import annotations
 
 import pytest
 
-from envbuild.durations import format_duration, format_minutes, parse_duration, parse_slurm_time
-from envbuild.errors import UsageError
+from envbuild.shared.durations import format_duration, format_minutes, parse_duration, parse_slurm_time
+from envbuild.shared.errors import UsageError
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

@@ -1,11 +1,11 @@
-"""The exit contract as the argparse commands keep it (envbuild.errors.reporting_errors): our errors become a
+"""The exit contract as the argparse commands keep it (envbuild.shared.errors.reporting_errors): our errors become a
 message and an exit status, Ctrl-C exits 130, and a body that returns is passed through."""
 
 from __future__ import annotations
 
 import pytest
 
-from envbuild.errors import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_USAGE, EnvbuildError, UsageError, reporting_errors
+from envbuild.shared.errors import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_USAGE, EnvbuildError, UsageError, reporting_errors
 
 
 def test_a_returned_status_is_passed_through() -> None:

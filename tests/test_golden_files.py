@@ -1,22 +1,22 @@
 """tests/golden/ holds exactly the files the golden tests compare with: a file that no case table
 produces any more (a renamed or dropped case) is stale and fails here, listing it; a case whose file is
 missing fails too. The names come from the case tables the golden tests are parametrized with
-(tests/build/test_plan.py, tests/build/test_overlayplan.py, tests/build/test_condaplan.py, tests/launch/test_plan.py,
-tests/spec/test_recipefiles.py).
+(tests/builder/test_plan.py, tests/builder/test_overlayplan.py, tests/builder/test_condaplan.py, tests/launch/test_plan.py,
+tests/envspec/test_recipefiles.py).
 
-Golden files are rewritten with ENVBUILD_UPDATE_GOLDEN=1 pytest tests/build/test_plan.py
-tests/build/test_overlayplan.py tests/launch/test_plan.py (review the diff); that never deletes a stale file: git rm it."""
+Golden files are rewritten with ENVBUILD_UPDATE_GOLDEN=1 pytest tests/builder/test_plan.py
+tests/builder/test_overlayplan.py tests/launch/test_plan.py (review the diff); that never deletes a stale file: git rm it."""
 
 from __future__ import annotations
 
-from tests.build import test_condaplan as test_condaplan_golden
-from tests.build import test_overlayplan as test_overlayplan_golden
-from tests.build import test_plan as test_buildplan_golden
-from tests.build import test_upperplan as test_upperplan_golden
+from tests.builder import test_condaplan as test_condaplan_golden
+from tests.builder import test_overlayplan as test_overlayplan_golden
+from tests.builder import test_plan as test_buildplan_golden
+from tests.builder import test_upperplan as test_upperplan_golden
 from tests.catalogue import test_page as test_catalogue_golden
 from tests.launch import test_plan as test_launchplan
 from tests.slurm import test_script as test_batchscript_golden
-from tests.spec import test_recipefiles as test_recipefiles_golden
+from tests.convert import test_recipefiles as test_recipefiles_golden
 from tests.support.golden import GOLDEN
 
 

@@ -1,4 +1,4 @@
-"""envbuild.safefiles: a file is replaced whole, with the mode asked for, and nothing is left behind."""
+"""envbuild.shared.safefiles: a file is replaced whole, with the mode asked for, and nothing is left behind."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import EnvbuildError
-from envbuild.safefiles import atomic_write
+from envbuild.shared.errors import EnvbuildError
+from envbuild.shared.safefiles import atomic_write
 from tests.conftest import REPO
 
 
@@ -34,7 +34,7 @@ def test_atomic_write_removes_its_partial_when_the_rename_fails(tmp_path: Path) 
 
 # --- the rules of the layer, each against the attack it stops -----------------------------------------------
 
-from envbuild import safefiles  # noqa: E402
+from envbuild.shared import safefiles  # noqa: E402
 
 
 def test_a_link_planted_at_the_target_is_replaced_never_written_through(tmp_path: Path) -> None:
@@ -148,7 +148,7 @@ def test_a_directory_the_user_may_only_pass_through_still_works(tmp_path: Path) 
         os.chown(outer / "inner", account.pw_uid, account.pw_gid)
         (outer / "inner").chmod(0o300)  # the user's own, to write in but not to list: no O_RDONLY descriptor
         outer.chmod(0o711)
-        code = ("import sys; sys.path.insert(0, sys.argv[1]); from envbuild import safefiles; "
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); from envbuild.shared import safefiles; "
                 "safefiles.write_file(sys.argv[2], 'ok'); print(open(sys.argv[2]).read())")
         done = as_user(account, [sys.executable, "-I", "-c", code, str(REPO), str(outer / "inner" / "f")], cwd=Path("/"))
         assert done.returncode == 0, done.stderr

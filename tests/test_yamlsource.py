@@ -1,4 +1,4 @@
-"""The YAML source locator (envbuild.yamlsource): where every key and item sits (1-based line and
+"""The YAML source locator (envbuild.shared.yamlsource): where every key and item sits (1-based line and
 column), refusing duplicate keys at any depth with both places named, and syntax and file errors as
 located problems with a fix."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import SpecError, UsageError
-from envbuild.yamlsource import Position, load_yaml_file, parse_yaml_text
+from envbuild.shared.errors import SpecError, UsageError
+from envbuild.shared.yamlsource import Position, load_yaml_file, parse_yaml_text
 
 TEXT = """\
 name: demo

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from html import escape
 
-from envbuild.catalogue.model import Catalogue, Cell, PackageLine
+from envbuild.catalogue.cataloguedata import Catalogue, Cell, PackageLine
 from envbuild.catalogue.pageassets import SCRIPT, STYLE
 from envbuild.catalogue.summary import ImageSummary
 from envbuild.store.entries import human_size

@@ -7,11 +7,11 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from envbuild.catalogue.model import Catalogue, ImageEntry, render_json
+from envbuild.catalogue.cataloguedata import Catalogue, ImageEntry, render_json
 from envbuild.catalogue.page import JSON_NAME, render_page
-from envbuild.errors import EnvbuildError, ImageFormatError, UsageError
-from envbuild.inventory.facts import ImageFacts
-from envbuild.safefiles import open_dir, write_file
+from envbuild.inventory.imagefacts import ImageFacts
+from envbuild.shared.errors import EnvbuildError, ImageFormatError, UsageError
+from envbuild.shared.safefiles import open_dir, write_file
 
 IMAGE_SUFFIXES = (".sif", ".sqsh")  # SIF images and venv overlays
 PAGE_NAME = "index.html"

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from envbuild.inventory.facts import ImageFacts
+from envbuild.inventory.imagefacts import ImageFacts
 from envbuild.sif.compression import COMPRESSIONS, compression_note
 
 # Labels `apptainer build` writes from the definition file's header (Bootstrap:, From:): the base of an
@@ -17,7 +17,7 @@ BOOTSTRAP_LABEL = "org.label-schema.usage.singularity.deffile.bootstrap"
 FROM_LABEL = "org.label-schema.usage.singularity.deffile.from"
 # Bootstrap agents whose source apptainer also takes as a URI (docker://rocm/pytorch, library://...).
 URI_BOOTSTRAPS = ("docker", "docker-daemon", "docker-archive", "oci", "oci-archive", "library", "oras", "shub")
-ENVBUILD_BASE_LABEL = "org.envbuild.base"  # envbuild.build.record.image_labels
+ENVBUILD_BASE_LABEL = "org.envbuild.base"  # envbuild.builder.plan.record.image_labels
 EVERY_RUNTIME = "every apptainer and singularity"
 
 

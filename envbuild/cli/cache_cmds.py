@@ -14,8 +14,8 @@ import click
 
 from envbuild.cli.common import reports_errors
 from envbuild.cli.options import CACHE_DIR, DRY_RUN, JSON, click_option
-from envbuild.durations import parse_duration
-from envbuild.errors import EXIT_PROBLEMS, EnvbuildError, UsageError, exit_status_help
+from envbuild.shared.durations import parse_duration
+from envbuild.shared.errors import EXIT_PROBLEMS, EnvbuildError, UsageError, exit_status_help
 from envbuild.store.debris import abandoned
 from envbuild.store.entries import StoreEntry, entry_to_dict, human_age, human_size, list_entries, parse_size
 from envbuild.store.layout import ENTRY_DIRS, KIND_ORDER

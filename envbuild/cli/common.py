@@ -9,8 +9,8 @@ from typing import ParamSpec, TypeVar
 
 import click
 
-from envbuild.errors import EXIT_INTERRUPTED, EnvbuildError, UsageError
-from envbuild.interrupts import Interrupted, interruptible
+from envbuild.shared.errors import EXIT_INTERRUPTED, EnvbuildError, UsageError
+from envbuild.shared.interrupts import Interrupted, interruptible
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -2,7 +2,7 @@
 run, on a login node or inside an allocation (then on every node of the job, in one short step).
 
 Exit status: 0 clean (warnings allowed), 1 a failure or, with --strict, a warning, 2 a usage error
-(envbuild.errors: the contract of every command). --json prints the findings as JSON. `--node-record` is
+(envbuild.shared.errors: the contract of every command). --json prints the findings as JSON. `--node-record` is
 what doctor runs on each node: it prints this host's record as one JSON line.
 """
 
@@ -13,7 +13,7 @@ import os
 import sys
 
 from envbuild.cli.options import IMAGE, JSON, OVERLAY, SYSTEM, add_option
-from envbuild.errors import EXIT_USAGE, EnvbuildError, exit_status_help
+from envbuild.shared.errors import EXIT_USAGE, EnvbuildError, exit_status_help
 
 EPILOG = """examples:
   envrun doctor                                   # login node: image, recipe, binds, caches, network files
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
-    from envbuild.app.run.doctor import doctor, print_node_record
+    from envbuild.commands.doctor import doctor, print_node_record
     from envbuild.doctor.gather import DoctorRequest
 
     args = build_parser().parse_args(argv)

@@ -10,11 +10,11 @@ from pathlib import Path
 import click
 
 from envbuild import __version__
-from envbuild.app.validate import VALIDATION_JSON
 from envbuild.cli.common import checked_value, reports_errors
 from envbuild.cli.lazygroup import LazyGroup
 from envbuild.cli.options import BUILD_LOG, CACHE_DIR, DRY_RUN, JSON, OUTPUT, QUIET, SYSTEM, VERBOSE, click_option
-from envbuild.errors import EXIT_PROBLEMS, SpecProblem, UsageError, exit_status_help
+from envbuild.commands.validate import VALIDATION_JSON
+from envbuild.shared.errors import EXIT_PROBLEMS, SpecProblem, UsageError, exit_status_help
 from envbuild.sif.compression import DEFAULT_COMPRESSION
 
 # The build machinery (pydantic models, planners) is imported inside the commands that use it:
@@ -31,7 +31,7 @@ LAZY_COMMANDS = {
 
 
 def exit_status_epilog(problems: str = "a failed build, what a check found, an image that could not be read") -> str:
-    """The exit contract (envbuild.errors) as a click epilog; \\b keeps click from rewrapping its lines."""
+    """The exit contract (envbuild.shared.errors) as a click epilog; \\b keeps click from rewrapping its lines."""
     return "\b\n" + exit_status_help(problems)
 
 
@@ -43,8 +43,8 @@ def main() -> None:
 
 
 def _heartbeat(value: str) -> float:
-    """--heartbeat in the one duration grammar (envbuild.durations); a bare number is seconds, 0 never."""
-    from envbuild.durations import parse_duration
+    """--heartbeat in the one duration grammar (envbuild.shared.durations); a bare number is seconds, 0 never."""
+    from envbuild.shared.durations import parse_duration
 
     return float(parse_duration(value, "--heartbeat", bare="s", allow_zero=True))
 
@@ -106,10 +106,10 @@ def build(spec: Path, output: Path | None, locked: bool, frozen: bool, upgrade: 
     since, the build says what changed, resolves again and rewrites it; without one it resolves from the
     spec (`envbuild lock SPEC` makes one). --locked refuses a stale lock, --frozen skips the check,
     --upgrade re-resolves everything and writes the lock."""
-    from envbuild.app.build.command import run_build
-    from envbuild.app.build.request import BuildOptions
+    from envbuild.builder.sessions.buildrequest import BuildOptions
+    from envbuild.commands.build import run_build
+    from envbuild.envspec.loadspec import load_build_input
     from envbuild.lock.policy import LockFlags
-    from envbuild.spec.load import load_build_input
 
     LockFlags(locked=locked, frozen=frozen, upgrade=upgrade).check()  # before anything is read
     if quiet and verbose:
@@ -166,8 +166,8 @@ def lock(spec: Path, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir
     or --upgrade-package asks otherwise. Then `envbuild build SPEC` installs exactly it (--locked: and
     refuses a stale lock). For an overlay spec, pip in
     the base pins exactly what the overlay adds to it."""
-    from envbuild.app.lock.buildlock import run_lock
-    from envbuild.spec.load import load_spec
+    from envbuild.builder.sessions.buildlock import run_lock
+    from envbuild.envspec.loadspec import load_spec
 
     loaded = load_spec(spec)
     warn_about(loaded.warnings)
@@ -190,11 +190,11 @@ def verify(image: Path, spec: Path | None, base: Path | None, as_json: bool) -> 
     what it kept from the base), and with --base the base it was made for.
 
     Exit status 0: everything matches; 1: something differs (each difference is listed)."""
-    from envbuild.app.verify.image import render_verification, verification_to_dict, verify_image
-    from envbuild.inventory.overlay import is_overlay_file
+    from envbuild.inventory.overlayfile import is_overlay_file
+    from envbuild.verify.imagecheck import render_verification, verification_to_dict, verify_image
 
     if is_overlay_file(str(image)):
-        from envbuild.app.verify.overlay import verify_overlay
+        from envbuild.verify.overlaycheck import verify_overlay
 
         result = verify_overlay(image, spec, base)
     elif base is not None:
@@ -218,7 +218,7 @@ def verify(image: Path, spec: Path | None, base: Path | None, as_json: bool) -> 
 def validate(specs: tuple[Path, ...], system: str | None, as_json: bool) -> None:
     """Check spec files (or conda env files, as `envbuild build` reads them, their pip list included);
     print each problem with file:line and how to fix it."""
-    from envbuild.app.validate import validate_file, validation_to_dict
+    from envbuild.commands.validate import validate_file, validation_to_dict
 
     results = []
     for path in specs:
@@ -241,7 +241,7 @@ def validate(specs: tuple[Path, ...], system: str | None, as_json: bool) -> None
 @main.command()
 def schema() -> None:
     """Print the JSON Schema of the spec format (for editors)."""
-    from envbuild.spec.jsonschema import spec_json_schema
+    from envbuild.envspec.jsonschema import spec_json_schema
 
     click.echo(json.dumps(spec_json_schema(), indent=2))
 

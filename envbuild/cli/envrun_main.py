@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 
 from envbuild import __version__
-from envbuild.app.run.launch import RunRequest, launch
-from envbuild.errors import EXIT_USAGE, reporting_errors
+from envbuild.commands.launch import RunRequest, launch
+from envbuild.shared.errors import EXIT_USAGE, reporting_errors
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     import argparse
 
     from envbuild.cli.options import BIND, DRY_RUN, DURATION_FORMS, FORCE_OVERLAY, IMAGE, OVERLAY, SYSTEM, add_option
-    from envbuild.errors import exit_status_help
+    from envbuild.shared.errors import exit_status_help
 
     parser = argparse.ArgumentParser(
         prog="envrun", formatter_class=argparse.RawDescriptionHelpFormatter, description=DESCRIPTION,
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
 
         sweep_main(argv[1:])
         return
-    if argv[:1] == ["kernel"]:  # the image as a Jupyter kernel (envbuild.app.run.kernel)
+    if argv[:1] == ["kernel"]:  # the image as a Jupyter kernel (envbuild.commands.kernel)
         from envbuild.cli.kernel_cmd import main as kernel_main
 
         kernel_main(argv[1:])

@@ -13,17 +13,17 @@ import click
 
 from envbuild.cli.common import reports_errors
 from envbuild.cli.options import JSON, OUTPUT, OVERLAY, click_option
-from envbuild.errors import ImageFormatError, UsageError
 from envbuild.host.runtime import require_runtime
-from envbuild.inventory.cache import InventoryCache
 from envbuild.inventory.image import image_arch, read_inventory, sif_image_id
-from envbuild.inventory.overlay import is_overlay_file
+from envbuild.inventory.inventorycache import InventoryCache
+from envbuild.inventory.listing import ImageResult, package_rows, render_json, render_matrix, render_table
+from envbuild.inventory.overlayfile import is_overlay_file
 from envbuild.inventory.pyenvs import Inventory
-from envbuild.inventory.report import ImageResult, package_rows, render_json, render_matrix, render_table
-from envbuild.terminaltext import printable, printable_lines
+from envbuild.shared.errors import ImageFormatError, UsageError
+from envbuild.shared.terminaltext import printable, printable_lines
 
 if TYPE_CHECKING:
-    from envbuild.inventory.facts import ImageFacts
+    from envbuild.inventory.imagefacts import ImageFacts
 
 # diff, inspect, catalogue and --via-runtime import their modules when used: `packages` is meant to answer in a
 # fraction of the time a container takes to start, so its start-up stays small.
@@ -138,7 +138,7 @@ def _overlaid(path: str, inventory: Inventory, mounted: list[tuple[str, Inventor
 
 
 def _facts(path: str, cache: InventoryCache) -> ImageFacts:
-    from envbuild.inventory.facts import read_image_facts
+    from envbuild.inventory.imagefacts import read_image_facts
 
     facts = read_image_facts(path, cache.load(path))
     cache.store(path, facts.inventory)
@@ -200,7 +200,7 @@ def catalogue_command(images: tuple[str, ...], output: Path, title: str, no_cach
     import datetime
 
     from envbuild import __version__
-    from envbuild.catalogue.model import build_catalogue
+    from envbuild.catalogue.cataloguedata import build_catalogue
     from envbuild.catalogue.site import expand_images, read_entries, write_site
 
     paths, problems = expand_images(images)

@@ -1,5 +1,5 @@
 """`envrun kernel install|list|remove|run` and `envrun shell`: their options; the work is in
-envbuild.app.run.kernel."""
+envbuild.commands.kernel."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shutil
 import sys
 
 from envbuild.cli.options import BIND, DRY_RUN, FORCE_OVERLAY, IMAGE, OVERLAY, SYSTEM, add_option
-from envbuild.errors import UsageError, exit_status_help, reporting_errors
+from envbuild.shared.errors import UsageError, exit_status_help, reporting_errors
 
 KERNEL_EPILOG = """examples:
   envrun kernel install                          # the image envrun finds here, as a kernel for Jupyter
@@ -82,7 +82,7 @@ def build_kernel_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> None:
     """`envrun kernel ...`."""
-    from envbuild.app.run.kernel import KernelInstall, install_kernel, list_kernels, remove_kernel, run_kernel
+    from envbuild.commands.kernel import KernelInstall, install_kernel, list_kernels, remove_kernel, run_kernel
 
     args = build_kernel_parser().parse_args(argv)
     environ, cwd = dict(os.environ), os.getcwd()
@@ -135,8 +135,8 @@ def build_shell_parser() -> argparse.ArgumentParser:
 
 def shell_main(argv: list[str]) -> None:
     """`envrun shell ...`."""
-    from envbuild.app.run.kernel import run_shell
-    from envbuild.app.run.launch import RunRequest
+    from envbuild.commands.kernel import run_shell
+    from envbuild.commands.launch import RunRequest
 
     args = build_shell_parser().parse_args(argv)
     request = RunRequest(command=[], image=args.image, overlays=args.overlays, binds=args.binds, system=args.system,

@@ -101,12 +101,12 @@ def click_option(option: SharedOption, *param_decls: str, note: str = "", defaul
 
 
 def duration_type(where: str, *, bare: str | None = "m") -> Callable[[str], int]:
-    """An argparse `type` for a time option that takes the one duration grammar (envbuild.durations) and gives
+    """An argparse `type` for a time option that takes the one duration grammar (envbuild.shared.durations) and gives
     seconds; a value outside it is argparse's usage error (exit 2), with the forms to write instead."""
     import argparse
 
-    from envbuild.durations import parse_duration
-    from envbuild.errors import UsageError
+    from envbuild.shared.durations import parse_duration
+    from envbuild.shared.errors import UsageError
 
     def seconds(text: str) -> int:
         try:

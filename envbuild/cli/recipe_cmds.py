@@ -11,10 +11,10 @@ import click
 
 from envbuild.cli.common import reports_errors
 from envbuild.cli.options import OUTPUT, SYSTEM, click_option
-from envbuild.errors import UsageError
+from envbuild.shared.errors import UsageError
 
 if TYPE_CHECKING:
-    from envbuild.spec.recipefiles import RecipeFormat
+    from envbuild.convert.formats import RecipeFormat
 
 
 @click.command("import")
@@ -34,11 +34,12 @@ def import_command(recipe: Path, output: Path | None, fmt: str | None, system: s
     pip installs a spec cannot express stay in post as written. Build arguments are substituted (a used one
     without a value is an error: give it with --build-arg); of a multi-stage file the last stage is imported,
     and copies from an earlier stage are refused."""
-    from envbuild.spec.importargs import parse_build_args
-    from envbuild.spec.importdef import import_def
-    from envbuild.spec.importdocker import import_dockerfile
-    from envbuild.spec.load import load_spec_text
-    from envbuild.spec.recipefiles import detect_format, spec_name_for
+    from envbuild.convert.buildargs import parse_build_args
+    from envbuild.convert.deffile import import_def
+    from envbuild.convert.dockerfile import import_dockerfile
+    from envbuild.convert.formats import detect_format
+    from envbuild.envspec.loadspec import load_spec_text
+    from envbuild.envspec.specmodel import spec_name_for
 
     output = _file_or_stdout(output)
     if not recipe.is_file():
@@ -56,7 +57,7 @@ def import_command(recipe: Path, output: Path | None, fmt: str | None, system: s
     if output is None:
         click.echo(rendered, nl=False)
         return
-    from envbuild.safefiles import write_file
+    from envbuild.shared.safefiles import write_file
 
     write_file(output, rendered)  # a link planted at the name is replaced; a device (/dev/null) written in place
     click.echo(f"wrote {output}" + (f" ({len(result.notes)} note(s) at the top: review them)" if result.notes else ""), err=True)
@@ -74,10 +75,10 @@ def export_command(spec: Path, fmt: RecipeFormat, output: Path | None, no_lock: 
 
     Carries the base, env, labels, files, post, tests and the Python packages, pinned to SPEC's lock
     (SPEC.lock) when there is one."""
-    from envbuild.lock.model import lock_path_for
-    from envbuild.recipes.load import load_recipe
-    from envbuild.spec.load import load_spec
-    from envbuild.spec.recipeexport import ExportInput, render_export
+    from envbuild.convert.export import ExportInput, render_export
+    from envbuild.envspec.loadspec import load_spec
+    from envbuild.lock.lockmodel import lock_path_for
+    from envbuild.recipes.loadrecipe import load_recipe
 
     output = _file_or_stdout(output)
     loaded = load_spec(spec, check_host=False)
@@ -97,7 +98,7 @@ def export_command(spec: Path, fmt: RecipeFormat, output: Path | None, no_lock: 
     if output is None:
         sys.stdout.write(text)
         return
-    from envbuild.safefiles import write_file
+    from envbuild.shared.safefiles import write_file
 
     write_file(output, text)
     click.echo(f"wrote {output}", err=True)

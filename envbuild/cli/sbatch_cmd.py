@@ -14,8 +14,6 @@ import argparse
 import shlex
 import sys
 
-from envbuild.app.run.batchjob import SbatchRequest, check_script, sbatch
-from envbuild.app.run.batchjob import file_name as file_name  # re-exported: the job file's name, as tests see it
 from envbuild.cli.options import (
     ACCOUNT,
     BIND,
@@ -34,8 +32,10 @@ from envbuild.cli.options import (
     add_renamed,
     duration_type,
 )
-from envbuild.errors import UsageError, exit_status_help, reporting_errors
+from envbuild.commands.sbatch import SbatchRequest, check_script, sbatch
+from envbuild.commands.sbatch import file_name as file_name  # re-exported: the job file's name, as tests see it
 from envbuild.launch.args import LAUNCHERS
+from envbuild.shared.errors import UsageError, exit_status_help, reporting_errors
 
 EPILOG = """Defaults for --account, --partition, --time, --launcher and --requeue-max can be set in the envrun
 config (~/.config/envbuild/envrun.yaml, or $ENVRUN_CONFIG):

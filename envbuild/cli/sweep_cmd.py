@@ -11,7 +11,6 @@ import argparse
 import shlex
 import sys
 
-from envbuild.app.run.sweep import SweepRequest, sweep
 from envbuild.cli.options import (
     ACCOUNT,
     FORCE_OVERLAY,
@@ -25,8 +24,9 @@ from envbuild.cli.options import (
     add_option,
     add_renamed,
 )
-from envbuild.errors import exit_status_help, reporting_errors
+from envbuild.commands.sweep import SweepRequest, sweep
 from envbuild.launch.args import LAUNCHERS
+from envbuild.shared.errors import exit_status_help, reporting_errors
 
 EPILOG = """Each point is a batch job written by `envrun sbatch` (the same script, the same checks), with the
 step's wall time printed by the script (an `envrun-step: wall_ms=N exit=S` line). On nodes without GPUs,

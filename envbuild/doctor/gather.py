@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from envbuild.doctor import gpuchecks, jobchecks, netchecks
-from envbuild.doctor.findings import DoctorReport, Finding, fail, info, ok, warn
+from envbuild.doctor.checkresults import DoctorReport, Finding, fail, info, ok, warn
 from envbuild.doctor.hostrecord import CACHE_VARIABLES, HostRecord, capture_host, join_record_lines
-from envbuild.doctor.imagefacts import ImageFacts, image_facts
-from envbuild.errors import EnvbuildError
+from envbuild.doctor.imagecomms import ImageFacts, image_facts
 from envbuild.host.pythonstart import isolated_module
+from envbuild.shared.errors import EnvbuildError
 
 if TYPE_CHECKING:
     from envbuild.launch.trust import Ignored
@@ -214,7 +214,7 @@ def launch_findings(setting: Setting, request: DoctorRequest, environ: dict[str,
     from envbuild.host.node import read_host_node
     from envbuild.host.runtime import require_runtime
     from envbuild.launch.allocation import read_allocation
-    from envbuild.launch.plan import LaunchRequest, plan_launch
+    from envbuild.launch.launchplan import LaunchRequest, plan_launch
     from envbuild.launch.visibility import HostPaths
 
     try:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from envbuild.doctor.findings import Finding, fail, info, ok, warn
+from envbuild.doctor.checkresults import Finding, fail, info, ok, warn
+from envbuild.envspec.torchfamily import describe_variant, family_mismatches
+from envbuild.envspec.torchfamily import gpu_vendor as torch_gpu_vendor
 from envbuild.host.node import GPU_RUNTIME_FLAGS, VISIBLE_DEVICE_VARIABLES
-from envbuild.spec.torchfamily import describe_variant, family_mismatches
-from envbuild.spec.torchfamily import gpu_vendor as torch_gpu_vendor
 
 if TYPE_CHECKING:
     from envbuild.doctor.hostrecord import HostRecord
-    from envbuild.doctor.imagefacts import ImageFacts
+    from envbuild.doctor.imagecomms import ImageFacts
     from envbuild.recipes.protocols import SystemRecipe
 
 # The spec's variant prefix for a GPU maker (a spec says cuda126 / rocm6.4; torch's label says cu126 / rocm6.4).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from envbuild.doctor.findings import Finding, fail, info, ok, warn
+from envbuild.doctor.checkresults import Finding, fail, info, ok, warn
 from envbuild.doctor.hostrecord import CACHE_VARIABLES
 from envbuild.slurm.check import jobrules as checkjob
 from envbuild.slurm.check import steprules as checksteps

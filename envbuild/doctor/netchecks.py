@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from envbuild.doctor.findings import Finding, fail, info, ok, warn
+from envbuild.doctor.checkresults import Finding, fail, info, ok, warn
 
 if TYPE_CHECKING:
     from envbuild.doctor.hostrecord import HostRecord
-    from envbuild.doctor.imagefacts import ImageFacts
+    from envbuild.doctor.imagecomms import ImageFacts
     from envbuild.recipes.protocols import SystemRecipe
 
 SOCKETS = "TCP sockets"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 
-from envbuild.errors import UsageError
+from envbuild.shared.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from envbuild.errors import UsageError
+from envbuild.shared.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import zlib
 
-from envbuild.errors import UsageError
+from envbuild.shared.errors import UsageError
 
 MINIMUM = {"apptainer": (1, 2, 0), "singularity-ce": (3, 11, 0)}
 LABELS = {"apptainer": "Apptainer", "singularity-ce": "SingularityCE", "singularity": "Singularity"}

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import posixpath
 
-from envbuild.errors import ImageFormatError
 from envbuild.inventory.overlayvenv import OverlayVenv
 from envbuild.inventory.pkgmeta import canonical_name
 from envbuild.inventory.pyenvs import Environment, Inventory, Package, Problem
-from envbuild.overlayformat import BASE_PTH
+from envbuild.shared.errors import ImageFormatError
+from envbuild.shared.overlayformat import BASE_PTH
 
 
 def combined_label(base: str, overlays: list[str]) -> str:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from envbuild.inventory.facts import ImageFacts
+from envbuild.inventory.imagefacts import ImageFacts
 from envbuild.inventory.pkgmeta import canonical_name
 from envbuild.inventory.pyenvs import Package
-from envbuild.terminaltext import printable
+from envbuild.shared.terminaltext import printable
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from envbuild.errors import ImageFormatError
 from envbuild.inventory.layered import LayeredTree
-from envbuild.inventory.overlay import is_overlay_file, record_in_tree
+from envbuild.inventory.overlayfile import is_overlay_file, record_in_tree
 from envbuild.inventory.overlayvenv import OverlayVenv, read_overlay_venv
 from envbuild.inventory.pyenvs import Inventory, Problem, take_inventory
 from envbuild.inventory.squashfs import DECODE_ERRORS, Squashfs
 from envbuild.inventory.trees import DirectoryTree, MountedTree, SquashfsTree, Tree
 from envbuild.inventory.walkguard import WalkLimitError
-from envbuild.overlayformat import RECORD_FILE
+from envbuild.shared.errors import ImageFormatError
+from envbuild.shared.overlayformat import RECORD_FILE
 from envbuild.sif.reader import SifLayout, SifObject, read_sif_layout
 
 T = TypeVar("T")

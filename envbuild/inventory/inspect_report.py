@@ -8,10 +8,10 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
-from envbuild.inventory.facts import FILES, STOCK_SCRIPTS, ImageFacts
-from envbuild.overlayformat import LOCK_FILE, SPEC_FILE
+from envbuild.inventory.imagefacts import FILES, STOCK_SCRIPTS, ImageFacts
+from envbuild.shared.overlayformat import LOCK_FILE, SPEC_FILE
+from envbuild.shared.terminaltext import printable
 from envbuild.store.entries import human_size
-from envbuild.terminaltext import printable
 
 
 def _when(seconds: int) -> str:

@@ -7,7 +7,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from envbuild.overlayformat import BASE_PTH
+from envbuild.shared.overlayformat import BASE_PTH
 
 if TYPE_CHECKING:
     from envbuild.inventory.trees import Tree

@@ -20,8 +20,8 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from envbuild.errors import ImageFormatError
 from envbuild.imagetree.inroot import Link, resolve_in_root
+from envbuild.shared.errors import ImageFormatError
 
 SQUASHFS_MAGIC = 0x73717368  # "hsqs"
 _SUPERBLOCK = struct.Struct("<5I6H8Q")

@@ -12,11 +12,11 @@ import selectors
 import subprocess
 import time
 
-from envbuild.errors import ImageFormatError
 from envbuild.host.runtime import require_runtime
 from envbuild.inventory.pyenvs import Inventory, take_inventory
 from envbuild.inventory.trees import ListedTree
-from envbuild.terminaltext import printable
+from envbuild.shared.errors import ImageFormatError
+from envbuild.shared.terminaltext import printable
 
 _NO_FIND = 97
 # The listing of a large conda image is a few MiB (10 MiB at 2,000 packages); more is refused, not read into memory.

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
-from envbuild.errors import EnvbuildError
-from envbuild.terminaltext import printable
+from envbuild.shared.errors import EnvbuildError
+from envbuild.shared.terminaltext import printable
 
 if TYPE_CHECKING:
     from envbuild.inventory.trees import Tree

@@ -3,7 +3,7 @@
 Jupyter looks in the `kernels/` directory of each entry of its data path (jupyter_core.paths.jupyter_path:
 $JUPYTER_PATH, the user's data directory, the environment's and the system's share/jupyter); `--prefix DIR`
 adds DIR/share/jupyter/kernels, where a kernel installed with that prefix lies even when Jupyter is not
-told about it. A kernel is envrun's when its kernel.json has metadata.envrun (envbuild.kernel.spec).
+told about it. A kernel is envrun's when its kernel.json has metadata.envrun (envbuild.kernel.kernelspec).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from envbuild.errors import EnvbuildError
-from envbuild.kernel.spec import KERNEL_FILE, KernelEntry, is_envrun_kernel, kernels_dir, read_entry
+from envbuild.kernel.kernelspec import KERNEL_FILE, KernelEntry, is_envrun_kernel, kernels_dir, read_entry
+from envbuild.shared.errors import EnvbuildError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -3,7 +3,7 @@ where the program starts. Pure, and light (envrun's start-up path)."""
 
 from __future__ import annotations
 
-from envbuild.errors import UsageError
+from envbuild.shared.errors import UsageError
 
 # The launchers envrun knows, one home for every list of them (`envrun sbatch --launcher`, the batch plan, the
 # script check, the launch plan): torchrun, accelerate and deepspeed start a node's training processes themselves

@@ -12,9 +12,9 @@ another user owns or may write it (a group project that really shares one, envbu
 A project's envrun.yaml (envbuild.launch.project) has the same keys plus `image` and `overlays`.
 envrun reads both through `read_settings`: validated (YAML + pydantic) only when the file changed, else
 read back from the user's own cache (envbuild.host.usercache) keyed by the file's content, like the
-recipes (envbuild.recipes.load), and checked there to have the shape validation gives.
+recipes (envbuild.recipes.loadrecipe), and checked there to have the shape validation gives.
 
-Both files' `env:` goes into the container only (envbuild.launch.plan passes it as APPTAINERENV_*), never
+Both files' `env:` goes into the container only (envbuild.launch.launchplan passes it as APPTAINERENV_*), never
 into the environment of the host processes envrun starts (srun, apptainer): a project's file cannot make
 them load a library (LD_PRELOAD) or find other programs. The user's own config is the user's, but is
 treated the same, so that one rule says where `env:` goes; variables the host needs come from envrun.
@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-from envbuild.envnames import ENV_NAME_FIX, is_env_name
-from envbuild.errors import SpecError, UsageError
 from envbuild.host.usercache import MISS, content_cache_name, is_text_list, read_cached, write_cached
+from envbuild.shared.envnames import ENV_NAME_FIX, is_env_name
+from envbuild.shared.errors import SpecError, UsageError
 
 TYPE_CHECKING = False  # pathlib and typing stay off envrun's start-up path
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from typing import Any, TypeVar
 
     from envbuild.launch.configschema import EnvrunConfig
-    from envbuild.strictmodel import StrictModel
+    from envbuild.shared.strictmodel import StrictModel
 
     Model = TypeVar("Model", bound=StrictModel)
 
@@ -74,7 +74,7 @@ def validate_file(path: Path, model: type[Model], what: str, keys: str, content:
     again by name); every problem is a UsageError at file:line:column with a fix."""
     from pydantic import ValidationError
 
-    from envbuild.yamlsource import load_yaml_file, parse_yaml_text
+    from envbuild.shared.yamlsource import load_yaml_file, parse_yaml_text
 
     try:
         document = load_yaml_file(path) if content is None else parse_yaml_text(_text_of(path, content), str(path))

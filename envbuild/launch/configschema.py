@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from envbuild.envnames import ENV_NAME_PATTERN, ENV_NAME_RULE
-from envbuild.strictmodel import StrictModel
+from envbuild.shared.envnames import ENV_NAME_PATTERN, ENV_NAME_RULE
+from envbuild.shared.strictmodel import StrictModel
 
 
 def _env_name(name: str) -> str:

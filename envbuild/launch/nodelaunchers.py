@@ -15,9 +15,9 @@ launchers over ssh/pdsh, which is wrong under Slurm: each node runs DeepSpeed's 
 
 from __future__ import annotations
 
-from envbuild.errors import UsageError
 from envbuild.launch.args import DEEPSPEED_FLAGS, accelerate_uses_torchrun, launcher_has, launcher_split, launcher_value, option_key
 from envbuild.launch.shims import sh_quote
+from envbuild.shared.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import zlib
 
-from envbuild.errors import ImageFormatError, UsageError
 from envbuild.host.usercache import MISS, read_cached, write_cached
+from envbuild.shared.errors import ImageFormatError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ class Overlay:
 
     def __init__(self, path: str, record: dict[str, Any]) -> None:
         self.path = path  # absolute
-        self.record = record  # envbuild.overlayformat's record
+        self.record = record  # envbuild.shared.overlayformat's record
 
     @property
     def mount(self) -> str:
@@ -53,7 +53,7 @@ def read_overlays(paths: Sequence[str]) -> list[Overlay]:
 
 
 def _read_record(path: str) -> dict[str, Any]:
-    from envbuild.inventory.overlay import read_overlay_record
+    from envbuild.inventory.overlayfile import read_overlay_record
 
     return read_overlay_record(path)
 

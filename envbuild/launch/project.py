@@ -9,7 +9,7 @@ train.py` works verbatim in a project directory. The first of these that names a
 4. the one *.sif in the working directory.
 
 Whichever wins, the nearest envrun.yaml's `binds:` and `env:` apply on top of the user's config (the
-project's env wins; envbuild.launch.plan passes env into the container only). The envrun.yaml of 3. and
+project's env wins; envbuild.launch.launchplan passes env into the container only). The envrun.yaml of 3. and
 the *.sif of 4. are found, not named, so they are obeyed only when they are the user's to obey
 (envbuild.launch.trust: owner, who may write them, where the walk up stops); one that is not is ignored
 with a warning. The project file is judged and read through one descriptor (envbuild.launch.trust.walk_up):
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from envbuild.errors import UsageError
+from envbuild.shared.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild.errors import SpecError
 from envbuild.launch.project import PROJECT_FILE
+from envbuild.shared.errors import SpecError
 
 if TYPE_CHECKING:
     from envbuild.launch.trust import Ignored
@@ -38,7 +38,7 @@ def update_project_file(directory: Path, *, image: str, overlays: tuple[str, ...
     """Write or update DIRECTORY/envrun.yaml to name `image` and `overlays` (paths inside `directory` are
     written relative to it). Returns the messages to print: what changed, and each value kept because it
     was set by hand. A file that does not parse is left alone, with a message."""
-    from envbuild.yamlsource import parse_yaml_text
+    from envbuild.shared.yamlsource import parse_yaml_text
 
     path = directory / PROJECT_FILE
     name = str(path)
@@ -96,11 +96,11 @@ def update_project_file(directory: Path, *, image: str, overlays: tuple[str, ...
 
 
 def _write(directory: Path, text: str) -> None:
-    """DIRECTORY/envrun.yaml replaced whole through the directory's descriptor (envbuild.safefiles.write_file:
+    """DIRECTORY/envrun.yaml replaced whole through the directory's descriptor (envbuild.shared.safefiles.write_file:
     a link planted at the name is replaced, never written through), keeping the mode of the file it replaces."""
     import stat
 
-    from envbuild.safefiles import open_dir, write_file
+    from envbuild.shared.safefiles import open_dir, write_file
 
     fd = open_dir(directory)
     try:
@@ -182,7 +182,7 @@ def _insert(lines: list[str], document: Any, key: str, line: str) -> None:
 
 def _drop_old_overlays(lines: list[str], name: str) -> list[str]:
     """An image was built in place of the last one: overlays envbuild named were made for the old one."""
-    from envbuild.yamlsource import parse_yaml_text
+    from envbuild.shared.yamlsource import parse_yaml_text
 
     document = parse_yaml_text("".join(lines), name)
     where = document.positions.get(("overlays",))

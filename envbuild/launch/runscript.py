@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 
-from envbuild.terminaltext import printable
+from envbuild.shared.terminaltext import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -72,8 +72,8 @@ def _read_dir(root: str, path: str) -> str | None:
 
 
 def _read_sif_verdict(image: str) -> tuple[str, str] | None:
-    from envbuild.errors import ImageFormatError
     from envbuild.inventory.image import open_image
+    from envbuild.shared.errors import ImageFormatError
 
     try:
         with open_image(image) as opened:

@@ -10,7 +10,6 @@ holds the node, and a task that owns several GPUs gets all of their cores.
 
 from __future__ import annotations
 
-from envbuild.errors import UsageError
 from envbuild.launch.args import (
     accelerate_uses_torchrun,
     given_processes,
@@ -22,6 +21,7 @@ from envbuild.launch.args import (
 )
 from envbuild.launch.nodefacts import NodeFacts, group_cores, node_facts
 from envbuild.recipes.ops import cores_to_mask
+from envbuild.shared.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

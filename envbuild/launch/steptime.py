@@ -10,9 +10,9 @@ envrun cannot change). Slurm counts step limits in whole minutes and checks them
 
 from __future__ import annotations
 
-from envbuild.durations import format_minutes, parse_duration
-from envbuild.errors import UsageError
 from envbuild.launch.args import has_option, option_value
+from envbuild.shared.durations import format_minutes, parse_duration
+from envbuild.shared.errors import UsageError
 
 
 def srun_time_limit(opts: tuple[str, ...], text: str, where: str) -> tuple[str, str, str]:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import os
 
-from envbuild.errors import UsageError
 from envbuild.launch.args import launcher_has, launcher_split, split_srun, torchrun_options_end
+from envbuild.shared.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from shlex import quote
 from typing import TYPE_CHECKING
 
-from envbuild.errors import UsageError
 from envbuild.host.runtime import Runtime
-from envbuild.launch.plan import TASK_SHIM_NAME, LaunchRequest, plan_launch
-from envbuild.shelltext import comment, env_name, refuse_control, script_word, shown
+from envbuild.launch.launchplan import TASK_SHIM_NAME, LaunchRequest, plan_launch
+from envbuild.shared.errors import UsageError
+from envbuild.shared.shelltext import comment, env_name, refuse_control, script_word, shown
 
 if TYPE_CHECKING:
     from envbuild.recipes.protocols import SystemRecipe
@@ -84,7 +84,7 @@ def render_wrapper(command: str, image: str, recipe: SystemRecipe, runtime_name:
         lines.append("set -f  # $binds is split into words below, never expanded as a pattern")
         quoted_head += " $binds"
     assert tail[-3] == TASK_SHIM_NAME and tail[-1] == _CMD
-    # with overlays, torchrun runs under the overlay's python (see envbuild.launch.plan's torchrun_argv)
+    # with overlays, torchrun runs under the overlay's python (see envbuild.launch.launchplan's torchrun_argv)
     tail[-1:] = ["python", "-m", "torch.distributed.run"] if overlays and command == "torchrun" else [command]
     command_text = " ".join(quote(w) for w in tail)  # the shim's own shell text may span lines: quoted, it stays one word
     lines.append(f'exec {quoted_head} "$image" {command_text} "$@"')

@@ -10,10 +10,10 @@ from packaging.utils import canonicalize_name
 from pydantic import AfterValidator, ConfigDict, Field, ValidationError, field_validator
 
 from envbuild import __version__
-from envbuild.errors import EnvbuildError
-from envbuild.lock.model import DIGEST_PATTERN, HASH_PATTERN, LOCK_FORMAT_VERSION, Lock, LockedPackage, LockInputs, LockTarget
-from envbuild.spec.model import NAME_PATTERN
-from envbuild.strictmodel import StrictModel, check_version
+from envbuild.envspec.specmodel import NAME_PATTERN
+from envbuild.lock.lockmodel import DIGEST_PATTERN, HASH_PATTERN, LOCK_FORMAT_VERSION, Lock, LockedPackage, LockInputs, LockTarget
+from envbuild.shared.errors import EnvbuildError
+from envbuild.shared.strictmodel import StrictModel, check_version
 
 _REGENERATE_HINT = "lock files are written by envbuild, not by hand: run `envbuild lock SPEC` again to rewrite it"
 
@@ -114,7 +114,7 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def read_lock(text: str, source: str) -> Lock:
     """Parse and check a lock file's text; `source` (its path) starts every error message. A command reads
-    and parses its lock once (envbuild.app.lock.decision)."""
+    and parses its lock once (envbuild.builder.sessions.lockdecision)."""
     try:
         data = yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader (libyaml's or PyYAML's)
     except yaml.YAMLError as exc:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from envbuild.errors import UsageError
+from envbuild.shared.errors import UsageError
 
 Action = Literal["use", "use-unchecked", "resolve", "unlocked"]
 

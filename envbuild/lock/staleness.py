@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from envbuild.lock.model import Lock, LockInputs
+from envbuild.lock.lockmodel import Lock, LockInputs
 
 
 def stale_reasons(lock: Lock, current: LockInputs) -> list[str]:

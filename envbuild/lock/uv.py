@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from envbuild.errors import EnvbuildError
-from envbuild.lock.model import HASH_PATTERN, LockedPackage, LockTarget
+from envbuild.lock.lockmodel import HASH_PATTERN, LockedPackage, LockTarget
+from envbuild.shared.errors import EnvbuildError
 
 # The manylinux levels uv 0.13.9's --python-platform accepts for x86_64 and aarch64 (see `uv pip compile --help`).
 _UV_MANYLINUX_MINORS = (17, 28, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from envbuild.recipes.load import detection_table, load_recipe
+from envbuild.recipes.loadrecipe import detection_table, load_recipe
 
 TYPE_CHECKING = False  # typing itself is not imported: envrun's start-up
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """Recipe file schema (pydantic): validates recipes/*.yaml. Loading, with its JSON cache, is in
-envbuild.recipes.load; what a recipe computes is in envbuild.recipes.ops (shared with the cached view)."""
+envbuild.recipes.loadrecipe; what a recipe computes is in envbuild.recipes.ops (shared with the cached view)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from envbuild.recipes.ops import MODEL_KEY, NodeMethods, RecipeMethods, parse_core_list
-from envbuild.strictmodel import StrictModel
+from envbuild.shared.strictmodel import StrictModel
 
 if TYPE_CHECKING:
     from envbuild.recipes.protocols import SystemRecipe

@@ -1,4 +1,4 @@
-"""From the nodes' sampler records (envbuild.report.wire) to the step's report (envbuild.report.model).
+"""From the nodes' sampler records (envbuild.report.wire) to the step's report (envbuild.report.reportmodel).
 
 A long job sends one sample per node every few seconds for days, so nothing here keeps the records: each
 sample updates running sums (means, peaks, idle counts) and a downsampled timeline of at most MAX_POINTS points
@@ -12,14 +12,13 @@ The text in records (node and GPU names, the GPU tool's notes) comes from the no
 as terminaltext.printable makes it, so that no name can steer the terminal the summary is printed on, nor break
 a line of it into two.
 
-Light: envrun's step supervisor loads this after every step (the report's own modules and envbuild.terminaltext).
+Light: envrun's step supervisor loads this after every step (the report's own modules and envbuild.shared.terminaltext).
 """
 
 from __future__ import annotations
 
-from envbuild.report.findings import judge
 from envbuild.report.metricline import metric_pairs
-from envbuild.report.model import (
+from envbuild.report.reportmodel import (
     GPU_IDLE_UTIL,
     RANK_IDLE_CORES,
     GpuSummary,
@@ -28,8 +27,9 @@ from envbuild.report.model import (
     RankSummary,
     Report,
 )
+from envbuild.report.stepfindings import judge
 from envbuild.report.wire import decode
-from envbuild.terminaltext import printable
+from envbuild.shared.terminaltext import printable
 
 MAX_POINTS = 600  # timeline points per node (even), enough for a plot a few hundred pixels wide
 _SPLIT_KEYS = ("ranks", "gpus")
@@ -366,7 +366,7 @@ class Collector:
             self.metrics = pairs
 
     def build(self, exit_code: int, started: float, ended: float) -> Report:
-        """The report of the step, judged by the rules of envbuild.report.findings."""
+        """The report of the step, judged by the rules of envbuild.report.stepfindings."""
         nodes: list[NodeSummary] = []
         ranks: list[RankSummary] = []
         gpus: list[GpuSummary] = []

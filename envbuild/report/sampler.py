@@ -4,7 +4,7 @@ envrun's host shim starts it in the background in the first task of every node (
 
     PYTHON -I -c BOOT ROOT envbuild.report.sampler --interval SECONDS --task-pid $$ --step-pid $PPID <<KEY
 
-(the words from envbuild.app.run.launch.report_sampler: isolated from the working directory by
+(the words from envbuild.commands.launch.report_sampler: isolated from the working directory by
 envbuild.host.pythonstart), with the step's key on its stdin
 (envbuild.launch.shims.sampler_start_lines): never on its argv or in its environment, which the program
 could read. It writes a start record, a sample every interval and an end record into its stderr, which is

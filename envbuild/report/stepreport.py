@@ -5,7 +5,7 @@ lines framed with this step's `key`, which envrun hands the host shim and no one
 `envrun-metric:` lines. When srun has ended, `finish` builds the report (envbuild.report.collect),
 writes its files when a directory was asked for, and returns the summary for envrun's stderr. The summary is
 printed on a terminal and holds text from outside envrun (node and GPU names, the job's name, the program's
-words): every character that could steer the terminal is shown as an escape (envbuild.terminaltext).
+words): every character that could steer the terminal is shown as an escape (envbuild.shared.terminaltext).
 
 A report never fails the step: whatever goes wrong here (a module that cannot load, a full disk, records
 that make no sense) costs the report, is said in one line, and envrun still exits with srun's status.
@@ -18,7 +18,7 @@ import time
 
 from envbuild.report.metricline import METRIC_PREFIX
 from envbuild.report.wire import new_key
-from envbuild.terminaltext import printable, printable_lines
+from envbuild.shared.terminaltext import printable, printable_lines
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class StepReport:
             return ("envrun: report: no sampler reported (the step ended before its first record, its stderr went "
                     "elsewhere, or srun --export kept the step's report key from the tasks); no report for this step\n")
         try:
-            from envbuild.report.render import summary_text, write_report
+            from envbuild.report.reportrender import summary_text, write_report
 
             if self._metric:
                 self._collector.metric(self._metric)

@@ -2,14 +2,14 @@
 result, and the whole command line that writes a tree into a SIF's partition or an overlay file. Pure.
 
 Apart from envbuild.sif.writer (the SIF writer, an executor) because `envbuild build` checks --compression
-before anything else, and the planners (envbuild.build.squashplan, envbuild.build.overlayplan) write the
+before anything else, and the planners (envbuild.builder.plan.squashplan, envbuild.builder.plan.overlayplan) write the
 command without importing an executor.
 """
 
 from __future__ import annotations
 
-from envbuild.errors import UsageError
 from envbuild.host.node import usable_cpus
+from envbuild.shared.errors import UsageError
 from envbuild.sif.format import PARTITION_OFFSET
 
 # Compressions mksquashfs can write and container runtimes can read, with the mksquashfs options
@@ -83,7 +83,7 @@ def mksquashfs_argv(sandbox: str, output: str, *, compression: str = "gzip", pro
         "-processors", str(processors if processors is not None else usable_cpus()),
         "-offset", str(offset),
         # The progress bar stays on: the executor shows its percentage in the live line and keeps it out
-        # of the log (envbuild.build.execute.progress.progress_bar); mksquashfs draws it off a terminal too.
+        # of the log (envbuild.shared.progress.progress_bar); mksquashfs draws it off a terminal too.
     ]
     if all_root:
         argv.append("-all-root")  # as apptainer build does for a non-root user: the image's files belong to root

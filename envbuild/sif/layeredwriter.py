@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"envbuild-note: {layered_squash(args)}", flush=True)
     except Fallback as why:
-        # The prefix makes the executor show the line (envbuild.build.execute.executor.HELPER_NOTE).
+        # The prefix makes the executor show the line (envbuild.builder.execute.executor.HELPER_NOTE).
         print(f"envbuild-note: note: --layered: squashing the whole tree after all: {why}", flush=True)
         for leftover in (f"{args.work}/delta-tree",):
             shutil.rmtree(leftover, ignore_errors=True)

@@ -22,7 +22,7 @@ import stat
 import sys
 from dataclasses import dataclass
 
-from envbuild import safefiles
+from envbuild.shared import safefiles
 
 MANIFEST_VERSION = 1
 
@@ -148,7 +148,7 @@ def _same(view: TreeView, rel: str, info: os.stat_result, old: list[object]) -> 
 
 
 class TreeView:
-    """The tree a build squashes: a directory, or (with `upper`, envbuild.build.upperplan) a directory
+    """The tree a build squashes: a directory, or (with `upper`, envbuild.builder.plan.upperplan) a directory
     with another directory's files lying over it, as the runtime's overlay shows them to the tests.
     A directory in both keeps the lower one's attributes: the upper one was only made to hold files."""
 

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuild.errors import ImageFormatError
+from envbuild.shared.errors import ImageFormatError
 from envbuild.sif.format import (
     ARCHES,
     DATA_PARTITION,

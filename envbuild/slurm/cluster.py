@@ -1,7 +1,7 @@
 """What the Slurm cluster this runs on says about itself, now: its partitions (time limits, nodes) and its nodes
 (CPUs, memory, GPUs, features), read with `scontrol show partition|node --oneliner`, and what `sbatch --test-only`
 says of a script. `envrun sbatch --check` checks a script against these facts where it runs on the cluster the
-script is for (envbuild.app.run.batchjob decides that); the rules that judge them are pure
+script is for (envbuild.commands.sbatch decides that); the rules that judge them are pure
 (envbuild.slurm.check.jobrules, `cluster_*`) and get the facts as data.
 
 `scontrol show ... --oneliner` prints one `Key=Value ...` line per entity in every Slurm release the sites run
@@ -17,8 +17,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from envbuild.durations import parse_slurm_time
-from envbuild.errors import UsageError
+from envbuild.shared.durations import parse_slurm_time
+from envbuild.shared.errors import UsageError
 
 SCONTROL_TIMEOUT_S = 15  # slurmctld answers in well under a second; a hung one must not hang the check
 TEST_ONLY_TIMEOUT_S = 30

@@ -52,8 +52,8 @@ def sweep_abandoned(root: Path) -> list[tuple[str, int]]:
     The store is held open and everything is listed, sized and removed by descriptor (store.places): a link a
     member planted at `trash`, `work` or a kind directory is refused (UnsafePlaceError, naming it and the fix)
     before anything is removed, and one planted inside an entry is removed itself, never what it names."""
-    from envbuild.errors import EnvbuildError
-    from envbuild.safefiles import UnsafePlaceError
+    from envbuild.shared.errors import EnvbuildError
+    from envbuild.shared.safefiles import UnsafePlaceError
     from envbuild.store.entries import store_entries, tree_usage_and_newest
     from envbuild.store.places import OpenStore, open_entry
     from envbuild.store.prune import remove_entry
@@ -97,7 +97,7 @@ def remove_stale_partials(output: Path, root: Path, spec_name: str) -> list[str]
     (`<spec name>-<build id>`) is free. A SIGKILL during the copy to the output leaves one. The output's
     directory is held open and each name is unlinked in it: a link planted under such a name (in a project
     directory others may write) is removed itself, never the file it names."""
-    from envbuild import safefiles
+    from envbuild.shared import safefiles
 
     prefix = f"{output.name}.partial-"
     try:

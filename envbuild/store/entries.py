@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild import safefiles
-from envbuild.errors import EnvbuildError, UsageError
+from envbuild.shared import safefiles
+from envbuild.shared.errors import EnvbuildError, UsageError
 from envbuild.store.layout import COMPLETE, DOWNLOAD_CACHES, ENTRY_DIRS, LAST_USED, META, kind_dir
 from envbuild.store.places import OpenStore, open_entry, open_entry_path
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envbuild.safefiles import atomic_write
+from envbuild.shared.safefiles import atomic_write
 from envbuild.store.layout import COMPLETE, CONTENT
 from envbuild.store.places import is_private_group as is_private_group  # its home is store.places
 
@@ -30,7 +30,7 @@ _CHUNK = 1 << 20
 @dataclass(frozen=True)
 class FileDigest:
     size: int
-    sha256: str  # "sha256:<hex>", as envbuild.treedigest writes digests
+    sha256: str  # "sha256:<hex>", as envbuild.shared.treedigest writes digests
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ def recorded_env_digest(entry_dir: str | os.PathLike[str]) -> str | None:
 def env_layer_problem(entry_dir: str | os.PathLike[str]) -> tuple[str | None, str | None]:
     """(what is wrong with the env layer, its tree digest as found now): its root file system digested again
     and compared with the recorded digest; no record is a problem (nothing says what the tree should be)."""
-    from envbuild.treedigest import tree_digest
+    from envbuild.shared.treedigest import tree_digest
 
     entry = Path(entry_dir)
     recorded = recorded_env_digest(entry)
@@ -261,7 +261,7 @@ def verify_entry(kind: str, entry_dir: Path) -> EntryCheck:
 def _verify_base(entry: Path) -> EntryCheck:
     """The root file system against its recorded tree digest; a base whose digest is the tree's (every base
     but a local .sif) against its digest file as well, which is also the record of entries made before."""
-    from envbuild.treedigest import tree_digest
+    from envbuild.shared.treedigest import tree_digest
 
     record = read_content_record(entry)
     recorded_tree = record.trees.get("rootfs") if record else None
@@ -286,7 +286,7 @@ def _verify_env(entry: Path) -> EntryCheck:
 
 def _verify_overlay_base(entry: Path) -> EntryCheck:
     """overlays/base-*: the digest of a base .sif outside the store, when the file is still where it was."""
-    from envbuild.treedigest import file_digest
+    from envbuild.shared.treedigest import file_digest
 
     recorded = _read_text(entry / "digest")
     described = _read_text(entry / COMPLETE)

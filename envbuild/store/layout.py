@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuild.errors import EnvbuildError
+from envbuild.shared.errors import EnvbuildError
 
 # Entry kind -> the store directory that holds entries of that kind.
 ENTRY_DIRS = {"base": "bases", "env": "envs", "image": "images", "overlay": "overlays"}
@@ -95,7 +95,7 @@ class EntryPaths:
     @property
     def file_digests(self) -> str:
         """envs: each file's sha256 by inode, size and time, kept with `digest` so that a layer built on this
-        one (hard links to its files) records its own digest without reading them again (envbuild.treedigest)."""
+        one (hard links to its files) records its own digest without reading them again (envbuild.shared.treedigest)."""
         return f"{self.dir}/file-digests"
 
     @property

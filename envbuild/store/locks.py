@@ -19,8 +19,8 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from envbuild import safefiles
-from envbuild.errors import EnvbuildError
+from envbuild.shared import safefiles
+from envbuild.shared.errors import EnvbuildError
 from envbuild.store.layout import LOCK_KINDS, StorePaths, check_entry_name
 
 

@@ -3,7 +3,7 @@
 A group store (setgid, 2770, umask 007) lets every member create, rename and remove names in its root. A
 member who replaced `trash` with a link to another user's `~/data` would have that user's next build (the
 debris sweep runs before every build) list and delete `~/data/*`. So the root is opened once and each of
-its own directories is opened below it with O_NOFOLLOW (envbuild.safefiles.subdir); a link there, or a
+its own directories is opened below it with O_NOFOLLOW (envbuild.shared.safefiles.subdir); a link there, or a
 directory owned by someone who is neither the user, nor root, nor the store's owner, nor a member of the
 store's group, is refused with UnsafePlaceError. Everything below is then listed, sized, renamed and removed
 relative to those descriptors, never crossing a link.
@@ -19,8 +19,8 @@ import os
 import stat
 from pathlib import Path
 
-from envbuild import safefiles
-from envbuild.safefiles import UnsafePlaceError
+from envbuild.shared import safefiles
+from envbuild.shared.safefiles import UnsafePlaceError
 from envbuild.store.layout import ENTRY_DIRS
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC

@@ -11,8 +11,8 @@ import stat
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
-from envbuild import safefiles
-from envbuild.errors import EnvbuildError
+from envbuild.shared import safefiles
+from envbuild.shared.errors import EnvbuildError
 from envbuild.store.entries import StoreEntry
 from envbuild.store.layout import COMPLETE, ENTRY_DIRS, KIND_ORDER, STALE_AFTER_SECONDS, kind_dir
 from envbuild.store.locks import lock_holder, try_entry_lock, try_exclusive_use

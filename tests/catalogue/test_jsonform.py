@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from envbuild.catalogue.model import CATALOGUE_FORMAT, render_json
+from envbuild.catalogue.cataloguedata import CATALOGUE_FORMAT, render_json
 from tests.support.catalogue_samples import sample_catalogue
 
 

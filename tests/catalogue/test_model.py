@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envbuild.catalogue.model import COMMON, MISSING, OTHER, ImageEntry, build_catalogue, package_lines
+from envbuild.catalogue.cataloguedata import COMMON, MISSING, OTHER, ImageEntry, build_catalogue, package_lines
 from envbuild.inventory.pyenvs import Inventory, Package
 from tests.support.catalogue_samples import sample_catalogue
 

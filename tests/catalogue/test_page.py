@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from envbuild.catalogue.model import build_catalogue
+from envbuild.catalogue.cataloguedata import build_catalogue
 from envbuild.catalogue.page import render_page
 from tests.support.catalogue_samples import sample_catalogue, sample_entries
 from tests.support.golden import check_golden

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.catalogue.summary import EVERY_RUNTIME, base_of, build_facts, runtime_requirement, summarize
-from envbuild.inventory.facts import ImageFacts, read_image_facts
+from envbuild.inventory.imagefacts import ImageFacts, read_image_facts
 from tests.support.inventory_layout import fixture_image
 from tests.support.overlay_fixtures import make_overlay
 

@@ -1,6 +1,6 @@
 """A conda env file in the shape of the LUMI course's (torch 2.2.2+rocm5.6 wheels in its pip part) on
 lumi-g, whose cotainr base has ROCm 6.2: `envbuild validate --system` and `envbuild build --dry-run
---system` accept it with a warning that says what must match (envbuild.build.condacheck). No network."""
+--system` accept it with a warning that says what must match (envbuild.builder.plan.condacheck). No network."""
 
 from __future__ import annotations
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.app.build.request import torch_index_for
+from envbuild.builder.sessions.buildrequest import torch_index_for
+from envbuild.envspec.loadspec import load_spec
 from envbuild.lock.fileformat import render_lock
-from envbuild.lock.model import Lock, LockedPackage, LockTarget, lock_inputs
-from envbuild.spec.load import load_spec
+from envbuild.lock.lockmodel import Lock, LockedPackage, LockTarget, lock_inputs
 from tests.conftest import REPO, run_cli, seeded_store
 
 ENVBUILD = str(REPO / "bin" / "envbuild")

@@ -1,4 +1,4 @@
-"""Outputs through envbuild.safefiles (issue 40): `-o -` is standard output, `-o /dev/null` is written in place and
+"""Outputs through envbuild.shared.safefiles (issue 40): `-o -` is standard output, `-o /dev/null` is written in place and
 stays the machine's device (run as root, the old rename made it a regular file), and a link planted at an output's
 name, or at a build's bin/ wrapper directory, in a directory others may write never gets written through."""
 
@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envbuild.build.actions import WriteRunWrappers
-from envbuild.build.execute.wrapperfiles import write_run_wrappers
-from envbuild.catalogue.model import Catalogue
+from envbuild.builder.execute.wrapperfiles import write_run_wrappers
+from envbuild.builder.plan.actions import WriteRunWrappers
+from envbuild.catalogue.cataloguedata import Catalogue
 from envbuild.catalogue.site import write_site
 from envbuild.cli.envbuild_main import main
 from envbuild.launch.wrappers import render_wrapper
-from envbuild.recipes.load import load_recipe
-from envbuild.safefiles import UnsafePlaceError
+from envbuild.recipes.loadrecipe import load_recipe
+from envbuild.shared.safefiles import UnsafePlaceError
 from envbuild.slurm.sweep import state as sweepstate
 from tests.conftest import REPO
 from tests.support.trust_accounts import stranger

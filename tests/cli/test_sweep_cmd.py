@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.app.run import sweep as sweep_app
 from envbuild.cli import envrun_main
+from envbuild.commands import sweep as sweep_app
 from envbuild.slurm.sweep import runner
 
 METRIC = {"1n1p": 100.0, "1n2p": 180.0}
@@ -45,7 +45,7 @@ def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StandIn:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1}, raising=False)  # a 2-CPU host, as CI
     fake = StandIn()
-    # the sweep submits each script's text on sbatch's stdin (envbuild.app.run.sweep.slurm_calls); the stand-in
+    # the sweep submits each script's text on sbatch's stdin (envbuild.commands.sweep.slurm_calls); the stand-in
     # reads the copy the sweep keeps in its jobs/
     monkeypatch.setattr(sweep_app, "slurm_calls", lambda texts: runner.Slurm(fake.submit, fake.fields))
     return fake

@@ -25,7 +25,7 @@ DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md"),
 SOURCES = sorted((ROOT / "envbuild").rglob("*.py"))
 GENERATED = {ROOT / "docs" / "reference" / name for name in ("cli.md", "spec.md", "modules.md")}  # their sources are checked
 
-# Folders of this repository a path in the docs starts with; package-relative names (`build/plan.py`) are
+# Folders of this repository a path in the docs starts with; package-relative names (`builder/plan/imageplan.py`) are
 # looked up under envbuild/ (and tests/), as the docstrings write them.
 TOP_DIRS = ("envbuild", "tests", "bench", "examples", "envs", "recipes", "provision", "docs")
 _PATH = re.compile(r"(?<![\w./~$-])((?:[A-Za-z_][\w.-]*/)+[\w.*-]+\.(?:py|md|yaml|yml|sh|lock|png|json))(?![\w/])")
@@ -282,11 +282,11 @@ def test_documented_options_exist(where, words):
 
 def test_the_checker_sees_bad_names_and_bad_options(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("`envbuild/batch/resources.py`, `envbuild.app.buildcommand`, `envbuild/cli/lazygroup.py`, "
+    page.write_text("`envbuild/batch/resources.py`, `envbuild.commands.buildcommand`, `envbuild/cli/lazygroup.py`, "
                     "envbuild.cli.lazygroup.LazyGroup, [a page](nowhere.md), [the spec](../../envs/x.yaml), [up](#no-heading)\n")
     (tmp_path / "nowhere.md").write_text("")  # exists beside the page: a link, not a repository path
     assert _broken_names(page) == ["path envbuild/batch/resources.py", "link #no-heading", "link ../../envs/x.yaml",
-                                   "module envbuild.app.buildcommand"]
+                                   "module envbuild.commands.buildcommand"]
     assert parse_error(["envbuild", "build", "x.yaml", "--no-such-option"]) is not None
     assert parse_error(["envbuild", "build", "x.yaml", "--dry-run"]) is None
     assert parse_error(["envbuild", "cache", "prune", "--older-than", "30d"]) is None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.doctor.findings import DoctorReport, Finding
+from envbuild.doctor.checkresults import DoctorReport, Finding
 from envbuild.doctor.gather import DoctorRequest, run_doctor
 from tests.support.doctor_standins import make_image
 
@@ -193,7 +193,7 @@ def test_torchvision_of_another_variant_in_the_image_fails(tmp_path: Path) -> No
 
 
 def test_a_failure_found_exits_1_not_2(tmp_path: Path) -> None:
-    """The exit contract of every command (envbuild.errors): 1 problems found; 2 stays a usage error (issue 31:
+    """The exit contract of every command (envbuild.shared.errors): 1 problems found; 2 stays a usage error (issue 31:
     the doctor exited 2 for a failure)."""
     import subprocess
     import sys
@@ -213,7 +213,7 @@ def test_an_overlays_torchvision_is_checked_against_the_bases_torch(tmp_path: Pa
     """With --overlay, the overlay's family members stand in front of the base's (its venv comes first):
     a torchvision of another variant in the overlay fails against the base's torch."""
     from envbuild.doctor.gather import Setting, read_image
-    from envbuild.recipes.load import load_recipe
+    from envbuild.recipes.loadrecipe import load_recipe
 
     base = make_image(tmp_path, "laif")
     overlay = tmp_path / "overlay"

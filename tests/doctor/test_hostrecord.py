@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.doctor.findings import DoctorReport, fail, info, ok, warn
+from envbuild.doctor.checkresults import DoctorReport, fail, info, ok, warn
 from envbuild.doctor.hostrecord import capture_host, load_record, record_from_json
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.doctor.imagefacts import image_facts
+from envbuild.doctor.imagecomms import image_facts
 from envbuild.inventory.pyenvs import take_inventory
 from envbuild.inventory.trees import DirectoryTree
 from tests.support.doctor_standins import make_image

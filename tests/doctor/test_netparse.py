@@ -4,7 +4,7 @@ print them; the OFI lines are aws-ofi-nccl/-rccl's)."""
 from __future__ import annotations
 
 from envbuild.doctor.netchecks import parse_nccl_debug, probe_findings
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
 
 OFI = """nid005001:12:12 [0] NCCL INFO NET/OFI Using aws-ofi-rccl 1.4.0
 nid005001:12:12 [0] NCCL INFO NET/OFI Selected Provider is cxi (found 4 nics)

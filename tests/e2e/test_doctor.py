@@ -34,7 +34,7 @@ def test_doctor_in_a_one_node_allocation_with_probe(reference_image: Path) -> No
 
 
 def test_doctor_fails_when_the_image_is_not_there(tmp_path: Path) -> None:
-    """The doctor found a failure: exit 1 (the exit contract, envbuild/errors.py), not 2 (a usage error)."""
+    """The doctor found a failure: exit 1 (the exit contract, envbuild/shared/errors.py), not 2 (a usage error)."""
     result = run_cli([ENVRUN, "doctor", "--image", str(tmp_path / "missing.sif")], timeout=120, cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stderr

@@ -60,7 +60,7 @@ def test_reference_plus_tabulate_layered_runs_under_slurm_and_lists_the_full_reb
     log = _build(plus, layered, store, "--layered")
     assert "as a SIF overlay partition over image local-cpu-pytorch-" in log, log[-3000:]
     # Run as root with no post commands: the user layer lay in a directory over the env layer (no sandbox),
-    # and the reference env layer was hard-linked while the stale lock was resolved (envbuild.app.build.prefetch).
+    # and the reference env layer was hard-linked while the stale lock was resolved (envbuild.builder.sessions.prefetch).
     build_log = Path(f"{layered}.build.log").read_text()
     assert "in a directory over the env layer" in build_log and "/sandbox" not in build_log
     assert "-prefetch/rootfs " in build_log, build_log[:3000]

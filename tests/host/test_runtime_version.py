@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.host.runtime import require_runtime
 from envbuild.host.runtimeversion import check_supported, parse_version_line
+from envbuild.shared.errors import UsageError
 from tests.conftest import REPO, run_cli
 
 

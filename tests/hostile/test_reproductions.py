@@ -182,7 +182,7 @@ def test_sbatch_o_onto_an_attackers_link_writes_nothing_through_it(scene: Scene)
 
 
 def test_kernel_remove_never_deletes_what_a_hostile_kernel_json_names(scene: Scene) -> None:
-    from envbuild.kernel.spec import KernelEntry, kernelspec
+    from envbuild.kernel.kernelspec import KernelEntry, kernelspec
 
     scene.write_shared("env.sif", "image\n")
     installed = scene.run([ENVRUN, "kernel", "install", "--image", str(scene.shared / "env.sif"), "--name", "envrun-env"])
@@ -229,7 +229,7 @@ def test_python_modules_in_the_working_directory_never_run_on_the_host(scene: Sc
 
 
 def test_the_report_sampler_starts_isolated_from_the_working_directory(scene: Scene) -> None:
-    from envbuild.app.run.launch import RunRequest, report_sampler
+    from envbuild.commands.launch import RunRequest, report_sampler
 
     command = report_sampler(RunRequest(command=["python", "train.py"], image="env.sif"), {})
     assert command, "the report is on by default"

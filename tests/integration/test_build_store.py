@@ -89,7 +89,7 @@ def test_unchanged_spec_is_a_no_op_and_a_removed_output_comes_from_the_store(tmp
 
 
 def test_user_layer_change_reuses_the_env_layer(tmp_path: Path, store: Path) -> None:
-    from envbuild.treedigest import tree_digest
+    from envbuild.shared.treedigest import tree_digest
 
     image = tmp_path / "tiny.sif"
     build(write_spec(tmp_path, ["six"], flavour="one"), image, store)
@@ -108,7 +108,7 @@ def test_user_layer_change_reuses_the_env_layer(tmp_path: Path, store: Path) -> 
 def test_added_package_installs_only_the_difference_on_the_parent_env(tmp_path: Path, store: Path) -> None:
     image = tmp_path / "tiny.sif"
     build(write_spec(tmp_path, ["six"]), image, store)
-    from envbuild.treedigest import tree_digest
+    from envbuild.shared.treedigest import tree_digest
 
     parent = next(e for e in store_entries(store) if e["kind"] == "env")
     before = tree_digest(f"{parent['path']}/rootfs")

@@ -6,7 +6,7 @@
   writes its labels through such a link onto the host (apptainer 1.4.5 here), so envbuild refuses the base
   before running it, naming the link.
 (A relative link climbing out of the tree is refused by apptainer's own unpacking, "invalid symlink"; the
-executor's test, tests/build/test_tree_confinement.py, has one.)"""
+executor's test, tests/builder/test_tree_confinement.py, has one.)"""
 
 from __future__ import annotations
 

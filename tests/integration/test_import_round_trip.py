@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.spec.load import load_spec_text
+from envbuild.envspec.loadspec import load_spec_text
 from tests.conftest import run_cli
 from tests.support.build_faults import ENVBUILD
 

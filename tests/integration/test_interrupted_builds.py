@@ -33,7 +33,7 @@ POINTS = [
     ("base", signal.SIGTERM, ("pause", "base:4", "bases/*/rootfs.partial"), False),
     ("env", signal.SIGINT, ("pause", "env:4", "envs/*/rootfs.partial"), True),
     ("post", signal.SIGHUP, ("log", "sleep 30"), False),
-    # The spec's tests start in the record step and run beside the squash (envbuild.build.execute.beside): stopped there.
+    # The spec's tests start in the record step and run beside the squash (envbuild.builder.execute.beside): stopped there.
     ("squash", signal.SIGTERM, ("pause", "squash:3", "work/*/sandbox"), True),
     ("squash", signal.SIGINT, ("pause", "squash:6", "images/*/image.sif.partial-*"), True),
     # The output's copy is made in the squash step (beside the tests); the output step renames it into place.

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import ImageFormatError
 from envbuild.inventory.image import read_inventory
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.via_runtime import read_inventory_via_runtime
+from envbuild.shared.errors import ImageFormatError
 from tests.conftest import REPO, run_cli
 from tests.support.inventory_layout import build_sif, install_host_tools, lay_out
 

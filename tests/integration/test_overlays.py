@@ -29,7 +29,7 @@ def _seen(output: str) -> dict:
 
 @pytest.mark.parametrize("kind", OVERLAY_BASES)
 def test_build_reports_the_python_and_what_it_kept_and_added(kind: str, overlay_projects: dict[str, Path]) -> None:
-    from envbuild.inventory.overlay import read_overlay_record
+    from envbuild.inventory.overlayfile import read_overlay_record
 
     project = overlay_projects[kind]
     said = (project / "build-output.txt").read_text()

@@ -58,7 +58,7 @@ class Built:
 
 @pytest.fixture(scope="module", params=[0o007, 0o022], ids=["umask-0007", "umask-0022"])
 def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, debootstrap_base: Path) -> Iterator[Built]:
-    from envbuild.host.facts import gather_host_facts
+    from envbuild.host.buildhost import gather_host_facts
 
     mask = request.param
     work = tmp_path_factory.mktemp(f"umask{mask:04o}")

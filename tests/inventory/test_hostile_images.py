@@ -20,17 +20,17 @@ from typing import TypeVar
 
 import pytest
 
-from envbuild.errors import ImageFormatError
 from envbuild.inventory.diff import diff_images, render_diff
-from envbuild.inventory.facts import read_image_facts
 from envbuild.inventory.image import read_inventory
+from envbuild.inventory.imagefacts import read_image_facts
 from envbuild.inventory.inspect_report import render_inspect
+from envbuild.inventory.listing import ImageResult, package_rows, render_matrix, render_table
 from envbuild.inventory.pyenvs import take_inventory
-from envbuild.inventory.report import ImageResult, package_rows, render_matrix, render_table
 from envbuild.inventory.squashfs import Squashfs
 from envbuild.inventory.trees import DirectoryTree
 from envbuild.inventory.walkguard import WalkGuard
-from envbuild.terminaltext import printable, printable_lines
+from envbuild.shared.errors import ImageFormatError
+from envbuild.shared.terminaltext import printable, printable_lines
 from tests.conftest import REPO
 from tests.support.inventory_layout import dist_info
 
@@ -502,7 +502,7 @@ def test_a_deep_listing_from_the_container_is_read_without_recursion(tmp_path: P
 
 
 def test_verify_shows_what_the_image_names_escaped() -> None:
-    from envbuild.app.verify.image import Difference, Verification, render_verification
+    from envbuild.verify.imagecheck import Difference, Verification, render_verification
 
     result = Verification("img.sif", None, passed=[f"package {EVIL_NAME}"],
                           differences=[Difference("package", f"{EVIL_NAME} {EVIL_VERSION}, the lock says 1.0")])

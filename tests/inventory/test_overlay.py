@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import ImageFormatError
-from envbuild.inventory.cache import InventoryCache
 from envbuild.inventory.combine import base_mismatch, combined_label, overlaid_inventory
 from envbuild.inventory.image import read_inventory, sif_image_id
-from envbuild.inventory.overlay import read_overlay_record
+from envbuild.inventory.inventorycache import InventoryCache
+from envbuild.inventory.overlayfile import read_overlay_record
 from envbuild.inventory.pyenvs import Inventory
 from envbuild.inventory.squashfs import Squashfs
 from envbuild.inventory.trees import DirectoryTree, MountedTree
+from envbuild.shared.errors import ImageFormatError
 from tests.support.inventory_layout import fixture_image, lay_out
 from tests.support.overlay_fixtures import fixture_base_identity, lay_out_overlay, make_overlay, overlay_record, squash
 

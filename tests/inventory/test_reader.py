@@ -15,18 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import ImageFormatError
-from envbuild.inventory.cache import InventoryCache
 from envbuild.inventory.diff import diff_images, diff_to_dict, render_diff
-from envbuild.inventory.facts import exported_variables, read_image_facts
 from envbuild.inventory.image import read_inventory
+from envbuild.inventory.imagefacts import exported_variables, read_image_facts
 from envbuild.inventory.inspect_report import inspect_to_dict, render_inspect
+from envbuild.inventory.inventorycache import InventoryCache
+from envbuild.inventory.listing import ImageResult, image_labels, matrix, package_rows, render_json, render_matrix, render_table
 from envbuild.inventory.pkgmeta import parse_conda_meta_filename, parse_conda_meta_json, parse_core_metadata
 from envbuild.inventory.pyenvs import Inventory, Package, take_inventory
-from envbuild.inventory.report import ImageResult, image_labels, matrix, package_rows, render_json, render_matrix, render_table
 from envbuild.inventory.squashfs import Squashfs
 from envbuild.inventory.trees import DirectoryTree, SquashfsTree
 from envbuild.inventory.via_runtime import LISTING_SCRIPT, parse_listing, runtime_command
+from envbuild.shared.errors import ImageFormatError
 from envbuild.sif.reader import parse_header, read_sif_layout
 from tests.conftest import REPO, run_cli
 from tests.support.inventory_layout import FIXTURE_COMPRESSIONS, cache_env, fixture_image, inventory_cache_entries, lay_out

@@ -1,15 +1,15 @@
-"""Reading the torch family from a root file system's files (envbuild.inventory.torchfamily): a fake
+"""Reading the torch family from a root file system's files (envbuild.inventory.installedtorch): a fake
 site-packages tree in tmp_path stands for a build's sandbox."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from envbuild.inventory.torchfamily import env_family, env_site_dirs, family_in_site_dirs
+from envbuild.envspec.specmodel import VENV_PREFIX
+from envbuild.envspec.torchfamily import DEFAULT, TorchBuild
+from envbuild.inventory.installedtorch import env_family, env_site_dirs, family_in_site_dirs
 from envbuild.inventory.trees import DirectoryTree
-from envbuild.overlayformat import BASE_PTH
-from envbuild.spec.model import VENV_PREFIX
-from envbuild.spec.torchfamily import DEFAULT, TorchBuild
+from envbuild.shared.overlayformat import BASE_PTH
 
 SITE = f"{VENV_PREFIX}/lib/python3.11/site-packages"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.kernel.spec import KernelEntry, kernelspec
+from envbuild.kernel.kernelspec import KernelEntry, kernelspec
 from tests.conftest import REPO
 
 

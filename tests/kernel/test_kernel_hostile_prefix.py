@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.kernel.spec import KernelEntry, kernelspec
+from envbuild.kernel.kernelspec import KernelEntry, kernelspec
 from tests.support.trust_accounts import ENVRUN, as_user, stranger, unprivileged
 
 NAME = "envrun-env"
@@ -131,8 +131,8 @@ def test_remove_with_the_prefix_never_follows_a_kernel_directory_planted_as_a_li
 
 
 def test_install_force_replaces_only_the_users_own_kernel_directory(tmp_path: Path) -> None:
-    from envbuild.app.run.kernel import _write_kernel
-    from envbuild.errors import UsageError
+    from envbuild.commands.kernel import _write_kernel
+    from envbuild.shared.errors import UsageError
 
     if os.geteuid() != 0:
         pytest.skip("a stranger's directory needs root to plant (CI runs the tests as root)")
@@ -173,6 +173,6 @@ def test_install_force_replaces_only_the_users_own_kernel_directory(tmp_path: Pa
     ("/s/envrun/kernels/...log", "..", None),
 ])
 def test_a_kernel_writes_its_log_only_where_envrun_puts_logs(log: str, name: str, place: str | None) -> None:
-    from envbuild.kernel.spec import log_place
+    from envbuild.kernel.kernelspec import log_place
 
     assert log_place(log, name) == place

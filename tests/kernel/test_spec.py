@@ -1,4 +1,4 @@
-"""The kernelspec planner (envbuild.kernel.spec) and the shell's command (envbuild.kernel.shell): pure."""
+"""The kernelspec planner (envbuild.kernel.kernelspec) and the shell's command (envbuild.kernel.shell): pure."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import subprocess
 
 import pytest
 
-from envbuild.errors import UsageError
-from envbuild.kernel.shell import SHELL_BOOT, prompt_for, shell_command
-from envbuild.kernel.spec import (
+from envbuild.kernel.kernelspec import (
     IPYKERNEL_MOUNT,
     KERNEL_LAUNCHER,
     KernelEntry,
@@ -27,6 +25,8 @@ from envbuild.kernel.spec import (
     overlay_spec_text,
     read_entry,
 )
+from envbuild.kernel.shell import SHELL_BOOT, prompt_for, shell_command
+from envbuild.shared.errors import UsageError
 
 ENTRY = KernelEntry(name="envrun-env", display_name="env (envrun)", image="/p/env.sif", overlays=("/p/extras.sqsh",),
                     ipykernel_overlay="/c/kernels/env-1/ipykernel.sqsh", python="python3", system="lumi-g",
@@ -110,7 +110,7 @@ def test_where_kernelspecs_and_logs_go() -> None:
 
 
 def test_the_overlay_spec_is_an_overlay_of_the_image_with_ipykernel() -> None:
-    from envbuild.spec.load import load_spec_text
+    from envbuild.envspec.loadspec import load_spec_text
 
     loaded = load_spec_text(overlay_spec_text("/p/it's env.sif", "local"))
     spec = loaded.spec

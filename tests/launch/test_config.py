@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.launch.args import LAUNCHERS
 from envbuild.launch.config import config_path, load_envrun_config
 from envbuild.launch.configschema import BatchDefaults, EnvrunConfig, SystemSettings
+from envbuild.shared.errors import UsageError
 
 CONFIG = """\
 binds: [/scratch/data, /projappl/models]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.envnames import is_env_name, shell_evaluated_literally
-from envbuild.errors import SpecError, UsageError
-from envbuild.host.facts import Runtime
+from envbuild.host.buildhost import Runtime
 from envbuild.launch.config import read_settings
-from envbuild.launch.plan import LaunchRequest, plan_launch
-from envbuild.recipes.load import load_recipe, recipes_dir, validate_recipe_file
+from envbuild.launch.launchplan import LaunchRequest, plan_launch
+from envbuild.recipes.loadrecipe import load_recipe, recipes_dir, validate_recipe_file
+from envbuild.shared.envnames import is_env_name, shell_evaluated_literally
+from envbuild.shared.errors import SpecError, UsageError
 from tests.cli.test_envrun_main import envrun, refused
 from tests.launch.test_plan import HOST
 
@@ -73,7 +73,7 @@ def test_envrun_refuses_a_bad_name_without_a_script_or_a_traceback(tmp_path: Pat
 
 
 def test_a_recipe_with_a_bad_name_is_located(tmp_path: Path) -> None:
-    from envbuild.yamlsource import load_yaml_file
+    from envbuild.shared.yamlsource import load_yaml_file
 
     text = (recipes_dir() / "local.yaml").read_text() + 'env:\n  "A;B": x\n'
     path = tmp_path / "local.yaml"
@@ -88,7 +88,7 @@ def test_a_recipe_with_a_bad_name_is_located(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["FOO\n", "A;B"])
 def test_a_spec_with_a_bad_name_is_located(tmp_path: Path, name: str) -> None:
     """re.match with `$` took "FOO\\n": every start of the image then ran `export FOO` and `=x: not found`."""
-    from envbuild.spec.load import load_spec
+    from envbuild.envspec.loadspec import load_spec
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"name: x\nbase: debootstrap:bookworm\npython: {{packages: []}}\nenv:\n  {yaml_key(name)}: x\n")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.app.run.launch import RunRequest, report_sampler
-from envbuild.build.actions import Run
-from envbuild.build.squashplan import squash_actions, squash_with_manifest
+from envbuild.builder.plan.actions import Run
+from envbuild.builder.plan.squashplan import squash_actions, squash_with_manifest
+from envbuild.commands.launch import RunRequest, report_sampler
 from tests.conftest import REPO
 
 
@@ -98,7 +98,7 @@ def test_the_report_sampler_starts_isolated_with_this_envbuild(tmp_path: Path, p
 
 def test_doctor_runs_envrun_isolated(tmp_path: Path, planted: Path) -> None:
     from envbuild.doctor.gather import Setting, envrun_argv
-    from envbuild.recipes.load import load_recipe
+    from envbuild.recipes.loadrecipe import load_recipe
 
     image = tmp_path / "env.sif"
     image.write_text("x")
@@ -131,7 +131,7 @@ def test_the_builds_own_python_helpers_run_in_root_never_in_the_users_directory(
 
 def test_cotainr_runs_without_the_working_directory_on_its_path(tmp_path: Path, planted: Path) -> None:
     """A conda build runs cotainr as a module of envbuild's Python."""
-    from envbuild.app.build.condasession import find_cotainr
+    from envbuild.builder.sessions.condasession import find_cotainr
 
     argv = find_cotainr().argv
     assert argv[0] == sys.executable and argv[1] in ("-P", "-I") and argv[2:] == ("-m", "cotainr")

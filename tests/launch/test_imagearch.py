@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.host.arch import check_image_arch
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
+from envbuild.shared.errors import UsageError
 from envbuild.sif.format import read_sif_arch
 from tests.conftest import REPO, run_cli
 from tests.support.archfixtures import recipes_with_arm_system, recording_tools, sif_with_arch

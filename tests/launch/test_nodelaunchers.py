@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.host.node import HostNode
+from envbuild.shared.errors import UsageError
 from tests.launch.test_plan import ONE_OVERLAY, plan, words_after
 from tests.support.launch_allocations import JUWELS_2_NODES, LUMI_2_NODES, MAHTI_2_NODES, PUHTI_4_GPUS
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.launch import overlays as overlays_module
 from envbuild.launch.overlays import check_overlays, file_digest, read_overlays
-from envbuild.overlayformat import DEFAULT_MOUNT, RECORD_FILE
+from envbuild.shared.errors import UsageError
+from envbuild.shared.overlayformat import DEFAULT_MOUNT, RECORD_FILE
 from envbuild.sif.reader import read_sif_layout
 from tests.support.envrun_overlays import FIXTURE_SIF, base_record, make_overlay, sha256_of
 

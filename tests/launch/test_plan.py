@@ -11,14 +11,14 @@ import subprocess
 
 import pytest
 
-from envbuild.errors import UsageError
-from envbuild.host.facts import Runtime
+from envbuild.host.buildhost import Runtime
 from envbuild.host.node import HostNode
 from envbuild.host.pythonstart import isolated_module
 from envbuild.launch.allocation import read_allocation
 from envbuild.launch.args import split_srun
-from envbuild.launch.plan import LaunchRequest, plan_launch
-from envbuild.recipes.load import load_recipe
+from envbuild.launch.launchplan import LaunchRequest, plan_launch
+from envbuild.recipes.loadrecipe import load_recipe
+from envbuild.shared.errors import UsageError
 from tests.support.golden import check_golden
 from tests.support.launch_allocations import (
     HOST,
@@ -64,7 +64,7 @@ def plan(*command: str, system: str = "local", environ: dict[str, str] | None = 
     ))
 
 
-# What envbuild.app.run.launch.report_sampler gives for an envbuild installed in /opt/envbuild (issue 32): isolated
+# What envbuild.commands.launch.report_sampler gives for an envbuild installed in /opt/envbuild (issue 32): isolated
 # from the step's working directory (issue 40)
 REPORT_SAMPLER = isolated_module("envbuild.report.sampler", "--interval", "5", python="/opt/envbuild/.venv/bin/python",
                                  root="/opt/envbuild")
@@ -424,7 +424,7 @@ def test_wrapper_passes_arguments_and_uses_caller_cwd() -> None:
 
 
 def test_wrappers_never_replace_files_envbuild_did_not_write(tmp_path) -> None:
-    from envbuild.build.execute.wrapperfiles import is_replaceable_wrapper
+    from envbuild.builder.execute.wrapperfiles import is_replaceable_wrapper
     from envbuild.launch.wrappers import render_wrapper
 
     ours = tmp_path / "python"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.launch import config as config_module
 from envbuild.launch.config import read_settings, settings_for
 from envbuild.launch.project import find_environment, find_project_file, project_settings
+from envbuild.shared.errors import UsageError
 
 PROJECT = """\
 # the training project

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.host.facts import Runtime
-from envbuild.launch.plan import LaunchRequest, plan_launch
+from envbuild.host.buildhost import Runtime
+from envbuild.launch.launchplan import LaunchRequest, plan_launch
 from envbuild.launch.shims import sh_quote
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
 
 # Words a shell would mangle if it parsed them again.
 TRICKY_ARGS = ["--lr", "3e-4", "two words", "it's", '"quoted"', "$HOME", "*", "a\nb", "", "-c", "; exit 3"]

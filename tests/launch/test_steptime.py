@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.host.runtime import Runtime
-from envbuild.launch.plan import LaunchRequest, plan_launch
+from envbuild.launch.launchplan import LaunchRequest, plan_launch
 from envbuild.launch.steptime import srun_time_limit
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
+from envbuild.shared.errors import UsageError
 
 
 def test_srun_gets_whole_minutes_rounded_up() -> None:

@@ -13,8 +13,8 @@ import pytest
 
 from envbuild.host.usercache import MISS, is_plain, read_cached, user_cache_dir, write_cached
 from envbuild.launch.config import read_settings
-from envbuild.recipes import load as load_module
-from envbuild.recipes.load import load_recipe_data, recipes_dir
+from envbuild.recipes import loadrecipe as load_module
+from envbuild.recipes.loadrecipe import load_recipe_data, recipes_dir
 from tests.support.trust_accounts import stranger
 
 PROJECT = "image: env.sif\nbinds: [data]\nenv: {HF_HOME: /scratch/hf}\n"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.launch.visibility import HostPaths, check_visibility, program_file_index, visible_roots
+from envbuild.shared.errors import UsageError
 from tests.launch.test_plan import plan
 
 ENVIRON = {"HOME": "/home/u"}
@@ -194,9 +194,9 @@ def test_a_plan_without_the_host_file_system_checks_nothing(tmp_path: Path) -> N
 
 
 def plan_with_paths(*command: str, files: dict[str, str | None], binds: tuple[str, ...] = ()):
-    from envbuild.host.facts import Runtime
-    from envbuild.launch.plan import LaunchRequest, plan_launch
-    from envbuild.recipes.load import load_recipe
+    from envbuild.host.buildhost import Runtime
+    from envbuild.launch.launchplan import LaunchRequest, plan_launch
+    from envbuild.recipes.loadrecipe import load_recipe
     from tests.launch.test_plan import HOST
 
     return plan_launch(LaunchRequest(
@@ -218,9 +218,9 @@ def test_the_host_file_system_answers_real_paths_and_nothing_for_odd_words(tmp_p
 
 
 def test_the_batch_plan_warns_notes_the_program_bind_and_carries_bind() -> None:
-    from envbuild.host.facts import Runtime
-    from envbuild.recipes.load import load_recipe
-    from envbuild.slurm.batch.plan import BatchRequest, plan_batch
+    from envbuild.host.buildhost import Runtime
+    from envbuild.recipes.loadrecipe import load_recipe
+    from envbuild.slurm.batch.jobplan import BatchRequest, plan_batch
     from envbuild.slurm.batch.resources import JobRequest
     from envbuild.slurm.batch.script import render_script
     from tests.launch.test_plan import HOST

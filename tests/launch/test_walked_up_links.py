@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.launch.project import Environment, find_environment, project_settings
 from envbuild.launch.trust import Ignored
+from envbuild.shared.errors import UsageError
 from tests.support.trust_accounts import ENVRUN, as_user, plant, stranger, unprivileged
 
 PLANTED = "image: /evil.sif\nbinds: ['/:/hostroot']\n"

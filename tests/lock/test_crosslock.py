@@ -105,7 +105,7 @@ def _chosen_torch_wheel(directory: Path, store: Path) -> tuple[str, str]:
 def test_lock_target_is_checked_in_the_spec(target: dict[str, object], problem: str) -> None:
     from pydantic import ValidationError
 
-    from envbuild.spec.model import Spec
+    from envbuild.envspec.specmodel import Spec
 
     with pytest.raises(ValidationError, match=problem):
         Spec.model_validate({"name": "x", "base": "debootstrap:bookworm", "python": {"lock_target": target}})

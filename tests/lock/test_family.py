@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.app.build.request import load_fresh_lock, torch_index_for
-from envbuild.errors import EnvbuildError
-from envbuild.inventory.torchfamily import check_locked_family
+from envbuild.builder.sessions.buildrequest import load_fresh_lock, torch_index_for
+from envbuild.envspec.loadspec import load_spec
+from envbuild.inventory.installedtorch import check_locked_family
 from envbuild.lock.fileformat import render_lock
-from envbuild.lock.model import Lock, LockedPackage, LockTarget, lock_inputs
-from envbuild.spec.load import load_spec
+from envbuild.lock.lockmodel import Lock, LockedPackage, LockTarget, lock_inputs
+from envbuild.shared.errors import EnvbuildError
 
 H = "sha256:" + "a" * 64
 # The spec: torch's CPU build and torchvision listed next to it.

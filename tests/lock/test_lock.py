@@ -14,9 +14,9 @@ from packaging.version import Version
 from uv import find_uv_bin
 
 from envbuild import __version__
-from envbuild.errors import EnvbuildError
+from envbuild.envspec.specmodel import Spec
 from envbuild.lock.fileformat import read_lock, render_lock
-from envbuild.lock.model import (
+from envbuild.lock.lockmodel import (
     Lock,
     LockedPackage,
     LockInputs,
@@ -28,7 +28,7 @@ from envbuild.lock.model import (
 )
 from envbuild.lock.staleness import stale_reasons
 from envbuild.lock.uv import parse_uv_requirements, uv_compile_argv, uv_python_platform
-from envbuild.spec.model import Spec
+from envbuild.shared.errors import EnvbuildError
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "uv-compile-output.txt"
 TARGET = LockTarget(python="3.11.2", platform="x86_64-manylinux_2_36")

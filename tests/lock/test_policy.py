@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.lock.policy import LockDecision, LockFlags, LockState, decide_lock
+from envbuild.shared.errors import UsageError
 
 PATH = "envs/tiny.lock"
 CURRENT = LockState(PATH, exists=True, packages=3)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.host.node import HostNode
 from envbuild.recipes import detect
 from envbuild.recipes.detect import detect_site, detect_system, resolve_site_recipe
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
+from envbuild.shared.errors import UsageError
 from envbuild.slurm.batch.resources import JobRequest, plan_resources
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.launch.nodefacts import cpu_masks, node_facts
-from envbuild.recipes.load import available_recipes, load_recipe, recipes_dir, validate_recipe_file
+from envbuild.recipes.loadrecipe import available_recipes, load_recipe, recipes_dir, validate_recipe_file
 from envbuild.recipes.ops import cores_to_mask, from_cached, parse_core_list
 from envbuild.recipes.protocols import SystemRecipe
 from envbuild.recipes.schema import dump_for_cache
@@ -101,7 +101,7 @@ def test_core_list_errors() -> None:
 
 
 def test_broken_recipe_is_located(tmp_path: Path) -> None:
-    from envbuild.errors import UsageError
+    from envbuild.shared.errors import UsageError
 
     (tmp_path / "bad.yaml").write_text("name: bad\nnode:\n  gpus: -1\n  cores: 4\n")
     with pytest.raises(UsageError, match=r"bad.yaml:3:3: node.gpus: Input should be greater than or equal to 0"):
@@ -147,7 +147,7 @@ def test_literal_prefix_of_hostname_patterns() -> None:
 def test_detection_reads_one_cache_file_that_follows_edited_recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """envrun detects the site from every recipe's `detect`, kept in one cache file keyed by all recipe files."""
     from envbuild.recipes.detect import detect_system
-    from envbuild.recipes.load import detection_table
+    from envbuild.recipes.loadrecipe import detection_table
 
     recipes = tmp_path / "recipes"
     recipes.mkdir()

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from envbuild.recipes.load import load_recipe, recipes_dir
+from envbuild.recipes.loadrecipe import load_recipe, recipes_dir
 
 
 def test_lumi_g_forces_no_gdr_level_and_sets_the_mr_cache_monitor() -> None:

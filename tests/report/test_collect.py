@@ -10,8 +10,8 @@ import pytest
 
 from envbuild.report import collect
 from envbuild.report.collect import Collector
-from envbuild.report.model import Report
-from envbuild.report.render import summary_text
+from envbuild.report.reportmodel import Report
+from envbuild.report.reportrender import summary_text
 from envbuild.report.wire import StreamSplitter, encode
 
 STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "report"

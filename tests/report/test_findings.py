@@ -4,8 +4,8 @@ problem and the fix, and says whether it applied."""
 from __future__ import annotations
 
 from envbuild.report.collect import Collector
-from envbuild.report.findings import numbers
-from envbuild.report.model import Report
+from envbuild.report.reportmodel import Report
+from envbuild.report.stepfindings import numbers
 from tests.report.test_collect import feed_records, replay
 
 GIB = 1024**3

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.report import render
-from envbuild.report.model import NodeSummary, NodeTimeline, RankSummary, Report
-from envbuild.report.render import (
+from envbuild.report import reportrender as render
+from envbuild.report.reportmodel import NodeSummary, NodeTimeline, RankSummary, Report
+from envbuild.report.reportrender import (
     render_html,
     render_png,
     report_json,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.report import render
-from envbuild.report.render import render_html, write_report
-from envbuild.safefiles import UnsafePlaceError
+from envbuild.report import reportrender as render
+from envbuild.report.reportrender import render_html, write_report
+from envbuild.shared.safefiles import UnsafePlaceError
 from tests.report.test_collect import replay
 from tests.report.test_render import cpu_only_step
 from tests.support.trust_accounts import stranger

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import UsageError
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
+from envbuild.shared.errors import UsageError
 from envbuild.slurm.check.pitfalls import check_script, check_script_file, render_report
 from envbuild.slurm.check.rulebase import Finding
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envbuild.cli import envrun_main
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
 from envbuild.slurm.check.parse import parse_script
 from envbuild.slurm.check.pitfalls import check_script, check_script_file
 from envbuild.slurm.check.shellwords import read_commands

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
 from envbuild.slurm.check.pitfalls import check_script
 
 PUHTI = "#!/bin/bash\n#SBATCH --account=project_2001234\n#SBATCH --partition=gpu\n#SBATCH --time=01:00:00\n"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
 from envbuild.slurm.check.pitfalls import check_script, render_report
 
 TYPE_CHECKING = False

@@ -3,7 +3,7 @@ what --check reads, with the lines of the file and the script's own settings exp
 
 from __future__ import annotations
 
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
 from envbuild.slurm.check.pitfalls import check_script, submitted_here_document
 
 DRIVER = """#!/bin/bash

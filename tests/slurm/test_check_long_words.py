@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
 from envbuild.slurm.check import pitfalls
 from envbuild.slurm.check.parse import directive_words, parse_script
 from envbuild.slurm.check.pitfalls import bash_syntax_error, check_script_file

@@ -10,7 +10,7 @@ import pytest
 
 from envbuild.cli import envrun_main
 from envbuild.launch.visibility import files_opened_at_start
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
 from envbuild.slurm.check.pitfalls import check_script
 from envbuild.slurm.check.rulebase import FileProbe
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from envbuild.cli import envrun_main
-from envbuild.errors import UsageError
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
+from envbuild.shared.errors import UsageError
 from envbuild.slurm.check.pitfalls import check_script, check_script_file
 
 

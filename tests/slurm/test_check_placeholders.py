@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
 from envbuild.slurm.check.jobrules import placeholder_in
 from envbuild.slurm.check.pitfalls import check_script, render_report
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
 from envbuild.slurm.check.parse import parse_script
 from envbuild.slurm.check.pitfalls import check_script, check_script_file, render_report
 from envbuild.slurm.check.programs import classify_program

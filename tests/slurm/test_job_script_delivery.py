@@ -1,6 +1,6 @@
 """The job script reaches sbatch as planned (issue 40): on sbatch's standard input, never read back by name from
 .envrun/jobs/ (a group project's member could swap it between the write and the submission), and .envrun/jobs
-made by someone else, or a link, is refused. `-o` writes through envbuild.safefiles: `-` is standard output,
+made by someone else, or a link, is refused. `-o` writes through envbuild.shared.safefiles: `-` is standard output,
 /dev/null stays a device, a link planted at the name in a shared directory is replaced, never written through."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.app.run.batchjob import submit_text
 from envbuild.cli import envrun_main
+from envbuild.commands.sbatch import submit_text
 from envbuild.slurm.batch.submit import wait_for_job
 from tests.support.trust_accounts import stranger
 

@@ -17,13 +17,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from envbuild.build.record import env_script
-from envbuild.errors import UsageError
+from envbuild.builder.plan.record import env_script
 from envbuild.host.runtime import Runtime
-from envbuild.launch.plan import LaunchRequest, plan_launch
-from envbuild.launch.request import LaunchPlan
+from envbuild.launch.launchplan import LaunchRequest, plan_launch
+from envbuild.launch.launchrequest import LaunchPlan
 from envbuild.launch.wrappers import render_wrapper
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
+from envbuild.shared.errors import UsageError
 from tests.support.hostile_text import (
     MARKER,
     NEWLINES,
@@ -107,8 +107,8 @@ SHAPE = "a value broke a line|bash -n"
 
 @pytest.mark.parametrize(("broken", "text", "message"), [
     ("shlex.quote", f"$(touch {MARKER})", SHAPE), ("shlex.quote", "a b", SHAPE), ("shlex.quote", "it's", SHAPE),
-    ("envbuild.shelltext.comment", f"a\ntouch {MARKER}", SHAPE),
-    ("envbuild.launch.plan.shell_evaluated_literally", "$HOME-x", None),  # the value the program sees
+    ("envbuild.shared.shelltext.comment", f"a\ntouch {MARKER}", SHAPE),
+    ("envbuild.launch.launchplan.shell_evaluated_literally", "$HOME-x", None),  # the value the program sees
 ], ids=repr)
 def test_the_dry_run_guard_fails_when_the_quoting_is_broken(broken: str, text: str, message: str | None,
                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

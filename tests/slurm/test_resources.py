@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.host.node import HostNode
-from envbuild.recipes.load import load_recipe
+from envbuild.recipes.loadrecipe import load_recipe
+from envbuild.shared.errors import UsageError
 from envbuild.slurm.batch.resources import JobRequest, plan_resources
 
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import UsageError
 from envbuild.host.runtime import Runtime
-from envbuild.recipes.load import load_recipe
-from envbuild.slurm.batch.plan import BatchRequest, Requeue, plan_batch
+from envbuild.recipes.loadrecipe import load_recipe
+from envbuild.shared.errors import UsageError
+from envbuild.slurm.batch.jobplan import BatchRequest, Requeue, plan_batch
 from envbuild.slurm.batch.resources import JobRequest
 from envbuild.slurm.batch.script import directive_value, render_script
 from envbuild.slurm.batch.staging import StageSource

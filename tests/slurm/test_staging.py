@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import UsageError
+from envbuild.shared.errors import UsageError
 from envbuild.slurm.batch.staging import STAGE_SCRIPT, StageSource, describe_source, staged_variables
 
 

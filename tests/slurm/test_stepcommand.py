@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from envbuild.errors import UsageError
-from envbuild.slurm.batch.plan import job_name
+from envbuild.shared.errors import UsageError
+from envbuild.slurm.batch.jobplan import job_name
 from envbuild.slurm.batch.stepcommand import infer_launcher, step_command
 
 

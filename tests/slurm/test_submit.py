@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import EnvbuildError
+from envbuild.shared.errors import EnvbuildError
 from envbuild.slurm.batch.submit import job_exit_code, parse_job_fields, submit, wait_for_job
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.safefiles import UnsafePlaceError
+from envbuild.shared.safefiles import UnsafePlaceError
 from envbuild.store.entries import list_entries, touch_used
 from envbuild.store.layout import kind_dir
 from envbuild.store.prune import remove_entry
@@ -40,7 +40,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user
 SWEEP = """
 import sys
 from envbuild.store.debris import sweep_abandoned
-from envbuild.errors import EnvbuildError
+from envbuild.shared.errors import EnvbuildError
 try:
     removed = sweep_abandoned(sys.argv[1])
 except EnvbuildError as exc:

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from envbuild.cli.cache_cmds import cache_group
+from envbuild.shared.treedigest import tree_digest
 from envbuild.store.integrity import (
     FileDigest,
     digest_of_file,
@@ -28,7 +29,6 @@ from envbuild.store.integrity import (
     write_content_record,
 )
 from envbuild.store.layout import kind_dir
-from envbuild.treedigest import tree_digest
 
 STRANGER = 65534  # nobody
 
@@ -326,7 +326,7 @@ def as_account(account: pwd.struct_passwd, code: str, *args: str) -> subprocess.
 TAKE = """
 import sys
 from pathlib import Path
-from envbuild.app.build.storetrust import take_stored_file
+from envbuild.builder.sessions.storetrust import take_stored_file
 from envbuild.store.layout import kind_dir
 store, entry, partial = sys.argv[1:]
 ok = take_stored_file(Path(store), "image", entry, "image.sif", partial, say=print)
@@ -393,9 +393,9 @@ def test_an_entry_a_stranger_planted_in_the_users_store_is_not_taken(tmp_path_fa
 
 def test_a_layer_on_a_parent_records_the_same_digest_reading_only_its_own_files(tmp_path: Path,
                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the env step records for a layer hard-linked from its parent (envbuild.treedigest.main, as the
+    """What the env step records for a layer hard-linked from its parent (envbuild.shared.treedigest.main, as the
     RecordDigest action runs it): the full tree digest, with the parent's files not read again."""
-    import envbuild.treedigest as treedigest
+    import envbuild.shared.treedigest as treedigest
 
     parent = make_env(tmp_path, "parent-0123456789abcdef", record=False)
     treedigest.main([str(parent / "rootfs"), str(parent / "digest"), "", str(parent / "file-digests")])
@@ -419,7 +419,7 @@ def test_a_layer_on_a_parent_records_the_same_digest_reading_only_its_own_files(
 def test_forged_per_file_digests_can_only_make_a_record_that_fails_verification(tmp_path: Path) -> None:
     """Whoever can write a parent's file-digests can make a new layer's record wrong, never a tampered tree
     verify: verifying reads every file."""
-    import envbuild.treedigest as treedigest
+    import envbuild.shared.treedigest as treedigest
 
     parent = make_env(tmp_path, "parent-0123456789abcdef")
     found: dict[tuple[int, int, int], str] = {}

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from envbuild.cli.cache_cmds import cache_group
-from envbuild.errors import EnvbuildError, UsageError
+from envbuild.shared.errors import EnvbuildError, UsageError
 from envbuild.store import prune as store
 from envbuild.store.entries import StoreEntry, list_entries, parse_size, touch_used
 from envbuild.store.locks import entry_lock, try_entry_lock

@@ -28,7 +28,7 @@ def make_sif(root: Path, image: Path, compression: str = "gzip") -> Path:
 
 
 def build_record(name: str, compression: str, base: str) -> dict[str, object]:
-    """A build record shaped as envbuild.build.record.build_record writes it."""
+    """A build record shaped as envbuild.builder.plan.record.build_record writes it."""
     spec = f"name: {name}\n"
     return {
         "record_format": 2, "envbuild_version": "0.1.0", "built_at": "2026-11-20T09:30:00Z",

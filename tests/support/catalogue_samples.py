@@ -3,8 +3,8 @@ text that needs escaping. The golden page and the JSON tests use it."""
 
 from __future__ import annotations
 
-from envbuild.catalogue.model import Catalogue, ImageEntry, build_catalogue
-from envbuild.inventory.facts import ImageFacts
+from envbuild.catalogue.cataloguedata import Catalogue, ImageEntry, build_catalogue
+from envbuild.inventory.imagefacts import ImageFacts
 from envbuild.inventory.pyenvs import Environment, Inventory, Package, Problem
 
 VENV = "/opt/envbuild/venv"

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from envbuild.overlayformat import DEFAULT_MOUNT, OVERLAY_RECORD_FORMAT, RECORD_FILE
+from envbuild.shared.overlayformat import DEFAULT_MOUNT, OVERLAY_RECORD_FORMAT, RECORD_FILE
 from envbuild.sif.reader import read_sif_layout
 from tests.conftest import REPO
 

@@ -174,7 +174,7 @@ def cache_env(tmp_path: Path) -> dict[str, str]:
 
 
 def inventory_cache_entries(env: dict[str, str]) -> list[Path]:
-    """The inventory cache's files under the XDG_CACHE_HOME of `env` (envbuild.inventory.cache)."""
+    """The inventory cache's files under the XDG_CACHE_HOME of `env` (envbuild.inventory.inventorycache)."""
     return sorted((Path(env["XDG_CACHE_HOME"]) / "envrun").glob("inventory-*"))
 FIXTURE_COMPRESSIONS = ("gzip", "zstd")
 

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from envbuild.overlayformat import BASE_PTH, DEFAULT_MOUNT, LOCK_FILE, OVERLAY_RECORD_FORMAT, RECORD_FILE, SPEC_FILE
+from envbuild.shared.overlayformat import BASE_PTH, DEFAULT_MOUNT, LOCK_FILE, OVERLAY_RECORD_FORMAT, RECORD_FILE, SPEC_FILE
 
 OVERLAY_SPEC = """\
 name: tiny-overlay
@@ -45,7 +45,7 @@ def overlay_record(*, name: str = "tiny-overlay", mount: str = DEFAULT_MOUNT, ba
                    python_version: str = "3.11.2", base_env: str = "/opt/venv",
                    added: dict[str, str] | None = None, kept: dict[str, str] | None = None,
                    spec: str | None = OVERLAY_SPEC, lock: str | None = None) -> dict[str, Any]:
-    """A complete overlay.json (the keys envbuild.overlayformat documents)."""
+    """A complete overlay.json (the keys envbuild.shared.overlayformat documents)."""
     added = ADDED if added is None else added
     kept = KEPT if kept is None else kept
     major_minor = ".".join(python_version.split(".")[:2])

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.build.plan import plan_base, plan_build
-from envbuild.build.request import BasePlan, BuildPlan, BuildRequest, ImageOptions, SpecSource
-from envbuild.host.facts import HostFacts, Runtime
+from envbuild.builder.plan.imageplan import plan_base, plan_build
+from envbuild.builder.plan.plandata import BasePlan, BuildPlan, BuildRequest, ImageOptions, SpecSource
+from envbuild.envspec.loadspec import load_spec
+from envbuild.host.buildhost import HostFacts, Runtime
 from envbuild.host.pip import PipSettings
-from envbuild.recipes.load import load_recipe
-from envbuild.spec.load import load_spec
+from envbuild.recipes.loadrecipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,10 +95,10 @@ def fixed_base_plan(spec_file: str, **overrides: object) -> BasePlan:
 def session_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty store at tmp_path/store that a build session's host facts point at (FIXED_FACTS otherwise), for
     the `store` fixtures of the session tests."""
-    import envbuild.host.facts
+    import envbuild.host.buildhost
 
     root = tmp_path / "store"
     root.mkdir()
     facts = replace(FIXED_FACTS, cache_dir=root)
-    monkeypatch.setattr(envbuild.host.facts, "gather_host_facts", lambda **_: facts)
+    monkeypatch.setattr(envbuild.host.buildhost, "gather_host_facts", lambda **_: facts)
     return root

@@ -98,9 +98,9 @@ def rearrange(kind: str, root: Path) -> None:
 
 
 def _squash(sandbox: Path, work: Path, output: Path, runtime: str) -> None:
-    from envbuild.build.actions import Step
-    from envbuild.build.execute.executor import BuildExecutor
-    from envbuild.build.squashplan import squash_actions
+    from envbuild.builder.execute.executor import BuildExecutor
+    from envbuild.builder.plan.actions import Step
+    from envbuild.builder.plan.squashplan import squash_actions
 
     actions = squash_actions(str(sandbox), str(output), compression="zstd", runtime_path=runtime, work_dir=str(work))
     BuildExecutor(work / "squash.log", store_root=work, out=io.StringIO()).execute_steps(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal as signals
 
-from envbuild.errors import UsageError
+from envbuild.shared.errors import UsageError
 
 
 def children_map(proc: str = "/proc") -> dict[int, list[int]]:

@@ -23,7 +23,7 @@ from shlex import quote
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from envbuild.slurm.batch.plan import Requeue
+    from envbuild.slurm.batch.jobplan import Requeue
 
 # The watchdog leaves this much of the grace period for Slurm to requeue before the limit kills the job.
 REQUEUE_MARGIN_S = 15

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from envbuild.durations import format_duration, parse_duration, parse_slurm_time
-from envbuild.errors import UsageError
 from envbuild.launch.args import LAUNCHERS, PER_NODE_LAUNCHERS
+from envbuild.shared.durations import format_duration, parse_duration, parse_slurm_time
+from envbuild.shared.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The batch script text of a planned job (envbuild.slurm.batch.plan). Pure: golden-tested per system and shape.
+"""The batch script text of a planned job (envbuild.slurm.batch.jobplan). Pure: golden-tested per system and shape.
 
 Every #SBATCH line has a comment above it saying why (sbatch reads #SBATCH lines until the first command,
 and comment lines between them are allowed). The body is the envrun line and what the job needs around it:
@@ -10,13 +10,13 @@ from __future__ import annotations
 from shlex import quote
 
 from envbuild import __version__
-from envbuild.shelltext import comment, env_name, refuse_control, script_word
+from envbuild.shared.shelltext import comment, env_name, refuse_control, script_word
 from envbuild.slurm.batch.requeue import requeue_decision, requeue_setup, requeue_wait
 from envbuild.slurm.batch.staging import STAGE_SCRIPT, stage_dir_value, staged_variables
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from envbuild.slurm.batch.plan import BatchJob
+    from envbuild.slurm.batch.jobplan import BatchJob
 
 # #SBATCH lines in the order course material writes them
 ORDER = ("--job-name", "--account", "--partition", "--nodes", "--gpus-per-node", "--gres", "--ntasks-per-node",

@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from shlex import quote
 
-from envbuild.errors import UsageError
-from envbuild.shelltext import refuse_control, shown
+from envbuild.shared.errors import UsageError
+from envbuild.shared.shelltext import refuse_control, shown
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst", ".tzst")
 GB = 1e9

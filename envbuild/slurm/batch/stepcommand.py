@@ -13,8 +13,8 @@ The user's script arguments are kept word for word.
 
 from __future__ import annotations
 
-from envbuild.errors import UsageError
 from envbuild.launch.args import PER_NODE_LAUNCHERS
+from envbuild.shared.errors import UsageError
 
 _PYTHONS = ("python", "python3")
 

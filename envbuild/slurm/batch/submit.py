@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
-from envbuild.errors import EnvbuildError, UsageError
+from envbuild.shared.errors import EnvbuildError, UsageError
 
 if TYPE_CHECKING:
-    from envbuild.build.execute.progress import LiveLine
+    from envbuild.shared.progress import LiveLine
 
 # JobState values after which nothing more happens (squeue(1) JOB STATE CODES); REQUEUED, PENDING and
 # COMPLETING are not among them: a requeued job comes back under the same id.
@@ -73,7 +73,7 @@ def wait_for_job(job_id: str, cwd: str, out: TextIO = sys.stdout, err: TextIO = 
 
     While nothing happens (a job PENDING for an hour), a live line on a terminal, or off one (a CI log) an
     `envrun: still waiting: job N STATE, M s` line every $ENVBUILD_HEARTBEAT seconds (30 by default)."""
-    from envbuild.build.execute.progress import LiveLine
+    from envbuild.shared.progress import LiveLine
 
     with LiveLine(f"job {job_id}", err, words="envrun: still waiting", thread=False) as live:
         return _wait(job_id, cwd, out, run, poll_s, timeout_s, live)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from envbuild.durations import SLURM_FORMS, format_duration, parse_slurm_time
-from envbuild.errors import UsageError
+from envbuild.shared.durations import SLURM_FORMS, format_duration, parse_slurm_time
+from envbuild.shared.errors import UsageError
 from envbuild.slurm.check.rulebase import SBATCH_DOC, Context, Finding
 from envbuild.slurm.check.shape import count, format_mb, size_mb
 

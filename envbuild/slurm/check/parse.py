@@ -15,11 +15,11 @@ import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from envbuild.errors import UsageError
+from envbuild.convert.shellscript import split_words
 from envbuild.launch.args import SRUN_LONG_WITH_VALUE, SRUN_SHORT_WITH_VALUE, split_srun
+from envbuild.shared.errors import UsageError
 from envbuild.slurm.check.programs import Program, classify_program
 from envbuild.slurm.check.shellwords import SimpleCommand, read_commands
-from envbuild.spec.importshell import split_words
 
 # sbatch's one-letter options and the long names they stand for
 SHORT_NAMES = {
@@ -176,7 +176,7 @@ def parse_script(text: str) -> BatchScript:
 
 def directive_words(text: str) -> list[str]:
     """The words of an #SBATCH line after the magic word; an unquoted `#` ends them. Read as shlex reads them,
-    in linear time (envbuild.spec.importshell.split_words: shlex took quadratic time in a long quoted word)."""
+    in linear time (envbuild.convert.shellscript.split_words: shlex took quadratic time in a long quoted word)."""
     try:
         return split_words(text, comments=True)
     except ValueError:  # an unclosed quote: sbatch takes the words as they are

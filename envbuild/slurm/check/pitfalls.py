@@ -19,12 +19,12 @@ import os
 import re
 from dataclasses import dataclass, replace
 
-from envbuild.errors import UsageError
+from envbuild.shared.errors import UsageError
+from envbuild.shared.terminaltext import printable
 from envbuild.slurm.check import jobrules as checkjob
 from envbuild.slurm.check import steprules as checksteps
 from envbuild.slurm.check.parse import parse_script
 from envbuild.slurm.check.rulebase import Context, FileProbe, Finding
-from envbuild.terminaltext import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from math import ceil
 
-from envbuild.durations import format_duration, parse_slurm_time
-from envbuild.errors import UsageError
 from envbuild.launch.allocation import gres_gpus
+from envbuild.shared.durations import format_duration, parse_slurm_time
+from envbuild.shared.errors import UsageError
 from envbuild.slurm.batch.resources import JobRequest, plan_resources
 from envbuild.slurm.check.shape import JobShape, StepShape
 

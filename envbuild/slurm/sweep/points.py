@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envbuild.errors import UsageError
+from envbuild.shared.errors import UsageError
 
 AXES = ("nodes", "gpus")
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from envbuild.errors import EnvbuildError
+from envbuild.shared.errors import EnvbuildError
 from envbuild.slurm.batch.submit import FINAL_STATES
 from envbuild.slurm.sweep import state as sweepstate
 from envbuild.slurm.sweep.metrics import mean_gpu_util, parse_output
@@ -166,7 +166,7 @@ def read_job_report(log: str) -> tuple[float | None, str | None]:
     before its step ended) gives (None, None) or no utilisation: the table shows "-", the sweep goes on."""
     import json
 
-    from envbuild.slurm.batch.plan import report_directory
+    from envbuild.slurm.batch.jobplan import report_directory
 
     directory = report_directory(log)
     page = os.path.join(directory, "report.html")
@@ -180,7 +180,7 @@ def read_job_report(log: str) -> tuple[float | None, str | None]:
 
 def _run_time(text: str) -> float | None:
     """scontrol's RunTime (HH:MM:SS or D-HH:MM:SS): the job's wall time, whole seconds."""
-    from envbuild.durations import parse_slurm_time
+    from envbuild.shared.durations import parse_slurm_time
 
     if not text or not text[:1].isdigit():
         return None

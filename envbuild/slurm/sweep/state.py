@@ -5,7 +5,7 @@ jobs still in the queue and retries failed ones. Reading and deciding are pure; 
 
     REPORT/sweep.json      this state
     REPORT/jobs/KEY-rN.sbatch, REPORT/jobs/KEY-rN-JOBID.out   each run's script and output
-    REPORT/table.txt, table.csv, table.json, scaling.png, report.html   rendered by envbuild.slurm.sweep.report,
+    REPORT/table.txt, table.csv, table.json, scaling.png, report.html   rendered by envbuild.slurm.sweep.sweepfiles,
                                                              written by write_reports
 """
 
@@ -16,9 +16,9 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from envbuild.errors import EnvbuildError
+from envbuild.shared.errors import EnvbuildError
 from envbuild.slurm.sweep.points import ScalePoint
-from envbuild.slurm.sweep.report import render_csv, render_html, render_json
+from envbuild.slurm.sweep.sweepfiles import render_csv, render_html, render_json
 from envbuild.slurm.sweep.table import Row, Run, render_text
 
 if TYPE_CHECKING:
@@ -113,9 +113,9 @@ def save(directory: str, state: SweepState) -> None:
 
 def _write_files(directory: str, files: list[tuple[str, str | bytes]]) -> list[str]:
     """Each (name, content) written into the report directory (made when missing) through one descriptor
-    of it (envbuild.safefiles.write_file: a link planted at a name is replaced, never written through); the
+    of it (envbuild.shared.safefiles.write_file: a link planted at a name is replaced, never written through); the
     paths written."""
-    from envbuild.safefiles import open_dir, write_file
+    from envbuild.shared.safefiles import open_dir, write_file
 
     fd = open_dir(directory, create=True)
     try:

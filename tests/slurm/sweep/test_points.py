@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envbuild.errors import UsageError
+from envbuild.shared.errors import UsageError
 from envbuild.slurm.sweep.points import ScalePoint, parse_counts, plan_points, plural
 
 

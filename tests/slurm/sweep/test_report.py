@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 from envbuild.slurm.sweep.points import plan_points
-from envbuild.slurm.sweep.report import render_csv, render_html, render_json
 from envbuild.slurm.sweep.state import write_reports
+from envbuild.slurm.sweep.sweepfiles import render_csv, render_html, render_json
 from envbuild.slurm.sweep.table import Run, build_table
 
 IDENTITY = {"command": ["python", "train.py"], "system": "local", "image": "/w/env.sif", "launcher": None,

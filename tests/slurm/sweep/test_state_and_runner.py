@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.errors import EnvbuildError
+from envbuild.shared.errors import EnvbuildError
 from envbuild.slurm.sweep import state as sweepstate
 from envbuild.slurm.sweep.points import plan_points
 from envbuild.slurm.sweep.runner import Slurm, SweepRunner, log_pattern

@@ -1,0 +1,118 @@
+"""What an image says about itself: the environment script, the labels and the build record, with the Python
+programs that run inside the image at build time to list every environment's packages into that record (kept
+as text here so that the plans, and their golden files, show exactly what runs)."""
+
+from __future__ import annotations
+
+import shlex
+
+from envbuild.builder.plan.layers import installer_identity
+from envbuild.builder.plan.plandata import BuildRequest, Layers
+from envbuild.builder.plan.sandbox import DEFAULT_CONTAINER_PATH, RECORD_DIR
+from envbuild.envspec.conda import CONDA_PREFIX
+from envbuild.envspec.specmodel import VENV_PREFIX, Spec, env_assignments
+from envbuild.shared.shelltext import comment, env_name
+
+
+def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
+    """The script the runtime sources at every container start: activates the venv, sets spec env."""
+    lines = [
+        comment(f"Written by envbuild {version} for {spec.name} (spec sha256 {spec_sha256[:16]})."),
+        "# Sourced by apptainer/singularity at container start. Values are literal (no $ expansion).",
+        f"export VIRTUAL_ENV={shlex.quote(VENV_PREFIX)}",
+        # The runtime starts these scripts with an empty PATH and fills in its default only if they
+        # leave it empty, so the default must be spelled out here.
+        f"PATH=${{PATH:-{DEFAULT_CONTAINER_PATH}}}",
+        f'case ":$PATH:" in *":{VENV_PREFIX}/bin:"*) ;; *) PATH="{VENV_PREFIX}/bin:$PATH" ;; esac',
+        "export PATH",
+    ]
+    lines += env_lines(spec)
+    return "\n".join(lines) + "\n"
+
+
+def env_lines(spec: Spec) -> list[str]:
+    """The spec's env: as export lines, in the order written (names checked once more: a name is a shell
+    word here); a prepend/append entry adds to the variable's value at every start (envassign)."""
+    for key in spec.env:
+        env_name(key, "env")
+    return [f"export {assignment}" for assignment in env_assignments(spec.env)]
+
+
+def image_labels(request: BuildRequest, installer: str, layers: Layers) -> dict[str, str]:
+    spec = request.spec
+    labels = {
+        "org.envbuild.version": request.facts.envbuild_version,
+        "org.envbuild.spec-name": spec.name,
+        "org.envbuild.spec-sha256": request.source.sha256,
+        "org.envbuild.system": spec.system,
+        "org.envbuild.base": spec.base.describe(),
+        "org.envbuild.installer": installer,
+        "org.envbuild.venv": VENV_PREFIX,
+        "org.envbuild.base-digest": request.base.digest,
+        "org.envbuild.image-key": layers.image_key,
+    }
+    if request.lock.sha256:
+        labels["org.envbuild.lock-sha256"] = request.lock.sha256
+    labels.update(spec.labels)
+    return labels
+
+
+def build_record(request: BuildRequest, installer: str, layers: Layers) -> dict[str, object]:
+    """The provenance record embedded as /.envbuild/build.json (the record step adds `environments`)."""
+    spec, facts = request.spec, request.facts
+    return {
+        "record_format": 2,
+        "envbuild_version": facts.envbuild_version,
+        "built_at": request.options.built_at,
+        "spec": {"name": spec.name, "sha256": request.source.sha256},
+        "lock": {"sha256": request.lock.sha256, "python": request.lock.python} if request.lock.text else None,
+        "system": spec.system,
+        "recipe": {"name": spec.system, "sha256": request.recipe_digest},
+        "base": {"ref": spec.base.describe(), "digest": request.base.digest},
+        "installer": installer_identity(request, installer),
+        "runtime": {"name": facts.runtime.name, "version": facts.runtime_version},
+        "build_host": dict(facts.host_info),
+        "compression": request.options.compression,
+        "layers": {"base": layers.base_entry, "env": layers.env_key, "env_parent": layers.env_parent,
+                   "image": layers.image_key},
+        "venv": VENV_PREFIX,
+        "requirements": spec.python.requirements(),
+    }
+
+
+# name==version of every distribution in the running interpreter's environment, one per line.
+FREEZE_SCRIPT = ("import importlib.metadata as m; "
+                 "print(chr(10).join(sorted({d.metadata['Name'] + '==' + d.version for d in m.distributions() if d.metadata['Name']})))")
+# The same, written to the file named by the first argument.
+FREEZE_TO_FILE_SCRIPT = ("import importlib.metadata as m, sys; "
+                         "open(sys.argv[1], 'w').write(''.join(sorted({d.metadata['Name'] + '==' + d.version + chr(10) "
+                         "for d in m.distributions() if d.metadata['Name']})))")
+
+
+# Runs inside the image with the venv's Python: adds `environments` (name==version of every Python
+# environment found: the venv, the system Python, conda) to the build record. importlib.metadata is
+# used rather than `pip freeze`, which a base's Python may lack.
+RECORD_ENVIRONMENTS_SCRIPT = f"""\
+import glob, json, os, subprocess
+LIST = {FREEZE_SCRIPT!r}
+found = {{}}
+candidates = ["{VENV_PREFIX}/bin/python", "/usr/bin/python3", "/usr/local/bin/python3", "/opt/conda/bin/python"]
+candidates += sorted(glob.glob("/opt/conda/envs/*/bin/python"))
+candidates += ["{CONDA_PREFIX}/bin/python"] + sorted(glob.glob("{CONDA_PREFIX}/envs/*/bin/python"))
+for python in candidates:
+    if os.path.exists(python):
+        out = subprocess.run([python, "-I", "-c", LIST], capture_output=True, text=True)
+        if out.returncode == 0:
+            found[python] = out.stdout.split()
+record_file = "{RECORD_DIR}/build.json"
+with open(record_file) as handle:
+    record = json.load(handle)
+record["environments"] = found
+def replace(path, text):
+    # Atomically: the file may be a hard link into the store's env layer.
+    with open(path + ".partial", "w") as handle:
+        handle.write(text)
+    os.replace(path + ".partial", path)
+replace(record_file, json.dumps(record, indent=2, sort_keys=True) + "\\n")
+replace("{RECORD_DIR}/pip-freeze.txt", "".join(line + "\\n" for line in found.get("{VENV_PREFIX}/bin/python", [])))
+"""

@@ -1,0 +1,218 @@
+"""Apptainer/Singularity definition files -> specs (`envbuild import`); see envbuild.convert.formats."""
+
+from __future__ import annotations
+
+import itertools
+import posixpath
+import re
+
+from envbuild.convert.buildargs import (
+    check_image_reference,
+    placeholder_names,
+    recipe_error,
+    substitute_def_placeholders,
+    unused_build_args,
+)
+from envbuild.convert.envassign import carry_assignments
+from envbuild.convert.formats import (
+    ImportResult,
+    SpecBuilder,
+    add_file,
+    add_label,
+)
+from envbuild.convert.shellscript import script_lines, split_words
+from envbuild.shared.errors import UsageError
+
+# --- definition files --------------------------------------------------------------------------------
+
+_DEF_NOT_EXPRESSIBLE = {
+    "runscript": "envbuild images have no runscript: run commands with envrun IMAGE.sif COMMAND",
+    "startscript": "envbuild images are not run as instances",
+    "setup": "commands on the build host are not part of a spec",
+    "help": "a spec has no help text; a label or a comment in the spec can carry it",
+}
+
+
+def import_def(text: str, name: str, *, src_prefix: str = "", build_args: dict[str, str] | None = None,
+               source: str = "<definition file>") -> ImportResult:
+    builder = SpecBuilder(name)
+    for note in unused_build_args(build_args or {}, placeholder_names(text)):
+        builder.note(None, note)
+    text = substitute_def_placeholders(text, build_args or {}, source)
+    header: dict[str, tuple[int, str]] = {}
+    sections: list[tuple[str, str, int, list[str]]] = []  # (name, rest of the % line, line, body lines)
+    for number, raw in _final_stage(builder, text, source):
+        stripped = raw.strip()
+        if stripped.startswith("%"):
+            word, _, rest = stripped[1:].partition(" ")
+            sections.append((word.lower(), rest.strip(), number, []))
+        elif sections:
+            sections[-1][3].append(raw)
+        elif stripped and not stripped.startswith("#"):
+            key, sep, value = stripped.partition(":")
+            if not sep:
+                builder.note(number, f"not a header line: {stripped}")
+                continue
+            header[key.strip().lower()] = (number, value.split("#", 1)[0].strip())
+    header.pop("stage", None)  # the stage's name: only other stages refer to it
+    _def_base(builder, header, source)
+    for section, rest, number, body in sections:
+        if section in _SCIF_SECTIONS:
+            raise recipe_error(source, number, f"%{section} {rest}: SCIF apps cannot be expressed in a spec "
+                               "(envbuild images have one environment and no apps)",
+                               "move the app's install commands into %post, its files into %files and its "
+                               "environment into %environment, and run it with envrun IMAGE.sif COMMAND")
+        _def_section(builder, section, rest, number, body, src_prefix, source)
+    return builder.result()
+
+
+_SCIF_SECTIONS = {"appinstall", "appfiles", "appenv", "apprun", "applabels", "apphelp", "apptest", "appstart"}
+_STAGE_START = re.compile(r"^bootstrap\s*:", re.I)
+_FILES_FROM = re.compile(r"^from\s+(\S+)", re.I)
+
+
+def _final_stage(builder: SpecBuilder, text: str, source: str) -> list[tuple[int, str]]:
+    """(line, text) of the last stage of a multi-stage file (each stage starts at a `Bootstrap:` line); its
+    image is built from its own base, as Apptainer builds it. `%files from STAGE` would need an earlier stage
+    built first, which a spec cannot say: refused."""
+    stages: list[list[tuple[int, str]]] = [[]]
+    in_section = False
+    for number, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if _STAGE_START.match(stripped) and (not in_section or raw == stripped) and any(
+                line.strip().lower().startswith("bootstrap") for _, line in stages[-1]):
+            stages.append([])
+            in_section = False
+        in_section = in_section or stripped.startswith("%")
+        stages[-1].append((number, raw))
+    if len(stages) == 1:
+        return stages[0]
+    names: dict[str, int] = {}  # an earlier stage's name -> the line it starts on
+    for previous in stages[:-1]:
+        start = next(number for number, line in previous if _STAGE_START.match(line.strip()))
+        header = itertools.takewhile(lambda numbered: not numbered[1].strip().startswith("%"), previous)
+        named = [line.split(":", 1)[1].strip() for _, line in header if re.match(r"^\s*stage\s*:", line, re.I)]
+        names[named[0] if named else str(len(names))] = start
+    section = ""
+    for number, raw in stages[-1]:
+        stripped = raw.strip()
+        if stripped.startswith("%"):
+            section, _, rest = stripped[1:].partition(" ")
+            files_from = _FILES_FROM.match(rest.strip())
+            if section.lower() == "files" and files_from:
+                stage = files_from[1]
+                where = f" (line {names[stage]})" if stage in names else ""
+                raise recipe_error(source, number, f"%files from {stage} copies files out of the build stage "
+                                   f"{stage}{where}; a spec builds one image from one base and cannot stage copies",
+                                   f"build stage {stage} as its own image (its Bootstrap: header and sections in a "
+                                   f"file of their own: apptainer build {stage}.sif {stage}.def), then use it: "
+                                   f"base: localimage:{stage}.sif in the spec, or copy the files out of it and list "
+                                   "them under files:")
+    earlier = ", ".join(f"{stage} (line {start})" for stage, start in names.items())
+    builder.note(stages[-1][0][0], f"multi-stage definition: the image is the last stage, built from its own base "
+                                   f"and taking no files from the earlier stage(s) {earlier}, which were not imported")
+    return stages[-1]
+
+
+def _def_base(builder: SpecBuilder, header: dict[str, tuple[int, str]], recipe: str) -> None:
+    bootstrap = header.pop("bootstrap", (0, ""))[1].lower()
+    from_line, source = header.pop("from", (0, ""))
+    if bootstrap in ("docker", "docker-daemon", "oras") and from_line:
+        check_image_reference(source.split("://", 1)[-1], recipe, from_line, f"From: {source}")
+    if bootstrap in ("docker", "docker-daemon") and source:
+        builder.base = "docker://" + source.removeprefix("docker://")
+    elif bootstrap == "oras" and source:
+        builder.base = "oras://" + source.removeprefix("oras://")
+    elif bootstrap == "localimage" and source:
+        builder.base = "localimage:" + source
+    elif bootstrap == "debootstrap":
+        builder.base = "debootstrap:" + header.pop("osversion", (0, "bookworm"))[1]
+        if "mirrorurl" in header:
+            builder.base_extra["mirror"] = header.pop("mirrorurl")[1]
+        if "include" in header:
+            builder.base_extra["include"] = header.pop("include")[1].replace(",", " ").split()
+    elif bootstrap:
+        raise UsageError(f"Bootstrap: {bootstrap} has no envbuild base",
+                         "envbuild bases are docker, oras, localimage and debootstrap; pull the image "
+                         "(apptainer pull base.sif ...) and use Bootstrap: localimage")
+    for key, (number, value) in header.items():
+        builder.note(number, f"{key}: {value} (no spec field for this header)")
+
+
+def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, body: list[str], src_prefix: str,
+                 source: str) -> None:
+    if section == "arguments":
+        return  # its values were substituted into the file (importargs)
+    script = "\n".join(_dedent(body)).strip("\n")
+    if section in ("post", "test") and script.startswith("set -e\n"):
+        script = script[len("set -e\n"):]  # envbuild runs post and tests with sh -e anyway
+    if not script.strip():
+        return
+    if rest and section in ("files", "post", "test", "environment", "labels"):
+        builder.note(number, f"%{section} {rest} (section options and stages are not imported)")
+        if section == "files":
+            return
+    if section == "post":
+        _def_post(builder, number, body)
+    elif section == "test":
+        builder.tests.append(script)
+    elif section == "environment":  # each line at its own number, blank lines and continuations counted
+        for offset, line, _verbatim in script_lines("\n".join(body), number + 1):
+            _def_env_line(builder, offset, line)
+    elif section == "labels":
+        for offset, line in enumerate(body, number + 1):
+            key, _, value = line.strip().partition(" ")
+            if key and not key.startswith("#"):
+                add_label(builder, offset, key, value.strip())
+    elif section == "files":
+        for offset, line in enumerate(body, number + 1):
+            words = split_words(line, comments=True)
+            if words:
+                add_file(builder, offset, words[0], _files_dest(words), src_prefix, recipe=source,
+                         context=f"the directory of {source}", written=f"%files {line.strip()}")
+    else:
+        why = _DEF_NOT_EXPRESSIBLE.get(section, "not a section envbuild knows")
+        builder.note(number, f"%{section} ({why})")
+
+
+def _files_dest(words: list[str]) -> str:
+    """A %files line's destination: as Apptainer copies, a destination ending in / is the directory the source
+    goes into (`data.txt /opt/tools/` is /opt/tools/data.txt), none is the source's own path."""
+    dest = words[1] if len(words) > 1 else words[0]
+    return dest + posixpath.basename(words[0].rstrip("/")) if dest.endswith("/") else dest
+
+
+def _def_post(builder: SpecBuilder, number: int, body: list[str]) -> None:
+    """%post as written (here-document bodies keep their indentation), each line noted at its own number."""
+    first = next(index for index, line in enumerate(body) if line.strip())
+    lines = body[first:]
+    if lines[0].strip() == "set -e":  # envbuild runs post with sh -e anyway
+        lines, first = lines[1:], first + 1
+    builder.shell(number + 1 + first, "\n".join(lines).rstrip("\n"))
+
+
+def _dedent(lines: list[str]) -> list[str]:
+    indents = [len(line) - len(line.lstrip()) for line in lines if line.strip()]
+    cut = min(indents, default=0)
+    return [line[cut:].rstrip() for line in lines]
+
+
+def _def_env_line(builder: SpecBuilder, number: int, line: str) -> None:
+    text = line.strip()
+    if not text or text.startswith("#"):
+        return
+    try:
+        words = split_words(text.removeprefix("export ").strip(), comments=True)
+    except ValueError:
+        words = []
+    if words and text.startswith("export ") and all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", w) for w in words):
+        return  # `export A B` after assignments: the spec's env is exported anyway
+    if not words:
+        builder.note(number, f"%environment: {text} (env holds NAME=value pairs only)")
+        return
+    problem = carry_assignments(builder.env, text.removeprefix("export ").strip(), {})
+    if problem:
+        builder.note(number, f"%environment: {text} (not imported: {problem})")
+
+
+

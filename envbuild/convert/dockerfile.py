@@ -1,0 +1,290 @@
+"""Dockerfiles -> specs (`envbuild import`); see envbuild.convert.formats."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+
+from envbuild.convert.buildargs import check_image_reference, recipe_error, substitute_docker_args, unused_build_args
+from envbuild.convert.envassign import carry_assignments
+from envbuild.convert.formats import (
+    ImportResult,
+    SpecBuilder,
+    add_file,
+    add_label,
+)
+from envbuild.convert.shellscript import HEREDOC, heredoc_delimiters, split_words
+from envbuild.envspec.specmodel import VENV_PREFIX
+
+# --- Dockerfiles --------------------------------------------------------------------------------------
+
+_DOCKER_NOT_EXPRESSIBLE = {
+    "CMD": "envbuild images have no default command: run commands with envrun IMAGE.sif COMMAND",
+    "ENTRYPOINT": "envbuild images have no entrypoint: run commands with envrun IMAGE.sif COMMAND",
+    "USER": "Apptainer runs as the calling user; post commands run as root",
+    "EXPOSE": "Apptainer shares the host's network",
+    "VOLUME": "bind directories at run time (envrun --bind)",
+    "STOPSIGNAL": "not an Apptainer setting",
+    "HEALTHCHECK": "a spec's tests run once after the build (tests:), not as a health check",
+    "SHELL": "post commands run with /bin/sh",
+    "ONBUILD": "no spec field for triggers",
+}
+
+
+def _docker_instructions(text: str) -> list[tuple[int, str, str]]:
+    """(line, INSTRUCTION, arguments) with continuation lines joined and comments left out; a here-document
+    (`RUN <<EOF` ... `EOF`) is kept in the arguments byte for byte, comment-like lines included."""
+    result: list[tuple[int, str, str]] = []
+    pending: tuple[int, list[str]] | None = None
+    heredoc: list[str] = []  # delimiters still to be read for the last instruction
+    body: list[str] = []  # its here-document lines, joined once at the end (adding each to the string was quadratic)
+    for number, raw in enumerate(text.splitlines(), 1):
+        if heredoc:
+            body.append(raw)
+            if raw.strip() == heredoc[0]:
+                heredoc.pop(0)
+                if not heredoc:
+                    _append_body(result, body)
+            continue
+        stripped = raw.strip()
+        if pending is None and (not stripped or stripped.startswith("#")):
+            continue
+        if pending is not None and stripped.startswith("#"):
+            continue
+        start, parts = pending if pending else (number, [])
+        if stripped.endswith("\\"):
+            parts.append(stripped[:-1].rstrip())
+            pending = (start, parts)
+            continue
+        parts.append(stripped)
+        pending = None
+        joined = " ".join(p for p in parts if p)
+        word, _, rest = joined.partition(" ")
+        result.append((start, word.upper(), rest.strip()))
+        if word.upper() in ("RUN", "COPY", "ADD") and not rest.lstrip().startswith("["):  # exec form: no here-documents
+            heredoc = heredoc_delimiters(rest)
+    if heredoc:  # the file ended inside a here-document
+        _append_body(result, body)
+    if pending:
+        joined = " ".join(pending[1])
+        word, _, rest = joined.partition(" ")
+        result.append((pending[0], word.upper(), rest.strip()))
+    return result
+
+
+def _append_body(result: list[tuple[int, str, str]], body: list[str]) -> None:
+    """The here-document lines read for the last instruction, added to its arguments; `body` is emptied."""
+    line, word, rest = result[-1]
+    result[-1] = (line, word, "\n".join([rest, *body]))
+    body.clear()
+
+
+def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args: dict[str, str] | None = None,
+                      source: str = "Dockerfile") -> ImportResult:
+    builder = SpecBuilder(name)
+    build_args = build_args or {}
+    instructions = _docker_instructions(text)
+    froms = [i for i, (_, word, _) in enumerate(instructions) if word == "FROM"]
+    global_args: dict[str, str | None] = {}
+    for line, word, rest in instructions[: froms[0] if froms else 0]:
+        if word == "ARG":
+            global_args.update(_declared_args(rest, build_args, {}, source, line))
+    start = froms[-1] if froms else 0
+    declared = {key for _, word, rest in instructions if word == "ARG" for key in _arg_names(rest)}
+    for note in unused_build_args(build_args, declared):
+        builder.note(None, note)
+    _check_stages(builder, instructions, froms, source)
+    scope: dict[str, str | None] = {}  # an ARG before FROM is seen in FROM only, unless declared again in the stage
+    workdir = "/"
+    for number, word, rest in instructions[start:]:
+        if word == "ARG":
+            scope.update(_declared_args(rest, build_args, global_args, source, number))
+            continue
+        if word not in ("FROM", "RUN") and "\n" not in rest:  # a COPY here-document is data, not expanded here
+            rest = substitute_docker_args(rest, scope, source, number)
+        if word == "FROM":
+            words = [w for w in rest.split() if not w.startswith("--platform")]
+            if len(words) != len(rest.split()):
+                builder.note(number, "FROM --platform (the base is pulled for the build host's platform)")
+            image = substitute_docker_args(words[0] if words else "", global_args, source, number)
+            check_image_reference(image.removeprefix("docker://"), source, number, f"FROM {rest}")
+            builder.base = "docker://" + image.removeprefix("docker://")
+        elif word == "RUN":
+            _docker_run(builder, number, substitute_docker_args(rest, scope, source, number, shell_script=True), workdir)
+        elif word == "WORKDIR":
+            workdir = _docker_workdir(builder, number, rest, workdir, source)
+        elif word == "ENV":
+            _docker_env(builder, number, rest)
+        elif word in ("LABEL", "MAINTAINER"):
+            pairs = [("maintainer", rest.strip("\"'"))] if word == "MAINTAINER" else \
+                [tuple(w.partition("=")[::2]) for w in split_words(rest)]
+            for key, value in pairs:
+                add_label(builder, number, key, value)
+        elif word in ("COPY", "ADD") and "\n" in rest:
+            _docker_copy_heredoc(builder, number, word, rest, workdir, source)
+        elif word in ("COPY", "ADD"):
+            if "$" in rest:
+                raise recipe_error(source, number, f"{word} {rest} uses a variable that import cannot resolve (only "
+                                   "build arguments are substituted)", f"write the paths into the {word} line")
+            _docker_copy(builder, number, word, rest, src_prefix, workdir, source)
+        else:
+            why = _DOCKER_NOT_EXPRESSIBLE.get(word, "not an instruction envbuild knows")
+            builder.note(number, f"{word} {rest[:80]} ({why})".replace("  ", " "))
+    return builder.result()
+
+
+def _arg_names(rest: str) -> list[str]:
+    return [word.partition("=")[0] for word in split_words(rest)]
+
+
+def _declared_args(rest: str, build_args: dict[str, str], inherited: dict[str, str | None], source: str,
+                   line: int) -> dict[str, str | None]:
+    """`ARG NAME[=default] ...` -> {NAME: value}: the --build-arg, else the default, else the value of the
+    same ARG before FROM (Docker's rule for declaring it again in a stage), else None (no value)."""
+    declared: dict[str, str | None] = {}
+    for word in split_words(rest):
+        key, sep, default = word.partition("=")
+        if key in build_args:
+            declared[key] = build_args[key]
+        elif sep:
+            declared[key] = substitute_docker_args(default, {**inherited, **declared}, source, line)
+        else:
+            declared[key] = inherited.get(key)
+    return declared
+
+
+def _check_stages(builder: SpecBuilder, instructions: list[tuple[int, str, str]], froms: list[int],
+                  source: str) -> None:
+    """A multi-stage Dockerfile: the image is its last stage, built from its own base. A last stage that
+    starts FROM an earlier stage or copies from one (COPY --from) needs that stage built first: refused."""
+    if len(froms) < 2:
+        return
+    stages = {}
+    for index, position in enumerate(froms[:-1]):
+        line, _, rest = instructions[position]
+        words = rest.split()
+        stages[str(index)] = line
+        if len(words) >= 3 and words[-2].lower() == "as":
+            stages[words[-1].lower()] = line
+    last_line, _, last_rest = instructions[froms[-1]]
+    image = next((w for w in last_rest.split() if not w.startswith("--")), "")
+    used = [(last_line, image)] if image.lower() in stages else []
+    for line, word, rest in instructions[froms[-1] + 1:]:
+        if word in ("COPY", "ADD"):
+            used += [(line, option.split("=", 1)[1]) for option in rest.split() if option.startswith("--from=")]
+    for line, stage in used:
+        where = f"the build stage {stage} (line {stages[stage.lower()]})" if stage.lower() in stages \
+            else f"the image {stage}"
+        raise recipe_error(source, line, f"the last stage builds on {where}; a spec builds one image from one "
+                           "base and cannot stage copies from another build",
+                           f"build {stage} as its own image (apptainer build {stage}.sif with that stage's part of "
+                           "the file), then use it: base: localimage:... in the spec, or copy the files out of it "
+                           "and list them under files:")
+    builder.note(instructions[froms[0]][0], f"multi-stage build: the image is the last stage (line {last_line}), "
+                 "built from its own base and taking nothing from the earlier stages, which were not imported")
+
+
+def _docker_workdir(builder: SpecBuilder, number: int, rest: str, workdir: str, source: str) -> str:
+    """WORKDIR: the directory is created (as Docker does) and later RUNs start there (a cd before them)."""
+    if "$" in rest:
+        raise recipe_error(source, number, f"WORKDIR {rest} uses a variable that import cannot resolve "
+                           "(only build arguments are substituted)", "write the directory into the WORKDIR line")
+    path = posixpath.normpath(posixpath.join(workdir, rest.strip().strip("\"'")))
+    builder.post.append(f"mkdir -p {shlex.quote(path)}")
+    builder.note(number, f"WORKDIR {rest}: post steps after it run there; envrun runs commands in the caller's "
+                         "directory (cd in the command if it needs this one)")
+    return path
+
+
+def _docker_env(builder: SpecBuilder, number: int, rest: str) -> None:
+    """ENV A=x B=$A:y (or the old `ENV NAME value with spaces`), with the values' shell meaning kept
+    (importenv; build arguments are substituted before)."""
+    if rest.strip() == f"PATH={VENV_PREFIX}/bin:$PATH":
+        return  # envbuild's venv (an exported recipe): implied by the spec
+    name, _, value = rest.strip().partition(" ")
+    if "=" not in name and value.strip() and '"' not in value:
+        rest = f'{name}="{value.strip()}"'  # the old form: the rest of the line is the value
+    problem = carry_assignments(builder.env, rest, {})
+    if problem:
+        builder.note(number, f"ENV {rest[:80]} (not imported: {problem})")
+
+
+def _docker_run(builder: SpecBuilder, number: int, rest: str, workdir: str) -> None:
+    if rest.startswith("["):
+        try:
+            words = json.loads(rest)
+            rest = words[2] if words[:2] == ["/bin/sh", "-ec"] and len(words) == 3 else shlex.join(words)
+        except (ValueError, TypeError):
+            pass
+    while rest.startswith("--"):
+        option, _, rest = rest.partition(" ")
+        builder.note(number, f"RUN {option} (BuildKit options are not carried)")
+    cd = f"cd {shlex.quote(workdir)}\n" if workdir != "/" else ""
+    script_only = re.match(r"^<<-?\s*['\"]?(\w+)['\"]?\s*\n", rest)
+    if script_only:  # RUN <<EOF: the body is the script, run as written
+        body = rest.split("\n", 1)[1].rsplit("\n", 1)[0]
+        if body.startswith("#!"):  # Docker runs it with its #! interpreter: so does post, body kept as it is
+            delimiter = script_only[1]
+            body = f"{body.splitlines()[0][2:].strip()} <<'{delimiter}'\n{body}\n{delimiter}"
+        builder.post.append(cd + body)
+        return
+    builder.shell(number - bool(cd), cd + rest)  # the cd line stands before the RUN's own line
+
+
+def _docker_copy_heredoc(builder: SpecBuilder, number: int, word: str, rest: str, workdir: str, source: str) -> None:
+    """`COPY <<EOF /path` ... `EOF`: the file is written in post, its content byte for byte."""
+    first, _, body = rest.partition("\n")
+    heredocs = list(HEREDOC.finditer(first))
+    words = split_words(HEREDOC.sub("", first))
+    modes = [w.split("=", 1)[1] for w in words if w.startswith("--chmod=")]
+    dests = [w for w in words if not w.startswith("--")]
+    content = body.rsplit("\n", 1)[0]
+    if len(heredocs) != 1 or len(dests) != 1 or len(modes) != len([w for w in words if w.startswith("--")]) \
+            or (not heredocs[0][2] and "$" in content):
+        raise recipe_error(source, number, f"{word} {first}: only a here-document with one destination, a quoted "
+                           "delimiter or no $ in it, and no option but --chmod can be imported",
+                           "write the file beside the Dockerfile and COPY it, or write it in a RUN step")
+    delimiter = heredocs[0][3]
+    dest = posixpath.normpath(posixpath.join(workdir, dests[0]))
+    if dests[0].endswith("/"):
+        dest = posixpath.join(dest, delimiter)  # Docker names the file after the delimiter
+    lines = [f"mkdir -p {shlex.quote(posixpath.dirname(dest))}",
+             f"cat > {shlex.quote(dest)} <<'{delimiter}'\n{content}\n{delimiter}"]
+    lines += [f"chmod {shlex.quote(mode)} {shlex.quote(dest)}" for mode in modes]
+    builder.post.append("\n".join(lines))
+
+
+def _docker_copy(builder: SpecBuilder, number: int, word: str, rest: str, src_prefix: str, workdir: str,
+                 source: str) -> None:
+    words = json.loads(rest) if rest.startswith("[") else split_words(rest)
+    mode = None
+    options = [w for w in words if w.startswith("--")]
+    words = [w for w in words if not w.startswith("--")]
+    for option in options:
+        if option.startswith("--chmod="):
+            mode = option.split("=", 1)[1]
+        elif option.startswith("--from"):
+            builder.note(number, f"{word} {rest} (files from another build stage or image cannot be copied by a spec)")
+            return
+        else:
+            builder.note(number, f"{word} {option} (not carried; files are copied as root)")
+    if len(words) < 2:
+        builder.note(number, f"{word} {rest} (needs a source and a destination)")
+        return
+    *sources, dest = words
+    is_dir = dest.endswith("/") or posixpath.basename(dest) in (".", "..")
+    dest = posixpath.normpath(posixpath.join(workdir, dest)).replace("//", "/")  # relative to WORKDIR, as in Docker
+    dest += "/" if is_dir and dest != "/" else ""
+    for src in sources:
+        target = dest
+        if len(sources) > 1 or (dest.endswith("/") and not src.endswith("/")):
+            target = dest.rstrip("/") + "/" + posixpath.basename(src.rstrip("/"))
+        if word == "ADD" and re.search(r"\.(tar|tgz|gz|bz2|xz|zst)$", src):
+            builder.note(number, f"ADD {src} (ADD unpacks archives; files[] copies them as they are)")
+            continue
+        add_file(builder, number, src, target, src_prefix, mode, recipe=source,
+                 context=f"the directory of {source}", written=f"{word} {rest}")
+
+

@@ -1,0 +1,1 @@
+"""The environment spec (envs/*.yaml): its validated model, its loader with located errors, its JSON schema."""

@@ -1,0 +1,172 @@
+"""System recipes: per-site knowledge (GPUs, cores, binds, env, wheel indexes, launch rules) kept as
+data in recipes/*.yaml, each fact citing its public source in a comment there.
+
+Loading validates a recipe once (pydantic, envbuild.recipes.schema) and caches the result keyed by the
+file's content; later loads read the cache into a light view, so envrun starts without pydantic/YAML.
+The cache is the user's own (envbuild.host.usercache: private, plain data checked when read back, never
+in a shared store); the key includes the Python version, the only one whose marshal format it must read.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+from envbuild.host.usercache import MISS, content_cache_name, is_text_list, read_cached, write_cached
+from envbuild.recipes.ops import MODEL_KEY, SOURCE_KEY, from_cached
+from envbuild.shared.envnames import ENV_NAME_FIX, env_name_problem, is_env_name
+from envbuild.shared.errors import UsageError
+
+TYPE_CHECKING = False  # pathlib, typing and hashlib stay out of envrun's start-up
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+    from envbuild.recipes.protocols import SystemRecipe
+    from envbuild.recipes.schema import Recipe
+
+# Bump when the cached data's layout changes, so older cache files are not read.
+CACHE_FORMAT = 10  # 9: detect.environment, detect.hostname_requires_path, partitions.*.cpu_only; 10: partitions.*.billing
+
+
+def recipes_dir() -> Path:
+    """$ENVBUILD_RECIPES, else the recipes shipped inside the package, else the checkout's recipes/."""
+    from pathlib import Path
+
+    return Path(_recipes_dir_path())
+
+
+def _recipes_dir_path() -> str:
+    override = os.environ.get("ENVBUILD_RECIPES")
+    if override:
+        return override
+    # This module lives in envbuild/recipes/; the wheel ships the recipes as envbuild/_recipes.
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    packaged = os.path.join(package, "_recipes")
+    if os.path.isdir(packaged):
+        return packaged
+    return os.path.join(os.path.dirname(os.path.realpath(package)), "recipes")
+
+
+def available_recipes(directory: Path | str | None = None) -> list[str]:
+    directory = str(directory or _recipes_dir_path())
+    try:
+        return sorted(entry[: -len(".yaml")] for entry in os.listdir(directory) if entry.endswith(".yaml"))
+    except OSError:
+        return []
+
+
+def _cache_name(name: str, content: bytes) -> str:
+    """The cache file of recipe `name` with this content (envbuild.host.usercache keeps it)."""
+    return content_cache_name(f"recipe-{name}", content, CACHE_FORMAT)
+
+
+def detection_table(directory: Path | str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(name, `detect` data) of every recipe, for envrun's detection of the site: one cache file for all of them,
+    keyed by every recipe file's content: one small read, where each recipe's whole cache was read before."""
+    directory = str(directory or _recipes_dir_path())
+    names = available_recipes(directory)
+    keys = []
+    for name in names:
+        try:
+            with open(os.path.join(directory, f"{name}.yaml"), "rb") as handle:
+                keys.append(_cache_name(name, handle.read()))
+        except OSError:
+            keys.append(name)
+    joined = "|".join(keys).encode()
+    cache = f"detect-{zlib.crc32(joined):08x}-{len(joined):x}.marshal"
+    cached = read_cached(cache, "|".join(keys), lambda table: _is_detection_table(table, names))
+    if cached is not MISS:
+        checked: list[tuple[str, dict[str, Any]]] = cached  # _is_detection_table checked its shape
+        return checked
+    table = [(name, load_recipe_data(name, directory).get("detect") or {}) for name in names]
+    write_cached(cache, "|".join(keys), table)
+    return table
+
+
+def _is_detection_table(table: Any, names: list[str]) -> bool:
+    return (type(table) is list and [row[0] for row in table] == names
+            and all(type(row) is tuple and len(row) == 2 and type(row[1]) is dict for row in table))
+
+
+def load_recipe(name: str, directory: Path | str | None = None) -> SystemRecipe:
+    """The validated recipe `name`: from the JSON cache when the file is unchanged, else validated now."""
+    # A RecipeView of a validated Recipe's data (schema.dump_for_cache): it has the shape of one.
+    recipe: SystemRecipe = from_cached(load_recipe_data(name, directory))
+    return recipe
+
+
+def load_recipe_data(name: str, directory: Path | str | None = None) -> dict[str, Any]:
+    """The validated recipe `name` as its cached data (plain dicts and lists, no views): what detection reads
+    of every recipe, without building a view of each on envrun's start-up path."""
+    directory = str(directory or _recipes_dir_path())
+    path = os.path.join(directory, f"{name}.yaml")
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read()
+    except OSError:
+        known = ", ".join(available_recipes(directory)) or "none"
+        raise UsageError(
+            f"no system recipe named {name!r} in {directory}",
+            f"use one of: {known} (or add recipes/{name}.yaml)",
+        ) from None
+    cache = _cache_name(name, content)
+    cached = read_cached(cache, cache, lambda data: is_recipe_data(data, name))
+    if cached is not MISS:
+        checked: dict[str, Any] = cached  # is_recipe_data checked its shape
+        return checked
+    from pathlib import Path
+
+    data = _cacheable(Path(path), name)
+    write_cached(cache, cache, data)
+    return data
+
+
+def is_recipe_data(data: Any, name: str) -> bool:
+    """Whether cached data has the shape of recipe `name` as _cacheable made it, in what reaches a launch's
+    command line and environment (binds, env) and what the views need; anything else is a cache miss."""
+    source = data.get(SOURCE_KEY) if type(data) is dict else None
+    env = data.get("env") if type(data) is dict else None
+    return (type(source) is dict and data.get(MODEL_KEY) == "Recipe" and data.get("name") == name
+            and type(source.get("file")) is str and type(source.get("lines")) is dict
+            and is_text_list(data.get("binds")) and is_text_list(data.get("multinode_binds"))
+            and type(env) is dict and all(is_env_name(key) and type(value) is str for key, value in env.items()))
+
+
+def _cacheable(path: Path, name: str) -> dict[str, Any]:
+    """The validated recipe as JSON data, with the line of every field for `envrun --explain`."""
+    from envbuild.recipes.schema import dump_for_cache
+    from envbuild.shared.yamlsource import load_yaml_file
+
+    document = load_yaml_file(path)
+    data: dict[str, Any] = dump_for_cache(validate_recipe_file(path, name, document))
+    data[SOURCE_KEY] = {
+        "file": str(path),
+        "lines": {".".join(map(str, loc)): pos.line for loc, pos in document.positions.items() if loc},
+    }
+    return data
+
+
+def validate_recipe_file(path: Path, name: str, document: Any = None) -> Recipe:
+    from pydantic import ValidationError
+
+    from envbuild.recipes.schema import Recipe
+    from envbuild.shared.yamlsource import load_yaml_file
+
+    document = document or load_yaml_file(path)
+    try:
+        recipe = Recipe.model_validate(document.data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = tuple(first["loc"])
+        pos = document.position_of(loc)
+        field = ".".join(str(part) for part in loc)
+        raise UsageError(f"{path}:{pos.line}:{pos.column}: {field}: {first['msg']}", "fix the recipe file") from None
+    if recipe.name != name:
+        raise UsageError(f"{path}: name is {recipe.name!r} but the file is named {name}.yaml", "make them agree")
+    for key in recipe.env:
+        problem = env_name_problem(key)
+        if problem:
+            pos = document.position_of(("env", key))
+            raise UsageError(f"{path}:{pos.line}:{pos.column}: env: {problem}", ENV_NAME_FIX)
+    return recipe

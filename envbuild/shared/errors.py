@@ -1,0 +1,120 @@
+"""Error types that the CLIs turn into a clear message and an exit code (never a traceback)."""
+
+from __future__ import annotations
+
+import sys
+
+from envbuild.shared.terminaltext import printable
+
+TYPE_CHECKING = False  # typing is not imported on envrun's launch path (tests/test_architecture.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    T = TypeVar("T")
+
+# The exit status of every command of both tools (issue 31), kept by the errors below and by each command that
+# reports findings; exit_status_help says it in their --help.
+EXIT_CLEAN = 0  # nothing wrong (warnings allowed, unless a command's --strict says otherwise)
+EXIT_PROBLEMS = 1  # problems found: a check's errors, a mismatch, a failed build, launch or job
+EXIT_USAGE = 2  # a usage error: an option, value or input that cannot be used as given (nothing was done)
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as the shell reports a command it interrupted
+
+
+def exit_status_help(problems: str = "a failed build, launch or job, or what a check found") -> str:
+    """The contract as a --help epilog says it; `problems`: what exit status 1 means for this command."""
+    return ("exit status:\n  0  clean\n  1  problems found: " + problems + "\n"
+            "  2  usage error: an option, value or input that cannot be used as given\n")
+
+
+def reporting_errors(call: Callable[[], T], *, interrupted: str = "") -> T:
+    """An argparse command's body (envrun and its subcommands) run the way every command ends: an EnvbuildError
+    exits with its message on stderr and its exit code, never a traceback; Ctrl-C exits 130, after `interrupted`
+    where the command has something to say then. What `call` returns is returned. The click commands of
+    envbuild do the same through envbuild.cli.common.reports_errors."""
+    try:
+        return call()
+    except EnvbuildError as exc:
+        print(exc.render(), file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        if interrupted:
+            print(interrupted, file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+class EnvbuildError(Exception):
+    """A failure the user can act on. `hint` says how to fix it."""
+
+    exit_code = EXIT_PROBLEMS
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def render(self) -> str:
+        text = f"error: {self.message}"
+        if self.hint:
+            text += f"\n  fix: {self.hint}"
+        return text
+
+
+class UsageError(EnvbuildError):
+    """Bad input from the command line or a spec: exit code 2, like click's usage errors."""
+
+    exit_code = EXIT_USAGE
+
+
+class SpecError(UsageError):
+    """One or more problems in a spec file, each located at file:line:column."""
+
+    def __init__(self, problems: list[SpecProblem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(p.render() for p in problems))
+
+    def render(self) -> str:
+        count = len(self.problems)
+        head = f"error: {count} problem{'s' if count != 1 else ''} in spec"
+        return head + "\n" + "\n".join(p.render() for p in self.problems)
+
+
+class SpecProblem:
+    """One located problem: where (file, line, column, field path), what, and how to fix it."""
+
+    def __init__(
+        self, file: str, line: int, column: int, field: str, message: str, hint: str | None = None
+    ) -> None:
+        self.file = file
+        self.line = line
+        self.column = column
+        self.field = field
+        self.message = message
+        self.hint = hint
+
+    def render(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}"
+        text = f"{where}: {self.field or '(top level)'}: {self.message}"
+        if self.hint:
+            text += f"\n    fix: {self.hint}"
+        return text
+
+    def __repr__(self) -> str:
+        return f"SpecProblem({self.render()!r})"
+
+
+class ToolError(EnvbuildError):
+    """An external tool (apptainer, debootstrap, pip, srun) failed."""
+
+    exit_code = EXIT_PROBLEMS
+
+
+class ImageFormatError(EnvbuildError):
+    """The file is not a SIF image, or it is truncated or damaged, or uses something we cannot read.
+    The message may quote the image (a record's field, a path inside it): it is kept printable, whichever
+    command prints it."""
+
+    def __init__(self, path: str, message: str, hint: str | None = None) -> None:
+        super().__init__(printable(f"{path}: {message}"), None if hint is None else printable(hint))
+        self.path = path
+        self.reason = printable(message)

@@ -1,0 +1,635 @@
+"""The one home of every file effect in a place others may write (issue 40).
+
+Stores, project and job directories, report and output paths and kernel prefixes may be writable by other
+members of a group. Everything envbuild and envrun create, replace or remove there goes through here, and
+tests/test_architecture.py fails when a raw write, rename, unlink or rmtree appears anywhere else. The rules:
+
+- A directory is opened once and worked in through its descriptor (`dir_fd`): a component swapped for a
+  link after it was checked is never followed, because nothing is looked up by its path again.
+- A link we did not make is never followed below a directory we hold (`O_NOFOLLOW` on every component we
+  open); the path the user typed is theirs and is resolved as given.
+- A new file gets an unpredictable name (`O_CREAT | O_EXCL | O_NOFOLLOW`, 0600) and is renamed over the
+  target inside the same directory descriptor. A target that exists and is not a regular file (a device,
+  a FIFO, `/dev/stdout`) is written in place, never replaced; `-` means standard output.
+- Removal walks descriptors and never crosses a link: a link is removed, never its target.
+- Owner and mode are judged on the descriptor (`fstat`), never on a path looked up again.
+
+Imports only the standard library and the shared leaf `envbuild.shared.errors`: envrun's launch path uses it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+import sys
+
+from envbuild.shared.errors import EnvbuildError
+
+TYPE_CHECKING = False  # typing is not imported on envrun's launch path (tests/test_architecture.py)
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_GROUP_OR_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+class UnsafePlaceError(EnvbuildError):
+    """A directory or file in a place others may write is not what envbuild made: a link, a stranger's."""
+
+
+def writable_by_others(info: os.stat_result) -> bool:
+    """True when someone besides the owner may create, rename or remove names in a directory with this
+    stat (a group or other write bit), or the directory is not the caller's (nor root's)."""
+    return bool(info.st_mode & _GROUP_OR_OTHER_WRITE) or info.st_uid not in (os.geteuid(), 0)
+
+
+def owned_by_stranger(info: os.stat_result, *, also: tuple[int, ...] = ()) -> bool:
+    """True when the owner is neither the caller, nor root, nor one of `also`."""
+    return info.st_uid not in (os.geteuid(), 0, *also)
+
+
+# --- directories ------------------------------------------------------------------------------------------
+
+def open_dir(path: str | os.PathLike[str], *, create: bool = False, mode: int = 0o777) -> int:
+    """A descriptor of the directory `path` (close it), opened one component at a time. A link on the way is
+    followed only when it is the user's own (or root's), or lies in a directory nobody else may write: the
+    user's `/scratch -> /pfs/...` works, a link another member planted in a group directory at a name the
+    user was about to use is refused (UnsafePlaceError). With `create`, each missing component is made (mkdir
+    with `mode`, less the umask) and opened without following a link, so one planted meanwhile is refused."""
+    path = os.fspath(path) or "."
+    absolute = path.startswith("/")
+    fd = _open_dir_fd("/" if absolute else ".", 0)
+    where = "/" if absolute else ""
+    try:
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            where = os.path.join(where, part)
+            inner = _open_component(fd, part, create=create, mode=mode, where=where)
+            os.close(fd)
+            fd = inner
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_component(fd: int, part: str, *, create: bool, mode: int, where: str) -> int:
+    try:
+        return _open_dir_fd(part, os.O_NOFOLLOW, dir_fd=fd)
+    except FileNotFoundError:
+        if not create:
+            raise
+        return subdir(fd, part, create=True, mode=mode, where=where)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR) or not _is_link(fd, part):
+            raise
+    link = os.stat(part, dir_fd=fd, follow_symlinks=False)
+    if owned_by_stranger(link) and os.fstat(fd).st_mode & _GROUP_OR_OTHER_WRITE:
+        raise UnsafePlaceError(
+            f"{where} is a symbolic link made by uid {link.st_uid} (not you) in a directory others may write: "
+            "envbuild never follows a link someone else planted in a shared place",
+            f"check where it leads (ls -l {where}); remove it, or give the path it leads to")
+    return _open_dir_fd(part, 0, dir_fd=fd)
+
+
+def subdir(parent_fd: int, name: str, *, create: bool = False, mode: int = 0o777, where: str = "",
+           also_trusted: tuple[int, ...] = ()) -> int:
+    """A descriptor of the directory `name` in `parent_fd`, never through a link; with `create` it is made
+    when missing. When the parent is writable by others, a subdirectory owned by a stranger (not the caller,
+    root, or `also_trusted`) is refused: its owner could swap what we write there."""
+    _check_name(name)
+    if create:
+        try:
+            os.mkdir(name, mode, dir_fd=parent_fd)
+        except FileExistsError:
+            pass
+    try:
+        fd = _open_dir_fd(name, os.O_NOFOLLOW, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            kind = "a symbolic link" if _is_link(parent_fd, name) else "not a directory"
+            raise UnsafePlaceError(
+                f"{where or name} is {kind}: envbuild never follows a link it did not make in a place others may write",
+                f"check who made it (ls -l {where or name}) and remove it; envbuild makes the directory again") from None
+        raise
+    info = os.fstat(fd)
+    if owned_by_stranger(info, also=also_trusted) and writable_by_others(os.fstat(parent_fd)):
+        os.close(fd)
+        raise UnsafePlaceError(
+            f"{where or name} belongs to another user (uid {info.st_uid}) in a directory others may write: "
+            "what is written there could be swapped",
+            f"check who made it (ls -ld {where or name}); remove it, or ask its owner to, and run again")
+    return fd
+
+
+def _open_dir_fd(path: str, extra: int, *, dir_fd: int | None = None) -> int:
+    """os.open of a directory; one the caller may only pass through (mode 0711: no read) is opened O_PATH,
+    which serves every *at call by name, fstat included (listing it needs read permission anyway)."""
+    try:
+        return os.open(path, _DIR_FLAGS | extra, dir_fd=dir_fd)
+    except PermissionError:
+        return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC | extra, dir_fd=dir_fd)
+
+
+def _is_link(parent_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _check_name(name: str) -> None:
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"not a single path component: {name!r}")
+
+
+def make_dirs(path: str | os.PathLike[str], *, mode: int = 0o777) -> None:
+    """`mkdir -p path`, each new component opened without following a link (see open_dir)."""
+    os.close(open_dir(path, create=True, mode=mode))
+
+
+def open_below(base: str | os.PathLike[str], parts: tuple[str, ...] | list[str], *, create: bool = False,
+               mode: int = 0o777) -> int:
+    """A descriptor of `base/part/...`: `base` is the user's path, resolved as given; each of `parts` (the
+    directories envbuild itself names there, such as `.envrun/jobs`) is opened with subdir, so a link or a
+    stranger's directory planted at one of them is refused."""
+    fd = open_dir(base, create=create, mode=mode)
+    where = os.fspath(base)
+    for part in parts:
+        where = os.path.join(where, part)
+        try:
+            inner = subdir(fd, part, create=create, mode=mode, where=where)
+        finally:
+            os.close(fd)
+        fd = inner
+    return fd
+
+
+# --- writing ----------------------------------------------------------------------------------------------
+
+def write_file(path: str | os.PathLike[str], data: bytes | str, *, mode: int | None = None,
+               dir_fd: int | None = None) -> None:
+    """Write `data` (text as UTF-8) to `path` so that a reader sees the old content or the new, never half.
+
+    `-` is standard output. A target that is a device, a FIFO or a socket (`/dev/null`, `/dev/stdout`
+    through its link in a directory only root may write) is written in place, never replaced. Otherwise a
+    new file with an unpredictable name is made beside it (`O_EXCL | O_NOFOLLOW`) and renamed over it within
+    the directory's descriptor, so a link planted at the target is replaced, never written through, and a
+    hard link into a store layer is replaced too. `mode`: the new file's permission bits (default: 0666 less
+    the umask). `dir_fd`: `path` is a name in that directory."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    path = os.fspath(path)
+    if path == "-" and dir_fd is None:
+        sys.stdout.flush()
+        _write_all(sys.stdout.fileno(), payload)
+        return
+    if dir_fd is None:
+        directory, name = os.path.split(path)
+        fd = open_dir(directory or ".")
+        try:
+            _write_in(fd, name, payload, mode, where=path)
+        finally:
+            os.close(fd)
+    else:
+        _write_in(dir_fd, path, payload, mode, where=path)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes | str, *, mode: int | None = None) -> None:
+    """write_file under the name most callers know it by."""
+    write_file(path, data, mode=mode)
+
+
+def _write_in(dir_fd: int, name: str, payload: bytes, mode: int | None, *, where: str) -> None:
+    _check_name(name)
+    try:
+        info: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        info = None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise EnvbuildError(f"{where} is a directory", "give a file name, not a directory")
+    if info is not None and stat.S_ISLNK(info.st_mode) and not writable_by_others(os.fstat(dir_fd)):
+        # A link in a directory only the caller (or root) may write is the user's own (/dev/stdout): follow it
+        # to see whether it names a device or a FIFO, to be written in place.
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                _write_then_close(fd, payload)
+                return
+            os.close(fd)
+    elif info is not None and not stat.S_ISREG(info.st_mode) and not stat.S_ISLNK(info.st_mode):
+        fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        _write_then_close(fd, payload)
+        return
+    partial = f".{name}.{secrets.token_hex(6)}.partial"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        try:
+            _write_all(fd, payload)
+            os.fchmod(fd, (0o666 & ~current_umask()) if mode is None else mode)
+        finally:
+            os.close(fd)
+        os.rename(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        # A failed write leaves nothing behind; the old file, if any, is untouched.
+        try:
+            os.unlink(partial, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+def _write_then_close(fd: int, payload: bytes) -> None:
+    try:
+        if os.get_blocking(fd) is False and stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.set_blocking(fd, True)
+        _write_all(fd, payload)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def create_new(dir_fd: int, name: str, data: bytes | str, *, mode: int = 0o600) -> None:
+    """Create `name` in `dir_fd` with `data`; fails (FileExistsError) when the name exists in any form."""
+    _check_name(name)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    try:
+        _write_all(fd, payload)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def copy_file(src: str | os.PathLike[str], dest: str | os.PathLike[str], *, mode: int | None = None) -> None:
+    """Copy the regular file `src` to `dest` as write_file writes: a new file with an unpredictable name
+    beside `dest`, renamed over it within its directory's descriptor (a hard link at `dest` is replaced, a
+    link planted there is never written through). `mode`: the copy's permission bits (default: the
+    source's). The data moves in the kernel (copy_file_range, reflinks where the file system has them)."""
+    directory, name = os.path.split(os.fspath(dest))
+    _check_name(name)
+    dir_fd = open_dir(directory or ".")
+    try:
+        source = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            info = os.fstat(source)
+            partial = f".{name}.{secrets.token_hex(6)}.partial"
+            out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                          dir_fd=dir_fd)
+            try:
+                try:
+                    _copy_data(source, out, info.st_size)
+                    os.fchmod(out, stat.S_IMODE(info.st_mode) if mode is None else mode)
+                    os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
+                finally:
+                    os.close(out)
+                os.rename(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                try:
+                    os.unlink(partial, dir_fd=dir_fd)
+                except OSError:
+                    pass
+                raise
+        finally:
+            os.close(source)
+    finally:
+        os.close(dir_fd)
+
+
+def _copy_data(source: int, out: int, size: int) -> None:
+    left = size
+    try:
+        while left > 0:
+            done = os.copy_file_range(source, out, min(left, 1 << 30))
+            if done == 0:
+                break
+            left -= done
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    while True:  # what copy_file_range did not do (another file system, an older kernel)
+        chunk = os.read(source, 1 << 20)
+        if not chunk:
+            break
+        _write_all(out, chunk)
+
+
+def open_append(path: str | os.PathLike[str], *, mode: int = 0o666) -> int:
+    """A descriptor to append to the log `path`, never through a link planted at it (O_NOFOLLOW) and never
+    to a device or FIFO someone put there: such a name is refused."""
+    directory, name = os.path.split(os.fspath(path))
+    _check_name(name)
+    dir_fd = open_dir(directory or ".")
+    try:
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         mode, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafePlaceError(f"{os.fspath(path)} is a symbolic link: a log is never written through one",
+                                       f"remove the link (ls -l {os.fspath(path)}) and run again") from None
+            raise
+    finally:
+        os.close(dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePlaceError(f"{os.fspath(path)} is not a regular file", "remove it and run again")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def open_append_at(dir_fd: int, name: str, *, mode: int = 0o600) -> int:
+    """open_append of the name `name` in the held directory `dir_fd` (a log in a directory opened with
+    open_below): never through a link, never a device or FIFO."""
+    _check_name(name)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                     mode, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePlaceError(f"{name} is a symbolic link: a log is never written through one",
+                                   f"remove the link (ls -l {name}) and run again") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePlaceError(f"{name} is not a regular file", "remove it and run again")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def open_lock_at(dir_fd: int, name: str, *, mode: int = 0o666, where: str = "") -> int:
+    """A descriptor to flock the lock file `name` in the held directory `dir_fd` (a store's locks/), made when
+    missing (`mode` less the umask: a group store's members must all lock it), read-write where the caller may
+    write it, else read-only (flock works on either). Never through a link (O_NOFOLLOW), never a FIFO, device
+    or a hard link to a file elsewhere (its holder line would be written over that file): refused with
+    UnsafePlaceError. Other failures are the OSError."""
+    _check_name(name)
+    where = where or name
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | flags, mode, dir_fd=dir_fd)
+        except PermissionError:
+            fd = os.open(name, os.O_RDONLY | flags, dir_fd=dir_fd)  # another member's lock file
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePlaceError(f"the lock file {where} is a symbolic link: envbuild never writes through a link "
+                                   "in a place others may write",
+                                   f"check who made it (ls -l {where}) and remove it; envbuild makes it again") from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else "a hard link to another file"
+        raise UnsafePlaceError(f"the lock file {where} is not one envbuild made ({what})",
+                               f"check who made it (ls -l {where}) and remove it; envbuild makes it again")
+    return fd
+
+
+def touch(path: str | os.PathLike[str]) -> None:
+    """Make the empty file `path` if it is not there (a marker); an existing name, in any form, is kept."""
+    directory, name = os.path.split(os.fspath(path))
+    dir_fd = open_dir(directory or ".")
+    try:
+        create_new(dir_fd, name, b"", mode=0o666 & ~current_umask())
+    except FileExistsError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def rename_path(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+    """os.replace(src, dest) with each name looked up in its directory's descriptor."""
+    src_dir, src_name = os.path.split(os.fspath(src))
+    dest_dir, dest_name = os.path.split(os.fspath(dest))
+    src_fd = open_dir(src_dir or ".")
+    try:
+        dest_fd = open_dir(dest_dir or ".")
+        try:
+            rename_at(src_fd, src_name, dest_fd, dest_name)
+        finally:
+            os.close(dest_fd)
+    finally:
+        os.close(src_fd)
+
+
+_umask: int | None = None
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it (from /proc where the kernel shows it)."""
+    global _umask
+    if _umask is None:
+        try:
+            with open("/proc/self/status", encoding="ascii") as status:
+                for line in status:
+                    if line.startswith("Umask:"):
+                        _umask = int(line.split()[1], 8)
+                        break
+        except (OSError, ValueError):
+            pass
+        if _umask is None:
+            _umask = os.umask(0o022)
+            os.umask(_umask)
+    return _umask
+
+
+# --- reading ----------------------------------------------------------------------------------------------
+
+def read_file_nofollow(dir_fd: int, name: str, *, limit: int = 16 << 20) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file `name` in `dir_fd` (never through a link) and the stat of the very
+    file read, so that what is judged (owner, mode) is what is read."""
+    _check_name(name)
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise EnvbuildError(f"{name} is not a regular file", "replace it with a file")
+        chunks = []
+        total = 0
+        while total <= limit:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise EnvbuildError(f"{name} is larger than {limit} bytes", "it is not a file envbuild wrote")
+        return b"".join(chunks), info
+    finally:
+        os.close(fd)
+
+
+# --- removing ---------------------------------------------------------------------------------------------
+
+def remove_file(path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
+    """Remove the name `path` (a link is removed itself, never its target)."""
+    directory, name = os.path.split(os.fspath(path))
+    fd = open_dir(directory or ".")
+    try:
+        unlink_at(fd, name, missing_ok=missing_ok)
+    finally:
+        os.close(fd)
+
+
+def unlink_at(dir_fd: int, name: str, *, missing_ok: bool = True) -> None:
+    _check_name(name)
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+
+
+def rename_at(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> None:
+    """Rename within or between two held directories (neither name is looked up through a path)."""
+    _check_name(src)
+    _check_name(dst)
+    os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+
+def remove_tree(path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
+    """`rm -rf path` that never crosses a link: the last component, if a link, is removed itself; every
+    directory below is opened with O_NOFOLLOW relative to its parent. Directories of ours without write
+    permission (read-only trees from some packages) are made writable first."""
+    directory, name = os.path.split(os.fspath(path).rstrip("/"))
+    try:
+        fd = open_dir(directory or ".")
+    except FileNotFoundError:
+        if missing_ok:
+            return
+        raise
+    try:
+        remove_tree_at(fd, name, missing_ok=missing_ok)
+    finally:
+        os.close(fd)
+
+
+def remove_tree_at(parent_fd: int, name: str, *, missing_ok: bool = True) -> None:
+    """remove_tree of the entry `name` in the directory `parent_fd`."""
+    _check_name(name)
+    try:
+        info = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        if missing_ok:
+            return
+        raise
+    if not stat.S_ISDIR(info.st_mode):
+        unlink_at(parent_fd, name)
+        return
+    try:
+        fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link since the stat: remove the link
+            unlink_at(parent_fd, name)
+            return
+        raise
+    try:
+        empty_dir(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=parent_fd)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+
+
+def empty_dir(fd: int) -> None:
+    """Remove everything inside the directory `fd`, never crossing a link. Iterative, one descriptor held per
+    level: a tree someone made thousands of levels deep ends in a clear error, never a RecursionError."""
+    _ensure_writable(fd)
+    # Each level: its descriptor, its name in the level above (None for `fd` itself), the names left to remove.
+    levels: list[tuple[int, str | None, list[str]]] = [(fd, None, list_names(fd))]
+    try:
+        while levels:
+            here, _, names = levels[-1]
+            if not names:
+                _, name, _ = levels.pop()
+                if name is not None:
+                    os.close(here)
+                    try:
+                        os.rmdir(name, dir_fd=levels[-1][0])
+                    except FileNotFoundError:
+                        pass
+                continue
+            name = names.pop()
+            try:
+                info = os.stat(name, dir_fd=here, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(info.st_mode):
+                unlink_at(here, name)
+                continue
+            try:
+                inner = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=here)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link since the stat: remove the link
+                    unlink_at(here, name)
+                    continue
+                if exc.errno == errno.EMFILE:
+                    raise EnvbuildError(
+                        f"a directory tree {len(levels)} levels deep is too deep to remove here (no descriptor left)",
+                        "remove it by hand (rm -rf), after checking who made it") from None
+                raise
+            levels.append((inner, name, []))
+            _ensure_writable(inner)
+            levels[-1][2].extend(list_names(inner))
+    finally:
+        for here, name, _ in levels:
+            if name is not None:
+                os.close(here)
+
+
+def list_names(fd: int) -> list[str]:
+    """The names in the directory `fd` (its descriptor is not consumed)."""
+    with os.scandir(fd) as entries:
+        return [entry.name for entry in entries]
+
+
+def iter_subdirs(fd: int) -> Iterator[tuple[str, os.stat_result]]:
+    """(name, lstat) of the real directories in `fd`; links and other files are skipped."""
+    for name in list_names(fd):
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            yield name, info
+
+
+def tree_usage(fd: int) -> int:
+    """Bytes of the blocks used below the directory `fd`, never crossing a link."""
+    total = 0
+    for name in list_names(fd):
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            continue
+        total += info.st_blocks * 512
+        if stat.S_ISDIR(info.st_mode):
+            try:
+                sub = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError:
+                continue
+            try:
+                total += tree_usage(sub)
+            finally:
+                os.close(sub)
+    return total
+
+
+def _ensure_writable(fd: int) -> None:
+    info = os.fstat(fd)
+    if info.st_uid == os.geteuid() and info.st_mode & stat.S_IRWXU != stat.S_IRWXU:
+        os.fchmod(fd, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)

@@ -1,0 +1,200 @@
+"""envbuild import / export: definition files and Dockerfiles to and from specs (envbuild.convert.formats)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from spython.main.parse.parsers import DockerParser, SingularityParser
+
+from envbuild.cli.envbuild_main import main
+from envbuild.convert.deffile import import_def
+from envbuild.convert.dockerfile import import_dockerfile
+from envbuild.convert.export import ExportInput, export_def, export_dockerfile
+from envbuild.envspec.loadspec import load_spec, load_spec_text
+from envbuild.shared.errors import UsageError
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = REPO / "tests" / "fixtures" / "recipes"
+GOLDEN = REPO / "tests" / "golden"
+GOLDEN_CASES = {"export-local-cpu-pytorch.def": "def", "export-local-cpu-pytorch.Dockerfile": "dockerfile"}
+
+
+def golden_names() -> set[str]:
+    return set(GOLDEN_CASES)
+
+
+def test_def_import_maps_every_section_and_lists_the_rest() -> None:
+    result = import_def((RECIPES / "ubuntu-pip.def").read_text(), "ubuntu-pip")
+    spec = load_spec_text(result.render("ubuntu-pip.def")).spec
+    assert spec.base.describe() == "docker://ubuntu:22.04"
+    # after apt-get installs pip: kept in post, in its place (issue 30: python.packages come before post)
+    assert spec.python.packages == ()
+    assert spec.post[0].index("apt-get install") < spec.post[0].index("numpy==1.26.4") < spec.post[0].index("-r /opt")
+    assert "line 19: kept in post in its place" in "\n".join(result.notes)
+    assert spec.env == {"LC_ALL": "C", "HF_HOME": "/scratch/hf"}
+    assert spec.labels == {"Author": "alice@example.org", "Version": "v0.0.1"}
+    assert [(f.src, f.dest) for f in spec.files] == [("train.py", "/opt/app/train.py")]
+    assert spec.post[0].splitlines()[0].startswith("apt-get update && apt-get install")
+    assert "python3 -m pip install -r /opt/app/requirements.txt" in spec.post[0]  # kept, and noted
+    assert spec.tests == ('python3 -c "import numpy, scipy"\ntest -f /opt/app/train.py',)
+    notes = "\n".join(result.notes)
+    assert "line 21: kept in post: python3 -m pip install -r" in notes  # its own line, not the %post header's
+    assert "line 23: %runscript" in notes and "line 30: %help" in notes
+
+
+def test_def_bases() -> None:
+    debootstrap = import_def("Bootstrap: debootstrap\nOSVersion: trixie\nMirrorURL: http://m/debian\nInclude: git curl\n", "d")
+    assert debootstrap.spec["base"] == {"debootstrap": "trixie", "mirror": "http://m/debian", "include": ["git", "curl"]}
+    assert import_def("Bootstrap: localimage\nFrom: base.sif\n", "l").spec["base"] == "localimage:base.sif"
+    with pytest.raises(Exception, match="Bootstrap: yum has no envbuild base"):
+        import_def("Bootstrap: yum\n", "y")
+
+
+def test_dockerfile_import() -> None:
+    result = import_dockerfile((RECIPES / "Dockerfile").read_text(), "app")
+    spec = load_spec_text(result.render("Dockerfile")).spec
+    assert spec.base.describe() == "docker://python:3.11-slim"
+    # after apt-get install build-essential in the same RUN: kept there, in its place (issue 30)
+    assert spec.python.transformers is None and spec.python.packages == ()
+    assert spec.env == {"PYTHONUNBUFFERED": "1", "APP_HOME": "/app"}
+    assert spec.labels == {"org.opencontainers.image.authors": "bob@example.org", "version": "1.2"}
+    assert [(f.src, f.dest) for f in spec.files] == [("requirements.txt", "/app/requirements.txt"), ("src/", "/app/src/")]
+    assert spec.post == ("apt-get update && apt-get install -y --no-install-recommends build-essential && "
+                         'pip install --no-cache-dir torch==2.13.0 "transformers>=4.50,<5" && rm -rf /var/lib/apt/lists/*',
+                         "pip install --index-url https://example.org/simple private-pkg",
+                         "mkdir -p /app")  # WORKDIR creates its directory
+    notes = "\n".join(result.notes)
+    for expected in ("line 12: kept in post", "line 13: USER 1000", "line 14: WORKDIR /app", "line 15: EXPOSE 8080", "line 16: CMD"):
+        assert expected in notes
+
+
+def test_multistage_dockerfile_imports_the_final_stage_or_refuses_copies_from_a_stage() -> None:
+    text = "ARG V=3.11\nFROM python:${V} AS build\nRUN make\nFROM debian:bookworm\nRUN pip install six\n"
+    result = import_dockerfile(text, "m")
+    assert result.spec["base"] == "docker://debian:bookworm"
+    assert result.spec["python"] == {"packages": ["six"]}
+    assert "post" not in result.spec
+    assert "line 2: multi-stage build: the image is the last stage (line 4)" in "\n".join(result.notes)
+    with pytest.raises(UsageError, match=r"Dockerfile:5: the last stage builds on the build stage build \(line 2\)"):
+        import_dockerfile(text.replace("RUN pip", "COPY --from=build /out /opt/out\nRUN pip"), "m")
+
+
+FULL_SPEC = """\
+name: round
+system: local
+base: docker://ubuntu:22.04
+python:
+  interpreter: python3.11
+  pytorch: {version: "2.13.0", variant: cuda126, extras: [torchvision]}
+  transformers: "4.57.1"
+  lightning: true
+  packages: [accelerate, "numpy>=1.26,<3"]
+env: {A: "1", B: "two words"}
+labels: {maintainer: me, org.example.version: "3"}
+files:
+  - {src: train.py, dest: /opt/train.py}
+post:
+  - |-
+    apt-get update && apt-get install -y git
+    echo done > /opt/marker
+tests:
+  - python -c "import torch"
+"""
+
+
+@pytest.mark.parametrize("torch_index", [None, "https://download.pytorch.org/whl/cu126", "https://mirror.example/whl/cu126"])
+def test_round_trip_spec_def_spec_keeps_every_field(torch_index: str | None) -> None:
+    spec = load_spec_text(FULL_SPEC).spec
+    if torch_index and "mirror" in torch_index:
+        spec = spec.model_copy(update={"python": spec.python.model_copy(
+            update={"pytorch": spec.python.pytorch.model_copy(update={"index_url": torch_index})})})
+    text = export_def(ExportInput(spec, "round.yaml", torch_index=torch_index))
+    back = load_spec_text(import_def(text, "round").render("round.def")).spec
+    expected = spec.model_dump()
+    if torch_index and "mirror" not in torch_index:  # PyTorch's own index for the variant is the default
+        expected["python"]["pytorch"]["index_url"] = None
+    assert back.model_dump() == expected
+
+
+def test_exported_recipes_parse_back_with_spython(tmp_path: Path) -> None:
+    spec = load_spec_text(FULL_SPEC).spec
+    definition = tmp_path / "round.def"
+    definition.write_text(export_def(ExportInput(spec, "round.yaml")))
+    recipe = SingularityParser(str(definition)).recipe["spython-base"]
+    assert recipe.fromHeader == "ubuntu:22.04"
+    assert "A=1" in recipe.environ and "maintainer me" in recipe.labels
+    assert recipe.files == ["train.py /opt/train.py"]
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(export_dockerfile(ExportInput(spec, "round.yaml")))
+    parsed = DockerParser(str(dockerfile)).recipe["spython-base"]
+    assert parsed.fromHeader == "ubuntu:22.04"
+    assert "A=1" in parsed.environ
+
+
+def test_dockerfile_round_trip_keeps_what_a_dockerfile_carries() -> None:
+    spec = load_spec_text(FULL_SPEC).spec
+    back = load_spec_text(import_dockerfile(export_dockerfile(ExportInput(spec, "round.yaml")), "round").render("x")).spec
+    assert (back.base, back.python, back.env, back.labels, back.files) == (spec.base, spec.python, spec.env, spec.labels, spec.files)
+    assert back.post == (*spec.post, *spec.tests)  # a Dockerfile has no tests: they become build steps
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
+def test_export_of_the_reference_spec_is_golden(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    result = CliRunner().invoke(main, ["export", "envs/local-cpu-pytorch.yaml", "--format", GOLDEN_CASES[name]])
+    assert result.exit_code == 0, result.output
+    golden = GOLDEN / name
+    if os.environ.get("ENVBUILD_UPDATE_GOLDEN"):
+        golden.write_text(result.stdout)
+    assert result.stdout == golden.read_text()
+
+
+def test_cli_import_prints_or_writes_a_loadable_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    printed = runner.invoke(main, ["import", str(RECIPES / "ubuntu-pip.def")])
+    assert printed.exit_code == 0, printed.output
+    assert printed.stdout.startswith("# Imported by envbuild import") and "name: ubuntu-pip" in printed.stdout
+    project = tmp_path / "project"
+    project.mkdir()
+    recipe = project / "ubuntu-pip.def"
+    recipe.write_text((RECIPES / "ubuntu-pip.def").read_text())
+    (project / "train.py").write_text("print(1)\n")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "train-env.yaml"  # above the recipe's directory: its files are inside the spec's
+    written = runner.invoke(main, ["import", str(recipe), "-o", str(out), "--system", "local"])
+    assert written.exit_code == 0, written.output
+    data = yaml.safe_load(out.read_text())
+    assert data["name"] == "train-env"
+    assert data["files"][0] == {"src": "project/train.py", "dest": "/opt/app/train.py"}
+    assert load_spec(out, check_host=False).spec.name == "train-env"
+    # beside it, in another directory: the recipe's files would lie outside the spec's; refused, never allowed
+    aside = tmp_path / "specs" / "train-env.yaml"
+    aside.parent.mkdir()
+    refused = runner.invoke(main, ["import", str(recipe), "-o", str(aside), "--system", "local"])
+    assert refused.exit_code == 2 and f"{recipe}:6: %files train.py" in refused.output
+    assert "into the recipe's directory or a directory above it" in refused.output and not aside.exists()
+
+
+def test_cli_export_writes_a_file(tmp_path: Path) -> None:
+    out = tmp_path / "ref.def"
+    result = CliRunner().invoke(main, ["export", str(REPO / "envs/local-cpu-pytorch.yaml"), "--format", "def", "-o", str(out), "--no-lock"])
+    assert result.exit_code == 0, result.output
+    assert "transformers lightning accelerate" in out.read_text()
+
+
+def test_cli_errors_say_what_to_do(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(main, ["import", str(tmp_path / "nope.def")])
+    assert missing.exit_code != 0 and "does not exist" in missing.output
+    odd = tmp_path / "recipe.txt"
+    odd.write_text("echo hello\n")
+    unknown = runner.invoke(main, ["import", str(odd)])
+    assert unknown.exit_code != 0 and "--format def or --format dockerfile" in unknown.output
+    bad_format = runner.invoke(main, ["export", str(REPO / "envs/local-cpu-pytorch.yaml"), "--format", "singularity"])
+    assert bad_format.exit_code == 2 and "'def', 'dockerfile'" in bad_format.output
+    overlay = runner.invoke(main, ["export", str(REPO / "envs/lumi-overlay.yaml"), "--format", "def"])
+    assert overlay.exit_code != 0 and "overlay" in overlay.output
