@@ -14,9 +14,9 @@ from tests.builder import test_overlayplan as test_overlayplan_golden
 from tests.builder import test_plan as test_buildplan_golden
 from tests.builder import test_upperplan as test_upperplan_golden
 from tests.catalogue import test_page as test_catalogue_golden
+from tests.convert import test_recipefiles as test_recipefiles_golden
 from tests.launch import test_plan as test_launchplan
 from tests.slurm import test_script as test_batchscript_golden
-from tests.convert import test_recipefiles as test_recipefiles_golden
 from tests.support.golden import GOLDEN
 
 

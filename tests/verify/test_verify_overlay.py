@@ -15,10 +15,10 @@ from envbuild.inventory.image import sif_image_id
 from envbuild.shared.errors import EnvbuildError
 from envbuild.verify.imagecheck import Verification, render_verification
 from envbuild.verify.overlaycheck import verify_overlay
-from tests.verify.test_verify import H, lock_text, make_lock
 from tests.conftest import REPO, run_cli
 from tests.support.inventory_layout import fixture_image
 from tests.support.overlay_fixtures import OVERLAY_SPEC, fixture_base_identity, lay_out_overlay, make_overlay, overlay_record, squash
+from tests.verify.test_verify import H, lock_text, make_lock
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
 BASE = fixture_image("gzip")
