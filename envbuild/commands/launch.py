@@ -171,5 +171,5 @@ def report_sampler(request: RunRequest, environ: Mapping[str, str]) -> tuple[str
     from envbuild.host.pythonstart import isolated_module
 
     # -I with this envbuild put on sys.path explicitly: the step's working directory (a json.py or an envbuild/
-    # there) is never on it (issue 40).
+    # there) is never on it.
     return isolated_module("envbuild.report.sampler", "--interval", str(seconds))

@@ -1,4 +1,4 @@
-"""How envbuild and envrun start a Python of their own on the host (issue 40): never with the working
+"""How envbuild and envrun start a Python of their own on the host: never with the working
 directory on sys.path.
 
 `python -m MODULE` and `python -c CODE` put the working directory first on sys.path, so a `json.py` or an

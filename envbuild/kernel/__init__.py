@@ -1,4 +1,4 @@
-"""The image as a Jupyter kernel (issue 33): `envrun kernel install/list/remove/run` and `envrun shell`.
+"""The image as a Jupyter kernel: `envrun kernel install/list/remove/run` and `envrun shell`.
 
 A kernelspec written by `envrun kernel install` runs `envrun kernel run KERNEL.json {connection_file}`: the
 kernel goes through envrun's own launch path (binds, $WITH_CONDA, overlays, the recipe's environment, thread

@@ -1,4 +1,4 @@
-"""Venv overlays for envrun (issue 11): each NAME.sqsh's record, and the check that it was made for the
+"""Venv overlays for envrun: each NAME.sqsh's record, and the check that it was made for the
 image it is about to run on. A venv made with another base's Python fails in confusing ways at import time
 (a missing libpython, packages built for another ABI), so envrun refuses before launching, naming both.
 

@@ -1,4 +1,4 @@
-"""The job report: what a step did with its GPUs and CPUs (issue 32).
+"""The job report: what a step did with its GPUs and CPUs.
 
 Flow, one way: a light sampler per node (sampler.py, reading /proc through procs.py and the GPUs through
 gpus.py) writes its records into the task's stderr, framed by wire.py; envrun's step supervisor

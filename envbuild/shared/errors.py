@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")
 
-# The exit status of every command of both tools (issue 31), kept by the errors below and by each command that
+# The exit status of every command of both tools, kept by the errors below and by each command that
 # reports findings; exit_status_help says it in their --help.
 EXIT_CLEAN = 0  # nothing wrong (warnings allowed, unless a command's --strict says otherwise)
 EXIT_PROBLEMS = 1  # problems found: a check's errors, a mismatch, a failed build, launch or job

@@ -1,4 +1,4 @@
-"""What a venv overlay (`NAME.sqsh`, issue 11) is made of: the facts that the build writes and that
+"""What a venv overlay (`NAME.sqsh`) is made of: the facts that the build writes and that
 envrun, the wrappers and the inventory read. A shared leaf: it imports nothing of envbuild.
 
 An overlay is a squashfs whose root is a Python venv (made with `--system-site-packages` by the base

@@ -1,4 +1,4 @@
-"""The one home of every file effect in a place others may write (issue 40).
+"""The one home of every file effect in a place others may write.
 
 Stores, project and job directories, report and output paths and kernel prefixes may be writable by other
 members of a group. Everything envbuild and envrun create, replace or remove there goes through here, and

@@ -1,4 +1,4 @@
-"""The store's own directories (trash, work, locks, the kind directories), opened by descriptor (issue 40).
+"""The store's own directories (trash, work, locks, the kind directories), opened by descriptor.
 
 A group store (setgid, 2770, umask 007) lets every member create, rename and remove names in its root. A
 member who replaced `trash` with a link to another user's `~/data` would have that user's next build (the

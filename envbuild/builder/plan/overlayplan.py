@@ -1,4 +1,4 @@
-"""Pure planner for venv overlays (issue 11): (request, what the base has) -> the steps that make NAME.sqsh.
+"""Pure planner for venv overlays: (request, what the base has) -> the steps that make NAME.sqsh.
 
 What LUMI users do by hand (LUMI AI guide, workshop exercise 07, EasyBuild `make-squashfs`), as a plan:
 the base's own Python makes a venv with --system-site-packages at the mount point (a host directory

@@ -5,7 +5,7 @@ the overlay installs. Both are facts of the image, not of the spec, so a small s
 base (read-only, nothing written into it) and writes them as JSON; the pure overlay planner
 (envbuild.builder.plan.overlayplan) reads them as a BaseProbe. The result is cached per base digest.
 
-The Python, in order (issue 11; LUMI AI guide, laifs-container-recipes):
+The Python, in order (LUMI AI guide, laifs-container-recipes):
   1. overlay.python in the spec;
   2. the conda env that $WITH_CONDA activates (LUMI's lumi-pytorch-rocm-* images), run with bash as
      the LUMI course does (`bash -c '$WITH_CONDA; ...'`): /bin/sh may be dash, which has no `source`;

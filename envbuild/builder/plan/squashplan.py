@@ -14,7 +14,7 @@ from envbuild.store.layout import EntryPaths
 NICE = ("nice", "-n", "10")  # what runs beside the tests of a layered build (squash_with_manifest)
 OBJECTS_DIR = "sif-objects"  # under the work dir: the definition, metadata and arch the writer's helper finds
 # Where envbuild's own helpers (`python -m envbuild.sif...`) run: `-m` puts the working directory first on
-# sys.path, and the user's (a project others may write) could hold a json.py or an envbuild/ (issue 40). Only
+# sys.path, and the user's (a project others may write) could hold a json.py or an envbuild/. Only
 # root may write /; the helpers' paths are absolute, and envbuild is found as the build's own Python finds it
 # (its site-packages, or the checkout bin/envbuild puts on $PYTHONPATH).
 HELPER_CWD = "/"

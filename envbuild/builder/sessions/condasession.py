@@ -37,7 +37,7 @@ def find_cotainr() -> CotainrTool:
                             "(pip install . of envbuild brings it)") from None
     from envbuild.host.pythonstart import isolation_flags
 
-    # Never with the working directory (a project others may write) on its sys.path (issue 40).
+    # Never with the working directory (a project others may write) on its sys.path.
     return CotainrTool(argv=(sys.executable, *isolation_flags(), "-m", "cotainr"), version=found)
 
 
