@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import os
@@ -9,11 +10,11 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from envbuild.envspec.specmodel import GROUP, OTHERS, FileCopy, Spec
+from envbuild.envspec.specmodel import CHECKED_TOGETHER, GROUP, OTHERS, FileCopy, Spec
 from envbuild.host.secrets import secret_reason
 from envbuild.recipes.loadrecipe import available_recipes, recipes_dir
 from envbuild.shared.envnames import ENV_NAME_FIX
@@ -124,40 +125,204 @@ def _validate(document: LocatedDocument, text: str, path: Path, *, check_host: b
             [SpecProblem(document.file, 1, 1, "", f"the spec must be a mapping of fields, not a {type(document.data).__name__}",
                          "write `name: ...`, `base: ...` etc. at the top level")]
         )
+    # Every problem at once: when the model refuses parts of the spec, the checks after it (the system, the
+    # torch companions, the files and base image on this host) run on the spec without those parts.
+    problems: list[SpecProblem] = []
+    wrong: frozenset[str] = frozenset()
     try:
         spec = Spec.model_validate(document.data)
     except ValidationError as exc:
-        problems = [_problem_from_error(document, error) for error in exc.errors()]
-        raise SpecError(sorted(problems, key=lambda p: (p.line, p.column))) from None
+        problems, wrong, rest = _model_problems(document, exc)
+        if rest is None:
+            raise SpecError(_in_file_order(problems)) from None
+        spec = rest
     from envbuild.envspec.systemvariant import system_torch_variant
 
-    chosen = system_torch_variant(document, spec)
+    try:
+        chosen = system_torch_variant(document, spec)
+    except SpecError as exc:
+        raise SpecError(_in_file_order(problems + exc.problems)) from None
     loaded = LoadedSpec(spec=chosen.spec, path=path, text=text, torch_variant_origin=chosen.origin,
                         warnings=(*secret_warnings(document), *chosen.warnings))
-    spec = loaded.spec
-    problems = _family_problems(document, spec)
+    problems += _family_problems(document)
     if check_host:
-        problems += _host_problems(document, loaded)
+        problems += _host_problems(document, loaded, wrong)
     if problems:
-        raise SpecError(sorted(problems, key=lambda p: (p.line, p.column)))
+        raise SpecError(_in_file_order(problems))
     if check_host:
         loaded = replace(loaded, warnings=(*loaded.warnings, *_mode_warnings(document, loaded)))
     return loaded
 
 
-def _family_problems(document: LocatedDocument, spec: Spec) -> list[SpecProblem]:
+def _in_file_order(problems: list[SpecProblem]) -> list[SpecProblem]:
+    return sorted(problems, key=lambda p: (p.line, p.column))
+
+
+# What stands for a required top-level field the model refused, so that the rest of the spec can be checked.
+# No check reads the name; the base's stand-in is no localimage (nothing to look for on the host), and the
+# checks that read the base's kind (CHECKED_TOGETHER) are left out with it.
+_STAND_INS: dict[str, Any] = {"name": "spec", "base": "docker://stand-in"}
+
+
+def _model_problems(document: LocatedDocument, exc: ValidationError) -> tuple[list[SpecProblem], frozenset[str], Spec | None]:
+    """Every problem the model finds in the spec, the top-level fields that have them, and the spec without
+    the parts that have them (None only if it cannot be made; then the later checks do not run).
+
+    pydantic checks every field at once, but the checks across fields (Spec's model validators) run only
+    when every field is valid: they run here on what is left, and a problem they find is one more to report."""
+    data: dict[Any, Any] = document.data
+    problems: list[SpecProblem] = []
+    wrong: set[str] = set()
+    errors = exc.errors()
+    for _attempt in range(3):  # the parts' problems, then those across the rest, then what is left is valid
+        for error in errors:
+            problem = _problem_from_error(document, error)
+            if not any((p.field, p.message) == (problem.field, problem.message) for p in problems):
+                problems.append(problem)
+            loc = _field_path(error)
+            wrong.add(str(loc[0]) if loc else "")
+        data = _without_wrong_parts(data, errors)
+        try:
+            rest = Spec.model_validate(data)
+        except ValidationError as again:
+            errors = again.errors()
+            continue
+        return _with_waiting_checks(document, problems), frozenset(wrong), rest
+    return _with_waiting_checks(document, problems), frozenset(wrong), None
+
+
+def _without_wrong_parts(data: dict[Any, Any], errors: list[ErrorDetails]) -> dict[Any, Any]:
+    """`data` without each part an error is in: the smallest field around it that may be left out (its default
+    stands in), or the stand-in of a required one; a problem across parts leaves out the parts those checks are
+    about (overlay:, conda:)."""
+    kept = copy.deepcopy(data)
+    for error in errors:
+        loc = _field_path(error)
+        part = _leavable_part(data, loc)
+        if part is not None:
+            _remove(kept, part)
+            continue
+        if loc and loc[0] in _STAND_INS:
+            kept[loc[0]] = _STAND_INS[loc[0]]
+        elif loc:
+            kept.pop(loc[0], None)
+        if not loc or loc[0] == "base":
+            for about in CHECKED_TOGETHER:
+                kept.pop(about, None)
+    return kept
+
+
+def _leavable_part(data: Any, loc: FieldPath) -> FieldPath | None:
+    """The deepest field on the way to `loc` that the spec may leave out: an unknown field, an entry of a
+    mapping (env:, labels:), or a field with a default. Never an item of a list (the items after it would
+    move, and the checks that follow locate files[] by their index)."""
+    model: type[BaseModel] | None = Spec
+    node, leavable = data, None
+    for depth, part in enumerate(loc):
+        if not isinstance(node, dict) or part not in node:
+            return leavable
+        if model is None:  # an entry of a mapping field
+            return loc[: depth + 1]
+        info = model.model_fields.get(part) if isinstance(part, str) else None
+        if info is None:
+            return loc[: depth + 1]
+        if not info.is_required():
+            leavable = loc[: depth + 1]
+        model = _model_of(info.annotation) if get_origin(info.annotation) is not dict else None
+        node = node[part]
+    return leavable
+
+
+def _remove(data: dict[Any, Any], part: FieldPath) -> None:
+    """`data` without `part`, if it is still there (another error's part may have held it)."""
+    *parents, last = part
+    for key in parents:
+        data = data.get(key) if isinstance(data, dict) else None
+    if isinstance(data, dict):
+        data.pop(last, None)
+
+
+def _with_waiting_checks(document: LocatedDocument, problems: list[SpecProblem]) -> list[SpecProblem]:
+    """`problems`, the first one of the parts a check across parts reads (while the part it is about is in the
+    spec) saying that the check waits for them; the same for the torch companions that wait for a valid torch
+    version."""
+    ordered = _in_file_order(problems)
+    notes: dict[int, list[str]] = {}
+
+    def note(where: int, text: str) -> None:
+        notes.setdefault(where, []).append(text)
+
+    for about, reads in CHECKED_TOGETHER.items():
+        if about not in document.data:
+            continue
+        waiting = [i for i, problem in enumerate(ordered) if _top_level(problem.field) in reads]
+        parts = list(dict.fromkeys(f"{_top_level(ordered[i].field)}:" for i in waiting))
+        if waiting:
+            they = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+            note(waiting[0], f"once {they} {'is' if len(parts) == 1 else 'are'} fixed, {about}: is checked against "
+                             f"{'it' if len(parts) == 1 else 'them'}")
+    if _versioned_companions(document.data):
+        for i, problem in enumerate(ordered):
+            if problem.field.startswith("python.pytorch.version"):
+                note(i, "then the torchvision/torchaudio versions listed are checked against this torch version")
+                break
+    return [SpecProblem(p.file, p.line, p.column, p.field, p.message, "; ".join([*([p.hint] if p.hint else []), *notes[i]]))
+            if i in notes else p for i, p in enumerate(ordered)]
+
+
+def _top_level(field: str) -> str:
+    """'python' of 'python.pytorch.version', 'files' of 'files[1].dest'."""
+    return re.split(r"[.\[]", field, maxsplit=1)[0]
+
+
+def _field_path(error: ErrorDetails) -> FieldPath:
+    return tuple(part for part in error["loc"] if not _is_union_tag(part))
+
+
+def _listed_requirements(data: Any) -> list[tuple[FieldPath, str]]:
+    """(where, text) of every requirement written under python: (pytorch.extras, packages), as written."""
+    python = data.get("python") if isinstance(data, dict) else None
+    if not isinstance(python, dict):
+        return []
+    pytorch = python.get("pytorch")
+    extras = pytorch.get("extras") if isinstance(pytorch, dict) else None
+    listed: list[tuple[FieldPath, str]] = []
+    for loc, items in ((("python", "pytorch", "extras"), extras), (("python", "packages"), python.get("packages"))):
+        if isinstance(items, list):
+            listed += [((*loc, i), text) for i, text in enumerate(items) if isinstance(text, str)]
+    return listed
+
+
+def _versioned_companions(data: Any) -> bool:
+    """Whether a torchvision or torchaudio with a version is listed (checked against the torch version)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    from envbuild.envspec.torchfamily import COMPANIONS
+
+    for _loc, text in _listed_requirements(data):
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.name in COMPANIONS and req.specifier:
+            return True
+    return False
+
+
+def _family_problems(document: LocatedDocument) -> list[SpecProblem]:
     """torchvision/torchaudio next to `pytorch:` whose version cannot go with the spec's torch (the model
-    pins those without a version; see envbuild.envspec.torchfamily)."""
+    pins those without a version; see envbuild.envspec.torchfamily). Read from the spec as written, so that
+    they are checked whatever else is wrong in it."""
     from envbuild.envspec.torchfamily import companion_problem
 
-    pytorch = spec.python.pytorch
-    if pytorch is None:
+    python = document.data.get("python")
+    pytorch = python.get("pytorch") if isinstance(python, dict) else None
+    version = pytorch.get("version") if isinstance(pytorch, dict) else None
+    if not isinstance(version, str):
         return []
     problems: list[SpecProblem] = []
-    listed: list[tuple[FieldPath, str]] = [(("python", "pytorch", "extras", i), text) for i, text in enumerate(pytorch.extras)]
-    listed += [(("python", "packages", i), text) for i, text in enumerate(spec.python.packages)]
-    for loc, text in listed:
-        found = companion_problem(text, pytorch.version)
+    for loc, text in _listed_requirements(document.data):
+        found = companion_problem(text, version)
         if found:
             pos = document.position_of(loc)
             problems.append(SpecProblem(document.file, pos.line, pos.column, _dotted(loc), *found))
@@ -179,7 +344,7 @@ _FIELD_HINTS: dict[str, str] = {
 
 
 def _problem_from_error(document: LocatedDocument, error: ErrorDetails) -> SpecProblem:
-    loc: FieldPath = tuple(part for part in error["loc"] if not _is_union_tag(part))
+    loc = _field_path(error)
     kind = error["type"]
     field = _dotted(loc)
     pos = document.position_of(loc)
@@ -348,7 +513,9 @@ def _modes_of(source: str) -> str:
     return f"mode {own:04o}, in a directory of mode {directory:04o}"
 
 
-def _host_problems(document: LocatedDocument, loaded: LoadedSpec) -> list[SpecProblem]:
+def _host_problems(document: LocatedDocument, loaded: LoadedSpec, wrong: frozenset[str]) -> list[SpecProblem]:
+    """The system recipe, the files[] sources and a local base image, on this host. `wrong`: the top-level fields
+    with problems of their own, whose stand-ins in `loaded` are not looked for."""
     spec = loaded.spec
     problems: list[SpecProblem] = []
 
@@ -357,15 +524,15 @@ def _host_problems(document: LocatedDocument, loaded: LoadedSpec) -> list[SpecPr
         problems.append(SpecProblem(document.file, pos.line, pos.column, _dotted(loc), message, hint))
 
     known = available_recipes()
-    if spec.system not in known:
+    if spec.system not in known and "system" not in wrong:  # (the default stands in for a system written wrong)
         close = difflib.get_close_matches(spec.system, known, n=1)
         add(("system",), f"no system recipe named {spec.system!r} (looked in {recipes_dir()})",
             (f"did you mean {close[0]!r}? " if close else "") + f"known systems: {', '.join(known)}")
-    for index, item in enumerate(spec.files):
+    for index, item in _files_to_look_for(document, spec, wrong):
         problem = file_source_problem(item, str(loaded.directory.absolute()))
         if problem:
             add(("files", index, "src"), *problem)
-    if spec.base.kind == "localimage":
+    if spec.base.kind == "localimage" and "base" not in wrong:
         image = loaded.resolve_host_path(spec.base.ref)
         if not image.exists():
             add(("base",), f"local image {spec.base.ref!r} does not exist (resolved to {image})",
@@ -373,6 +540,20 @@ def _host_problems(document: LocatedDocument, loaded: LoadedSpec) -> list[SpecPr
         elif image.is_file() and image.suffix not in (".sif", ".simg", ".img"):
             add(("base",), f"{image} is a file but not a .sif image", "use a .sif file or a sandbox directory")
     return problems
+
+
+def _files_to_look_for(document: LocatedDocument, spec: Spec, wrong: frozenset[str]) -> list[tuple[int, FileCopy]]:
+    """(index, entry) of files[]: the spec's, or when an entry has a problem, each entry that is valid alone."""
+    if "files" not in wrong:
+        return list(enumerate(spec.files))
+    written = document.data.get("files")
+    found = []
+    for index, item in enumerate(written if isinstance(written, list) else ()):
+        try:
+            found.append((index, FileCopy.model_validate(item)))
+        except ValidationError:
+            continue
+    return found
 
 
 # --- secrets a spec would bake into its image ---------------------------------------------------------------

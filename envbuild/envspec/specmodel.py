@@ -233,11 +233,12 @@ class PythonEnv(StrictModel):
             return str(value)
         return value
 
-    @model_validator(mode="after")
-    def _check_shorthands(self) -> PythonEnv:
-        _normalise_shorthand("transformers", self.transformers)
-        _normalise_shorthand("lightning", self.lightning)
-        return self
+    @field_validator("transformers", "lightning")
+    @classmethod
+    def _check_shorthand(cls, value: str | bool | None, info: ValidationInfo) -> str | bool | None:
+        # A field validator, not one on the whole model: it runs even when another field of python: is wrong.
+        _normalise_shorthand(str(info.field_name), value)
+        return value
 
     def requirements(self) -> list[str]:
         """Every requirement to install, in the spec's order: torch first, then the shorthands. Next to
@@ -476,6 +477,14 @@ _NOT_IN_OVERLAY = {
     "post": "an overlay cannot change the base image; build a full image (remove overlay:) to run commands in it",
     "env": "set them in envrun.yaml (env:) next to your project, or in ~/.config/envbuild/envrun.yaml",
     "labels": "an overlay has no labels; its record (envbuild inspect NAME.sqsh) says how it was made",
+}
+
+
+# The parts of the spec each check across parts reads (Spec._check_overlay, Spec._check_conda), by the part
+# it is about: the loader says which of them wait for a part that has a problem of its own.
+CHECKED_TOGETHER: dict[str, tuple[str, ...]] = {
+    "overlay": ("base", "python", *_NOT_IN_OVERLAY),
+    "conda": ("base", "python", "overlay"),
 }
 
 
