@@ -2,7 +2,7 @@
 produces any more (a renamed or dropped case) is stale and fails here, listing it; a case whose file is
 missing fails too. The names come from the case tables the golden tests are parametrized with
 (tests/builder/test_plan.py, tests/builder/test_overlayplan.py, tests/builder/test_condaplan.py, tests/launch/test_plan.py,
-tests/envspec/test_recipefiles.py).
+tests/convert/test_import_export.py).
 
 Golden files are rewritten with ENVBUILD_UPDATE_GOLDEN=1 pytest tests/builder/test_plan.py
 tests/builder/test_overlayplan.py tests/launch/test_plan.py (review the diff); that never deletes a stale file: git rm it."""
@@ -14,7 +14,7 @@ from tests.builder import test_overlayplan as test_overlayplan_golden
 from tests.builder import test_plan as test_buildplan_golden
 from tests.builder import test_upperplan as test_upperplan_golden
 from tests.catalogue import test_page as test_catalogue_golden
-from tests.convert import test_recipefiles as test_recipefiles_golden
+from tests.convert import test_import_export as test_convert_golden
 from tests.launch import test_plan as test_launchplan
 from tests.slurm import test_script as test_batchscript_golden
 from tests.support.golden import GOLDEN
@@ -22,7 +22,7 @@ from tests.support.golden import GOLDEN
 
 def expected_golden_files() -> set[str]:
     return (test_buildplan_golden.golden_names() | test_overlayplan_golden.golden_names() | test_launchplan.golden_names()
-            | test_batchscript_golden.golden_names() | test_recipefiles_golden.golden_names()
+            | test_batchscript_golden.golden_names() | test_convert_golden.golden_names()
             | test_condaplan_golden.golden_names() | test_catalogue_golden.golden_names()
             | test_upperplan_golden.golden_names())
 
@@ -46,4 +46,4 @@ def test_the_case_tables_are_not_empty() -> None:
     assert len(test_overlayplan_golden.golden_names()) == len(test_overlayplan_golden.GOLDEN_CASES) == 2
     assert len(test_launchplan.golden_names()) == len(test_launchplan.GOLDEN_CASES) == 32
     assert len(test_batchscript_golden.golden_names()) == len(test_batchscript_golden.GOLDEN_CASES) >= 10
-    assert len(test_recipefiles_golden.golden_names()) == len(test_recipefiles_golden.GOLDEN_CASES) == 2
+    assert len(test_convert_golden.golden_names()) == len(test_convert_golden.GOLDEN_CASES) == 2

@@ -25,8 +25,8 @@ from envbuild.sif.compression import DEFAULT_COMPRESSION
 LAZY_COMMANDS = {
     "packages": "envbuild.cli.inventory_cmds:packages_command", "diff": "envbuild.cli.inventory_cmds:diff_command",
     "inspect": "envbuild.cli.inventory_cmds:inspect_command", "catalogue": "envbuild.cli.inventory_cmds:catalogue_command",
-    "cache": "envbuild.cli.cache_cmds:cache_group", "import": "envbuild.cli.recipe_cmds:import_command",
-    "export": "envbuild.cli.recipe_cmds:export_command",
+    "cache": "envbuild.cli.cache_cmds:cache_group", "import": "envbuild.cli.convert_cmds:import_command",
+    "export": "envbuild.cli.convert_cmds:export_command",
 }
 
 

@@ -1,7 +1,7 @@
-"""Build arguments of imported recipes: `%arguments` / `{{ NAME }}` in definition files, `ARG` / `${NAME}` in
+"""Build arguments of imported build files: `%arguments` / `{{ NAME }}` in definition files, `ARG` / `${NAME}` in
 Dockerfiles, and `envbuild import --build-arg NAME=VALUE` for both.
 
-A spec has no build arguments, so import substitutes them where the recipe uses them; an argument used without
+A spec has no build arguments, so import substitutes them where the file uses them; an argument used without
 a value is an error naming it and the option, located at the line that uses it (never a literal placeholder or
 an empty image tag in the spec)."""
 
@@ -18,8 +18,8 @@ _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _SHELL_VAR = re.compile(r"'[^']*'|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def recipe_error(source: str, line: int, message: str, fix: str) -> UsageError:
-    """An error located at a line of the recipe being imported."""
+def build_file_error(source: str, line: int, message: str, fix: str) -> UsageError:
+    """An error located at a line of the definition file or Dockerfile being imported."""
     return UsageError(f"{source}:{line}: {message}", fix)
 
 
@@ -36,7 +36,7 @@ def parse_build_args(pairs: Iterable[str]) -> dict[str, str]:
 
 
 def unused_build_args(build_args: Mapping[str, str], known: Iterable[str]) -> list[str]:
-    """Notes for `--build-arg`s the recipe does not declare or use (Docker warns of them too)."""
+    """Notes for `--build-arg`s the file does not declare or use (Docker warns of them too)."""
     return [f"--build-arg {name}: the file has no build argument {name} (ignored)"
             for name in sorted(set(build_args) - set(known))]
 
@@ -46,8 +46,8 @@ def placeholder_names(text: str) -> set[str]:
 
 
 def _missing(source: str, line: int, name: str, where: str) -> UsageError:
-    return recipe_error(source, line, f"build argument {name} is used but has no value",
-                        f"give it one: envbuild import --build-arg {name}=... ({where})")
+    return build_file_error(source, line, f"build argument {name} is used but has no value",
+                            f"give it one: envbuild import --build-arg {name}=... ({where})")
 
 
 def def_argument_defaults(text: str) -> dict[str, str]:
@@ -118,5 +118,5 @@ def check_image_reference(image: str, source: str, line: int, written: str) -> N
     """An image reference with an empty name or tag (`FROM image:` after substitution) is always an error."""
     name_part = image.rsplit("/", 1)[-1]
     if not image or image.endswith(":") or ":@" in name_part or name_part.startswith(":"):
-        raise recipe_error(source, line, f"{written} gives the image reference '{image}', whose name or tag is empty",
-                           "give the build argument a value (envbuild import --build-arg NAME=...) or write the tag")
+        raise build_file_error(source, line, f"{written} gives the image reference '{image}', whose name or tag is empty",
+                               "give the build argument a value (envbuild import --build-arg NAME=...) or write the tag")

@@ -1,29 +1,35 @@
-"""Apptainer/Singularity definition files -> specs (`envbuild import`); see envbuild.convert.formats."""
+"""Apptainer/Singularity definition files: read into a spec (`envbuild import`), written from one (`envbuild export`).
+
+One format of the table in envbuild.convert.formats; what every format shares is in envbuild.convert.specbuilder
+(import) and envbuild.convert.specexport (export)."""
 
 from __future__ import annotations
 
 import itertools
 import posixpath
 import re
+import shlex
 
 from envbuild.convert.buildargs import (
+    build_file_error,
     check_image_reference,
     placeholder_names,
-    recipe_error,
     substitute_def_placeholders,
     unused_build_args,
 )
 from envbuild.convert.envassign import carry_assignments
-from envbuild.convert.formats import (
+from envbuild.convert.shellscript import HEREDOC, script_lines, split_words
+from envbuild.convert.specbuilder import (
     ImportResult,
     SpecBuilder,
     add_file,
     add_label,
 )
-from envbuild.convert.shellscript import script_lines, split_words
+from envbuild.convert.specexport import ExportInput, header_lines, install_lines
+from envbuild.envspec.specmodel import VENV_PREFIX, env_assignments
 from envbuild.shared.errors import UsageError
 
-# --- definition files --------------------------------------------------------------------------------
+# --- import -------------------------------------------------------------------------------------------------
 
 _DEF_NOT_EXPRESSIBLE = {
     "runscript": "envbuild images have no runscript: run commands with envrun IMAGE.sif COMMAND",
@@ -58,10 +64,10 @@ def import_def(text: str, name: str, *, src_prefix: str = "", build_args: dict[s
     _def_base(builder, header, source)
     for section, rest, number, body in sections:
         if section in _SCIF_SECTIONS:
-            raise recipe_error(source, number, f"%{section} {rest}: SCIF apps cannot be expressed in a spec "
-                               "(envbuild images have one environment and no apps)",
-                               "move the app's install commands into %post, its files into %files and its "
-                               "environment into %environment, and run it with envrun IMAGE.sif COMMAND")
+            raise build_file_error(source, number, f"%{section} {rest}: SCIF apps cannot be expressed in a spec "
+                                   "(envbuild images have one environment and no apps)",
+                                   "move the app's install commands into %post, its files into %files and its "
+                                   "environment into %environment, and run it with envrun IMAGE.sif COMMAND")
         _def_section(builder, section, rest, number, body, src_prefix, source)
     return builder.result()
 
@@ -102,23 +108,23 @@ def _final_stage(builder: SpecBuilder, text: str, source: str) -> list[tuple[int
             if section.lower() == "files" and files_from:
                 stage = files_from[1]
                 where = f" (line {names[stage]})" if stage in names else ""
-                raise recipe_error(source, number, f"%files from {stage} copies files out of the build stage "
-                                   f"{stage}{where}; a spec builds one image from one base and cannot stage copies",
-                                   f"build stage {stage} as its own image (its Bootstrap: header and sections in a "
-                                   f"file of their own: apptainer build {stage}.sif {stage}.def), then use it: "
-                                   f"base: localimage:{stage}.sif in the spec, or copy the files out of it and list "
-                                   "them under files:")
+                raise build_file_error(source, number, f"%files from {stage} copies files out of the build stage "
+                                       f"{stage}{where}; a spec builds one image from one base and cannot stage copies",
+                                       f"build stage {stage} as its own image (its Bootstrap: header and sections in a "
+                                       f"file of their own: apptainer build {stage}.sif {stage}.def), then use it: "
+                                       f"base: localimage:{stage}.sif in the spec, or copy the files out of it and list "
+                                       "them under files:")
     earlier = ", ".join(f"{stage} (line {start})" for stage, start in names.items())
     builder.note(stages[-1][0][0], f"multi-stage definition: the image is the last stage, built from its own base "
                                    f"and taking no files from the earlier stage(s) {earlier}, which were not imported")
     return stages[-1]
 
 
-def _def_base(builder: SpecBuilder, header: dict[str, tuple[int, str]], recipe: str) -> None:
+def _def_base(builder: SpecBuilder, header: dict[str, tuple[int, str]], build_file: str) -> None:
     bootstrap = header.pop("bootstrap", (0, ""))[1].lower()
     from_line, source = header.pop("from", (0, ""))
     if bootstrap in ("docker", "docker-daemon", "oras") and from_line:
-        check_image_reference(source.split("://", 1)[-1], recipe, from_line, f"From: {source}")
+        check_image_reference(source.split("://", 1)[-1], build_file, from_line, f"From: {source}")
     if bootstrap in ("docker", "docker-daemon") and source:
         builder.base = "docker://" + source.removeprefix("docker://")
     elif bootstrap == "oras" and source:
@@ -168,7 +174,7 @@ def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, bod
         for offset, line in enumerate(body, number + 1):
             words = split_words(line, comments=True)
             if words:
-                add_file(builder, offset, words[0], _files_dest(words), src_prefix, recipe=source,
+                add_file(builder, offset, words[0], _files_dest(words), src_prefix, build_file=source,
                          context=f"the directory of {source}", written=f"%files {line.strip()}")
     else:
         why = _DEF_NOT_EXPRESSIBLE.get(section, "not a section envbuild knows")
@@ -215,4 +221,53 @@ def _def_env_line(builder: SpecBuilder, number: int, line: str) -> None:
         builder.note(number, f"%environment: {text} (not imported: {problem})")
 
 
+# --- export -------------------------------------------------------------------------------------------------
 
+
+def export_def(data: ExportInput) -> str:
+    """The spec as a definition file for `apptainer build --fakeroot`: post and tests in their sections, the venv's
+    bin first on PATH in %environment."""
+    spec = data.spec
+    out = header_lines(data, f"build with: apptainer build --fakeroot {spec.name}.sif {spec.name}.def")
+    base = spec.base
+    if base.kind == "debootstrap":
+        out += ["Bootstrap: debootstrap", f"OSVersion: {base.ref}", f"MirrorURL: {base.mirror or 'http://deb.debian.org/debian'}"]
+        include = ["python3", "python3-venv", *base.include]
+        out.append("Include: " + " ".join(dict.fromkeys(include)))
+    elif base.kind == "localimage":
+        out += ["Bootstrap: localimage", f"From: {base.ref}"]
+    else:
+        out += [f"Bootstrap: {base.kind}", f"From: {base.ref.split('://', 1)[1]}"]
+    if spec.files:
+        out += ["", "%files"] + [f"    {shlex.quote(f.src)} {shlex.quote(f.dest)}" for f in spec.files]
+    out += ["", "%environment"]
+    out += [f"    export {assignment}" for assignment in env_assignments(spec.env)]
+    out.append(f'    case ":$PATH:" in *":{VENV_PREFIX}/bin:"*) ;; *) export PATH="{VENV_PREFIX}/bin:$PATH" ;; esac')
+    if spec.labels:
+        out += ["", "%labels"] + [f"    {key} {value}" for key, value in spec.labels.items()]
+    out += ["", "%post", "    set -e"] + [f"    {line}" for line in install_lines(data)]
+    out += [f"    chmod {f.mode} {shlex.quote(f.dest)}" for f in spec.files if f.mode]
+    for command in spec.post:
+        out += _section_lines(command)
+    if spec.tests:
+        out += ["", "%test", "    set -e"]
+        for command in spec.tests:
+            out += _section_lines(command)
+    return "\n".join(out) + "\n"
+
+
+def _section_lines(command: str) -> list[str]:
+    """A script's lines indented for a def section, except a here-document's body and end marker: those are
+    data the shell reads as written (an indented `EOF` would never close it)."""
+    lines: list[str] = []
+    open_heredocs: list[tuple[bool, str]] = []  # (<<- strips leading tabs, end marker), first to close first
+    for line in command.splitlines():
+        if open_heredocs:
+            lines.append(line)
+            strips_tabs, marker = open_heredocs[0]
+            if (line.lstrip("\t") if strips_tabs else line) == marker:
+                open_heredocs.pop(0)
+            continue
+        lines.append("    " + line if line else "")
+        open_heredocs = [(match[1] == "-", match[3]) for match in HEREDOC.finditer(line)]
+    return lines

@@ -1,4 +1,7 @@
-"""Dockerfiles -> specs (`envbuild import`); see envbuild.convert.formats."""
+"""Dockerfiles: read into a spec (`envbuild import`), written from one (`envbuild export`).
+
+One format of the table in envbuild.convert.formats; what every format shares is in envbuild.convert.specbuilder
+(import) and envbuild.convert.specexport (export)."""
 
 from __future__ import annotations
 
@@ -7,18 +10,20 @@ import posixpath
 import re
 import shlex
 
-from envbuild.convert.buildargs import check_image_reference, recipe_error, substitute_docker_args, unused_build_args
+from envbuild.convert.buildargs import build_file_error, check_image_reference, substitute_docker_args, unused_build_args
 from envbuild.convert.envassign import carry_assignments
-from envbuild.convert.formats import (
+from envbuild.convert.shellscript import HEREDOC, heredoc_delimiters, split_words
+from envbuild.convert.specbuilder import (
     ImportResult,
     SpecBuilder,
     add_file,
     add_label,
 )
-from envbuild.convert.shellscript import HEREDOC, heredoc_delimiters, split_words
-from envbuild.envspec.specmodel import VENV_PREFIX
+from envbuild.convert.specexport import ExportInput, header_lines, install_lines
+from envbuild.envspec.specmodel import VENV_PREFIX, env_assignments
+from envbuild.shared.errors import UsageError
 
-# --- Dockerfiles --------------------------------------------------------------------------------------
+# --- import -------------------------------------------------------------------------------------------------
 
 _DOCKER_NOT_EXPRESSIBLE = {
     "CMD": "envbuild images have no default command: run commands with envrun IMAGE.sif COMMAND",
@@ -126,8 +131,8 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
             _docker_copy_heredoc(builder, number, word, rest, workdir, source)
         elif word in ("COPY", "ADD"):
             if "$" in rest:
-                raise recipe_error(source, number, f"{word} {rest} uses a variable that import cannot resolve (only "
-                                   "build arguments are substituted)", f"write the paths into the {word} line")
+                raise build_file_error(source, number, f"{word} {rest} uses a variable that import cannot resolve (only "
+                                       "build arguments are substituted)", f"write the paths into the {word} line")
             _docker_copy(builder, number, word, rest, src_prefix, workdir, source)
         else:
             why = _DOCKER_NOT_EXPRESSIBLE.get(word, "not an instruction envbuild knows")
@@ -177,11 +182,11 @@ def _check_stages(builder: SpecBuilder, instructions: list[tuple[int, str, str]]
     for line, stage in used:
         where = f"the build stage {stage} (line {stages[stage.lower()]})" if stage.lower() in stages \
             else f"the image {stage}"
-        raise recipe_error(source, line, f"the last stage builds on {where}; a spec builds one image from one "
-                           "base and cannot stage copies from another build",
-                           f"build {stage} as its own image (apptainer build {stage}.sif with that stage's part of "
-                           "the file), then use it: base: localimage:... in the spec, or copy the files out of it "
-                           "and list them under files:")
+        raise build_file_error(source, line, f"the last stage builds on {where}; a spec builds one image from one "
+                               "base and cannot stage copies from another build",
+                               f"build {stage} as its own image (apptainer build {stage}.sif with that stage's part of "
+                               "the file), then use it: base: localimage:... in the spec, or copy the files out of it "
+                               "and list them under files:")
     builder.note(instructions[froms[0]][0], f"multi-stage build: the image is the last stage (line {last_line}), "
                  "built from its own base and taking nothing from the earlier stages, which were not imported")
 
@@ -189,8 +194,8 @@ def _check_stages(builder: SpecBuilder, instructions: list[tuple[int, str, str]]
 def _docker_workdir(builder: SpecBuilder, number: int, rest: str, workdir: str, source: str) -> str:
     """WORKDIR: the directory is created (as Docker does) and later RUNs start there (a cd before them)."""
     if "$" in rest:
-        raise recipe_error(source, number, f"WORKDIR {rest} uses a variable that import cannot resolve "
-                           "(only build arguments are substituted)", "write the directory into the WORKDIR line")
+        raise build_file_error(source, number, f"WORKDIR {rest} uses a variable that import cannot resolve "
+                               "(only build arguments are substituted)", "write the directory into the WORKDIR line")
     path = posixpath.normpath(posixpath.join(workdir, rest.strip().strip("\"'")))
     builder.post.append(f"mkdir -p {shlex.quote(path)}")
     builder.note(number, f"WORKDIR {rest}: post steps after it run there; envrun runs commands in the caller's "
@@ -202,7 +207,7 @@ def _docker_env(builder: SpecBuilder, number: int, rest: str) -> None:
     """ENV A=x B=$A:y (or the old `ENV NAME value with spaces`), with the values' shell meaning kept
     (importenv; build arguments are substituted before)."""
     if rest.strip() == f"PATH={VENV_PREFIX}/bin:$PATH":
-        return  # envbuild's venv (an exported recipe): implied by the spec
+        return  # envbuild's venv (an exported Dockerfile): implied by the spec
     name, _, value = rest.strip().partition(" ")
     if "=" not in name and value.strip() and '"' not in value:
         rest = f'{name}="{value.strip()}"'  # the old form: the rest of the line is the value
@@ -243,9 +248,9 @@ def _docker_copy_heredoc(builder: SpecBuilder, number: int, word: str, rest: str
     content = body.rsplit("\n", 1)[0]
     if len(heredocs) != 1 or len(dests) != 1 or len(modes) != len([w for w in words if w.startswith("--")]) \
             or (not heredocs[0][2] and "$" in content):
-        raise recipe_error(source, number, f"{word} {first}: only a here-document with one destination, a quoted "
-                           "delimiter or no $ in it, and no option but --chmod can be imported",
-                           "write the file beside the Dockerfile and COPY it, or write it in a RUN step")
+        raise build_file_error(source, number, f"{word} {first}: only a here-document with one destination, a quoted "
+                               "delimiter or no $ in it, and no option but --chmod can be imported",
+                               "write the file beside the Dockerfile and COPY it, or write it in a RUN step")
     delimiter = heredocs[0][3]
     dest = posixpath.normpath(posixpath.join(workdir, dests[0]))
     if dests[0].endswith("/"):
@@ -284,7 +289,43 @@ def _docker_copy(builder: SpecBuilder, number: int, word: str, rest: str, src_pr
         if word == "ADD" and re.search(r"\.(tar|tgz|gz|bz2|xz|zst)$", src):
             builder.note(number, f"ADD {src} (ADD unpacks archives; files[] copies them as they are)")
             continue
-        add_file(builder, number, src, target, src_prefix, mode, recipe=source,
+        add_file(builder, number, src, target, src_prefix, mode, build_file=source,
                  context=f"the directory of {source}", written=f"{word} {rest}")
 
 
+# --- export -------------------------------------------------------------------------------------------------
+
+
+def export_dockerfile(data: ExportInput) -> str:
+    """The spec as a Dockerfile: a docker:// base as FROM (debootstrap: the Debian image of its suite; other bases
+    are refused), each post command and test a RUN step."""
+    spec = data.spec
+    out = header_lines(data, f"build with: docker build -t {spec.name} -f {spec.name}.Dockerfile .")
+    base = spec.base
+    if base.kind == "docker":
+        out.append(f"FROM {base.ref.removeprefix('docker://')}")
+    elif base.kind == "debootstrap":
+        out.append(f"# base debootstrap:{base.ref}: the Debian image of the same suite")
+        out.append(f"FROM debian:{base.ref}")
+        packages = " ".join(dict.fromkeys(["python3", "python3-venv", *base.include]))
+        out.append(f"RUN apt-get update && apt-get install -y --no-install-recommends {packages} && rm -rf /var/lib/apt/lists/*")
+    else:
+        raise UsageError(f"a Dockerfile cannot start from {base.describe()}",
+                         "export a definition file instead (--format def), or use a docker:// base")
+    out += [f"ENV {assignment}" for assignment in env_assignments(spec.env)]
+    out.append(f"ENV PATH={VENV_PREFIX}/bin:$PATH")
+    out += [f"LABEL {json.dumps(key)}={json.dumps(value)}" for key, value in spec.labels.items()]
+    out += [f"COPY {json.dumps([f.src, f.dest])}" for f in spec.files]
+    out += [f"RUN chmod {f.mode} {shlex.quote(f.dest)}" for f in spec.files if f.mode]
+    out += ["RUN " + line for line in install_lines(data)]
+    out += [_docker_run_text(command) for command in spec.post]
+    if spec.tests:
+        out.append("# tests: envbuild runs these in the finished image; here they fail the build instead")
+        out += [_docker_run_text(command) for command in spec.tests]
+    return "\n".join(out) + "\n"
+
+
+def _docker_run_text(command: str) -> str:
+    if "\n" not in command:
+        return f"RUN {command}"
+    return "RUN " + json.dumps(["/bin/sh", "-ec", command])

@@ -1,4 +1,4 @@
-"""The shell scripts of imported recipes (%post, RUN) read line by line, keeping what the shell would see.
+"""The shell scripts of imported build files (%post, RUN) read line by line, keeping what the shell would see.
 
 Continuation lines are joined (a pip install may span several), but a here-document is kept byte for byte
 with the command that opens it (its body is data, indentation included, never a command to rewrite), and a
@@ -14,7 +14,7 @@ HEREDOC = re.compile(r"(?<!<)<<(?!<)(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
 
 
 class ScriptLine(NamedTuple):
-    line: int  # where it starts in the recipe
+    line: int  # where it starts in the file
     text: str
     verbatim: bool  # a here-document or a comment: to be kept exactly as written
 
@@ -78,7 +78,7 @@ def heredoc_delimiters(text: str) -> list[str]:
 
 
 def script_lines(script: str, first_line: int) -> list[ScriptLine]:
-    """Logical lines of `script`, whose first line is line `first_line` of the recipe."""
+    """Logical lines of `script`, whose first line is line `first_line` of the file."""
     result: list[ScriptLine] = []
     raw_lines = script.splitlines()
     index = 0

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from envbuild.builder.plan.record import env_lines
-from envbuild.convert.deffile import import_def
-from envbuild.convert.dockerfile import import_dockerfile
-from envbuild.convert.export import ExportInput, export_def, export_dockerfile
+from envbuild.convert.deffile import export_def, import_def
+from envbuild.convert.dockerfile import export_dockerfile, import_dockerfile
+from envbuild.convert.specexport import ExportInput
 from envbuild.envspec.jsonschema import spec_json_schema
 from envbuild.envspec.loadspec import load_spec_text
 from envbuild.envspec.specmodel import EnvEdit

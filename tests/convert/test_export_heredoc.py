@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from envbuild.convert.deffile import import_def
-from envbuild.convert.export import ExportInput, export_def
+from envbuild.convert.deffile import export_def, import_def
+from envbuild.convert.specexport import ExportInput
 from envbuild.envspec.loadspec import load_spec_text
 
 SPEC = """\

@@ -17,8 +17,8 @@ import pytest
 
 from envbuild.convert.deffile import import_def
 from envbuild.convert.dockerfile import import_dockerfile
-from envbuild.convert.formats import ImportResult
 from envbuild.convert.shellscript import split_words
+from envbuild.convert.specbuilder import ImportResult
 
 BUDGET_S = 4.0  # each shape took under 1.5 s here; before, the 16 MB ones over 120 s, the 1 MB ones minutes
 MB = 1 << 20

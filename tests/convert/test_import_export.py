@@ -1,4 +1,5 @@
-"""envbuild import / export: definition files and Dockerfiles to and from specs (envbuild.convert.formats)."""
+"""envbuild import / export: definition files and Dockerfiles to and from specs (envbuild.convert.deffile,
+envbuild.convert.dockerfile)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ from click.testing import CliRunner
 from spython.main.parse.parsers import DockerParser, SingularityParser
 
 from envbuild.cli.envbuild_main import main
-from envbuild.convert.deffile import import_def
-from envbuild.convert.dockerfile import import_dockerfile
-from envbuild.convert.export import ExportInput, export_def, export_dockerfile
+from envbuild.convert.deffile import export_def, import_def
+from envbuild.convert.dockerfile import export_dockerfile, import_dockerfile
+from envbuild.convert.specexport import ExportInput
 from envbuild.envspec.loadspec import load_spec, load_spec_text
 from envbuild.shared.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPES = REPO / "tests" / "fixtures" / "recipes"
+BUILD_FILES = REPO / "tests" / "fixtures" / "buildfiles"
 GOLDEN = REPO / "tests" / "golden"
 GOLDEN_CASES = {"export-local-cpu-pytorch.def": "def", "export-local-cpu-pytorch.Dockerfile": "dockerfile"}
 
@@ -28,7 +29,7 @@ def golden_names() -> set[str]:
 
 
 def test_def_import_maps_every_section_and_lists_the_rest() -> None:
-    result = import_def((RECIPES / "ubuntu-pip.def").read_text(), "ubuntu-pip")
+    result = import_def((BUILD_FILES / "ubuntu-pip.def").read_text(), "ubuntu-pip")
     spec = load_spec_text(result.render("ubuntu-pip.def")).spec
     assert spec.base.describe() == "docker://ubuntu:22.04"
     # after apt-get installs pip: kept in post, in its place (issue 30: python.packages come before post)
@@ -55,7 +56,7 @@ def test_def_bases() -> None:
 
 
 def test_dockerfile_import() -> None:
-    result = import_dockerfile((RECIPES / "Dockerfile").read_text(), "app")
+    result = import_dockerfile((BUILD_FILES / "Dockerfile").read_text(), "app")
     spec = load_spec_text(result.render("Dockerfile")).spec
     assert spec.base.describe() == "docker://python:3.11-slim"
     # after apt-get install build-essential in the same RUN: kept there, in its place (issue 30)
@@ -120,7 +121,7 @@ def test_round_trip_spec_def_spec_keeps_every_field(torch_index: str | None) -> 
     assert back.model_dump() == expected
 
 
-def test_exported_recipes_parse_back_with_spython(tmp_path: Path) -> None:
+def test_exported_files_parse_back_with_spython(tmp_path: Path) -> None:
     spec = load_spec_text(FULL_SPEC).spec
     definition = tmp_path / "round.def"
     definition.write_text(export_def(ExportInput(spec, "round.yaml")))
@@ -155,28 +156,28 @@ def test_export_of_the_reference_spec_is_golden(name: str, monkeypatch: pytest.M
 
 def test_cli_import_prints_or_writes_a_loadable_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runner = CliRunner()
-    printed = runner.invoke(main, ["import", str(RECIPES / "ubuntu-pip.def")])
+    printed = runner.invoke(main, ["import", str(BUILD_FILES / "ubuntu-pip.def")])
     assert printed.exit_code == 0, printed.output
     assert printed.stdout.startswith("# Imported by envbuild import") and "name: ubuntu-pip" in printed.stdout
     project = tmp_path / "project"
     project.mkdir()
-    recipe = project / "ubuntu-pip.def"
-    recipe.write_text((RECIPES / "ubuntu-pip.def").read_text())
+    def_file = project / "ubuntu-pip.def"
+    def_file.write_text((BUILD_FILES / "ubuntu-pip.def").read_text())
     (project / "train.py").write_text("print(1)\n")
     monkeypatch.chdir(tmp_path)
-    out = tmp_path / "train-env.yaml"  # above the recipe's directory: its files are inside the spec's
-    written = runner.invoke(main, ["import", str(recipe), "-o", str(out), "--system", "local"])
+    out = tmp_path / "train-env.yaml"  # above the definition file's directory: its files are inside the spec's
+    written = runner.invoke(main, ["import", str(def_file), "-o", str(out), "--system", "local"])
     assert written.exit_code == 0, written.output
     data = yaml.safe_load(out.read_text())
     assert data["name"] == "train-env"
     assert data["files"][0] == {"src": "project/train.py", "dest": "/opt/app/train.py"}
     assert load_spec(out, check_host=False).spec.name == "train-env"
-    # beside it, in another directory: the recipe's files would lie outside the spec's; refused, never allowed
+    # beside it, in another directory: the definition file's files would lie outside the spec's; refused, never allowed
     aside = tmp_path / "specs" / "train-env.yaml"
     aside.parent.mkdir()
-    refused = runner.invoke(main, ["import", str(recipe), "-o", str(aside), "--system", "local"])
-    assert refused.exit_code == 2 and f"{recipe}:6: %files train.py" in refused.output
-    assert "into the recipe's directory or a directory above it" in refused.output and not aside.exists()
+    refused = runner.invoke(main, ["import", str(def_file), "-o", str(aside), "--system", "local"])
+    assert refused.exit_code == 2 and f"{def_file}:6: %files train.py" in refused.output
+    assert f"into the directory of {def_file} or a directory above it" in refused.output and not aside.exists()
 
 
 def test_cli_export_writes_a_file(tmp_path: Path) -> None:
@@ -190,7 +191,7 @@ def test_cli_errors_say_what_to_do(tmp_path: Path) -> None:
     runner = CliRunner()
     missing = runner.invoke(main, ["import", str(tmp_path / "nope.def")])
     assert missing.exit_code != 0 and "does not exist" in missing.output
-    odd = tmp_path / "recipe.txt"
+    odd = tmp_path / "build.txt"
     odd.write_text("echo hello\n")
     unknown = runner.invoke(main, ["import", str(odd)])
     assert unknown.exit_code != 0 and "--format def or --format dockerfile" in unknown.output
