@@ -1,4 +1,5 @@
-"""What both CLIs share: turning our errors into a message and an exit code, never a traceback."""
+"""envbuild's click commands and the exit contract: option values checked with our errors, and a command's body
+ended as every command ends (envbuild.shared.errors.reporting_errors), never with a traceback."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from typing import ParamSpec, TypeVar
 
 import click
 
-from envbuild.shared.errors import EXIT_INTERRUPTED, EnvbuildError, UsageError
-from envbuild.shared.interrupts import Interrupted, interruptible
+from envbuild.shared.errors import UsageError, reporting_errors
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -36,20 +36,16 @@ def checked_value(check: Callable[[str], T]) -> Callable[[click.Context, click.P
 
 
 def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """A click command's body run as every command ends (envbuild.shared.errors.reporting_errors)."""
+
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            with interruptible():
-                return func(*args, **kwargs)
-        except EnvbuildError as exc:
-            click.echo(exc.render(), err=True)
-            sys.exit(exc.exit_code)
-        except Interrupted as exc:
-            # What was cleaned up has been said by the executor; the exit code says which signal it was.
-            click.echo(f"interrupted by {exc.name}", err=True)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted by SIGINT", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+        return reporting_errors(lambda: func(*args, **kwargs))
 
     return wrapper
+
+
+def exit_with(status: int) -> None:
+    """End a click command with the exit status its command returned; 0 returns, and click ends as usual."""
+    if status:
+        sys.exit(status)

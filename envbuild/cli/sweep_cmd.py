@@ -77,8 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> None:
     args = build_parser().parse_args(argv)
     sys.exit(reporting_errors(lambda: run(args, argv), interrupted=(
-        "envrun sweep: interrupted; jobs already submitted keep running. Run the same command again to follow them "
-        "and finish the sweep.")))
+        "jobs already submitted keep running; run the same command again to follow them and finish the sweep")))
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:

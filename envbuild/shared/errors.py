@@ -13,34 +13,60 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")
 
-# The exit status of every command of both tools, kept by the errors below and by each command that
-# reports findings; exit_status_help says it in their --help.
+# The exit status of every command of both tools: one per kind of problem, whichever command meets it (a spec
+# with problems exits 2 from `envbuild validate`, `build` and `lock` alike). The errors below carry theirs; a
+# command that reports findings returns one of these; exit_status_help says them in every --help.
 EXIT_CLEAN = 0  # nothing wrong (warnings allowed, unless a command's --strict says otherwise)
-EXIT_PROBLEMS = 1  # problems found: a check's errors, a mismatch, a failed build, launch or job
-EXIT_USAGE = 2  # a usage error: an option, value or input that cannot be used as given (nothing was done)
-EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as the shell reports a command it interrupted
+EXIT_PROBLEMS = 1  # problems found: what a check found (a mismatch, a script's errors), a failed build, launch or job
+EXIT_USAGE = 2  # input that cannot be used as given (nothing was done): an option, a value, a missing file, a
+#                 spec's problems
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as the shell reports a command it interrupted; SIGTERM 143, SIGHUP 129
 
 
 def exit_status_help(problems: str = "a failed build, launch or job, or what a check found") -> str:
     """The contract as a --help epilog says it; `problems`: what exit status 1 means for this command."""
     return ("exit status:\n  0  clean\n  1  problems found: " + problems + "\n"
-            "  2  usage error: an option, value or input that cannot be used as given\n")
+            "  2  usage error: an option, value or input (a spec with problems) that cannot be used as given\n"
+            "  128+N  interrupted by signal N (130: Ctrl-C)\n")
 
 
-def reporting_errors(call: Callable[[], T], *, interrupted: str = "") -> T:
-    """An argparse command's body (envrun and its subcommands) run the way every command ends: an EnvbuildError
-    exits with its message on stderr and its exit code, never a traceback; Ctrl-C exits 130, after `interrupted`
-    where the command has something to say then. What `call` returns is returned. The click commands of
-    envbuild do the same through envbuild.cli.common.reports_errors."""
+def reporting_errors(call: Callable[[], T], *, interrupted: str = "", catch_signals: bool = True) -> T:
+    """Run a command's body the way every command of both tools ends (argparse's directly, click's through
+    envbuild.cli.common.reports_errors): an EnvbuildError exits with its message on stderr and its exit code,
+    never a traceback; an interruption says `interrupted by SIGNAL`, then `interrupted` where the command has
+    something to add (what is left running), and exits 128 + the signal's number. What `call` returns is
+    returned.
+
+    With `catch_signals`, SIGTERM (Slurm's time limit, scancel) and SIGHUP (a closed terminal) interrupt the body
+    as Ctrl-C does (envbuild.shared.interrupts), so what it started is cleaned up instead of left behind. The
+    launch leaves them alone (catch_signals=False): it execs the program, or stays srun's parent and forwards
+    them to srun (envbuild.launch.supervise), and loads nothing more on its way."""
     try:
-        return call()
+        if not catch_signals:
+            return call()
+        from envbuild.shared.interrupts import interruptible
+
+        with interruptible():
+            return call()
     except EnvbuildError as exc:
         print(exc.render(), file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        if interrupted:
-            print(interrupted, file=sys.stderr)
+        _say_interrupted("SIGINT", interrupted)
         sys.exit(EXIT_INTERRUPTED)
+    except BaseException as exc:
+        # Only interruptible()'s handler raises Interrupted: when its module was never loaded, none is on its way
+        # (and the launch does not load it, nor signal's enum, for this check).
+        interrupts = sys.modules.get("envbuild.shared.interrupts")
+        if interrupts is None or not isinstance(exc, interrupts.Interrupted):
+            raise
+        _say_interrupted(exc.name, interrupted)
+        sys.exit(exc.exit_code)
+
+
+def _say_interrupted(signal_name: str, note: str) -> None:
+    """What was cleaned up has been said by the executor; this names the signal, and what the command adds."""
+    print(f"interrupted by {signal_name}" + (f": {note}" if note else ""), file=sys.stderr)
 
 
 class EnvbuildError(Exception):
