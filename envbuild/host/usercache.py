@@ -60,7 +60,7 @@ def user_cache_dir(environ: Mapping[str, str] | None = None) -> str:
     return os.path.join(base, "envrun")
 
 
-def content_cache_name(kind: str, content: bytes, cache_format: int) -> str:
+def content_cache_name(kind: str, content: bytes, cache_format: int | str) -> str:
     """The cache file name of a value made from a file's `content` (a recipe, a config file): `kind`, a crc32 and
     the size of the content, and a crc32 of envbuild's version, the caller's cache format and Python's version
     (marshal's format is Python's). crc32 rather than sha256: the name only has to notice an edited file, and

@@ -2,7 +2,8 @@
 data in recipes/*.yaml, each fact citing its public source in a comment there.
 
 Loading validates a recipe once (pydantic, envbuild.recipes.schema) and caches the result keyed by the
-file's content; later loads read the cache into a light view, so envrun starts without pydantic/YAML.
+file's content and the schema's digest (envbuild.recipes.cacheformat, written from the schema); later loads
+read the cache into a light view, so envrun starts without pydantic/YAML.
 The cache is the user's own (envbuild.host.usercache: private, plain data checked when read back, never
 in a shared store); the key includes the Python version, the only one whose marshal format it must read.
 """
@@ -13,6 +14,7 @@ import os
 import zlib
 
 from envbuild.host.usercache import MISS, content_cache_name, is_text_list, read_cached, write_cached
+from envbuild.recipes.cacheformat import CACHE_FORMAT
 from envbuild.recipes.ops import MODEL_KEY, SOURCE_KEY, from_cached
 from envbuild.shared.envnames import ENV_NAME_FIX, env_name_problem, is_env_name
 from envbuild.shared.errors import UsageError
@@ -24,9 +26,6 @@ if TYPE_CHECKING:
 
     from envbuild.recipes.protocols import SystemRecipe
     from envbuild.recipes.schema import Recipe
-
-# Bump when the cached data's layout changes, so older cache files are not read.
-CACHE_FORMAT = 10  # 9: detect.environment, detect.hostname_requires_path, partitions.*.cpu_only; 10: partitions.*.billing
 
 
 def recipes_dir() -> Path:

@@ -163,6 +163,8 @@ class Network(StrictModel):
 
 
 class Recipe(StrictModel, RecipeMethods):
+    """A system recipe (recipes/*.yaml), validated: the facts of one site."""
+
     name: str
     description: str = ""
     # The CPU architecture of the system's nodes (uname -m): images built for another one fail with
