@@ -285,6 +285,12 @@ class BuildExecutor:
 
         env = tool_environment(os.environ, action.env)
         self._tail.clear()
+        if Path(action.argv[0]).name == "debootstrap":
+            from envbuild.builder.execute.debootstrapcheck import debootstrap_problem
+
+            problem = debootstrap_problem(action.argv)
+            if problem is not None:
+                raise StepFailed(f"step {step.name!r}: {problem[0]}", problem[1])
         try:
             process = start_child(action.argv, env=env, cwd=action.cwd)
         except FileNotFoundError:
@@ -358,8 +364,6 @@ _ACTION_HANDLERS: dict[type, Callable[[BuildExecutor, Step, Any], None]] = {
 
 def _install_hint(program: str) -> str:
     name = Path(program).name
-    if name == "debootstrap":
-        return "install debootstrap (apt-get install debootstrap), or use a docker://, oras:// or localimage: base"
     if name in ("apptainer", "singularity"):
         return "load or install apptainer/singularity (provision/install.sh on a test machine)"
     return f"install {name} or fix PATH"
