@@ -12,11 +12,14 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild.host.usercache import MISS, read_cached, write_cached
 from envbuild.inventory.overlayvenv import OverlayVenv
 from envbuild.inventory.pyenvs import Environment, Inventory, Package, Problem
+
+if TYPE_CHECKING:
+    from envbuild.inventory.imagefacts import ImageFacts
 
 # Bump when the walk or the stored shape changes, so older entries are ignored. ("overlay" is optional:
 # entries written before it describe SIF files, which have none, so they stay valid.)
@@ -81,3 +84,22 @@ class InventoryCache:
         entry = self._entry(path)
         if entry is not None:  # best effort: a cache that cannot be written only costs speed
             write_cached(*entry, inventory_to_dict(inventory))
+
+    def inventory(self, path: str) -> Inventory:
+        """The inventory of the image at `path`: remembered, else read from the file and remembered."""
+        from envbuild.inventory.image import read_inventory
+
+        inventory = self.load(path)
+        if inventory is None:
+            inventory = read_inventory(path)
+            self.store(path, inventory)
+        return inventory
+
+    def facts(self, path: str) -> ImageFacts:
+        """What `inspect`, `diff` and `catalogue` show of the image at `path`, read from the file; its inventory
+        (the slow part) remembered."""
+        from envbuild.inventory.imagefacts import read_image_facts
+
+        facts = read_image_facts(path, self.load(path))
+        self.store(path, facts.inventory)
+        return facts

@@ -125,3 +125,10 @@ def render_json(results: list[ImageResult], rows: list[Row], *, with_matrix: boo
             for r in rows
         ]
     return json.dumps(document, indent=2) + "\n"
+
+
+def problem_warnings(label: str, inventory: Inventory) -> str:
+    """What went wrong reading the image labelled `label`, one warning line per problem (its paths and messages
+    come from the image: escaped)."""
+    return "".join(printable(f"warning: {label}: {problem.path}: {problem.message}") + "\n"
+                   for problem in inventory.problems)
