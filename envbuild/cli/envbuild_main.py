@@ -10,15 +10,15 @@ from pathlib import Path
 import click
 
 from envbuild import __version__
-from envbuild.cli.common import checked_value, reports_errors
+from envbuild.cli.common import checked_value, exit_with, reports_errors
 from envbuild.cli.lazygroup import LazyGroup
 from envbuild.cli.options import BUILD_LOG, CACHE_DIR, DRY_RUN, JSON, OUTPUT, QUIET, SYSTEM, VERBOSE, click_option
 from envbuild.commands.validate import VALIDATION_JSON
-from envbuild.shared.errors import EXIT_PROBLEMS, SpecProblem, UsageError, exit_status_help
+from envbuild.shared.errors import UsageError, exit_status_help
 from envbuild.sif.compression import DEFAULT_COMPRESSION
 
-# The build machinery (pydantic models, planners) is imported inside the commands that use it:
-# `envbuild packages` over many images should not pay for it at every start.
+# The commands' modules (pydantic models, planners) are imported inside the commands that use them:
+# `envbuild packages` over many images should not pay for the build machinery at every start.
 
 
 # The other commands' modules load when they run (envbuild.cli.lazygroup): not at every `envbuild build`.
@@ -69,8 +69,9 @@ _cache_dir_option = click_option(CACHE_DIR, type=click.Path(path_type=Path), env
 @click.option("--frozen", is_flag=True, help="install SPEC.lock as it is, without checking it against the spec")
 @click.option("--upgrade", is_flag=True, help="resolve every package anew (newest allowed) and rewrite SPEC.lock")
 @click.option("--compression", default=DEFAULT_COMPRESSION, show_default=True, callback=checked_value(_compression), metavar="NAME[:LEVEL]",
-              help="squashfs compression: gzip (every runtime reads it; level 6 squashes 3.5x faster than 9 for +1 % size), "
-                   "zstd (apptainer >= 1.4 only; 15x faster, faster start-up), lz4, xz; gzip:N, zstd:N set the level")
+              help="squashfs compression: gzip (every apptainer and singularity reads it), zstd (apptainer >= 1.4 "
+                   "only; quicker to squash and to start), lz4 (quickest, largest), xz (smallest, slowest); gzip:N, "
+                   "zstd:N set the level (docs/concepts/build.md)")
 @click.option("--layered", is_flag=True,
               help="write only the difference to a stored image (a package added, the user layer changed) as a SIF "
                    "squashfs overlay partition over that image's squashfs: seconds instead of a full squash. Runs where "
@@ -106,37 +107,16 @@ def build(spec: Path, output: Path | None, locked: bool, frozen: bool, upgrade: 
     since, the build says what changed, resolves again and rewrites it; without one it resolves from the
     spec (`envbuild lock SPEC` makes one). --locked refuses a stale lock, --frozen skips the check,
     --upgrade re-resolves everything and writes the lock."""
-    from envbuild.builder.sessions.buildrequest import BuildOptions
-    from envbuild.commands.build import run_build
-    from envbuild.envspec.loadspec import load_build_input
-    from envbuild.lock.policy import LockFlags
+    from envbuild.commands.build import build_spec
 
-    LockFlags(locked=locked, frozen=frozen, upgrade=upgrade).check()  # before anything is read
     if quiet and verbose:
         raise UsageError("-q and -v exclude each other", "-q: errors and the result only; -v: every tool's output")
-    loaded = load_build_input(spec, system=system, accept_licenses=accept_licenses)
-    warn_about(loaded.warnings)
-    suffix, what = (".sqsh", "overlay") if loaded.spec.overlay is not None else (".sif", "image")
-    output = (output or Path(f"{loaded.spec.name}{suffix}")).absolute()
-    if output.suffix != suffix:
-        raise UsageError(f"output {output} does not end in {suffix}", f"name the {what} <something>{suffix}")
-    if output.is_dir():
-        raise UsageError(f"output {output} is a directory", f"give a file path ending in {suffix}")
-    options = BuildOptions(
-        output=output, keep_work=keep_work, verbose=verbose, locked=locked, frozen=frozen, upgrade=upgrade,
-        quiet=quiet, heartbeat_s=heartbeat, compression=compression, layered=layered,
-        cache_dir=cache_dir.absolute() if cache_dir else None, log_path=log_path,
-        source_date_epoch=_source_date_epoch(),
-    )
-    plan = run_build(loaded, options, sys.stderr, dry_run=dry_run)
+    plan = build_spec(spec, output=output, locked=locked, frozen=frozen, upgrade=upgrade, compression=compression,
+                      layered=layered, cache_dir=cache_dir, dry_run=dry_run, verbose=verbose, quiet=quiet,
+                      heartbeat_s=heartbeat, keep_work=keep_work, log_path=log_path, system=system,
+                      accept_licenses=accept_licenses, source_date_epoch=_source_date_epoch(), out=sys.stderr)
     if plan is not None:
         click.echo(plan, nl=False)
-
-
-def warn_about(warnings: tuple[SpecProblem, ...]) -> None:
-    """A spec's located warnings (secrets it would bake into the image), on stderr; the command goes on."""
-    for warning in warnings:
-        click.echo(f"warning: {warning.render()}", err=True)
 
 
 def _source_date_epoch() -> int | None:
@@ -166,14 +146,10 @@ def lock(spec: Path, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir
     or --upgrade-package asks otherwise. Then `envbuild build SPEC` installs exactly it (--locked: and
     refuses a stale lock). For an overlay spec, pip in
     the base pins exactly what the overlay adds to it."""
-    from envbuild.builder.sessions.buildlock import run_lock
-    from envbuild.envspec.loadspec import load_spec
+    from envbuild.commands.lock import lock_spec
 
-    loaded = load_spec(spec)
-    warn_about(loaded.warnings)
-    path = run_lock(loaded, upgrade=upgrade, upgrade_packages=upgrade_packages,
-                    cache_dir=cache_dir.absolute() if cache_dir else None, verbose=verbose, out=sys.stderr)
-    click.echo(str(path))
+    click.echo(str(lock_spec(spec, upgrade=upgrade, upgrade_packages=upgrade_packages,
+                             cache_dir=cache_dir.absolute() if cache_dir else None, verbose=verbose, out=sys.stderr)))
 
 
 @main.command(epilog=exit_status_epilog("IMAGE (or SPEC, or BASE) does not match: each difference is listed"))
@@ -190,35 +166,23 @@ def verify(image: Path, spec: Path | None, base: Path | None, as_json: bool) -> 
     what it kept from the base), and with --base the base it was made for.
 
     Exit status 0: everything matches; 1: something differs (each difference is listed)."""
-    from envbuild.inventory.overlayfile import is_overlay_file
-    from envbuild.verify.imagecheck import render_verification, verification_to_dict, verify_image
+    from envbuild.commands.verify import verify as verify_image
 
-    if is_overlay_file(str(image)):
-        from envbuild.verify.overlaycheck import verify_overlay
-
-        result = verify_overlay(image, spec, base)
-    elif base is not None:
-        raise UsageError(f"--base is for venv overlays; {image} is not one (not a squashfs file)",
-                         "leave out --base: an image carries its own base")
-    else:
-        result = verify_image(image, spec)
-    if as_json:
-        click.echo(json.dumps(verification_to_dict(result), indent=2))
-    else:
-        click.echo(render_verification(result), nl=False)
-    if not result.ok:
-        sys.exit(EXIT_PROBLEMS)
+    text, status = verify_image(image, spec, base, as_json=as_json)
+    click.echo(text, nl=False)
+    exit_with(status)
 
 
-@main.command(epilog=exit_status_epilog("a file has a problem (each is listed)"))
+@main.command(epilog=exit_status_epilog("a file could not be checked (each is listed); a spec's problems exit 2, "
+                                        "as from `envbuild build`"))
 @click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click_option(SYSTEM, note="for a conda env file, as `envbuild build --system` (a spec names its own)")
 @click_option(JSON, "as_json", note=VALIDATION_JSON)
 @reports_errors
 def validate(specs: tuple[Path, ...], system: str | None, as_json: bool) -> None:
     """Check spec files (or conda env files, as `envbuild build` reads them, their pip list included);
-    print each problem with file:line and how to fix it."""
-    from envbuild.commands.validate import validate_file, validation_to_dict
+    print each problem with file:line and how to fix it, and exit as `envbuild build` would on them."""
+    from envbuild.commands.validate import validate_file, validation_status, validation_to_dict
 
     results = []
     for path in specs:
@@ -234,16 +198,15 @@ def validate(specs: tuple[Path, ...], system: str | None, as_json: bool) -> None
             click.echo(warning, err=True)
     if as_json:
         click.echo(json.dumps(validation_to_dict(results), indent=2))
-    if not all(result.ok for result in results):
-        sys.exit(EXIT_PROBLEMS)
+    exit_with(validation_status(results))
 
 
 @main.command()
 def schema() -> None:
     """Print the JSON Schema of the spec format (for editors)."""
-    from envbuild.envspec.jsonschema import spec_json_schema
+    from envbuild.commands.validate import spec_schema_text
 
-    click.echo(json.dumps(spec_json_schema(), indent=2))
+    click.echo(spec_schema_text(), nl=False)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,42 @@ The lock is settled here, outside the sessions, because resolving one runs `envb
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
+
+from envbuild.shared.errors import UsageError
 
 if TYPE_CHECKING:
     from envbuild.builder.sessions.buildrequest import BuildOptions
     from envbuild.builder.sessions.buildsession import Session
     from envbuild.envspec.loadspec import LoadedSpec
+
+
+def build_spec(spec: Path, *, output: Path | None, locked: bool, frozen: bool, upgrade: bool, compression: str,
+               layered: bool, cache_dir: Path | None, dry_run: bool, verbose: bool, quiet: bool,
+               heartbeat_s: float | None, keep_work: bool, log_path: Path | None, system: str | None,
+               accept_licenses: bool, source_date_epoch: int | None, out: TextIO) -> str | None:
+    """`envbuild build SPEC`: the spec read (its warnings on `out`, with the build's progress), the output named
+    (./NAME.sif, or ./NAME.sqsh for a spec with overlay:), then built (None) or, with dry_run, the plan's text."""
+    from envbuild.builder.sessions.buildrequest import BuildOptions
+    from envbuild.envspec.loadspec import load_build_input
+    from envbuild.lock.policy import LockFlags
+
+    LockFlags(locked=locked, frozen=frozen, upgrade=upgrade).check()  # before anything is read
+    loaded = load_build_input(spec, system=system, accept_licenses=accept_licenses)
+    out.write("".join(f"warning: {warning.render()}\n" for warning in loaded.warnings))
+    suffix, what = (".sqsh", "overlay") if loaded.spec.overlay is not None else (".sif", "image")
+    output = (output or Path(f"{loaded.spec.name}{suffix}")).absolute()
+    if output.suffix != suffix:
+        raise UsageError(f"output {output} does not end in {suffix}", f"name the {what} <something>{suffix}")
+    if output.is_dir():
+        raise UsageError(f"output {output} is a directory", f"give a file path ending in {suffix}")
+    options = BuildOptions(
+        output=output, keep_work=keep_work, verbose=verbose, locked=locked, frozen=frozen, upgrade=upgrade,
+        quiet=quiet, heartbeat_s=heartbeat_s, compression=compression, layered=layered,
+        cache_dir=cache_dir.absolute() if cache_dir else None, log_path=log_path, source_date_epoch=source_date_epoch,
+    )
+    return run_build(loaded, options, out, dry_run=dry_run)
 
 
 def make_session(loaded: LoadedSpec, options: BuildOptions, out: TextIO) -> Session:

@@ -1,12 +1,13 @@
 """`envbuild validate`: each spec (or conda env file) checked as `envbuild build` reads it, its problems and
-warnings located, as text or as JSON (the schema VALIDATION_JSON says, in `envbuild validate --help`)."""
+warnings located, as text or as JSON (the schema VALIDATION_JSON says, in `envbuild validate --help`), and
+exiting as `envbuild build` would on the same file; and `envbuild schema`, the spec format for editors."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from envbuild.shared.errors import EnvbuildError, SpecError, SpecProblem
+from envbuild.shared.errors import EXIT_CLEAN, EnvbuildError, SpecError, SpecProblem
 
 VALIDATION_JSON = ('{"ok", "files": [{"file", "ok", "name", "system", "problems": [P], "warnings": [P]}]}, '
                    'P = {"line", "column", "field", "message", "fix"} (null where a problem has no place)')
@@ -25,6 +26,7 @@ class FileValidation:
         self.warnings: list[dict[str, Any]] = []
         self.rendered_problems = ""
         self.rendered_warnings: list[str] = []
+        self.exit_code = EXIT_CLEAN  # the problem's, as `envbuild build` exits on it (a spec's problems: usage)
 
     @property
     def ok(self) -> bool:
@@ -45,11 +47,11 @@ def validate_file(path: Path, system: str | None) -> FileValidation:
         conda_warnings = conda_env_warnings(loaded)
     except SpecError as exc:
         result.problems = [_located(problem) for problem in exc.problems]
-        result.rendered_problems = exc.render()
+        result.rendered_problems, result.exit_code = exc.render(), exc.exit_code
         return result
     except EnvbuildError as exc:
         result.problems = [_unlocated(exc.message, exc.hint)]
-        result.rendered_problems = exc.render()
+        result.rendered_problems, result.exit_code = exc.render(), exc.exit_code
         return result
     result.name, result.system = loaded.spec.name, loaded.spec.system
     result.warnings = [_located(warning) for warning in loaded.warnings] + [_unlocated(text) for text in conda_warnings]
@@ -59,6 +61,21 @@ def validate_file(path: Path, system: str | None) -> FileValidation:
 
 def validation_to_dict(results: list[FileValidation]) -> dict[str, Any]:
     return {"ok": all(result.ok for result in results), "files": [result.to_dict() for result in results]}
+
+
+def validation_status(results: list[FileValidation]) -> int:
+    """The exit status: EXIT_CLEAN when every file is fine, else the highest a file's problem carries (the
+    kinds of envbuild.shared.errors; a spec's problems are a usage error, as from `envbuild build`)."""
+    return max((result.exit_code for result in results), default=EXIT_CLEAN)
+
+
+def spec_schema_text() -> str:
+    """`envbuild schema`: the spec format's JSON Schema (for editors, e.g. yaml-language-server)."""
+    import json
+
+    from envbuild.envspec.jsonschema import spec_json_schema
+
+    return json.dumps(spec_json_schema(), indent=2) + "\n"
 
 
 def _located(problem: SpecProblem) -> dict[str, Any]:

@@ -140,7 +140,7 @@ def test_a_build_reads_its_stale_lock_once_to_resolve_and_rewrite_it(tmp_path: P
 
 
 def test_envbuild_lock_reads_the_old_lock_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resolved: None) -> None:
-    from envbuild.builder.sessions.buildlock import run_lock
+    from envbuild.commands.lock import run_lock
 
     loaded, lock_path = write_locked_spec(tmp_path, IMAGE_SPEC)
     out = io.StringIO()

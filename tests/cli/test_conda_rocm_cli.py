@@ -49,7 +49,7 @@ def test_validate_takes_system_and_warns_about_the_rocm(tmp_path: Path) -> None:
 def test_validate_refuses_system_for_a_spec(tmp_path: Path) -> None:
     result = run_cli([ENVBUILD, "validate", "--system", "lumi-g", str(REPO / "envs/local-cpu-pytorch.yaml")],
                      env_extra={"ENVBUILD_CACHE_DIR": str(tmp_path / "store")}, timeout=120)
-    assert result.returncode == 1 and "--system applies to conda environment files" in result.stderr
+    assert result.returncode == 2 and "--system applies to conda environment files" in result.stderr
 
 
 def test_validate_reports_a_pip_part_that_cannot_work(tmp_path: Path) -> None:

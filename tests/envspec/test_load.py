@@ -189,7 +189,7 @@ def test_cli_validate_exit_codes(tmp_path: Path, repo: Path) -> None:
     ok = runner.invoke(main, ["validate", str(repo / "envs/local-cpu-pytorch.yaml")])
     assert ok.exit_code == 0 and "ok (local-cpu-pytorch, system local)" in ok.output
     result = runner.invoke(main, ["validate", str(bad)])
-    assert result.exit_code == 1, "problems found (envbuild.shared.errors' contract; 2 is a usage error)"
+    assert result.exit_code == 2, "a spec's problems: a usage error, as from `envbuild build` (envbuild.shared.errors)"
     assert f"{bad}:4:3: python.installer: Input should be 'auto', 'uv' or 'pip'" in result.output
     assert "Traceback" not in result.output
     assert runner.invoke(main, ["validate"]).exit_code == 2, "no SPECS: a usage error"
@@ -203,7 +203,7 @@ def test_cli_validate_json(tmp_path: Path, repo: Path) -> None:
     bad.write_text("name: x\nbase: debootstrap:bookworm\npython:\n  installer: conda\n")
     good = repo / "envs/local-cpu-pytorch.yaml"
     result = CliRunner().invoke(main, ["validate", "--json", str(good), str(bad), str(tmp_path / "missing.yaml")])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     data = json.loads(result.stdout)
     assert data["ok"] is False and [f["ok"] for f in data["files"]] == [True, False, False]
     first, second, third = data["files"]

@@ -1,16 +1,15 @@
 """What `envbuild build` does with SPEC.lock, after envbuild.builder.sessions.lockdecision read and decided it once:
 installs the lock read (--dry-run says which case applies and writes nothing), or resolves again, keeping
-the old lock's pins, and rewrites it; and `envbuild lock SPEC`, which resolves and writes. The resolution
-is uv on the host for an image spec (envbuild.builder.sessions.imagelock), pip in the base for an overlay spec
-(envbuild.builder.sessions.overlaylock).
-"""
+the old lock's pins, and rewrites it. The resolution (resolve_spec_lock, which `envbuild lock` runs too:
+envbuild.commands.lock) is uv on the host for an image spec (envbuild.builder.sessions.imagelock), pip in the base
+for an overlay spec (envbuild.builder.sessions.overlaylock)."""
 
 from __future__ import annotations
 
 import io
 from typing import TYPE_CHECKING, TextIO
 
-from envbuild.builder.sessions.lockdecision import installed_lock, previous_lock, read_lock_file, settle_lock, write_lock
+from envbuild.builder.sessions.lockdecision import installed_lock, previous_lock, settle_lock, write_lock
 from envbuild.lock.lockmodel import LoadedLock
 
 if TYPE_CHECKING:
@@ -55,24 +54,14 @@ def lock_for_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, ov
     previous = previous_lock(settled.file, out)
     if previous is not None and while_resolving is not None and not decision.upgrade:
         while_resolving(settled.file.loaded())
-    lock = _resolve(loaded, previous, overlay=settled.overlay, upgrade=decision.upgrade, upgrade_packages=(),
-                    cache_dir=options.cache_dir, verbose=options.verbose, out=out, quiet=options.quiet)
+    lock = resolve_spec_lock(loaded, previous, overlay=settled.overlay, upgrade=decision.upgrade, upgrade_packages=(),
+                             cache_dir=options.cache_dir, verbose=options.verbose, out=out, quiet=options.quiet)
     return LoadedLock(lock, write_lock(loaded, settled.file, lock, out, for_build=True), settled.file.path)
 
 
-def run_lock(loaded: LoadedSpec, *, upgrade: bool, upgrade_packages: tuple[str, ...], cache_dir: Path | None,
-             verbose: bool, out: TextIO) -> Path:
-    """`envbuild lock SPEC`: resolve, keeping the old lock's pins unless upgrading, and write SPEC.lock (only
-    when its content changes); the old lock is read once."""
-    file = read_lock_file(loaded.path)
-    lock = _resolve(loaded, previous_lock(file, out), overlay=loaded.spec.overlay is not None, upgrade=upgrade,
-                    upgrade_packages=upgrade_packages, cache_dir=cache_dir, verbose=verbose, out=out, quiet=False)
-    write_lock(loaded, file, lock, out)
-    return file.path
-
-
-def _resolve(loaded: LoadedSpec, previous: Lock | None, *, overlay: bool, upgrade: bool, upgrade_packages: tuple[str, ...],
-             cache_dir: Path | None, verbose: bool, out: TextIO, quiet: bool) -> Lock:
+def resolve_spec_lock(loaded: LoadedSpec, previous: Lock | None, *, overlay: bool, upgrade: bool,
+                      upgrade_packages: tuple[str, ...], cache_dir: Path | None, verbose: bool, out: TextIO,
+                      quiet: bool) -> Lock:
     """The spec's lock resolved now, nothing written: by uv on the host for an image spec
     (envbuild.builder.sessions.imagelock), by pip in the base for an overlay spec (envbuild.builder.sessions.overlaylock)."""
     if overlay:
