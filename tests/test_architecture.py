@@ -125,8 +125,54 @@ def test_no_import_cycles() -> None:
     assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
+# --- the CLI parses and prints ------------------------------------------------------------------------------
+# A command's work is in envbuild.commands (one module per user command); envbuild.cli reads the options and
+# prints what the command returns. So a CLI module imports from envbuild only the CLI, the commands, the shared
+# leaves and the package root (the version). The exceptions: what a parser itself needs of a concern, each with it.
+CLI_MAY_IMPORT = ("envbuild.cli", "envbuild.commands", f"envbuild.{SHARED_PACKAGE}")
+CLI_IMPORT_EXCEPTIONS = {
+    ("envbuild.cli.envbuild_main", "envbuild.sif.compression"):
+        "--compression: its default (DEFAULT_COMPRESSION) shown in --help, its value checked as the option is read",
+    ("envbuild.cli.sbatch_cmd", "envbuild.launch.args"): "--launcher: its choices (LAUNCHERS)",
+    ("envbuild.cli.sweep_cmd", "envbuild.launch.args"): "--launcher: its choices (LAUNCHERS)",
+    ("envbuild.cli.convert_cmds", "envbuild.convert.formats"): "--format: its choices and each one's help",
+}
+
+
+def cli_imports_of_concerns(modules: dict[str, Path]) -> set[tuple[str, str]]:
+    """(CLI module, concern module) for each import of a concern package by a module of envbuild.cli."""
+    known = set(modules)
+    found = set()
+    for name, path in modules.items():
+        if name != "envbuild.cli" and not name.startswith("envbuild.cli."):
+            continue
+        for target in imported_modules(name, path, known):
+            if target != "envbuild" and not target.startswith(tuple(f"{allowed}." for allowed in CLI_MAY_IMPORT)) \
+                    and target not in CLI_MAY_IMPORT:
+                found.add((name, target))
+    return found
+
+
+def test_the_cli_imports_only_the_commands_and_the_shared_leaves() -> None:
+    found = cli_imports_of_concerns(all_modules())
+    unexplained = sorted(found - set(CLI_IMPORT_EXCEPTIONS))
+    assert unexplained == [], ("a CLI module imports a concern: move the work into envbuild.commands (or, for what "
+                               "an option itself needs, name it in CLI_IMPORT_EXCEPTIONS with the reason):\n"
+                               + "\n".join(f"{cli} imports {target}" for cli, target in unexplained))
+    assert sorted(set(CLI_IMPORT_EXCEPTIONS) - found) == [], "an exception no longer needed: remove it"
+
+
+def test_the_cli_rule_fails_on_a_cli_module_that_does_the_work(tmp_path: Path) -> None:
+    thick = tmp_path / "thick.py"
+    thick.write_text("from envbuild.commands import cache\nfrom envbuild.shared.errors import UsageError\n"
+                     "from envbuild import __version__\n\ndef run():\n    from envbuild.store.entries import list_entries\n")
+    modules = {"envbuild.cli.thick": thick, "envbuild.commands.cache": thick, "envbuild.shared.errors": thick,
+               "envbuild.store.entries": thick, "envbuild": thick}
+    assert cli_imports_of_concerns(modules) == {("envbuild.cli.thick", "envbuild.store.entries")}
+
+
 # envrun's start-up path must stay light: these are what `envrun` must never load on the way to exec.
-HEAVY_MODULES = ("pydantic", "yaml", "click", "dataclasses", "base64", "typing", "matplotlib", "numpy")
+HEAVY_MODULES = ("pydantic", "yaml", "click", "dataclasses", "base64", "typing", "matplotlib", "numpy", "difflib")
 
 DRY_RUN_LAUNCH = """
 import json, sys

@@ -92,3 +92,19 @@ def test_other_exceptions_are_not_hidden() -> None:
 
     with pytest.raises(ZeroDivisionError):
         reporting_errors(bug)
+
+
+def test_commands_exit_with_the_named_kinds() -> None:
+    """sys.exit / SystemExit with a number written out would be a kind of problem defined twice: every exit
+    status of envbuild/ is one of envbuild.shared.errors' EXIT_* (or a status passed through: a job's, srun's)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent / "envbuild"
+    literal = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and ast.unparse(node.func) in ("sys.exit", "SystemExit", "exit")
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, int)):
+                literal.append(f"{path.relative_to(package.parent)}:{node.lineno}: {ast.unparse(node)}")
+    assert literal == []

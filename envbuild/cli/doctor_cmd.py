@@ -13,7 +13,7 @@ import os
 import sys
 
 from envbuild.cli.options import IMAGE, JSON, OVERLAY, SYSTEM, add_option
-from envbuild.shared.errors import EXIT_USAGE, EnvbuildError, exit_status_help
+from envbuild.shared.errors import exit_status_help, reporting_errors
 
 EPILOG = """examples:
   envrun doctor                                   # login node: image, recipe, binds, caches, network files
@@ -48,24 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
-    from envbuild.commands.doctor import doctor, print_node_record
-    from envbuild.doctor.gather import DoctorRequest
+    from envbuild.commands.doctor import run_doctor_command
 
     args = build_parser().parse_args(argv)
-    command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command)
-    request = DoctorRequest(image=args.image, overlays=args.overlays, system=args.system, command=command,
-                            strict_net=args.strict_net, probe=args.probe, host_records=args.host_records,
-                            environ=dict(os.environ), cwd=os.getcwd())
-    try:
-        if args.node_record:
-            print_node_record(request)
-            return
-        code = doctor(request, strict=args.strict, as_json=args.json)
-    except EnvbuildError as exc:
-        print(exc.render(), file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except (OSError, ValueError) as exc:  # an unreadable or malformed --host-record file
-        print(f"envrun doctor: error: {exc}\n  fix: give a file written by `envrun doctor --node-record`",
-              file=sys.stderr)
-        sys.exit(EXIT_USAGE)
-    sys.exit(code)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    sys.exit(reporting_errors(lambda: run_doctor_command(
+        image=args.image, overlays=args.overlays, system=args.system, command=command, strict_net=args.strict_net,
+        probe=args.probe, host_records=args.host_records, strict=args.strict, as_json=args.json,
+        node_record=args.node_record, environ=os.environ, cwd=os.getcwd())))

@@ -9,28 +9,62 @@ come from their JSON cache, pydantic is loaded only to validate a changed file.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from envbuild import __version__
 from envbuild.commands.launch import RunRequest, launch
-from envbuild.shared.errors import EXIT_USAGE, reporting_errors
+from envbuild.shared.errors import EXIT_CLEAN, EXIT_USAGE, UsageError, reporting_errors
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
+    from typing import Any
 
-# envrun's subcommands (its first word), each with its own --help; `envrun --help` lists them from here.
+
+class Subcommand:
+    """One of envrun's subcommands (its first word): what `envrun --help` says of it, the function that runs it
+    with the words after it, and the one that builds its parser for docs/gen_reference.py (None: it is left
+    out of the reference). Both as "module:function", imported when used: the launch loads none of them."""
+
+    __slots__ = ("parser", "run", "summary")
+
+    def __init__(self, summary: str, run: str, parser: str | None = None) -> None:
+        self.summary = summary
+        self.run = run
+        self.parser = parser
+
+
+# envrun's subcommands, the one list: main() dispatches from it, `envrun --help` and the CLI reference list it.
 SUBCOMMANDS = {
-    "sbatch": "write, check, submit and follow a Slurm batch script that runs COMMAND with envrun",
-    "sweep": "run COMMAND as one batch job per scale point and report how it scales",
-    "doctor": "find what would make a job fail or run slowly, before it runs",
-    "kernel": "install, list and remove Jupyter kernels that run inside the image (envrun kernel --help)",
-    "shell": "an interactive shell in the image, with envrun's environment",
-    "signal-ranks": "forward a signal to this node's ranks (what envrun sbatch --requeue scripts run)",
+    "sbatch": Subcommand("write, check, submit and follow a Slurm batch script that runs COMMAND with envrun",
+                         "envbuild.cli.sbatch_cmd:main", "envbuild.cli.sbatch_cmd:build_parser"),
+    "sweep": Subcommand("run COMMAND as one batch job per scale point and report how it scales",
+                        "envbuild.cli.sweep_cmd:main", "envbuild.cli.sweep_cmd:build_parser"),
+    "doctor": Subcommand("find what would make a job fail or run slowly, before it runs",
+                         "envbuild.cli.doctor_cmd:main", "envbuild.cli.doctor_cmd:build_parser"),
+    "kernel": Subcommand("install, list and remove Jupyter kernels that run inside the image (envrun kernel --help)",
+                         "envbuild.cli.kernel_cmd:main", "envbuild.cli.kernel_cmd:build_kernel_parser"),
+    "shell": Subcommand("an interactive shell in the image, with envrun's environment",
+                        "envbuild.cli.kernel_cmd:shell_main", "envbuild.cli.kernel_cmd:build_shell_parser"),
+    # generated --requeue scripts run it, nobody types it: no parser, not in the reference
+    "signal-ranks": Subcommand("forward a signal to this node's ranks (what envrun sbatch --requeue scripts run)",
+                               "envbuild.cli.envrun_main:signal_ranks_main"),
 }
 
+
+def imported(target: str) -> Callable[..., Any]:
+    """The function a table entry names ("module:function"), its module imported now."""
+    import importlib
+
+    module, _, name = target.partition(":")
+    function: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return function
+
+
 DESCRIPTION = "Run COMMAND inside IMG with the system's binds, environment and CPU binding.\n\ncommands:\n" + "".join(
-    f"  {name:<14}{summary}\n" for name, summary in SUBCOMMANDS.items())
+    f"  {name:<14}{subcommand.summary}\n" for name, subcommand in SUBCOMMANDS.items())
 
 EPILOG = """examples:
   envrun --image env.sif srun torchrun train.py --lr 3e-4     # one launcher per node
@@ -148,7 +182,7 @@ def parse_options(argv: list[str]) -> RunRequest | None:
             continue
         if name == "--version" and not eq:
             print(f"envrun, version {__version__}")
-            sys.exit(0)
+            sys.exit(EXIT_CLEAN)
         attribute = _WITH_VALUE.get(name)
         if attribute is None and word.startswith("-B") and len(word) > 2 and not word.startswith("--"):
             attribute, value, eq = "binds", word[2:], "="
@@ -207,39 +241,15 @@ _SITE = {"added": False}
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] and argv[0] in SUBCOMMANDS:
+    subcommand = SUBCOMMANDS.get(argv[0]) if argv else None
+    if subcommand is not None:  # nobody runs Slurm's sbatch (or a `doctor`) inside a container: envrun's own
         _full_site()
-    if argv[:1] == ["sbatch"]:  # nobody runs Slurm's sbatch inside a container: envrun's own subcommand
-        from envbuild.cli.sbatch_cmd import main as sbatch_main
-
-        sbatch_main(argv[1:])
+        imported(subcommand.run)(argv[1:])
         return
-    if argv[:1] == ["doctor"]:
-        from envbuild.cli.doctor_cmd import main as doctor_main
 
-        doctor_main(argv[1:])
-        return
-    if argv[:1] == ["sweep"]:  # one envrun sbatch job per scale point
-        from envbuild.cli.sweep_cmd import main as sweep_main
-
-        sweep_main(argv[1:])
-        return
-    if argv[:1] == ["kernel"]:  # the image as a Jupyter kernel (envbuild.commands.kernel)
-        from envbuild.cli.kernel_cmd import main as kernel_main
-
-        kernel_main(argv[1:])
-        return
-    if argv[:1] == ["shell"]:
-        from envbuild.cli.kernel_cmd import shell_main
-
-        shell_main(argv[1:])
-        return
-    if argv[:1] == ["signal-ranks"]:
-        _signal_ranks(argv[1:])
-        return
-    request = parse_options(argv) or _parsed_request(build_parser().parse_args(argv))
-
-    def launch_with_site_packages_if_needed() -> None:
+    def parse_and_launch() -> None:
+        request = parse_options(argv) or _parsed_request(build_parser().parse_args(argv))
+        refuse_a_mistyped_subcommand(argv, request.command)
         try:
             launch(request)
         except ModuleNotFoundError:
@@ -247,17 +257,71 @@ def main(argv: list[str] | None = None) -> None:
                 raise
             launch(request)
 
-    reporting_errors(launch_with_site_packages_if_needed)
+    # The launch execs the program, or stays srun's parent and forwards signals to it (envbuild.launch.supervise).
+    reporting_errors(parse_and_launch, catch_signals=False)
 
 
-def _signal_ranks(argv: list[str]) -> None:
-    """`envrun signal-ranks SIGNAL DIR`: what a --requeue batch script runs once per node (envbuild.slurm.batch.forward)."""
+# From this ratio of difflib's on, a word reads as a subcommand mistyped: "kernal", "sbtach", "shel" do;
+# "docker" (against doctor) and "sleep" (against sweep, and on PATH anyway) do not.
+NEAR_SUBCOMMAND = 0.75
+
+
+def refuse_a_mistyped_subcommand(argv: list[str], command: list[str]) -> None:
+    """`envrun kernal install` would run `kernal` in the container (`exec: kernal: not found`, 127): a first word
+    near a subcommand (or one after envrun's options, where subcommands are not read) that is no program on
+    this host's PATH is refused, naming the subcommand. The image may have a program the host does not, and only
+    starting it could tell, which every launch would pay for: after `--` the command runs as given, unchecked.
+    A word near no subcommand is checked with string work only; PATH and difflib only for one that could be."""
+    if not command or (len(argv) > len(command) and argv[-len(command) - 1] == "--"):
+        return
+    word = command[0]
+    if "/" in word:
+        return
+    maybe = [name for name in SUBCOMMANDS if _shared_letters_ratio(word, name) >= NEAR_SUBCOMMAND]
+    if not maybe or _on_path(word):
+        return
+    import difflib
+
+    near = difflib.get_close_matches(word, maybe, n=1, cutoff=NEAR_SUBCOMMAND)
+    if not near:
+        return
+    import shlex
+
+    meant = shlex.join(["envrun", near[0], *command[1:]])
+    anyway = shlex.join(["envrun", *argv[:len(argv) - len(command)], "--", *command])
+    if near[0] == word:  # `envrun --image x.sif doctor`: after the options it is the program to run
+        problem = f"{word!r} after envrun's options is the program to run, and none is on PATH here"
+        meant = f"a subcommand is envrun's first word: `{meant}`."
+    else:
+        problem = f"{word!r} is neither an envrun subcommand nor a program on PATH here"
+        meant = f"did you mean `{meant}`?"
+    raise UsageError(problem, f"{meant} To run a program {word!r} that only the image has, put it after --: {anyway}")
+
+
+def _shared_letters_ratio(word: str, name: str) -> float:
+    """An upper bound of difflib's ratio from the letters the two share, as get_close_matches screens with
+    (quick_ratio), without importing difflib (re, enum) on the way to every launch."""
+    shared = sum(min(word.count(letter), name.count(letter)) for letter in set(word))
+    return 2 * shared / (len(word) + len(name))
+
+
+def _on_path(program: str) -> bool:
+    """Whether `program` is an executable file in a directory of this host's PATH."""
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = os.path.join(directory or ".", program)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return True
+    return False
+
+
+def signal_ranks_main(argv: list[str]) -> None:
+    """`envrun signal-ranks SIGNAL DIR`: what a --requeue batch script runs once per node (envbuild.commands.sbatch)."""
     if len(argv) != 2:
         print("usage: envrun signal-ranks SIGNAL DIR  (run by envrun sbatch --requeue scripts)", file=sys.stderr)
         sys.exit(EXIT_USAGE)
-    from envbuild.slurm.batch.forward import signal_ranks
+    from envbuild.commands.sbatch import forward_signal
 
-    reporting_errors(lambda: signal_ranks(argv[0], argv[1]))
+    reporting_errors(lambda: forward_signal(argv[0], argv[1]))
 
 
 if __name__ == "__main__":

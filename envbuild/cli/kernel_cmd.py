@@ -100,7 +100,7 @@ def main(argv: list[str]) -> None:
         else:
             remove_kernel(args.name, args.prefix, sys.stdout, environ)
 
-    reporting_errors(act)
+    reporting_errors(act, catch_signals=args.action != "run")  # `run` is a launch: its signals are the kernel's
 
 
 def this_envrun() -> str:
@@ -141,4 +141,4 @@ def shell_main(argv: list[str]) -> None:
     args = build_shell_parser().parse_args(argv)
     request = RunRequest(command=[], image=args.image, overlays=args.overlays, binds=args.binds, system=args.system,
                          dry_run=args.dry_run, force_overlay=args.force_overlay)
-    reporting_errors(lambda: run_shell(request, args.command, dict(os.environ), os.getcwd()))
+    reporting_errors(lambda: run_shell(request, args.command, dict(os.environ), os.getcwd()), catch_signals=False)

@@ -302,3 +302,12 @@ def _write_job_record(name: str, text: str) -> str:
 
 
 JOBS_DIR = (".envrun", "jobs")
+
+
+def forward_signal(signal_name: str, directory: str) -> int:
+    """`envrun signal-ranks SIGNAL DIR`, what a --requeue script runs once per node when the checkpoint signal
+    comes: SIGNAL sent to the training processes envrun recorded in DIR on this node (envbuild.slurm.batch.forward);
+    the number reached."""
+    from envbuild.slurm.batch.forward import signal_ranks
+
+    return signal_ranks(signal_name, directory)

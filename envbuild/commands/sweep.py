@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from envbuild.shared.errors import UsageError
+from envbuild.shared.errors import EXIT_CLEAN, EXIT_PROBLEMS, UsageError
 
 if TYPE_CHECKING:
     from envbuild.recipes.protocols import SystemRecipe
@@ -87,7 +87,7 @@ def sweep(request: SweepRequest) -> int:
     sys.stdout.write(render_text(rows))
     written = write_reports(directory, rows, identity, warn=lambda text: say.write(f"envrun sweep: warning: {text}\n"))
     say.write("envrun sweep: wrote " + ", ".join(written) + "\n")
-    return 1 if any(r.failed or r.runs == 0 for r in rows if r.point in points) else 0
+    return EXIT_PROBLEMS if any(r.failed or r.runs == 0 for r in rows if r.point in points) else EXIT_CLEAN
 
 
 def slurm_calls(texts: dict[str, str]) -> Slurm:

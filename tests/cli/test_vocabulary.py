@@ -138,8 +138,8 @@ def test_envrun_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit):
         envrun_main.main(["--help"])
     out = capsys.readouterr().out
-    for name, summary in envrun_main.SUBCOMMANDS.items():
-        assert re.search(rf"^  {re.escape(name)} +{re.escape(summary[:30])}", out, re.MULTILINE), name
+    for name, subcommand in envrun_main.SUBCOMMANDS.items():
+        assert re.search(rf"^  {re.escape(name)} +{re.escape(subcommand.summary[:30])}", out, re.MULTILINE), name
     assert "exit status:" in out
 
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
-from envbuild.shared.errors import EnvbuildError, UsageError
+from envbuild.shared.errors import EXIT_CLEAN, EXIT_PROBLEMS, EnvbuildError, UsageError
 
 if TYPE_CHECKING:
     from envbuild.shared.progress import LiveLine
@@ -64,7 +64,7 @@ def job_exit_code(state: str, exit_code: str) -> int:
         return int(code)
     if signal.isdigit() and int(signal):
         return 128 + int(signal)
-    return 0 if state == "COMPLETED" else 1
+    return EXIT_CLEAN if state == "COMPLETED" else EXIT_PROBLEMS
 
 
 def wait_for_job(job_id: str, cwd: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr, run: Runner = _run,

@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 
-from envbuild.shared.errors import UsageError
+from envbuild.shared.errors import EXIT_CLEAN, EXIT_PROBLEMS, UsageError
 from envbuild.shared.terminaltext import printable
 from envbuild.slurm.check import jobrules as checkjob
 from envbuild.slurm.check import steprules as checksteps
@@ -324,4 +324,4 @@ def check_script_file(path: str, recipe: SystemRecipe | None, out: TextIO, envir
         out.write(json.dumps(report_json(path, report), indent=2) + "\n")
     else:
         out.write(render_report(path, report, site))
-    return 1 if report.problems else 0
+    return EXIT_PROBLEMS if report.problems else EXIT_CLEAN
