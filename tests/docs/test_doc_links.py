@@ -163,7 +163,7 @@ def parse_error(words: list[str]) -> str | None:
     """Why the tool's parser refuses these words, or None when it accepts them."""
     generator = load_generator()
     if words[0] == "envrun":
-        subcommand = words[1] if len(words) > 1 and words[1] in generator.ENVRUN_SUBCOMMANDS else None
+        subcommand = words[1] if len(words) > 1 and words[1] in generator.envrun_subcommands() else None
         parser = _strict(generator.envrun_parser(subcommand))
         try:
             parser.parse_args(words[2:] if subcommand else words[1:])
@@ -213,7 +213,7 @@ def _options_of(words: list[str]) -> tuple[dict[str, bool], list[str]] | str:
     or the word that names no subcommand."""
     generator = load_generator()
     if words[0] == "envrun":
-        subcommand = words[1] if len(words) > 1 and words[1] in generator.ENVRUN_SUBCOMMANDS else None
+        subcommand = words[1] if len(words) > 1 and words[1] in generator.envrun_subcommands() else None
         parser = generator.envrun_parser(subcommand)
         options = {name: action.nargs != 0 for action in parser._actions for name in action.option_strings}
         return options, words[2:] if subcommand else words[1:]
