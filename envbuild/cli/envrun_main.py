@@ -93,6 +93,8 @@ in the container only (APPTAINERENV_*), never for srun or apptainer on the host.
 
 The program file (python/torchrun/accelerate launch/deepspeed PATH) outside every bind gets its directory
 bound read-only (--explain says so); other existing paths in the command outside the binds get a warning.
+A first word near a subcommand that is no program on PATH here (`envrun kernal install`) is refused with
+the subcommand it meant (exit 2); a program only the image has runs as given after --: envrun -- PROGRAM ...
 
 An envrun.yaml (or the one *.sif here) that another user owns or may write is ignored with a warning,
 and the search upwards stops at another file system and at a directory like /tmp that is not yours and
