@@ -236,10 +236,11 @@ def _leavable_part(data: Any, loc: FieldPath) -> FieldPath | None:
 def _remove(data: dict[Any, Any], part: FieldPath) -> None:
     """`data` without `part`, if it is still there (another error's part may have held it)."""
     *parents, last = part
+    node: Any = data
     for key in parents:
-        data = data.get(key) if isinstance(data, dict) else None
-    if isinstance(data, dict):
-        data.pop(last, None)
+        node = node.get(key) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(last, None)
 
 
 def _with_waiting_checks(document: LocatedDocument, problems: list[SpecProblem]) -> list[SpecProblem]:
