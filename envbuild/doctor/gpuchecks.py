@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from envbuild.doctor.checkresults import Finding, fail, info, ok, warn
 from envbuild.envspec.torchfamily import describe_variant, family_mismatches
 from envbuild.envspec.torchfamily import gpu_vendor as torch_gpu_vendor
-from envbuild.host.node import GPU_RUNTIME_FLAGS, VISIBLE_DEVICE_VARIABLES
+from envbuild.host.node import GPU_RUNTIME_FLAGS
+from envbuild.shared.visibledevices import VISIBLE_DEVICE_VARIABLES
 
 if TYPE_CHECKING:
     from envbuild.doctor.hostrecord import HostRecord

@@ -16,7 +16,8 @@ import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from envbuild.host.node import VISIBLE_DEVICE_VARIABLES, usable_cpus
+from envbuild.host.node import usable_cpus
+from envbuild.shared.visibledevices import VISIBLE_DEVICE_VARIABLES
 
 # Variables the checks read: the job's, the visible-device lists, the caches, NCCL/libfabric settings.
 RECORDED_PREFIXES = ("SLURM_", "NCCL_", "RCCL_", "FI_", "ENVRUN_")

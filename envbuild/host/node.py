@@ -1,10 +1,12 @@
 """What the machine envrun runs on has: CPUs in this process's affinity and the GPUs the drivers show.
 
-Light on imports (envrun's start-up path: os only), and pure over its inputs where tests need it
-(a mapping of variables, a CPU count, a directory listing function).
+Light on imports (envrun's start-up path: os, and the visible-device variables from envbuild.shared), and pure
+over its inputs where tests need it (a mapping of variables, a CPU count, a directory listing function).
 """
 
 from __future__ import annotations
+
+from envbuild.shared.visibledevices import VISIBLE_DEVICE_VARIABLES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -13,9 +15,6 @@ if TYPE_CHECKING:
 
 # The container runtime's flag that passes a maker's GPUs (and, for --nv, the host's driver libraries) in.
 GPU_RUNTIME_FLAGS = {"nvidia": "--nv", "amd": "--rocm"}
-
-# Device lists a GPU job exposes; the first one set counts the GPUs when Slurm's own counts are absent.
-VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 
 
 def count_devices(text: str) -> int:
@@ -60,7 +59,7 @@ def read_host_node(environ: Mapping[str, str], cpus: int | None = None,
         vendor, gpus, source = "nvidia", len(nvidia), "/proc/driver/nvidia/gpus"
     elif amd:
         vendor, gpus, source = "amd", len(amd), "/sys/class/kfd/kfd/topology/nodes"
-    for name in VISIBLE_DEVICE_VARIABLES:
+    for name in VISIBLE_DEVICE_VARIABLES:  # the first one set counts the GPUs
         if gpus and name in environ:
             gpus, source = min(gpus, count_devices(environ[name])), f"{name}={environ[name]}"
             break

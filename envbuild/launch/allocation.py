@@ -18,7 +18,8 @@ Slurm's own fill), and a whole node shows only through its CPU and GPU counts.
 
 from __future__ import annotations
 
-from envbuild.host.node import VISIBLE_DEVICE_VARIABLES, count_devices
+from envbuild.host.node import count_devices
+from envbuild.shared.visibledevices import VISIBLE_DEVICE_VARIABLES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,6 +1,7 @@
-"""The GPU reader of the per-node sampler (envbuild.report.gpus), against stand-in nvidia-smi, amd-smi and
-rocm-smi programs that replay traces in the output formats those tools document (tests/support/fakegpu:
-no GPU, driver or vendor tool is on the test machines), a stand-in pynvml module and a made-up /sys tree."""
+"""The GPU reader of the per-node sampler (envbuild.report.gpus and its sources in envbuild.report.gpusources),
+against stand-in nvidia-smi, amd-smi and rocm-smi programs that replay traces in the output formats those tools
+document (tests/support/fakegpu: no GPU, driver or vendor tool is on the test machines), a stand-in pynvml
+module and a made-up /sys tree."""
 
 from __future__ import annotations
 
@@ -15,7 +16,11 @@ from typing import Any
 import pytest
 
 from envbuild.report import gpus
-from envbuild.report.gpus import Device, job_devices, open_gpu_source
+from envbuild.report.gpus import open_gpu_source
+from envbuild.report.gpusources import amdsmi, amdsysfs, nvidiasmi, rocmsmi, sourcebase
+from envbuild.report.gpusources import nvml as nvml_source
+from envbuild.report.gpusources.jobgpus import job_devices
+from envbuild.report.gpusources.sourcebase import Device
 from tests.support.fakegpu import FAKEGPU, RECORDED, TRACES, fake_bin, fake_env
 
 MIB = 1024 * 1024
@@ -25,8 +30,8 @@ MIB = 1024 * 1024
 def no_real_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
     """The machine's own pynvml (and driver, on a GPU machine) stays out: tests that want NVML give a stand-in."""
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    monkeypatch.setattr(gpus, "OPEN_TIMEOUT_S", 5.0)
-    monkeypatch.setattr(gpus, "READ_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(sourcebase, "OPEN_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(sourcebase, "READ_TIMEOUT_S", 2.0)
 
 
 @pytest.fixture
@@ -36,7 +41,7 @@ def no_sysfs(tmp_path: Path) -> Path:
 
 
 def open_with(tmp_path: Path, tools: tuple[str, ...], trace: str | Path, drm: Path, state: bool = True,
-              **environ: str) -> gpus.GpuSource:
+              **environ: str) -> sourcebase.GpuSource:
     env = fake_env(fake_bin(tmp_path / "bin", tools), trace, state=tmp_path / "calls" if state else None, extra=environ)
     return open_gpu_source(env, drm_root=drm)
 
@@ -65,19 +70,19 @@ def make_sysfs(root: Path, cards: dict[int, tuple[int, int, int] | None]) -> Pat
 def test_nvidia_smi_not_available_values_as_drivers_write_them() -> None:
     query = "memory.total,memory.free,memory.used,temperature.gpu,fan.speed,utilization.gpu,utilization.memory"
     for name in ("public-nvidia-smi-fan-na.csv", "public-nvidia-smi-fan-not-supported.csv"):
-        devices, readings = gpus.parse_nvidia_smi((RECORDED / name).read_text(), query)
+        devices, readings = nvidiasmi.parse_nvidia_smi((RECORDED / name).read_text(), query)
         assert [(d.tool_index, d.mem_total) for d in devices] == [(0, 2004 * MIB)]
         assert readings == {0: (0.0, 0, 2004 * MIB)}
 
 
 def test_nvidia_smi_unified_memory_gpu_has_no_memory_figures() -> None:
-    _, readings = gpus.parse_nvidia_smi((RECORDED / "public-nvidia-smi-gb10-memory-na.csv").read_text(),
+    _, readings = nvidiasmi.parse_nvidia_smi((RECORDED / "public-nvidia-smi-gb10-memory-na.csv").read_text(),
                                         "memory.used,memory.total,utilization.memory")
     assert readings == {0: (None, None, None)}
 
 
 def test_nvidia_smi_rows_with_a_header_are_read_by_field_name() -> None:
-    devices, readings = gpus.parse_nvidia_smi((RECORDED / "public-nvidia-smi-name-bus-index-uuid.csv").read_text(),
+    devices, readings = nvidiasmi.parse_nvidia_smi((RECORDED / "public-nvidia-smi-name-bus-index-uuid.csv").read_text(),
                                               "name,pci.bus,index,uuid")
     assert [(d.tool_index, d.name) for d in devices] == [
         (0, "GeForce GTX 1060 6GB"), (1, "GeForce GTX 1080 Ti"), (2, "GeForce GTX 1060 6GB"),
@@ -89,38 +94,38 @@ def test_nvidia_smi_rows_with_a_header_are_read_by_field_name() -> None:
 def test_nvidia_smi_units_are_read_when_nounits_is_not_given() -> None:
     header = "index, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB], pci.bus_id, uuid"
     row = "0, NVIDIA A100-SXM4-80GB, 87 %, 1024 MiB, 81920 MiB, 00000000:07:00.0, GPU-0"
-    devices, readings = gpus.parse_nvidia_smi(f"{header}\n{row}\n")
+    devices, readings = nvidiasmi.parse_nvidia_smi(f"{header}\n{row}\n")
     assert devices[0].bus_id == "0000:07:00.0" and readings[0] == (0.87, 1024 * MIB, 81920 * MIB)
 
 
 def test_amd_smi_metric_list_shape_of_rocm6() -> None:
-    readings = gpus.parse_amd_smi_metric((RECORDED / "public-amd-smi-metric-usage-w7700-list.json").read_text())
+    readings = amdsmi.parse_amd_smi_metric((RECORDED / "public-amd-smi-metric-usage-w7700-list.json").read_text())
     assert readings == {0: (0.42, None, None)}  # --usage only: no mem_usage section
 
 
 def test_amd_smi_metric_section_not_read_is_na() -> None:
-    readings = gpus.parse_amd_smi_metric((RECORDED / "public-amd-smi-metric-watch-usage-na-list.json").read_text())
+    readings = amdsmi.parse_amd_smi_metric((RECORDED / "public-amd-smi-metric-watch-usage-na-list.json").read_text())
     assert readings == {0: (None, None, None)}
 
 
 def test_rocm_smi_strings_and_bytes() -> None:
     text = (RECORDED / "public-rocm-smi-use-vram-productname-rx7900xt.json").read_text()
-    assert gpus.parse_rocm_smi_metric(text) == {0: (0.0, 27856896, 21458059264)}
-    assert gpus.parse_rocm_smi_names(text) == [Device(0, "Radeon RX 7900 XT")]
+    assert rocmsmi.parse_rocm_smi_metric(text) == {0: (0.0, 27856896, 21458059264)}
+    assert rocmsmi.parse_rocm_smi_names(text) == [Device(0, "Radeon RX 7900 XT")]
 
 
 def test_rocm_smi_names_across_versions() -> None:
-    mi250x = gpus.parse_rocm_smi_names((RECORDED / "public-rocm-smi-productname-mi250x.json").read_text())
+    mi250x = rocmsmi.parse_rocm_smi_names((RECORDED / "public-rocm-smi-productname-mi250x.json").read_text())
     assert [(d.tool_index, d.name, d.bus_id) for d in mi250x] == [(0, "AMD INSTINCT MI200 (MCM) OAM LC MBA HPE C2", None)]
     text = (RECORDED / "public-rocm-smi-allinfo-780m-rocm6.2.json").read_text()
-    assert gpus.parse_rocm_smi_names(text) == [Device(0, "Phoenix3", None, "0000:c4:00.0")]
-    assert gpus.parse_rocm_smi_metric(text) == {0: (0.19, None, None)}
+    assert rocmsmi.parse_rocm_smi_names(text) == [Device(0, "Phoenix3", None, "0000:c4:00.0")]
+    assert rocmsmi.parse_rocm_smi_metric(text) == {0: (0.19, None, None)}
 
 
 # --- parsers against the stand-ins' outputs (shapes with no public output: recorded/README.md) ----------------------------
 
 def test_nvidia_smi_rows_give_devices_and_readings() -> None:
-    devices, readings = gpus.parse_nvidia_smi((RECORDED / "standin-nvidia-smi-query-h100x8.csv").read_text())
+    devices, readings = nvidiasmi.parse_nvidia_smi((RECORDED / "standin-nvidia-smi-query-h100x8.csv").read_text())
     assert [d.tool_index for d in devices] == list(range(8))
     assert devices[0] == Device(0, "NVIDIA H100 80GB HBM3", 81559 * MIB, "0000:19:00.0",
                                 "GPU-5a1c0e27-0d4b-4f3e-9c1a-7b2e8f600d10")
@@ -131,16 +136,16 @@ def test_nvidia_smi_rows_give_devices_and_readings() -> None:
 
 
 def test_nvidia_smi_not_available_values_are_none() -> None:
-    _, readings = gpus.parse_nvidia_smi((RECORDED / "standin-nvidia-smi-query-not-supported.csv").read_text())
+    _, readings = nvidiasmi.parse_nvidia_smi((RECORDED / "standin-nvidia-smi-query-not-supported.csv").read_text())
     assert readings[0] == (None, 310 * MIB, 16384 * MIB)
     assert readings[1] == (0.12, None, None)
 
 
 def test_amd_smi_rocm6_list_shape() -> None:
-    devices = gpus.parse_amd_smi_static((RECORDED / "standin-amd-smi-static-mi250x-rocm6.json").read_text())
+    devices = amdsmi.parse_amd_smi_static((RECORDED / "standin-amd-smi-static-mi250x-rocm6.json").read_text())
     assert [(d.tool_index, d.name, d.bus_id) for d in devices[:2]] == [
         (0, "AMD Instinct MI250X", "0000:c1:00.0"), (1, "AMD Instinct MI250X", "0000:c6:00.0")]
-    readings = gpus.parse_amd_smi_metric((RECORDED / "standin-amd-smi-metric-mi250x-rocm6.json").read_text())
+    readings = amdsmi.parse_amd_smi_metric((RECORDED / "standin-amd-smi-metric-mi250x-rocm6.json").read_text())
     assert len(readings) == 8
     util, used, total = readings[0]
     assert util is not None and util > 0.9 and used is not None and used > 48000 * MIB and total == 65520 * MIB
@@ -149,15 +154,15 @@ def test_amd_smi_rocm6_list_shape() -> None:
 
 
 def test_amd_smi_rocm7_gpu_data_shape() -> None:
-    readings = gpus.parse_amd_smi_metric((RECORDED / "standin-amd-smi-metric-mi250x-rocm7.json").read_text())
+    readings = amdsmi.parse_amd_smi_metric((RECORDED / "standin-amd-smi-metric-mi250x-rocm7.json").read_text())
     assert sorted(readings) == [0, 1, 2, 3]
     assert all(util is not None and util > 0.9 for util, _, _ in readings.values())
 
 
 def test_rocm_smi_json() -> None:
-    devices = gpus.parse_rocm_smi_names((RECORDED / "standin-rocm-smi-productname-bus-mi250x.json").read_text())
+    devices = rocmsmi.parse_rocm_smi_names((RECORDED / "standin-rocm-smi-productname-bus-mi250x.json").read_text())
     assert [(d.tool_index, d.name, d.bus_id) for d in devices[:1]] == [(0, "AMD Instinct MI250X", "0000:c1:00.0")]
-    readings = gpus.parse_rocm_smi_metric((RECORDED / "standin-rocm-smi-use-vram-mi250x.json").read_text())
+    readings = rocmsmi.parse_rocm_smi_metric((RECORDED / "standin-rocm-smi-use-vram-mi250x.json").read_text())
     assert readings[0][0] is not None and readings[0][0] > 0.9 and readings[0][2] == 68702699520
     assert readings[5] == (0.0, 10 * MIB, 68702699520)
 
@@ -191,7 +196,7 @@ def test_nvidia_smi_comes_first_when_nvml_is_absent(tmp_path: Path, no_sysfs: Pa
     try:
         assert (source.name, source.note) == ("nvidia-smi", "")
         assert [n["name"] for n in source.names()] == ["NVIDIA H100 80GB HBM3"] * 8
-        assert source.sampling.startswith(f"nvidia-smi every {gpus.NVIDIA_SMI_LOOP_MS} ms, its rows between two reads")
+        assert source.sampling.startswith(f"nvidia-smi every {nvidiasmi.NVIDIA_SMI_LOOP_MS} ms, its rows between two reads")
     finally:
         source.close()
 
@@ -203,7 +208,7 @@ def test_nvidia_smi_comes_first_when_nvml_is_absent(tmp_path: Path, no_sysfs: Pa
 def test_amd_tools_in_order(tmp_path: Path, no_sysfs: Path, tools: tuple[str, ...], expected: str) -> None:
     source = open_with(tmp_path, tools, "amd-mi250x-8gcd-idle-except-0.json", no_sysfs, SLURM_STEP_GPUS="0,1,2,3,4,5,6,7")
     assert source.name == expected
-    assert source.sampling == {"amd-smi": gpus.AMD_SMI_SAMPLING, "rocm-smi": gpus.ROCM_SMI_SAMPLING}[expected]
+    assert source.sampling == {"amd-smi": amdsmi.AMD_SMI_SAMPLING, "rocm-smi": rocmsmi.ROCM_SMI_SAMPLING}[expected]
     assert [(n["index"], n["name"], n["mem_total"]) for n in source.names()][:2] == [
         (0, "AMD Instinct MI250X", 65520 * MIB), (1, "AMD Instinct MI250X", 65520 * MIB)]
     sample = source.read()
@@ -214,7 +219,7 @@ def test_amd_tools_in_order(tmp_path: Path, no_sysfs: Path, tools: tuple[str, ..
 def test_sysfs_when_no_tool(tmp_path: Path) -> None:
     drm = make_sysfs(tmp_path, {0: None, 1: (87, 30 * 2**30, 64 * 2**30), 2: (0, 2**20, 64 * 2**30)})
     source = open_with(tmp_path, (), "amd-mi250x-8gcd-idle-except-0.json", drm, SLURM_JOB_GPUS="0,1")
-    assert (source.name, source.sampling) == ("sysfs", gpus.SYSFS_SAMPLING)
+    assert (source.name, source.sampling) == ("sysfs", amdsysfs.SYSFS_SAMPLING)
     assert source.names() == [{"index": 0, "name": "AMD GPU (card1)", "mem_total": 64 * 2**30},
                               {"index": 1, "name": "AMD GPU (card2)", "mem_total": 64 * 2**30}]
     assert source.read() == [{"index": 0, "util": 0.87, "mem_used": 30 * 2**30, "mem_total": 64 * 2**30},
@@ -263,7 +268,7 @@ def test_nvml_without_a_driver_falls_back_silently(tmp_path: Path, no_sysfs: Pat
 def test_a_hung_nvml_call_costs_one_sample(tmp_path: Path, no_sysfs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     nvml = stand_in_pynvml([(50, 2**30)])
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    monkeypatch.setattr(gpus, "READ_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(sourcebase, "READ_TIMEOUT_S", 0.2)
     source = open_with(tmp_path, (), "hung.json", no_sysfs, CUDA_VISIBLE_DEVICES="0")
     nvml.hang_s = 1.0
     assert source.read()[0]["util"] is None
@@ -278,7 +283,7 @@ def test_nvml_averages_every_driver_sample_between_reads(tmp_path: Path, no_sysf
     nvml.samples[0] = [(1_000, 50)]  # before the step: left out
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     source = open_with(tmp_path, (), "hung.json", no_sysfs, CUDA_VISIBLE_DEVICES="0")
-    assert (source.name, source.sampling, source.note) == ("nvml", gpus.NVML_SAMPLING_BUFFER, "")
+    assert (source.name, source.sampling, source.note) == ("nvml", nvml_source.NVML_SAMPLING_BUFFER, "")
     nvml.samples[0] += [(2_000, 100), (3_000, 80)]
     assert source.read() == [{"index": 0, "util": 0.9, "mem_used": 2**30, "mem_total": 80 * 2**30, "util_samples": 2}]
     nvml.samples[0] += [(4_000, 20)]
@@ -311,7 +316,7 @@ def test_nvml_without_a_sample_buffer_reads_the_current_rate_and_says_so(tmp_pat
     assert [(g["util"], g.get("util_samples")) for g in source.read()] == [(0.6, 1), (0.03, None)]
     assert source.note == ("GPU 1: its driver keeps no utilisation samples (NVML: Not Supported): its utilisation "
                            "is the driver's last sample period at each read, not the whole interval")
-    assert source.sampling == (f"{gpus.NVML_SAMPLING_BUFFER}; GPUs 1 (no buffer): {gpus.NVML_SAMPLING_CURRENT}")
+    assert source.sampling == (f"{nvml_source.NVML_SAMPLING_BUFFER}; GPUs 1 (no buffer): {nvml_source.NVML_SAMPLING_CURRENT}")
     source.close()
 
 
@@ -320,7 +325,7 @@ def test_nvml_of_a_pynvml_without_the_buffer_call(tmp_path: Path, no_sysfs: Path
     monkeypatch.setitem(sys.modules, "pynvml", stand_in_pynvml([(97, 2**30)]))
     source = open_with(tmp_path, (), "hung.json", no_sysfs, CUDA_VISIBLE_DEVICES="0")
     assert [g["util"] for g in source.read()] == [0.97] and "util_samples" not in source.read()[0]
-    assert source.sampling == gpus.NVML_SAMPLING_CURRENT and "no nvmlDeviceGetSamples" in source.note
+    assert source.sampling == nvml_source.NVML_SAMPLING_CURRENT and "no nvmlDeviceGetSamples" in source.note
     source.close()
 
 
@@ -383,9 +388,9 @@ def test_only_gpu_0_busy_over_time_through_amd_smi(tmp_path: Path, no_sysfs: Pat
 
 def test_nvidia_smi_loop_rows_are_averaged_and_the_loop_ends_on_close(tmp_path: Path, no_sysfs: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpus, "NVIDIA_SMI_LOOP_MS", 50)
+    monkeypatch.setattr(nvidiasmi, "NVIDIA_SMI_LOOP_MS", 50)
     source = open_with(tmp_path, ("nvidia-smi",), "nvidia-8gpu-idle-except-0.json", no_sysfs, SLURM_JOB_GPUS="0-7")
-    assert isinstance(source, gpus.NvidiaSmiSource)
+    assert isinstance(source, nvidiasmi.NvidiaSmiSource)
     first = source.read()  # starts the loop; until it writes, the open's reading holds
     assert first[0]["util"] is not None and first[0]["util"] > 0.9
     time.sleep(0.6)  # a dozen rows of the loop (steps 1, 2, 3, 4, 4, ...)
@@ -406,7 +411,7 @@ def test_a_failing_nvidia_smi_is_skipped_and_named(tmp_path: Path) -> None:
 
 
 def test_a_hung_tool_is_killed_at_open(tmp_path: Path, no_sysfs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpus, "OPEN_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(sourcebase, "OPEN_TIMEOUT_S", 0.5)
     trace = tmp_path / "hung-here.json"
     trace.write_text((TRACES / "hung.json").read_text())
     started = time.monotonic()
@@ -418,7 +423,7 @@ def test_a_hung_tool_is_killed_at_open(tmp_path: Path, no_sysfs: Path, monkeypat
 
 def test_a_tool_that_hangs_later_costs_samples_not_the_sampler(tmp_path: Path, no_sysfs: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpus, "READ_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(sourcebase, "READ_TIMEOUT_S", 0.5)
     trace = tmp_path / "hangs-later.json"
     trace.write_text(json.dumps({**json.loads((TRACES / "amd-mi250x-4gcd-all-busy.json").read_text()),
                                  "hang_after_calls": 3}))
@@ -437,16 +442,16 @@ def test_after_failures_in_a_row_a_source_backs_off(tmp_path: Path, no_sysfs: Pa
     trace.write_text(json.dumps({**json.loads((TRACES / "amd-mi250x-4gcd-all-busy.json").read_text()),
                                  "fail_after_calls": 2, "fail_message": "stand-in: amdgpu driver gone"}))
     source = open_with(tmp_path, ("amd-smi",), trace, no_sysfs, ROCR_VISIBLE_DEVICES="0,1,2,3")
-    for _ in range(gpus.FAILURES_BEFORE_BACKOFF + 4):
+    for _ in range(sourcebase.FAILURES_BEFORE_BACKOFF + 4):
         assert source.read()[0]["util"] is None
     calls = int((tmp_path / "calls").read_text())
-    assert calls == 2 + gpus.FAILURES_BEFORE_BACKOFF  # the open's two, then three failures; the rest waited
-    assert source.note == f"amd-smi failed (exit 1): stand-in: amdgpu driver gone ({gpus.FAILURES_BEFORE_BACKOFF} reads)"
+    assert calls == 2 + sourcebase.FAILURES_BEFORE_BACKOFF  # the open's two, then three failures; the rest waited
+    assert source.note == f"amd-smi failed (exit 1): stand-in: amdgpu driver gone ({sourcebase.FAILURES_BEFORE_BACKOFF} reads)"
 
 
 def test_nvidia_smi_loop_that_goes_silent_is_killed(tmp_path: Path, no_sysfs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpus, "NVIDIA_SMI_LOOP_MS", 50)
-    monkeypatch.setattr(gpus, "READ_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(nvidiasmi, "NVIDIA_SMI_LOOP_MS", 50)
+    monkeypatch.setattr(sourcebase, "READ_TIMEOUT_S", 0.3)
     trace = tmp_path / "loop-hangs.json"
     trace.write_text(json.dumps({**json.loads((TRACES / "nvidia-4gpu-all-busy.json").read_text()), "hang_after_calls": 3}))
     source = open_with(tmp_path, ("nvidia-smi",), trace, no_sysfs, CUDA_VISIBLE_DEVICES="0,1,2,3")
