@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import re
 from collections import defaultdict
-from pathlib import Path
 
 from tests.test_architecture import PACKAGE_DIR, REPO, all_modules, import_graph
 
