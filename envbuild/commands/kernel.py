@@ -165,7 +165,7 @@ def _lexists_in(directory: str, name: str) -> bool:
     return True
 
 
-def _write_kernel(kernel_dir: str, spec: dict[str, object], *, replace: bool) -> None:
+def _write_kernel(kernel_dir: str, kernel_json: dict[str, object], *, replace: bool) -> None:
     """kernel.json in a directory of its own, made beside it under an unpredictable name and renamed into
     place, all within the kernels directory's descriptor: in a prefix others may write, nothing is written
     through a link planted there. With `replace`, the kernel there is removed first, when it is the user's
@@ -181,7 +181,7 @@ def _write_kernel(kernel_dir: str, spec: dict[str, object], *, replace: bool) ->
         partial_fd = subdir(target_fd, partial, create=True, mode=0o755, where=os.path.join(target, partial))
         try:
             try:
-                write_file(KERNEL_FILE, json.dumps(spec, indent=1) + "\n", dir_fd=partial_fd)
+                write_file(KERNEL_FILE, json.dumps(kernel_json, indent=1) + "\n", dir_fd=partial_fd)
             finally:
                 os.close(partial_fd)
             if replace:
@@ -393,13 +393,13 @@ def _own_entry(kernel_fd: int, directory: str) -> tuple[bool, KernelEntry | None
     from envbuild.shared.safefiles import read_file_nofollow
 
     try:
-        spec = json.loads(read_file_nofollow(kernel_fd, KERNEL_FILE, limit=1 << 20)[0])
+        kernel_json = json.loads(read_file_nofollow(kernel_fd, KERNEL_FILE, limit=1 << 20)[0])
     except (OSError, ValueError, EnvbuildError):
         return False, None
-    if not isinstance(spec, dict) or not is_envrun_kernel(spec):
+    if not isinstance(kernel_json, dict) or not is_envrun_kernel(kernel_json):
         return False, None
     try:
-        return True, read_entry(spec, os.path.join(directory, KERNEL_FILE))
+        return True, read_entry(kernel_json, os.path.join(directory, KERNEL_FILE))
     except EnvbuildError:
         return True, None
 
@@ -478,11 +478,11 @@ def run_kernel(kernel_file: str, connection_file: str, environ: Mapping[str, str
     try:
         try:
             with open(kernel_file, encoding="utf-8") as handle:
-                spec = json.load(handle)
+                kernel_json = json.load(handle)
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read the kernelspec {kernel_file}: {exc}",
                              "install the kernel again: envrun kernel install --force ...") from None
-        entry = read_entry(spec if isinstance(spec, dict) else {}, kernel_file)
+        entry = read_entry(kernel_json if isinstance(kernel_json, dict) else {}, kernel_file)
         _log_to(entry.log, entry.name, f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} envrun kernel {entry.name} starting "
                            f"(pid {os.getpid()}): image {entry.image}\n")
         if not os.path.exists(entry.image):

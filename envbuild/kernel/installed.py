@@ -62,12 +62,12 @@ def installed_kernels(prefixes: Sequence[str] = ()) -> list[InstalledKernel]:
 def _read(name: str, directory: str, path: str) -> InstalledKernel:
     try:
         with open(path, encoding="utf-8") as handle:
-            spec = json.load(handle)
+            kernel_json = json.load(handle)
     except (OSError, ValueError) as exc:
         return InstalledKernel(name, directory, False, None, f"unreadable {path}: {exc}")
-    if not isinstance(spec, dict) or not is_envrun_kernel(spec):
+    if not isinstance(kernel_json, dict) or not is_envrun_kernel(kernel_json):
         return InstalledKernel(name, directory, False, None)
     try:
-        return InstalledKernel(name, directory, True, read_entry(spec, path))
+        return InstalledKernel(name, directory, True, read_entry(kernel_json, path))
     except EnvbuildError as exc:
         return InstalledKernel(name, directory, True, None, exc.message)
