@@ -29,7 +29,7 @@ from envbuild.shared.errors import EnvbuildError
 
 TYPE_CHECKING = False  # typing is not imported on envrun's launch path (tests/test_architecture.py)
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _GROUP_OR_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
@@ -226,17 +226,26 @@ def _write_in(dir_fd: int, name: str, payload: bytes, mode: int | None, *, where
         fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         _write_then_close(fd, payload)
         return
+    def fill(fd: int) -> None:
+        _write_all(fd, payload)
+        os.fchmod(fd, (0o666 & ~current_umask()) if mode is None else mode)
+
+    _replace_with_new_file(dir_fd, name, fill)
+
+
+def _replace_with_new_file(dir_fd: int, name: str, fill: Callable[[int], None]) -> None:
+    """Fill a new file with an unpredictable name beside `name` (O_EXCL, never through a link), then rename it
+    over `name` within the directory's descriptor. A failed fill leaves nothing behind and the old file, if any,
+    untouched."""
     partial = f".{name}.{secrets.token_hex(6)}.partial"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
         try:
-            _write_all(fd, payload)
-            os.fchmod(fd, (0o666 & ~current_umask()) if mode is None else mode)
+            fill(fd)
         finally:
             os.close(fd)
         os.rename(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        # A failed write leaves nothing behind; the old file, if any, is untouched.
         try:
             os.unlink(partial, dir_fd=dir_fd)
         except OSError:
@@ -283,23 +292,13 @@ def copy_file(src: str | os.PathLike[str], dest: str | os.PathLike[str], *, mode
         source = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
         try:
             info = os.fstat(source)
-            partial = f".{name}.{secrets.token_hex(6)}.partial"
-            out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                          dir_fd=dir_fd)
-            try:
-                try:
-                    _copy_data(source, out, info.st_size)
-                    os.fchmod(out, stat.S_IMODE(info.st_mode) if mode is None else mode)
-                    os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
-                finally:
-                    os.close(out)
-                os.rename(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            except BaseException:
-                try:
-                    os.unlink(partial, dir_fd=dir_fd)
-                except OSError:
-                    pass
-                raise
+
+            def fill(out: int) -> None:
+                _copy_data(source, out, info.st_size)
+                os.fchmod(out, stat.S_IMODE(info.st_mode) if mode is None else mode)
+                os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+            _replace_with_new_file(dir_fd, name, fill)
         finally:
             os.close(source)
     finally:
