@@ -142,7 +142,7 @@ def plan_for(request: RunRequest, environ: Mapping[str, str], cwd: str) -> Launc
         host=read_host_node(environ), overlays=overlays, warnings=tuple(warnings), notes=tuple(notes),
         strict_net=request.strict_net, step_timeout=step_timeout or "", step_timeout_from=step_timeout_from,
         runscript=runscript[1] if runscript and runscript[0] == "run" else "", host_paths=HostPaths(),
-        report_sampler=sampler,
+        report_sampler=sampler, runtime_info=request.explain,
     ))
 
 

@@ -378,14 +378,25 @@ class _Planner:
                               "$SLURM_LOCALID, and a torchrun launcher (local id 0) with all its ranks only GPU 0; "
                               "envrun sets the visible GPUs per task itself")
 
+    def runtime_verbosity(self) -> list[str]:
+        """--quiet (a global option, before exec/run): the runtime's INFO lines say nothing about the user's run
+        (apptainer without setuid prints `INFO: gocryptfs not found, will not be able to use gocryptfs` at every
+        start); its warnings and errors still show. Kept with envrun --explain."""
+        if self.request.runtime_info:
+            return []
+        self.note(f"{self.request.runtime.name} --quiet: without its INFO lines, which say nothing about this run "
+                  "(warnings and errors still show; --explain keeps them)")
+        return ["--quiet"]
+
     def container_argv(self) -> list[str]:
         request, recipe = self.request, self.recipe
+        runtime = [request.runtime.path, *self.runtime_verbosity()]
         if request.runscript:
-            argv = [request.runtime.path, "run", "--no-eval", *recipe.runtime.flags]
+            argv = [*runtime, "run", "--no-eval", *recipe.runtime.flags]
             self.note(f"{request.runtime.name} run --no-eval, not exec: {request.runscript}, as `singularity run` "
                       "would; --no-eval passes the arguments to it as they are, without a shell's eval")
         else:
-            argv = [request.runtime.path, "exec", *recipe.runtime.flags]
+            argv = [*runtime, "exec", *recipe.runtime.flags]
         if recipe.runtime.flags:
             self.note(f"{' '.join(recipe.runtime.flags)}: {recipe.cite('runtime.flags')}")
         elif recipe.node is None and self.size.node.gpu_vendor in GPU_RUNTIME_FLAGS:

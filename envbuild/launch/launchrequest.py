@@ -20,8 +20,8 @@ class LaunchRequest:
     """What to launch and everything the planner needs to know, as plain data."""
 
     __slots__ = ("allocation", "binds", "command", "cwd", "env", "environ", "host", "host_paths", "image",
-                 "missing_recipe_binds", "notes", "overlays", "recipe", "report_sampler", "runscript", "runtime", "step_timeout",
-                 "step_timeout_from", "strict_net", "system_reason", "warnings")
+                 "missing_recipe_binds", "notes", "overlays", "recipe", "report_sampler", "runscript", "runtime",
+                 "runtime_info", "step_timeout", "step_timeout_from", "strict_net", "system_reason", "warnings")
 
     def __init__(
         self, *, command: tuple[str, ...], image: str, recipe: SystemRecipe, runtime: Runtime, cwd: str,
@@ -30,7 +30,7 @@ class LaunchRequest:
         allocation: Allocation | None = None, overlays: tuple[tuple[str, str], ...] = (),
         warnings: tuple[str, ...] = (), notes: tuple[str, ...] = (), strict_net: bool = False,
         step_timeout: str = "", step_timeout_from: str = "--step-timeout", runscript: str = "",
-        host_paths: HostPaths | None = None, report_sampler: tuple[str, ...] = (),
+        host_paths: HostPaths | None = None, report_sampler: tuple[str, ...] = (), runtime_info: bool = False,
     ) -> None:
         self.command = command  # everything after envrun's own options, e.g. ("srun", "torchrun", "train.py")
         self.image = image
@@ -61,6 +61,9 @@ class LaunchRequest:
         # ("env", "PYTHONPATH=/opt/envbuild", "/opt/envbuild/.venv/bin/python", "-m", "envbuild.report.sampler",
         # "--interval", "5"); () for no report
         self.report_sampler = report_sampler
+        # Whether the runtime prints its INFO lines (apptainer's "gocryptfs not found" at every start); without it
+        # the runtime runs with --quiet, which keeps its warnings and errors
+        self.runtime_info = runtime_info
 
 
 class LaunchPlan:

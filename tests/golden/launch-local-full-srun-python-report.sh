@@ -9,6 +9,7 @@
 # job report: one sampler per node (the node's first task starts it) reads the step's GPUs and CPUs every few seconds; envrun prints the summary when the step ends (--no-report: none)
 # $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export OMP_NUM_THREADS=1
 export TOKENIZERS_PARALLELISM=false
@@ -24,7 +25,7 @@ export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASK
 n="${SLURM_NODEID:-0}"; lws=1; IFS=,; for e in ${SLURM_STEP_TASKS_PER_NODE:-1}; do c=${e%%(*}; r=1; case $e in *"(x"*) r=${e#*(x}; r=${r%)};; esac; if [ "$n" -lt "$r" ]; then lws=$c; break; fi; n=$((n - r)); done; unset IFS
 export LOCAL_WORLD_SIZE="$lws"
 export MASTER_ADDR="${first}" MASTER_PORT="$port"
-exec "$@"' envrun-task /usr/bin/apptainer exec --bind /work/proj --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+exec "$@"' envrun-task /usr/bin/apptainer --quiet exec --bind /work/proj --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
 if [ -n "${WITH_CONDA:-}" ]; then

@@ -16,6 +16,7 @@
 # ACCELERATE_USE_CPU=true: no GPUs, and accelerate's multi-process launcher does not tell the processes to use the CPU as --cpu would (--cpu allows only one process): Accelerator() then runs them as MULTI_CPU with gloo
 # per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export ACCELERATE_USE_CPU=true
 export ENVRUN_RANK_CORES=''
@@ -26,7 +27,7 @@ port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 12000 ))
 export ENVRUN_NNODES="${SLURM_STEP_NUM_NODES:-${SLURM_NNODES:-1}}" ENVRUN_NODE_RANK="${SLURM_NODEID:-0}"
 export ENVRUN_MASTER_ADDR="${first}" ENVRUN_MASTER_PORT="$port"
 unset SLURM_NTASKS SLURM_NPROCS
-exec "$@"' envrun-task /usr/bin/apptainer exec --bind /work/proj --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+exec "$@"' envrun-task /usr/bin/apptainer --quiet exec --bind /work/proj --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
 if [ -n "${WITH_CONDA:-}" ]; then

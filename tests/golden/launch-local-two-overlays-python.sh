@@ -4,11 +4,12 @@
 # PATH starts with /user-dev/bin, /user-software/bin, VIRTUAL_ENV=/user-dev: the overlays' venvs, the last given on top
 # OMP_NUM_THREADS=2: this host: 2 CPUs in this process's affinity (recipes/local.yaml:10 node)
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
 # overlay /work/proj/env.sqsh mounted read-only at /user-software
 # overlay /work/proj/dev tools.sqsh mounted read-only at /user-dev
 export OMP_NUM_THREADS=2
 export TOKENIZERS_PARALLELISM=false
-exec /usr/bin/apptainer exec --bind /work/proj --bind /work/proj/env.sqsh:/user-software:image-src=/,ro --bind '/work/proj/dev tools.sqsh:/user-dev:image-src=/,ro' --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+exec /usr/bin/apptainer --quiet exec --bind /work/proj --bind /work/proj/env.sqsh:/user-software:image-src=/,ro --bind '/work/proj/dev tools.sqsh:/user-dev:image-src=/,ro' --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
 if [ -n "${WITH_CONDA:-}" ]; then

@@ -14,6 +14,7 @@
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 # NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:70 env.NCCL_SOCKET_IFNAME
 # FI_MR_CACHE_MONITOR: recipes/lumi-g.yaml:75 env.FI_MR_CACHE_MONITOR
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
 # binds /pfs, /scratch, /projappl, /project, /flash, /appl: recipes/lumi-g.yaml:67 binds
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export OMP_NUM_THREADS=14
@@ -27,7 +28,7 @@ n="${SLURM_NODEID:-0}"; lws=1; IFS=,; for e in ${SLURM_STEP_TASKS_PER_NODE:-1}; 
 export LOCAL_WORLD_SIZE="$lws"
 export MASTER_ADDR="${first}" MASTER_PORT="$port"
 export ROCR_VISIBLE_DEVICES="$(( $SLURM_LOCALID * 2 + 0 )),$(( $SLURM_LOCALID * 2 + 1 ))"
-exec "$@"' envrun-task /usr/bin/apptainer exec --bind /work/proj --bind /pfs --bind /scratch --bind /projappl --bind /project --bind /flash --bind /appl --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+exec "$@"' envrun-task /usr/bin/apptainer --quiet exec --bind /work/proj --bind /pfs --bind /scratch --bind /projappl --bind /project --bind /flash --bind /appl --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
 if [ -n "${WITH_CONDA:-}" ]; then

@@ -17,6 +17,7 @@
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 # NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:70 env.NCCL_SOCKET_IFNAME
 # FI_MR_CACHE_MONITOR: recipes/lumi-g.yaml:75 env.FI_MR_CACHE_MONITOR
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
 # binds /pfs, /scratch, /projappl, /project, /flash, /appl, /var/spool/slurmd, /opt/cray, /usr/lib64/libcxi.so.1, /usr/lib64/libjansson.so.4: recipes/lumi-g.yaml:67 binds
 # overlay /work/proj/env.sqsh mounted read-only at /user-software
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
@@ -32,7 +33,7 @@ export PET_NNODES="${SLURM_STEP_NUM_NODES:-${SLURM_NNODES:-1}}"
 [ "${SLURMD_NODENAME:-}" = "$first" ] && is_host=1 || is_host=0
 export PET_RDZV_CONF="is_host=$is_host"
 unset SLURM_NTASKS SLURM_NPROCS
-exec "$@"' envrun-task /usr/bin/apptainer exec --bind /work/proj --bind /pfs --bind /scratch --bind /projappl --bind /project --bind /flash --bind /appl --bind /var/spool/slurmd --bind /opt/cray --bind /usr/lib64/libcxi.so.1 --bind /usr/lib64/libjansson.so.4 --bind /work/proj/env.sqsh:/user-software:image-src=/,ro --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+exec "$@"' envrun-task /usr/bin/apptainer --quiet exec --bind /work/proj --bind /pfs --bind /scratch --bind /projappl --bind /project --bind /flash --bind /appl --bind /var/spool/slurmd --bind /opt/cray --bind /usr/lib64/libcxi.so.1 --bind /usr/lib64/libjansson.so.4 --bind /work/proj/env.sqsh:/user-software:image-src=/,ro --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
 if [ -n "${WITH_CONDA:-}" ]; then

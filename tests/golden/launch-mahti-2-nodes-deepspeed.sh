@@ -12,6 +12,7 @@
 # --master_addr=<first node of the step> (host's scontrol)
 # --master_port=<20000 + job id based port>: the same on every node of the step
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
 # --nv: recipes/mahti.yaml:35 runtime.flags
 # binds /scratch, /projappl: recipes/mahti.yaml:36 binds
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
@@ -24,7 +25,7 @@ export ENVRUN_MASTER_ADDR="${first}" ENVRUN_MASTER_PORT="$port"
 i=0; nodes=; while [ "$i" -lt "$ENVRUN_NNODES" ]; do nodes="$nodes${nodes:+, }\"node$i\": [0, 1, 2, 3]"; i=$((i + 1)); done
 export ENVRUN_WORLD_INFO="$(printf "{%s}" "$nodes" | base64 | tr -d "\n" | tr "+/" "-_")"
 unset SLURM_NTASKS SLURM_NPROCS
-exec "$@"' envrun-task /usr/bin/apptainer exec --nv --bind /work/proj --bind /scratch --bind /projappl --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+exec "$@"' envrun-task /usr/bin/apptainer --quiet exec --nv --bind /work/proj --bind /scratch --bind /projappl --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
 if [ -n "${WITH_CONDA:-}" ]; then

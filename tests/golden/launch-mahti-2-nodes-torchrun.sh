@@ -10,6 +10,7 @@
 # $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
 # per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
 # --nv: recipes/mahti.yaml:35 runtime.flags
 # binds /scratch, /projappl: recipes/mahti.yaml:36 binds
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
@@ -23,7 +24,7 @@ export PET_NNODES="${SLURM_STEP_NUM_NODES:-${SLURM_NNODES:-1}}"
 [ "${SLURMD_NODENAME:-}" = "$first" ] && is_host=1 || is_host=0
 export PET_RDZV_CONF="is_host=$is_host"
 unset SLURM_NTASKS SLURM_NPROCS
-exec "$@"' envrun-task /usr/bin/apptainer exec --nv --bind /work/proj --bind /scratch --bind /projappl --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+exec "$@"' envrun-task /usr/bin/apptainer --quiet exec --nv --bind /work/proj --bind /scratch --bind /projappl --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
 if [ -n "${WITH_CONDA:-}" ]; then

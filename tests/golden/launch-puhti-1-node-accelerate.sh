@@ -15,6 +15,7 @@
 # --multi_gpu: accelerate's launcher that starts several processes per node (torch.distributed.run, static rendezvous on machine rank 0)
 # per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
 # --nv: recipes/puhti.yaml:35 runtime.flags
 # binds /scratch, /projappl: recipes/puhti.yaml:36 binds
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
@@ -26,7 +27,7 @@ port=$(( 20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 12000 ))
 export ENVRUN_NNODES="${SLURM_STEP_NUM_NODES:-${SLURM_NNODES:-1}}" ENVRUN_NODE_RANK="${SLURM_NODEID:-0}"
 export ENVRUN_MASTER_ADDR="${first}" ENVRUN_MASTER_PORT="$port"
 unset SLURM_NTASKS SLURM_NPROCS
-exec "$@"' envrun-task /usr/bin/apptainer exec --nv --bind /work/proj --bind /scratch --bind /projappl --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+exec "$@"' envrun-task /usr/bin/apptainer --quiet exec --nv --bind /work/proj --bind /scratch --bind /projappl --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
 if [ -n "${WITH_CONDA:-}" ]; then

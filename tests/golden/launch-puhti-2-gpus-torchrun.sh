@@ -10,6 +10,7 @@
 # --standalone: one node, so torchrun hosts its own rendezvous on a free port
 # per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
 # --nv: recipes/puhti.yaml:35 runtime.flags
 # binds /scratch, /projappl: recipes/puhti.yaml:36 binds
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
@@ -17,7 +18,7 @@ export ENVRUN_RANK_CORES=''
 export OMP_NUM_THREADS=10
 export TOKENIZERS_PARALLELISM=false
 exec srun --ntasks-per-node=1 --cpus-per-task=20 --kill-on-bad-exit=1 /bin/sh -c 'unset SLURM_NTASKS SLURM_NPROCS
-exec "$@"' envrun-task /usr/bin/apptainer exec --nv --bind /work/proj --bind /scratch --bind /projappl --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
+exec "$@"' envrun-task /usr/bin/apptainer --quiet exec --nv --bind /work/proj --bind /scratch --bind /projappl --pwd /work/proj /img/env.sif /bin/sh -c 'body=$1; shift
 if [ -n "${WITH_CONDA:-}" ] && command -v bash >/dev/null 2>&1; then exec bash -c "$body" envrun-task "$@"; fi
 eval "$body"' envrun-task 'envrun_activate() { eval "$WITH_CONDA"; }
 if [ -n "${WITH_CONDA:-}" ]; then

@@ -415,7 +415,7 @@ def test_wrapper_passes_arguments_and_uses_caller_cwd() -> None:
 
     script = render_wrapper("torchrun", "/img/env.sif", load_recipe("lumi-g"))
     assert script.startswith("#!/bin/sh\n")
-    assert 'exec "$runtime" exec --bind "$PWD" --pwd "$PWD" $binds "$image"' in script
+    assert 'exec "$runtime" --quiet exec --bind "$PWD" --pwd "$PWD" $binds "$image"' in script
     assert script.rstrip().endswith('exec "$@"\' torchrun "$@"')
     assert "OMP_NUM_THREADS=$((cpus / procs))" in script  # computed where the wrapper runs, not from the recipe
     assert "envrun-task 'envrun_activate()" in script and "envrun-rank" not in script  # the caller's torchrun options, untouched

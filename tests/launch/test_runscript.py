@@ -100,7 +100,7 @@ def test_a_plan_for_a_laif_image_runs_it_with_no_eval_and_keeps_gpu_choice_with_
     p = plan("srun", "torchrun", "train.py", system="lumi-g", environ={**LUMI_2_NODES, "ROCR_USE_SLURM_LOCALID": "1"},
              runscript=LAIF_RUNSCRIPT)
     start = p.argv.index("/usr/bin/apptainer")
-    assert p.argv[start:start + 3] == ("/usr/bin/apptainer", "run", "--no-eval")
+    assert p.argv[start:start + 4] == ("/usr/bin/apptainer", "--quiet", "run", "--no-eval")
     assert "ROCR_USE_SLURM_LOCALID" in p.unset
     reasons = "\n".join(p.reasons)
     assert "apptainer run --no-eval, not exec: its OCI entrypoint /opt/oci-entrypoint.sh" in reasons
