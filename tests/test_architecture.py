@@ -360,8 +360,6 @@ FILE_EFFECT_HOME = "envbuild/shared/safefiles.py"
 FILE_EFFECTS_ALLOWED = {
     "envbuild/imagetree/intree.py": "writes inside an image tree only through descriptors resolved within its root, "
                                     "one O_NOFOLLOW component at a time (openat2's RESOLVE_IN_ROOT done by hand)",
-    "envbuild/host/usercache.py": "the user's own cache: a 0700 directory checked by fstat, every name relative to "
-                                  "its descriptor",
     "envbuild/sif/writer.py": "runs as the build's helper process in the build's work directory (held under its work "
                               "lock) and writes the output's partial, whose name carries the build's random id",
     "envbuild/sif/layeredwriter.py": "as envbuild/sif/writer.py: the staging tree is the build's own work directory",

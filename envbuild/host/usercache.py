@@ -116,20 +116,23 @@ def write_cached(name: str, key: str, value: Any) -> None:
         directory = os.open(path, _DIR_FLAGS)
     except OSError:
         return
-    partial = f".{name}.partial-{os.getpid()}"
+    from envbuild.shared.safefiles import replace_with_new_file  # a cache miss only: not on every launch
+
+    def fill(handle: int) -> None:
+        os.fchmod(handle, FILE_MODE)  # exactly 0600, whatever the umask took away
+        view = memoryview(data)
+        while view:
+            view = view[os.write(handle, view):]
+
     try:
         status = os.fstat(directory)
         if status.st_uid != os.geteuid():
             return
         if status.st_mode & 0o777 != DIR_MODE:
             os.fchmod(directory, DIR_MODE)
-        _write_new(partial, data, directory)
-        os.replace(partial, name, src_dir_fd=directory, dst_dir_fd=directory)
+        replace_with_new_file(directory, name, fill)
     except OSError:
-        try:
-            os.unlink(partial, dir_fd=directory)
-        except OSError:
-            pass
+        pass
     finally:
         os.close(directory)
 
@@ -194,20 +197,3 @@ def _read_all(handle: int, size: int) -> bytes:
             return b"".join(chunks)
         chunks.append(chunk)
         left -= len(chunk)
-
-
-def _write_new(name: str, data: bytes, directory: int) -> None:
-    """Create `name` in `directory` for this write alone (O_EXCL, no symlink followed), 0600."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        handle = os.open(name, flags, FILE_MODE, dir_fd=directory)
-    except FileExistsError:  # left by a process of this pid before: ours to replace
-        os.unlink(name, dir_fd=directory)
-        handle = os.open(name, flags, FILE_MODE, dir_fd=directory)
-    try:
-        os.fchmod(handle, FILE_MODE)  # exactly 0600, whatever the umask took away
-        view = memoryview(data)
-        while view:
-            view = view[os.write(handle, view):]
-    finally:
-        os.close(handle)

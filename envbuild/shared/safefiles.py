@@ -230,10 +230,10 @@ def _write_in(dir_fd: int, name: str, payload: bytes, mode: int | None, *, where
         _write_all(fd, payload)
         os.fchmod(fd, (0o666 & ~current_umask()) if mode is None else mode)
 
-    _replace_with_new_file(dir_fd, name, fill)
+    replace_with_new_file(dir_fd, name, fill)
 
 
-def _replace_with_new_file(dir_fd: int, name: str, fill: Callable[[int], None]) -> None:
+def replace_with_new_file(dir_fd: int, name: str, fill: Callable[[int], None]) -> None:
     """Fill a new file with an unpredictable name beside `name` (O_EXCL, never through a link), then rename it
     over `name` within the directory's descriptor. A failed fill leaves nothing behind and the old file, if any,
     untouched."""
@@ -298,7 +298,7 @@ def copy_file(src: str | os.PathLike[str], dest: str | os.PathLike[str], *, mode
                 os.fchmod(out, stat.S_IMODE(info.st_mode) if mode is None else mode)
                 os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
 
-            _replace_with_new_file(dir_fd, name, fill)
+            replace_with_new_file(dir_fd, name, fill)
         finally:
             os.close(source)
     finally:
