@@ -518,21 +518,13 @@ def remove_tree_at(parent_fd: int, name: str, *, missing_ok: bool = True) -> Non
     """remove_tree of the entry `name` in the directory `parent_fd`."""
     _check_name(name)
     try:
-        info = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        fd = _open_dir_or_unlink(parent_fd, name)
     except FileNotFoundError:
         if missing_ok:
             return
         raise
-    if not stat.S_ISDIR(info.st_mode):
-        unlink_at(parent_fd, name)
+    if fd is None:
         return
-    try:
-        fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link since the stat: remove the link
-            unlink_at(parent_fd, name)
-            return
-        raise
     try:
         empty_dir(fd)
     finally:
@@ -542,6 +534,22 @@ def remove_tree_at(parent_fd: int, name: str, *, missing_ok: bool = True) -> Non
     except FileNotFoundError:
         if not missing_ok:
             raise
+
+
+def _open_dir_or_unlink(parent_fd: int, name: str) -> int | None:
+    """The directory `name` of `parent_fd`, opened without following a link; None when `name` is anything else,
+    which is then removed (a link swapped in after the stat included). FileNotFoundError when it is gone."""
+    info = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    if not stat.S_ISDIR(info.st_mode):
+        unlink_at(parent_fd, name)
+        return None
+    try:
+        return os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link since the stat: remove the link
+            unlink_at(parent_fd, name)
+            return None
+        raise
 
 
 def empty_dir(fd: int) -> None:
@@ -564,23 +572,17 @@ def empty_dir(fd: int) -> None:
                 continue
             name = names.pop()
             try:
-                info = os.stat(name, dir_fd=here, follow_symlinks=False)
+                inner = _open_dir_or_unlink(here, name)
             except FileNotFoundError:
                 continue
-            if not stat.S_ISDIR(info.st_mode):
-                unlink_at(here, name)
-                continue
-            try:
-                inner = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=here)
             except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link since the stat: remove the link
-                    unlink_at(here, name)
-                    continue
                 if exc.errno == errno.EMFILE:
                     raise EnvbuildError(
                         f"a directory tree {len(levels)} levels deep is too deep to remove here (no descriptor left)",
                         "remove it by hand (rm -rf), after checking who made it") from None
                 raise
+            if inner is None:
+                continue
             levels.append((inner, name, []))
             _ensure_writable(inner)
             levels[-1][2].extend(list_names(inner))
