@@ -1,5 +1,5 @@
-"""Reading the user's srun and torchrun command lines: which words are options, which take a value,
-where the program starts. Pure, and light (envrun's start-up path)."""
+"""Reading the user's srun and launcher command lines: which launcher a command starts, which words are
+options, which take a value, where the program starts. Pure, and light (envrun's start-up path)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,27 @@ LAUNCHERS = ("torchrun", "srun", "accelerate", "deepspeed")
 PER_NODE_LAUNCHERS = tuple(name for name in LAUNCHERS if name != "srun")
 # the per-node launchers envrun drives through a program shim (envbuild.launch.nodelaunchers); torchrun has its own
 NODE_LAUNCHERS = tuple(name for name in PER_NODE_LAUNCHERS if name != "torchrun")
+
+# Which launcher a command line starts, one home for every reader of command lines: envrun's launch plan
+# (launchplan, sizing), the program-file check (visibility), envrun sbatch's training step (slurm.batch) and the
+# batch-script check (slurm.check.programs). tests/launch/test_launchers.py holds them to it.
+# Programs that are a launcher by their name (a path's last part): name -> (kind, the words that must follow
+# it). JSC's torchrun_jsc is torchrun with a fixed rendezvous for its systems, with torchrun's options
+# (https://github.com/HelmholtzAI-FZJ/torchrun_jsc).
+LAUNCHER_PROGRAMS = {
+    "torchrun": ("torchrun", ()), "torchrun_jsc": ("torchrun", ()), "torchrun-jsc": ("torchrun", ()),
+    "accelerate": ("accelerate", ("launch",)), "deepspeed": ("deepspeed", ()),
+}
+# The launchers' own modules, `python -m MODULE` with the launcher's options and script after it
+TORCHRUN_MODULE = "torch.distributed.run"
+ACCELERATE_MODULE = "accelerate.commands.launch"
+# torch.distributed.launch is torchrun's deprecated predecessor: torchrun's options and --use-env; without
+# --use-env it passes --local-rank=N to the program, before the script's own arguments.
+TORCH_LAUNCH_MODULE = "torch.distributed.launch"
+LAUNCHER_MODULES = {
+    TORCHRUN_MODULE: "torchrun", TORCH_LAUNCH_MODULE: "torchrun",
+    ACCELERATE_MODULE: "accelerate", "deepspeed.launcher.runner": "deepspeed",
+}
 
 # srun options that take their value as the next word (`-n 2`, `--nodes 2`). Others are flags,
 # or take their value after '=' (`--exclusive=user`), which is unambiguous.
@@ -39,6 +60,8 @@ TORCHRUN_WITH_VALUE = {
     "log-dir", "redirects", "tee", "local-ranks-filter", "logs-specs", "numa-binding", "event-log-handler",
     "signals-to-handle", "r", "t",
 }
+# torchrun options that take no value (`-` and `_` interchangeable); the others before the script take one
+TORCHRUN_FLAGS = ("standalone", "no-python", "run-path", "m", "module")
 
 
 # --- parsing --------------------------------------------------------------------------------------
@@ -82,6 +105,66 @@ def option_value(words: tuple[str, ...], *names: str) -> str | None:
     return None
 
 
+def is_python(word: str) -> bool:
+    """python, python3, python3.12, or a path to one."""
+    name = word.rsplit("/", 1)[-1]
+    return name == "python" or (name.startswith("python") and name[6:].replace(".", "").isdigit())
+
+
+def python_program(words: tuple[str, ...]) -> tuple[str, int] | None:
+    """What `python [options] ...` (words[0] is Python) runs, read as Python reads its options: (MODULE, the
+    index after it) for `-m MODULE` or `-mMODULE`, ("", the script's index) for a script; None for -c code,
+    stdin (`-`) or no program."""
+    index = 1
+    while index < len(words):
+        word = words[index]
+        if word == "--":
+            index += 1
+            break
+        if word == "-" or not word.startswith("-"):
+            break
+        if word.startswith("--"):  # --check-hash-based-pycs MODE; the others (--version, --help) take none
+            index += 2 if word == "--check-hash-based-pycs" else 1
+            continue
+        step = 1
+        for at, letter in enumerate(word[1:], start=2):  # bundled letters: -u -B -m ... as -uBm
+            if letter not in "cmWX":
+                continue
+            value = word[at:] or None  # attached (-mpkg, -Wignore) or the next word
+            if letter == "c":
+                return None
+            if letter == "m":
+                module = value or (words[index + 1] if index + 1 < len(words) else "")
+                return (module, index + (1 if value else 2)) if module else None
+            step = 1 if value else 2
+            break
+        index += step
+    return ("", index) if index < len(words) and words[index] != "-" else None
+
+
+def launcher_of(program: tuple[str, ...]) -> tuple[str, int]:
+    """(kind, how many words name the launcher) of a command: ('torchrun', 1) for `torchrun ...`, ('torchrun', 3)
+    for `python -m torch.distributed.run ...`, ('accelerate', 2) for `accelerate launch ...`; ('', 0) for any
+    other program. Its own options and the script follow those words."""
+    if not program:
+        return "", 0
+    name = program[0].rsplit("/", 1)[-1]
+    if name in LAUNCHER_PROGRAMS:
+        kind, then = LAUNCHER_PROGRAMS[name]
+        size = 1 + len(then)
+        return (kind, size) if program[1:size] == then else ("", 0)
+    if is_python(name):
+        started = python_program(program)
+        if started is not None and started[0] in LAUNCHER_MODULES:
+            return LAUNCHER_MODULES[started[0]], started[1]
+    return "", 0
+
+
+def launcher_kind(program: tuple[str, ...]) -> str:
+    """'torchrun', 'accelerate' (accelerate launch), 'deepspeed', or '' for any other program (launcher_of)."""
+    return launcher_of(program)[0]
+
+
 def torchrun_options_end(args: tuple[str, ...]) -> int:
     """Index of the training script in torchrun's arguments: its own options stop there."""
     index = 0
@@ -90,7 +173,7 @@ def torchrun_options_end(args: tuple[str, ...]) -> int:
         if word == "--" or not word.startswith("-"):
             return index
         name = word.lstrip("-").split("=", 1)[0].replace("_", "-")
-        if name in ("m", "module", "no-python", "run-path", "standalone"):
+        if name in TORCHRUN_FLAGS:
             index += 1
             continue
         index += 2 if ("=" not in word and name in TORCHRUN_WITH_VALUE) else 1
@@ -116,10 +199,26 @@ def torchrun_value(own: tuple[str, ...], name: str) -> str | None:
     return None
 
 
+def torchrun_split(program: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(the words that start torchrun, its own options, the script and its arguments) of a torchrun command in
+    any of its spellings (launcher_of)."""
+    size = launcher_of(program)[1] or 1
+    args = program[size:]
+    end = torchrun_options_end(args)
+    return program[:size], args[:end], args[end:]
+
+
 def torchrun_own_options(program: tuple[str, ...]) -> tuple[str, ...]:
     """torchrun's own options in `program` (torchrun ... script args): the words before the script."""
-    user = program[1:]
-    return user[: torchrun_options_end(user)]
+    return torchrun_split(program)[1]
+
+
+def torchrun_passes_local_rank(program: tuple[str, ...]) -> bool:
+    """Whether the torchrun command is torch.distributed.launch without --use-env, which puts --local-rank=N
+    before the program's arguments (so envrun's rank step, a shell, cannot stand before the script)."""
+    head, own, _ = torchrun_split(program)
+    started = python_program(head) if is_python(head[0]) else None
+    return started is not None and started[0] == TORCH_LAUNCH_MODULE and not torchrun_has(own, "--use-env")
 
 
 # --- per-node launchers: accelerate launch, deepspeed -------------------------------------------------
@@ -139,14 +238,6 @@ DEEPSPEED_FLAGS = {
 }
 
 
-def launcher_kind(program: tuple[str, ...]) -> str:
-    """'torchrun', 'accelerate' (accelerate launch), 'deepspeed', or '' for any other program."""
-    name = program[0].rsplit("/", 1)[-1]
-    if name == "accelerate" and program[1:2] == ("launch",):
-        return "accelerate"
-    return name if name in ("torchrun", "deepspeed") else ""
-
-
 def option_key(word: str) -> str:
     """An accelerate/deepspeed option's name as written in their flag lists: `--num-processes=8` -> `--num_processes`."""
     if word.startswith("--"):
@@ -156,7 +247,7 @@ def option_key(word: str) -> str:
 
 def launcher_split(kind: str, program: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(launcher words, its own options, script and script arguments) of an accelerate or deepspeed command."""
-    head = program[:2] if kind == "accelerate" else program[:1]
+    head = program[: launcher_of(program)[1] or (2 if kind == "accelerate" else 1)]
     flags = ACCELERATE_FLAGS if kind == "accelerate" else DEEPSPEED_FLAGS
     args = program[len(head) :]
     index = 0
@@ -202,7 +293,7 @@ def given_processes(kind: str, program: tuple[str, ...], nodes: int) -> tuple[st
     if kind == "torchrun":
         value = torchrun_value(torchrun_own_options(program), "--nproc-per-node")
         return value, f"--nproc-per-node={value}"
-    if kind not in ("accelerate", "deepspeed"):
+    if kind not in NODE_LAUNCHERS:
         return None, ""
     own = launcher_split(kind, program)[1]
     if kind == "accelerate" and launcher_has(own, "--cpu", "--tpu"):

@@ -27,12 +27,15 @@ from envbuild.host.node import GPU_RUNTIME_FLAGS
 from envbuild.launch.args import (
     NODE_LAUNCHERS,
     PER_NODE_LAUNCHERS,
+    TORCHRUN_MODULE,
     has_option,
     launcher_kind,
     option_value,
     split_srun,
     torchrun_has,
     torchrun_own_options,
+    torchrun_passes_local_rank,
+    torchrun_split,
 )
 from envbuild.launch.launchrequest import LaunchPlan, LaunchRequest
 from envbuild.launch.nodelaunchers import NodeLauncher, check_launcher_options
@@ -292,9 +295,7 @@ class _Planner:
     # -- torchrun ------------------------------------------------------------------------------------
 
     def torchrun_argv(self, size: LaunchSize) -> list[str]:
-        words = self.program
-        own = torchrun_own_options(words)
-        rest = words[1 + len(own) :]
+        head, own, rest = torchrun_split(self.program)
         added: list[str] = []
         if size.processes is not None and not torchrun_has(own, "--nproc-per-node"):
             added.append(f"--nproc-per-node={size.processes}")
@@ -304,12 +305,13 @@ class _Planner:
             added.append("--standalone")
             self.note("--standalone: " + ("one node, so torchrun hosts its own rendezvous on a free port"
                                           if self.srun_opts is not None else "no srun, so this is a single-node run"))
-        launcher = [words[0]]
-        if self.request.overlays:
+        launcher = list(head)
+        if self.request.overlays and head[0].rsplit("/", 1)[-1] == "torchrun":
             # The image's torchrun script starts with the base's Python, which does not see the overlay's
             # packages; so would every rank it starts itself (sys.executable). The overlay's python does.
-            launcher = ["python", "-m", "torch.distributed.run"]
-            self.note("torchrun as `python -m torch.distributed.run` with the overlay's python, so that the launcher "
+            # (`python -m ...` as the user wrote it is already the python first on PATH: the overlay's.)
+            launcher = ["python", "-m", TORCHRUN_MODULE]
+            self.note(f"torchrun as `python -m {TORCHRUN_MODULE}` with the overlay's python, so that the launcher "
                       "and every rank see the overlay's packages")
         if self.uses_rank_shim():
             # --no-python and --module exclude each other in torchrun: -m moves into the rank step.
@@ -320,9 +322,8 @@ class _Planner:
 
     def uses_rank_shim(self) -> bool:
         """Whether torchrun starts each rank through envrun's rank shim (CPU affinity, signal record)."""
-        own = torchrun_own_options(self.program)
-        rest = self.program[1 + len(own) :]
-        return bool(rest) and self.recipe.launch.bind_cpus and \
+        _, own, rest = torchrun_split(self.program)
+        return bool(rest) and self.recipe.launch.bind_cpus and not torchrun_passes_local_rank(self.program) and \
             not torchrun_has(own, "--no-python", "--numa-binding", "--run-path")
 
     def signal_record_kind(self) -> str | None:

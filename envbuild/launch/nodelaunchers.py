@@ -15,7 +15,16 @@ launchers over ssh/pdsh, which is wrong under Slurm: each node runs DeepSpeed's 
 
 from __future__ import annotations
 
-from envbuild.launch.args import DEEPSPEED_FLAGS, accelerate_uses_torchrun, launcher_has, launcher_split, launcher_value, option_key
+from envbuild.launch.args import (
+    ACCELERATE_MODULE,
+    DEEPSPEED_FLAGS,
+    TORCHRUN_MODULE,
+    accelerate_uses_torchrun,
+    launcher_has,
+    launcher_split,
+    launcher_value,
+    option_key,
+)
 from envbuild.launch.shims import sh_quote
 from envbuild.shared.errors import UsageError
 
@@ -128,7 +137,7 @@ class NodeLauncher:
             added.append(f'--num_processes="$(({nodes.lstrip("$")} * {per_node}))"')
             self.note(f"--num_processes=<nodes> x {per_node}: {per_node} process(es) on each node")
         if not launcher_has(own, *ACCELERATE_MODES):
-            why = ("--multi_gpu: accelerate's launcher that starts several processes per node (torch.distributed.run, "
+            why = (f"--multi_gpu: accelerate's launcher that starts several processes per node ({TORCHRUN_MODULE}, "
                    "static rendezvous on machine rank 0)")
             if per_node > 1 or (total is not None and int(total) > 1):
                 added.append("--multi_gpu")
@@ -157,10 +166,10 @@ class NodeLauncher:
             module = launcher_has(own, "-m", "--module")
             kept = tuple(word for word in own if option_key(word) not in ("-m", "--module"))
             words = [*kept, "--no_python", *affinity(module), *self.rest]
-        launcher = f"{sh_quote(self.head[0])} launch"
-        if self.overlays:
-            launcher = "python -m accelerate.commands.launch"
-            self.note("accelerate launch as `python -m accelerate.commands.launch` with the overlay's python, so that "
+        launcher = " ".join(sh_quote(word) for word in self.head)
+        if self.overlays and self.head[0].rsplit("/", 1)[-1] == "accelerate":  # `python -m` is the overlay's already
+            launcher = f"python -m {ACCELERATE_MODULE}"
+            self.note(f"accelerate launch as `python -m {ACCELERATE_MODULE}` with the overlay's python, so that "
                       "the launcher and every rank see the overlay's packages")
         lines.append(" ".join(["exec", launcher, *added, '"$@"']))
         return ["/bin/sh", "-c", "\n".join(lines), "envrun-accelerate", *words]

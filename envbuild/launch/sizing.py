@@ -18,6 +18,7 @@ from envbuild.launch.args import (
     launcher_kind,
     launcher_split,
     option_value,
+    torchrun_passes_local_rank,
 )
 from envbuild.launch.nodefacts import NodeFacts, group_cores, node_facts
 from envbuild.recipes.ops import cores_to_mask
@@ -352,11 +353,12 @@ class _Sizer:
 
 
     def pins_ranks(self) -> bool:
-        """Whether envrun pins each rank to its cores (torchrun; accelerate when it starts them with torchrun)."""
+        """Whether envrun pins each rank to its cores (torchrun, unless torch.distributed.launch passes --local-rank
+        where the rank step would stand; accelerate when it starts them with torchrun)."""
         if self.kind == "accelerate":
             own = launcher_split("accelerate", self.program)[1]
             return accelerate_uses_torchrun(own) and not launcher_has(own, "--no_python", "--enable_cpu_affinity")
-        return self.kind == "torchrun"
+        return self.kind == "torchrun" and not torchrun_passes_local_rank(self.program)
 
 
 # the option that sets a launcher's processes per node

@@ -19,7 +19,16 @@ from __future__ import annotations
 
 import os
 
-from envbuild.launch.args import launcher_has, launcher_split, split_srun, torchrun_options_end
+from envbuild.launch.args import (
+    NODE_LAUNCHERS,
+    is_python,
+    launcher_has,
+    launcher_of,
+    launcher_split,
+    python_program,
+    split_srun,
+    torchrun_options_end,
+)
 from envbuild.shared.errors import UsageError
 
 TYPE_CHECKING = False
@@ -33,8 +42,6 @@ BIND_VARIABLES = ("APPTAINER_BIND", "SINGULARITY_BIND", "APPTAINER_BINDPATH", "S
 CONTAIN_FLAGS = ("-c", "--contain", "-C", "--containall")
 # apptainer.conf `mount tmp = yes` (the default): the host's own, shown as they are (no files are made there)
 RUNTIME_TMP_MOUNTS = ("/tmp", "/var/tmp")  # noqa: S108
-# `python -m MODULE` that is torchrun itself: its options and script follow
-TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
 class HostPaths:
@@ -109,15 +116,11 @@ def visible_roots(binds: list[str], flags: tuple[str, ...], environ: Mapping[str
     return list(dict.fromkeys(roots))
 
 
-def is_python(word: str) -> bool:
-    name = os.path.basename(word)
-    return name == "python" or (name.startswith("python") and name[6:].replace(".", "").isdigit())
-
-
 def program_file_index(words: tuple[str, ...]) -> int | None:
     """Where in `words` (a command, maybe under srun) the program file is that its launcher runs: the script of
-    `python [opts] PATH`, `python -m torch.distributed.run [opts] PATH`, `torchrun [opts] PATH`, `accelerate
-    launch [opts] PATH`, `deepspeed [opts] PATH`. None when the program is a module (-m), code (-c) or unknown."""
+    `python [opts] PATH`, `torchrun [opts] PATH`, `accelerate launch [opts] PATH`, `deepspeed [opts] PATH`, each
+    launcher in every spelling envbuild.launch.args.launcher_of knows (`python -m torch.distributed.run`, ...).
+    None when the program is a module (-m), code (-c) or unknown."""
     if not words:
         return None
     start = 0
@@ -132,13 +135,10 @@ def program_file_index(words: tuple[str, ...]) -> int | None:
     if start:
         inner = program_file_index(words[start:])
         return None if inner is None else start + inner
-    name = os.path.basename(words[0])
-    if is_python(name):
-        return _after_python(words)
-    if name == "torchrun":
-        return _after_torchrun(words, 1)
-    kind = "accelerate" if name == "accelerate" and words[1:2] == ("launch",) else name
-    if kind in ("accelerate", "deepspeed"):
+    kind, size = launcher_of(words)
+    if kind == "torchrun":
+        return _after_torchrun(words, size)
+    if kind in NODE_LAUNCHERS:
         head, own, rest = launcher_split(kind, words)
         if not rest or launcher_has(own, "-m", "--module"):
             return None
@@ -147,25 +147,8 @@ def program_file_index(words: tuple[str, ...]) -> int | None:
             inner = program_file_index(words[at:])
             return None if inner is None else at + inner
         return at if at < len(words) else None
-    return None
-
-
-def _after_python(words: tuple[str, ...]) -> int | None:
-    index = 1
-    while index < len(words):
-        word = words[index]
-        if word == "--":
-            index += 1
-            break
-        if word.startswith("-m"):
-            module = word[2:] or (words[index + 1] if index + 1 < len(words) else "")
-            return _after_torchrun(words, index + (1 if word[2:] else 2)) if module in TORCHRUN_MODULES else None
-        if word == "-" or word.startswith("-c"):
-            return None
-        if not word.startswith("-"):
-            return index
-        index += 2 if word in ("-W", "-X") else 1
-    return index if index < len(words) else None
+    started = python_program(words) if is_python(words[0]) else None
+    return started[1] if started is not None and not started[0] else None  # a script; not a module or -c code
 
 
 def _after_torchrun(words: tuple[str, ...], start: int) -> int | None:

@@ -8,6 +8,7 @@ from shlex import quote
 from typing import TYPE_CHECKING
 
 from envbuild.host.runtime import Runtime
+from envbuild.launch.args import TORCHRUN_FLAGS, TORCHRUN_MODULE
 from envbuild.launch.launchplan import TASK_SHIM_NAME, LaunchRequest, plan_launch
 from envbuild.shared.errors import UsageError
 from envbuild.shared.shelltext import comment, env_name, refuse_control, script_word, shown
@@ -85,14 +86,17 @@ def render_wrapper(command: str, image: str, recipe: SystemRecipe, runtime_name:
         quoted_head += " $binds"
     assert tail[-3] == TASK_SHIM_NAME and tail[-1] == _CMD
     # with overlays, torchrun runs under the overlay's python (see envbuild.launch.launchplan's torchrun_argv)
-    tail[-1:] = ["python", "-m", "torch.distributed.run"] if overlays and command == "torchrun" else [command]
+    tail[-1:] = ["python", "-m", TORCHRUN_MODULE] if overlays and command == "torchrun" else [command]
     command_text = " ".join(quote(w) for w in tail)  # the shim's own shell text may span lines: quoted, it stays one word
     lines.append(f'exec {quoted_head} "$image" {command_text} "$@"')
     return "\n".join(lines) + "\n"
 
 
-# torchrun's options that take no value: every other option before the script takes the next word.
-_TORCHRUN_FLAGS = "--standalone|--no-python|--no_python|--run-path|--run_path|-m|--module"
+# torchrun's options that take no value, as shell case patterns: every other option before the script takes the
+# next word.
+_TORCHRUN_FLAGS = "|".join(
+    f"-{name}" if len(name) == 1 else "|".join(dict.fromkeys((f"--{name}", f"--{name.replace('-', '_')}")))
+    for name in TORCHRUN_FLAGS)
 
 
 def threads_at_run_time(command: str) -> list[str]:

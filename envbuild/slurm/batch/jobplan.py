@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from envbuild.launch.allocation import read_allocation
+from envbuild.launch.args import launcher_of
 from envbuild.launch.launchplan import LaunchRequest, plan_launch
 from envbuild.launch.shims import CHECKPOINT_SIGNAL
 from envbuild.shared.shelltext import refuse_control
@@ -136,10 +137,12 @@ def refuse_control_in_request(request: BatchRequest) -> None:
 
 
 def job_name(step: tuple[str, ...]) -> str:
-    """train.py -> train; -m pkg.train -> train: what `squeue` shows."""
-    for index, word in enumerate(step):
-        if word in ("-m", "--module") and index + 1 < len(step):
-            return step[index + 1].rsplit(".", 1)[-1]
+    """train.py -> train; -m pkg.train -> train: what `squeue` shows. The launcher's own words (`python -m
+    torch.distributed.run`) are not the program."""
+    program = step[launcher_of(step)[1] :]
+    for index, word in enumerate(program):
+        if word in ("-m", "--module") and index + 1 < len(program):
+            return program[index + 1].rsplit(".", 1)[-1]
         if word.endswith(".py"):
             return word.rsplit("/", 1)[-1][:-3]
     return step[0].rsplit("/", 1)[-1]

@@ -13,16 +13,14 @@ The user's script arguments are kept word for word.
 
 from __future__ import annotations
 
-from envbuild.launch.args import PER_NODE_LAUNCHERS
+from envbuild.launch.args import is_python, launcher_kind
 from envbuild.shared.errors import UsageError
-
-_PYTHONS = ("python", "python3")
 
 
 def infer_launcher(command: tuple[str, ...]) -> str | None:
-    """The launcher a command already names (`torchrun train.py`), or None."""
-    first = command[0].rsplit("/", 1)[-1] if command else ""
-    return first if first in PER_NODE_LAUNCHERS else None
+    """The launcher a command already names (`torchrun train.py`, `python -m torch.distributed.run train.py`), or
+    None."""
+    return launcher_kind(command) or None
 
 
 def step_command(command: tuple[str, ...], launcher: str) -> tuple[str, ...]:
@@ -32,18 +30,18 @@ def step_command(command: tuple[str, ...], launcher: str) -> tuple[str, ...]:
     if first in ("srun", "envrun", "sbatch", "apptainer", "singularity"):
         raise UsageError(f"the command starts with {first}: give only the training command",
                          "envrun sbatch writes the srun and envrun around it, e.g. `envrun sbatch -- python train.py`")
+    if first == "accelerate" and command[1:2] != ("launch",):
+        raise UsageError("accelerate: only `accelerate launch ...` starts training",
+                         "e.g. `envrun sbatch --launcher accelerate -- accelerate launch train.py`")
     named = infer_launcher(command)
     if named is not None:
         if named != launcher:
             raise UsageError(f"the command runs {named} but the launcher is {launcher}",
                              f"use --launcher {named}, or give the command as `python SCRIPT ...`")
-        if named == "accelerate" and command[1:2] != ("launch",):
-            raise UsageError("accelerate: only `accelerate launch ...` starts training",
-                             "e.g. `envrun sbatch --launcher accelerate -- accelerate launch train.py`")
         return command
     script = _python_program(command)
     if launcher == "srun":
-        return command if first in _PYTHONS or script is None else ("python", *command)
+        return command if is_python(first) or script is None else ("python", *command)
     if script is None:
         raise UsageError(f"{launcher} starts Python scripts, and {command[0]} is not one",
                          "give `python SCRIPT ARGS` or `SCRIPT.py ARGS`, or use --launcher srun for other programs")
@@ -60,7 +58,7 @@ def _python_program(command: tuple[str, ...]) -> tuple[bool, tuple[str, ...]] | 
     first = command[0].rsplit("/", 1)[-1]
     if first.endswith(".py"):
         return False, command
-    if first not in _PYTHONS:
+    if not is_python(first):
         return None
     words = list(command[1:])
     while words and words[0] == "-u":  # the launchers run Python unbuffered themselves

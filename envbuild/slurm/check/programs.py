@@ -1,27 +1,22 @@
 """What a command line of a batch script runs, decided from its words (never from substrings: `python train.py
---deepspeed` runs python): torchrun (directly, or as `python -m torch.distributed.run`), accelerate, deepspeed,
-a plain Python program, something else, or a program that cannot be known from the text (`$CMD`, `mpirun`,
-`eval`). Seen through: `env VAR=1`, `time`, `nice`, `timeout`, `numactl`, `taskset`, `singularity|apptainer
+--deepspeed` runs python): torchrun, accelerate, deepspeed (in every spelling envbuild.launch.args.launcher_of
+knows, such as `python -m torch.distributed.run`, as envrun's own launch plan reads them), a plain Python
+program, something else, or a program that cannot be known from the text (`$CMD`, `mpirun`, `eval`). Seen
+through: `env VAR=1`, `time`, `nice`, `timeout`, `numactl`, `taskset`, `singularity|apptainer
 exec|run [options] IMAGE`, CSC's `apptainer_wrapper exec` / `singularity_wrapper exec` (the image comes from
 $SING_IMAGE), `bash -c "..."` strings (read as bash reads them), wrapper scripts such as LUMI's
 `./select_gpu python ...`. Pure."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
-from envbuild.launch.args import PER_NODE_LAUNCHERS
+from envbuild.launch.args import LAUNCHER_PROGRAMS, PER_NODE_LAUNCHERS, is_python, launcher_kind
 
 # A program's kind: one of PER_NODE_LAUNCHERS (torchrun, accelerate and deepspeed start the training processes of
 # a node themselves, one launcher per node); "python" is a per-task launch (one training process per srun task);
 # "other" is anything else; "unknown" is a program the text does not name (a variable, mpirun's own processes, eval).
 
-_PYTHON = re.compile(r"python(\d+(\.\d+)?)?$")
-_MODULE_KINDS = {
-    "torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun",
-    "accelerate.commands.launch": "accelerate", "deepspeed.launcher.runner": "deepspeed",
-}
 _CONTAINER_RUNTIMES = ("singularity", "apptainer")
 _SITE_WRAPPERS = ("apptainer_wrapper", "singularity_wrapper")  # CSC: the image is $SING_IMAGE
 # container exec options whose value is the next word (the image is the first word that is no option)
@@ -55,9 +50,6 @@ _TWO_WORD_WRAPPERS = {
 # its options that take the next word as value
 _SHIFTER_WITH_VALUE = {"--image", "--volume", "-V", "--module", "-m", "--env", "-e", "--workdir", "-w",
                        "--entrypoint", "--env-file", "--user"}
-# Launchers sites ship under their own name: JSC's torchrun_jsc is torchrun with a fixed rendezvous for its
-# systems (https://github.com/HelmholtzAI-FZJ/torchrun_jsc)
-_TORCHRUN_NAMES = ("torchrun", "torchrun_jsc", "torchrun-jsc")
 _UNKNOWN_PROGRAMS = {
     "mpirun": "mpirun starts its own processes (how many, and where, is in its options or hostfile)",
     "mpiexec": "mpiexec starts its own processes (how many, and where, is in its options or hostfile)",
@@ -101,22 +93,16 @@ def classify_program(words: tuple[str, ...], via: str = "") -> Program:
         return classify_program(rest[2:], _join(via, f"{base} {rest[1]}"))
     if base in _SHELLS:
         return _shell_string(rest, via)
-    if base in _TORCHRUN_NAMES:
-        return Program("torchrun", rest, via)
+    launcher = launcher_kind(rest)  # every spelling of every launcher: envbuild.launch.args.launcher_of
+    if launcher:
+        return Program(launcher, rest, via)
     if tuple(word.rsplit("/", 1)[-1] for word in rest[:2]) in _TWO_WORD_WRAPPERS:
         name = (base, rest[1])
         command = _after_options(rest[2:], _TWO_WORD_WRAPPERS[name])
         return classify_program(command, _join(via, " ".join(name)))
     if base == "shifter":
         return classify_program(_after_options(rest[1:], _SHIFTER_WITH_VALUE), _join(via, "shifter"))
-    if base == "accelerate" and rest[1:2] == ("launch",):
-        return Program("accelerate", rest, via)
-    if base == "deepspeed":
-        return Program("deepspeed", rest, via)
-    if _PYTHON.match(base):
-        module = _python_module(rest[1:])
-        return Program(_MODULE_KINDS.get(module or "", "python"), rest, via)
-    if base.endswith(".py"):
+    if is_python(base) or base.endswith(".py"):
         return Program("python", rest, via)
     if "/" in first and len(rest) > 1:  # a wrapper script such as LUMI's ./select_gpu: look at what it runs
         inner = classify_program(rest[1:], _join(via, first))
@@ -132,7 +118,7 @@ def classify_program(words: tuple[str, ...], via: str = "") -> Program:
 
 def _names_a_launcher(word: str) -> bool:
     base = word.rsplit("/", 1)[-1]
-    return base in _TORCHRUN_NAMES or base in ("accelerate", "deepspeed") or bool(_PYTHON.match(base))
+    return base in LAUNCHER_PROGRAMS or is_python(base)
 
 
 def _after_options(args: tuple[str, ...], with_value: set[str]) -> tuple[str, ...]:
@@ -181,26 +167,6 @@ def _split_image(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...
         word = args[index]
         index += 2 if ("=" not in word and word in _CONTAINER_WITH_VALUE) else 1
     return args[:index], args[index + 1:]
-
-
-def _python_module(args: tuple[str, ...]) -> str | None:
-    """The module of `python [options] -m MODULE`; None for a script, `-c` code or stdin."""
-    index = 0
-    while index < len(args):
-        word = args[index]
-        if word == "-m" and index + 1 < len(args):
-            return args[index + 1]
-        if word.startswith("-m") and len(word) > 2:
-            return word[2:]
-        if not word.startswith("-") or word == "-" or word.startswith("--"):
-            return None
-        if word[1] in "WX":  # -W ignore, -X dev: a value, attached or the next word
-            index += 1 if len(word) > 2 else 2
-            continue
-        if "c" in word[1:]:  # -c CODE, also bundled (-uc)
-            return None
-        index += 1
-    return None
 
 
 def _shell_string(words: tuple[str, ...], via: str) -> Program:
