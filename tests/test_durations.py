@@ -3,9 +3,12 @@ Slurm's forms, Slurm's forms alone for what Slurm reads, and written back in Slu
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
-from envbuild.shared.durations import format_duration, format_minutes, parse_duration, parse_slurm_time
+from envbuild.shared.durations import UNITS, format_duration, format_minutes, parse_duration, parse_slurm_time
 from envbuild.shared.errors import UsageError
 
 
@@ -53,3 +56,21 @@ def test_written_back_in_slurms_form() -> None:
     assert format_duration(parse_duration("2h", "--time")) == "02:00:00"
     assert [format_minutes(s) for s in (20, 90, 7200, 86400 * 2 + 61)] == ["00:01:00", "00:02:00", "02:00:00",
                                                                            "2-00:02:00"]
+
+
+def test_time_units_have_one_home() -> None:
+    """The seconds of each unit live in envbuild/shared/durations.py (UNITS); a table of them anywhere else in
+    envbuild/ ({"h": 3600, ...}) is a second home that can drift from it."""
+    home = Path(__file__).resolve().parent.parent / "envbuild" / "shared" / "durations.py"
+    copies = []
+    for path in sorted(home.parent.parent.rglob("*.py")):
+        if path == home:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Dict):
+                continue
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and isinstance(value, ast.Constant) and \
+                        isinstance(key.value, str) and key.value.lower() in UNITS and value.value == UNITS[key.value.lower()]:
+                    copies.append(f"{path.relative_to(home.parents[2])}:{node.lineno}: {key.value!r}: {value.value}")
+    assert copies == [], "read envbuild.shared.durations.UNITS instead:\n" + "\n".join(copies)

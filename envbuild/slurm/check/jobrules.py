@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from envbuild.shared.durations import SLURM_FORMS, format_duration, parse_slurm_time
+from envbuild.shared.durations import SLURM_FORMS, UNITS, format_duration, parse_slurm_time
 from envbuild.shared.errors import UsageError
 from envbuild.slurm.check.rulebase import SBATCH_DOC, Context, Finding
 from envbuild.slurm.check.shape import count, format_mb, size_mb
@@ -313,16 +313,15 @@ def time_syntax(ctx: Context) -> list[Finding]:
         if meant is None:
             return [Finding(found.line, f"{found.written} is not a Slurm time", f"Slurm reads times as {SLURM_FORMS}",
                             SBATCH_DOC, "e.g. --time=02:00:00")]
-        seconds = int(meant.group(1)) * _HUMAN_UNITS[meant.group(2)[0].lower()]
+        seconds = int(meant.group(1)) * UNITS[meant.group(2)[0].lower()]
         fix = f"--time={format_duration(seconds)}"
         return [Finding(found.line, f"{found.written} is not a Slurm time", f"Slurm reads times as {SLURM_FORMS}",
                         SBATCH_DOC, fix, ctx.replace_in_line(found.line, found.written, fix))]
     return []
 
 
-# what people write for a time (6h, 30min, 2days), and the seconds of each unit
+# what people write for a time (6h, 30min, 2days): the first letter is the unit of envbuild.shared.durations
 _HUMAN_TIME = re.compile(r"(\d+)\s*(h|hrs?|hours?|m|mins?|minutes?|d|days?)$", re.IGNORECASE)
-_HUMAN_UNITS = {"h": 3600, "m": 60, "d": 86400}
 
 
 # What guides and templates write where the user must put their own value: `<ACCOUNT>`, `project_xxxxxxx`,
