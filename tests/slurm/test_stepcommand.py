@@ -24,6 +24,9 @@ from envbuild.slurm.batch.stepcommand import infer_launcher, step_command
     (("torchrun", "--nproc-per-node=2", "train.py"), "torchrun", ("torchrun", "--nproc-per-node=2", "train.py")),
     (("accelerate", "launch", "--mixed_precision=bf16", "t.py"), "accelerate",
      ("accelerate", "launch", "--mixed_precision=bf16", "t.py")),
+    # torchrun by its module name is torchrun, not a module for torchrun to run
+    (("python3", "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py"), "torchrun",
+     ("python3", "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py")),
 ])
 def test_step_command(command: tuple[str, ...], launcher: str, step: tuple[str, ...]) -> None:
     assert step_command(command, launcher) == step
@@ -34,6 +37,7 @@ def test_step_command(command: tuple[str, ...], launcher: str, step: tuple[str, 
     (("srun", "python", "t.py"), "torchrun", "the command starts with srun"),
     (("envrun", "srun", "python", "t.py"), "srun", "the command starts with envrun"),
     (("torchrun", "t.py"), "srun", "the command runs torchrun but the launcher is srun"),
+    (("python", "-m", "torch.distributed.run", "t.py"), "srun", "the command runs torchrun but the launcher is srun"),
     (("bash", "run.sh"), "torchrun", "torchrun starts Python scripts"),
     (("python", "-O", "t.py"), "torchrun", "python option -O"),
     (("accelerate", "config"), "accelerate", "only `accelerate launch"),
