@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_option(parser, SYSTEM)
     add_option(parser, DRY_RUN, note="it prints the launch as a runnable shell script")
     parser.add_argument("--explain", action="store_true", help="say why each setting was chosen (on stderr), then run")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also show the container runtime's INFO lines, which envrun leaves out otherwise "
+                             "(apptainer --quiet; its warnings and errors always show)")
     parser.add_argument("--strict-net", action="store_true",
                         help="set NCCL_NET from the recipe, so NCCL/RCCL fail instead of falling back to TCP sockets")
     parser.add_argument("--step-timeout", metavar="DURATION",
@@ -160,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 _WITH_VALUE = {"--image": "image", "--overlay": "overlays", "--bind": "binds", "-B": "binds", "--system": "system",
                "--step-timeout": "step_timeout", "--report": "report", "--report-interval": "report_interval"}
 _FLAGS = {"--dry-run": "dry_run", "--explain": "explain", "--force-overlay": "force_overlay", "--strict-net": "strict_net",
-          "--no-report": "no_report"}
+          "--no-report": "no_report", "-v": "verbose", "--verbose": "verbose"}
 _REPEATED = ("binds", "overlays")
 
 
@@ -210,6 +213,7 @@ def _request(command: list[str], values: dict[str, str], repeated: dict[str, lis
         system=values.get("system"), step_timeout=values.get("step_timeout"), dry_run="dry_run" in flags,
         explain="explain" in flags, force_overlay="force_overlay" in flags, strict_net="strict_net" in flags,
         report=values.get("report"), no_report="no_report" in flags, report_interval=values.get("report_interval"),
+        verbose="verbose" in flags,
     )
 
 
@@ -220,7 +224,7 @@ def _parsed_request(args: argparse.Namespace) -> RunRequest:
         command=args.command[1:] if args.command[:1] == ["--"] else args.command, image=args.image,
         overlays=args.overlays, binds=args.binds, system=args.system, step_timeout=args.step_timeout,
         dry_run=args.dry_run, explain=args.explain, force_overlay=args.force_overlay, strict_net=args.strict_net,
-        report=args.report, no_report=args.no_report, report_interval=args.report_interval,
+        report=args.report, no_report=args.no_report, report_interval=args.report_interval, verbose=args.verbose,
     )
 
 

@@ -23,13 +23,13 @@ class RunRequest:
     """What `envrun [options] COMMAND` asks for, as given on its command line."""
 
     __slots__ = ("binds", "command", "dry_run", "explain", "force_overlay", "image", "no_report", "overlays",
-                 "report", "report_interval", "step_timeout", "strict_net", "system")
+                 "report", "report_interval", "step_timeout", "strict_net", "system", "verbose")
 
     def __init__(self, *, command: list[str], image: str | None = None, overlays: list[str] | None = None,
                  force_overlay: bool = False, binds: list[str] | None = None, system: str | None = None,
                  dry_run: bool = False, explain: bool = False, strict_net: bool = False,
                  step_timeout: str | None = None, report: str | None = None, no_report: bool = False,
-                 report_interval: str | None = None) -> None:
+                 report_interval: str | None = None, verbose: bool = False) -> None:
         self.command = command  # srun ..., torchrun ..., python ...: everything after envrun's own options
         self.image = image  # None: found by envbuild.launch.project ($ENVRUN_IMAGE, envrun.yaml, the one *.sif)
         self.overlays = overlays if overlays is not None else []
@@ -43,6 +43,7 @@ class RunRequest:
         self.report = report  # --report DIR: the step's report files there; None: $ENVRUN_REPORT, else summary only
         self.no_report = no_report  # --no-report: no sampler, no summary
         self.report_interval = report_interval  # None: $ENVRUN_REPORT_INTERVAL, else REPORT_INTERVAL
+        self.verbose = verbose  # -v: the container runtime's INFO lines too (left out otherwise: apptainer --quiet)
 
 
 # Seconds between two samples of a node's GPUs and CPUs (--report-interval): the sampler's cost per sample,
@@ -142,7 +143,7 @@ def plan_for(request: RunRequest, environ: Mapping[str, str], cwd: str) -> Launc
         host=read_host_node(environ), overlays=overlays, warnings=tuple(warnings), notes=tuple(notes),
         strict_net=request.strict_net, step_timeout=step_timeout or "", step_timeout_from=step_timeout_from,
         runscript=runscript[1] if runscript and runscript[0] == "run" else "", host_paths=HostPaths(),
-        report_sampler=sampler, runtime_info=request.explain,
+        report_sampler=sampler, runtime_info=request.explain or request.verbose,
     ))
 
 

@@ -1,6 +1,6 @@
 """The runtime's INFO lines say nothing to the user (apptainer without setuid prints `INFO: gocryptfs not found, will
 not be able to use gocryptfs` at every start): envrun starts it with --quiet, which keeps its warnings and errors,
-and --explain keeps the INFO lines too. Planned, and as the unprivileged user on the real apptainer."""
+and -v (or --explain) keeps the INFO lines too. Planned, and as the unprivileged user on the real apptainer."""
 
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ def test_envrun_as_a_user_shows_errors_but_no_info_lines(user_image: Path) -> No
     assert "INFO:" not in quiet.stderr, quiet.stderr
     assert "FATAL:   stat /bin/sh: no such file or directory" in quiet.stderr, quiet.stderr  # the error still shows
     assert "WARNING:" in quiet.stderr  # and the runtime's warnings (no passwd file in this image)
-    explained = run(str(REPO / "bin/envrun"), "--explain", "--image", str(user_image), "python", "-c", "pass")
-    assert "FATAL:   stat /bin/sh" in explained.stderr
-    if INFO_LINE in bare.stderr:  # this apptainer prints it for a user (no gocryptfs installed, no setuid)
-        assert INFO_LINE in explained.stderr, explained.stderr
+    for flag in ("--explain", "-v"):
+        explained = run(str(REPO / "bin/envrun"), flag, "--image", str(user_image), "python", "-c", "pass")
+        assert "FATAL:   stat /bin/sh" in explained.stderr
+        if INFO_LINE in bare.stderr:  # this apptainer prints it for a user (no gocryptfs installed, no setuid)
+            assert INFO_LINE in explained.stderr, (flag, explained.stderr)
