@@ -386,7 +386,7 @@ class _Planner:
         if self.request.runtime_info:
             return []
         self.note(f"{self.request.runtime.name} --quiet: without its INFO lines, which say nothing about this run "
-                  "(warnings and errors still show; --explain keeps them)")
+                  "(warnings and errors still show; envrun -v keeps them)")
         return ["--quiet"]
 
     def container_argv(self) -> list[str]:

@@ -11,7 +11,7 @@
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 # NCCL_SOCKET_IFNAME: recipes/juwels-booster.yaml:34 env.NCCL_SOCKET_IFNAME
 # GLOO_SOCKET_IFNAME: recipes/juwels-booster.yaml:35 env.GLOO_SOCKET_IFNAME
-# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; envrun -v keeps them)
 # --nv: recipes/juwels-booster.yaml:32 runtime.flags
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export SRUN_CPUS_PER_TASK=24

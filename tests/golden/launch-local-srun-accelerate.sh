@@ -16,7 +16,7 @@
 # ACCELERATE_USE_CPU=true: no GPUs, and accelerate's multi-process launcher does not tell the processes to use the CPU as --cpu would (--cpu allows only one process): Accelerator() then runs them as MULTI_CPU with gloo
 # per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; envrun -v keeps them)
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export ACCELERATE_USE_CPU=true
 export ENVRUN_RANK_CORES=''

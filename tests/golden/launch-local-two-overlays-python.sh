@@ -4,7 +4,7 @@
 # PATH starts with /user-dev/bin, /user-software/bin, VIRTUAL_ENV=/user-dev: the overlays' venvs, the last given on top
 # OMP_NUM_THREADS=2: this host: 2 CPUs in this process's affinity (recipes/local.yaml:10 node)
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; envrun -v keeps them)
 # overlay /work/proj/env.sqsh mounted read-only at /user-software
 # overlay /work/proj/dev tools.sqsh mounted read-only at /user-dev
 export OMP_NUM_THREADS=2

@@ -16,7 +16,7 @@
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 # NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:70 env.NCCL_SOCKET_IFNAME
 # FI_MR_CACHE_MONITOR: recipes/lumi-g.yaml:75 env.FI_MR_CACHE_MONITOR
-# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; envrun -v keeps them)
 # binds /pfs, /scratch, /projappl, /project, /flash, /appl, /var/spool/slurmd, /opt/cray, /usr/lib64/libcxi.so.1, /usr/lib64/libjansson.so.4: recipes/lumi-g.yaml:67 binds
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export ENVRUN_RANK_CORES='0:49,50,51,52,53,54,55;1:57,58,59,60,61,62,63;2:17,18,19,20,21,22,23;3:25,26,27,28,29,30,31;4:1,2,3,4,5,6,7;5:9,10,11,12,13,14,15;6:33,34,35,36,37,38,39;7:41,42,43,44,45,46,47'

@@ -13,7 +13,7 @@
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
 # NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:70 env.NCCL_SOCKET_IFNAME
 # FI_MR_CACHE_MONITOR: recipes/lumi-g.yaml:75 env.FI_MR_CACHE_MONITOR
-# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; envrun -v keeps them)
 # binds /pfs, /scratch, /projappl, /project, /flash, /appl: recipes/lumi-g.yaml:67 binds
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export OMP_NUM_THREADS=7

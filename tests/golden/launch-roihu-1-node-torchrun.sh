@@ -10,7 +10,7 @@
 # --standalone: one node, so torchrun hosts its own rendezvous on a free port
 # per-rank CPU affinity: the task's CPUs split evenly between its ranks, applied before each rank's Python starts
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; --explain keeps them)
+# apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; envrun -v keeps them)
 # --nv: recipes/roihu.yaml:46 runtime.flags
 # binds /scratch, /projappl: recipes/roihu.yaml:47 binds
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages

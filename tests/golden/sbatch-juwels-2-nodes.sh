@@ -37,6 +37,7 @@ export SRUN_CPUS_PER_TASK="${SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}"
 #   NCCL_SOCKET_IFNAME: recipes/juwels-booster.yaml:34 env.NCCL_SOCKET_IFNAME
 #   GLOO_SOCKET_IFNAME: recipes/juwels-booster.yaml:35 env.GLOO_SOCKET_IFNAME
 #   CUDA_VISIBLE_DEVICES: recipes/juwels-booster.yaml:36 env.CUDA_VISIBLE_DEVICES
+#   apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; envrun -v keeps them)
 #   --nv: recipes/juwels-booster.yaml:32 runtime.flags
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 #   the job report goes to %x-%j.report/ (report.json, report.html, timeline.png, summary.txt), next to the job's output; its summary ends the output

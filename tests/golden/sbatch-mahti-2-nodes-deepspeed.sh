@@ -35,6 +35,7 @@
 #   --master_addr=<first node of the step> (host's scontrol)
 #   --master_port=<20000 + job id based port>: the same on every node of the step
 #   TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
+#   apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; envrun -v keeps them)
 #   --nv: recipes/mahti.yaml:35 runtime.flags
 #   binds /scratch, /projappl: recipes/mahti.yaml:36 binds
 #   envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
