@@ -25,6 +25,9 @@ HEAD = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gpus-per-node=4\n#SBATCH --tim
     ("srun shifter --image docker:pytorch/pytorch:latest torchrun --nproc-per-node=4 train.py", "torchrun",
      "torchrun"),
     ("srun torchrun_jsc --nproc-per-node=4 train.py", "torchrun", "torchrun"),
+    # the runtime's own options before exec (as `envrun --dry-run` prints the launch)
+    ("srun apptainer --quiet exec --nv img.sif torchrun --nproc-per-node=4 train.py", "torchrun", "torchrun"),
+    ("srun singularity -s -c /etc/my.conf exec img.sif python train.py", "python", "python"),
     ("srun my_launch python train.py", "unknown", "my_launch"),
     ("srun hostname", "other", "hostname"),
 ])

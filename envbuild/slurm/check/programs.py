@@ -19,6 +19,9 @@ from envbuild.launch.args import LAUNCHER_PROGRAMS, PER_NODE_LAUNCHERS, is_pytho
 
 _CONTAINER_RUNTIMES = ("singularity", "apptainer")
 _SITE_WRAPPERS = ("apptainer_wrapper", "singularity_wrapper")  # CSC: the image is $SING_IMAGE
+# the runtime's own options before its subcommand (`apptainer --quiet exec`, as `envrun --dry-run` prints it;
+# `-d`, `-s`, `-v`, `--nocolor` take no value): apptainer(1) / singularity(1) "Options"
+_RUNTIME_GLOBAL_WITH_VALUE = {"-c", "--config"}
 # container exec options whose value is the next word (the image is the first word that is no option)
 _CONTAINER_WITH_VALUE = {
     "-B", "--bind", "--mount", "--env", "--env-file", "-H", "--home", "-o", "--overlay", "--pwd", "-W", "--workdir",
@@ -85,9 +88,10 @@ def classify_program(words: tuple[str, ...], via: str = "") -> Program:
         return Program("unknown", rest, via, f"{first} is decided when the job runs")
     if base in _UNKNOWN_PROGRAMS:
         return Program("unknown", rest, via, _UNKNOWN_PROGRAMS[base])
-    if base in _CONTAINER_RUNTIMES and rest[1:2] in (("exec",), ("run",)):
-        options, command = _split_image(rest[2:])
-        inner = classify_program(command, _join(via, f"{base} {rest[1]}"))
+    subcommand = _after_options(rest[1:], _RUNTIME_GLOBAL_WITH_VALUE) if base in _CONTAINER_RUNTIMES else ()
+    if subcommand[:1] in (("exec",), ("run",)):
+        options, command = _split_image(subcommand[1:])
+        inner = classify_program(command, _join(via, f"{base} {subcommand[0]}"))
         return replace(inner, container=options) if inner.container is None else inner
     if base in _SITE_WRAPPERS and rest[1:2] in (("exec",), ("run",)):
         return classify_program(rest[2:], _join(via, f"{base} {rest[1]}"))
