@@ -37,7 +37,6 @@ import stat
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import BinaryIO
 
@@ -48,20 +47,22 @@ from envbuild.sif.format import (
     DATA_GENERIC_JSON,
     DATA_OFFSET,
     DATA_PARTITION,
-    DESCRIPTOR,
-    DESCRIPTOR_CAPACITY,
-    DESCRIPTORS_OFFSET,
     FS_SQUASHFS,
-    HEADER,
-    MAGIC,
     PART_PRIMARY_SYSTEM,
     PARTITION_EXTRA,
     PARTITION_OFFSET,
-    VERSION,
 )
 from envbuild.sif.manifest import Delta, TreeView, compute_delta, read_manifest, walk, write_manifest
 from envbuild.sif.reader import read_sif_layout
-from envbuild.sif.writer import LAUNCH_SCRIPT, METADATA_NAME, SQUASHFS_PAD, assemble, content_id, descriptor, squashfs_size
+from envbuild.sif.writer import (
+    METADATA_NAME,
+    SQUASHFS_PAD,
+    assemble,
+    descriptor,
+    make_runnable,
+    squashfs_size,
+    write_table_and_header,
+)
 
 PART_OVERLAY = 4
 # Above this share of the tree's bytes a delta saves too little and stacks a large second copy.
@@ -169,7 +170,7 @@ def assemble_layered(path: str, *, parent_sif: str, delta_file: str, deffile: by
         handle.write(deffile + metadata)
         def_offset, json_offset = overlay_end, overlay_end + len(deffile)
         end = json_offset + len(metadata)
-        table = b"".join((
+        write_table_and_header(handle, (
             descriptor(1, DATA_DEFFILE, def_offset, len(deffile), len(deffile), when),
             descriptor(2, DATA_GENERIC_JSON, json_offset, len(metadata), len(metadata), when, METADATA_NAME.encode()),
             descriptor(3, DATA_PARTITION, PARTITION_OFFSET, fs_size, PARTITION_OFFSET - DATA_OFFSET + fs_size, when,
@@ -177,20 +178,9 @@ def assemble_layered(path: str, *, parent_sif: str, delta_file: str, deffile: by
             # Same group as the root file system: apptainer ignores overlay partitions of other groups.
             descriptor(4, DATA_PARTITION, overlay_offset, overlay_size, overlay_size, when,
                         name=b"envbuild-delta", extra=PARTITION_EXTRA.pack(FS_SQUASHFS, PART_OVERLAY, arch_code)),
-        )).ljust(DESCRIPTOR_CAPACITY * DESCRIPTOR.size, b"\x00")
-        handle.seek(DESCRIPTORS_OFFSET)
-        handle.write(table)
-        handle.flush()
-        ident = uuid.uuid4().bytes if epoch is None else content_id(handle, PARTITION_OFFSET, overlay_end,
-                                                                     table + deffile + metadata, when, arch_code)
-        handle.seek(0)
-        handle.write(HEADER.pack(
-            LAUNCH_SCRIPT, MAGIC, VERSION.encode() + b"\x00", arch_code, ident, when, when,
-            DESCRIPTOR_CAPACITY - 4, DESCRIPTOR_CAPACITY, DESCRIPTORS_OFFSET, len(table), DATA_OFFSET, end - DATA_OFFSET,
-        ))
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o755 & ~mask)
+        ), content=(PARTITION_OFFSET, overlay_end), objects=deffile + metadata, end=end, when=when, arch_code=arch_code,
+            epoch=epoch)
+    make_runnable(path)
 
 
 def check_runtime_sees(runtime: str, image: str, tree: TreeView, rel: str) -> None:

@@ -187,26 +187,38 @@ def assemble(path: str, *, deffile: bytes, metadata: bytes, arch: str, offset: i
         handle.seek(fs_end)
         handle.write(deffile + metadata)
         partition_extra = PARTITION_EXTRA.pack(FS_SQUASHFS, PART_PRIMARY_SYSTEM, arch_code)
-        table = b"".join((
+        write_table_and_header(handle, (
             descriptor(1, DATA_DEFFILE, def_offset, len(deffile), len(deffile), when),
             descriptor(2, DATA_GENERIC_JSON, json_offset, len(metadata), len(metadata), when, METADATA_NAME.encode()),
             # The padding in front of the partition counts as its own, as in the sif library.
             descriptor(3, DATA_PARTITION, offset, fs_size, offset - DATA_OFFSET + fs_size, when, extra=partition_extra),
-        )).ljust(DESCRIPTOR_CAPACITY * DESCRIPTOR.size, b"\x00")
-        handle.seek(DESCRIPTORS_OFFSET)
-        handle.write(table)
-        if epoch is None:
-            ident = uuid.uuid4().bytes  # as apptainer build: a random id
-        else:
-            handle.flush()
-            ident = content_id(handle, offset, fs_end, table + deffile + metadata, when, arch_code)
-        header = HEADER.pack(
-            LAUNCH_SCRIPT, MAGIC, VERSION.encode() + b"\x00", arch_code, ident, when, when,
-            DESCRIPTOR_CAPACITY - 3, DESCRIPTOR_CAPACITY, DESCRIPTORS_OFFSET, len(table), DATA_OFFSET, end - DATA_OFFSET,
-        )
-        handle.seek(0)
-        handle.write(header)
-    # Executable like apptainer's images (the launch script lets `./image.sif` run it), minus the umask.
+        ), content=(offset, fs_end), objects=deffile + metadata, end=end, when=when, arch_code=arch_code, epoch=epoch)
+    make_runnable(path)
+
+
+def write_table_and_header(handle: BinaryIO, descriptors: tuple[bytes, ...], *, content: tuple[int, int], objects: bytes,
+                           end: int, when: int, arch_code: bytes, epoch: int | None) -> None:
+    """Write the descriptor table and then the global header in front of a SIF whose objects are in place.
+    The image id is random, as apptainer build's, or with `epoch` derived from the partitions' bytes in
+    `content` (start, end), the table and the `objects` after them, so identical inputs give identical files."""
+    table = b"".join(descriptors).ljust(DESCRIPTOR_CAPACITY * DESCRIPTOR.size, b"\x00")
+    handle.seek(DESCRIPTORS_OFFSET)
+    handle.write(table)
+    if epoch is None:
+        ident = uuid.uuid4().bytes
+    else:
+        handle.flush()
+        ident = content_id(handle, content[0], content[1], table + objects, when, arch_code)  # type: ignore[arg-type]
+    handle.seek(0)
+    handle.write(HEADER.pack(
+        LAUNCH_SCRIPT, MAGIC, VERSION.encode() + b"\x00", arch_code, ident, when, when,
+        DESCRIPTOR_CAPACITY - len(descriptors), DESCRIPTOR_CAPACITY, DESCRIPTORS_OFFSET, len(table), DATA_OFFSET,
+        end - DATA_OFFSET,
+    ))
+
+
+def make_runnable(path: str) -> None:
+    """Executable like apptainer's images (the launch script lets `./image.sif` run it), minus the umask."""
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(path, 0o755 & ~mask)
