@@ -119,7 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
     envbuild.cli.options, imported here only (never on the way to exec)."""
     import argparse
 
-    from envbuild.cli.options import BIND, DRY_RUN, DURATION_FORMS, FORCE_OVERLAY, IMAGE, OVERLAY, SYSTEM, add_option
+    from envbuild.cli.options import (
+        BIND,
+        DRY_RUN,
+        DURATION_FORMS,
+        FORCE_OVERLAY,
+        IMAGE,
+        OVERLAY,
+        SYSTEM,
+        VERBOSE,
+        add_option,
+    )
     from envbuild.shared.errors import exit_status_help
 
     parser = argparse.ArgumentParser(
@@ -137,9 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_option(parser, SYSTEM)
     add_option(parser, DRY_RUN, note="it prints the launch as a runnable shell script")
     parser.add_argument("--explain", action="store_true", help="say why each setting was chosen (on stderr), then run")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="also show the container runtime's INFO lines, which envrun leaves out otherwise "
-                             "(apptainer --quiet; its warnings and errors always show)")
+    add_option(parser, VERBOSE, note="the container runtime's INFO lines included, which envrun leaves out "
+                                     "otherwise (apptainer --quiet; its warnings and errors always show)")
     parser.add_argument("--strict-net", action="store_true",
                         help="set NCCL_NET from the recipe, so NCCL/RCCL fail instead of falling back to TCP sockets")
     parser.add_argument("--step-timeout", metavar="DURATION",
