@@ -9,7 +9,7 @@ import ast
 import re
 from collections import defaultdict
 
-from tests.test_architecture import PACKAGE_DIR, REPO, all_modules, import_graph
+from tests.test_architecture import PACKAGE_DIR, REPO, find_cycles, import_graph
 
 # A folder name that tools take for something else: build output (`build/`, `dist/`, skipped by structure tools and
 # by pytest's default norecursedirs) or a test suite (`spec/` is RSpec's, `test*/` everyone's).
@@ -20,12 +20,6 @@ MISLEADING_FOLDER_NAMES = re.compile(r"^(build|dist|out|target|specs?|tests?|tes
 SAME_ROLE_NAMES = {
     "__init__.py": "each package's own docstring (and, where there is one, its registration table)",
 }
-
-
-def folder_of(module: str) -> str:
-    """The folder a module sits in, dotted (`envbuild.builder.plan` for `envbuild.builder.plan.layers`)."""
-    path = all_modules()[module]
-    return module if path.name == "__init__.py" else module.rpartition(".")[0]
 
 
 def test_no_folder_is_named_like_build_output_or_tests() -> None:
@@ -66,25 +60,7 @@ def cycles_in(edges: set[tuple[str, str]]) -> list[list[str]]:
     graph: dict[str, set[str]] = defaultdict(set)
     for source, target in edges:
         graph[source].add(target)
-    found: list[list[str]] = []
-    state: dict[str, int] = {}
-    path: list[str] = []
-
-    def visit(node: str) -> None:
-        state[node] = 1
-        path.append(node)
-        for target in sorted(graph[node]):
-            if state.get(target) == 1:
-                found.append([*path[path.index(target):], target])
-            elif target not in state:
-                visit(target)
-        path.pop()
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node)
-    return found
+    return find_cycles(graph)
 
 
 def test_no_folder_goes_back_up_to_a_sibling_it_left() -> None:
