@@ -31,7 +31,7 @@ def test_each_runtime_name_launches_and_lists_packages(reference_image: Path, tm
     dry = run_cli([str(REPO / "bin/envrun"), "--image", str(reference_image), "--dry-run", "srun", "-n1", "python",
                    "-c", "pass"], env_extra=env, timeout=60)
     assert dry.returncode == 0, dry.stderr
-    assert f" {path} exec " in dry.stdout, "the runtime is run by the name it was found under"
+    assert f" {path} --quiet exec " in dry.stdout, "the runtime is run by the name it was found under (INFO lines off)"
 
     launch = run_cli([str(REPO / "bin/envrun"), "--image", str(reference_image), "srun", "-n1", "python", "-c",
                       "import torch; print('RUNTIME_OK', torch.__version__)"], env_extra=env, timeout=300)
