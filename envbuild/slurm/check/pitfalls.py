@@ -91,13 +91,15 @@ _ASK_BASH = (-1, "")  # check_script's default: ask bash -n itself
 
 def check_script(text: str, recipe: SystemRecipe | None, environ: Mapping[str, str], site: str = "",
                  syntax_error: tuple[int, str] | None = _ASK_BASH, files: FileProbe | None = None,
-                 cluster: ClusterFacts | None = None, test_only: tuple[int, str] | None = None) -> CheckReport:
+                 cluster: ClusterFacts | None = None, test_only: tuple[int, str] | None = None,
+                 parsed: BatchScript | None = None) -> CheckReport:
     """`site`: what detection saw, for the first note when `recipe` is None ("SLURM_CLUSTER_NAME=perlmutter").
     `syntax_error`: bash -n's answer where the caller has it (bash_syntax_error); by default bash is asked.
     `files`: where the job starts and what exists there, for the rules that look (program_missing); None: not
     looked at (a script checked away from where it runs). `cluster`: what the cluster the script is for says
-    now (envbuild.slurm.cluster), and `test_only` what `sbatch --test-only` said; None: not asked."""
-    script = parse_script(text)
+    now (envbuild.slurm.cluster), and `test_only` what `sbatch --test-only` said; None: not asked. `parsed`:
+    parse_script(text) where the caller has read it already (a long script is not read twice)."""
+    script = parse_script(text) if parsed is None else parsed
     submitted = submitted_here_document(text) if not script.directive_lines and not script.late_directives else None
     if submitted is not None:
         start, body, delimiter = submitted
@@ -315,7 +317,7 @@ def check_script_file(path: str, recipe: SystemRecipe | None, out: TextIO, envir
         if answer is None:
             notes = (*notes, "sbatch --test-only: sbatch is not here or did not answer: Slurm's own check did not run")
     report = check_script(text, recipe, environ, site, syntax_error, FileProbe(os.getcwd(), os.path.exists), cluster,
-                          answer)
+                          answer, parsed=script)
     if notes:
         report = replace(report, notes=(*report.notes, *notes))
     if as_json:
