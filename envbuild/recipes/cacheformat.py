@@ -6,4 +6,4 @@ Generated from envbuild.recipes.schema by envbuild.recipes.fromschema; do not ed
 A constant, not computed: envrun reads it on every launch, without pydantic.
 """
 
-CACHE_FORMAT = "64bde30ef644df14"
+CACHE_FORMAT = "c41a71dbfd09c30d"

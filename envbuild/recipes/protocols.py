@@ -92,6 +92,28 @@ class RecipeForbiddenOption(Protocol):
     def why(self) -> str: ...
 
 
+class RecipeGpuBind(Protocol):
+    """Slurm binds each task of a one-task-per-GPU launch to its GPU (srun --gpu-bind=map:...), with
+    --gres-flags=allow-task-sharing so that every task still reaches the node's other GPUs (GPU-to-GPU IPC).
+    Where srun has that flag, this replaces the CPU masks and the per-task GPU variable: Slurm gives task i the
+    i-th block of cores, and the map gives it the GPU closest to them (envbuild.launch.bindstyle)."""
+
+    @property
+    def map(self) -> tuple[int, ...]: ...
+    @property
+    def task_sharing_since(self) -> str: ...
+
+
+class RecipeNumaBinding(Protocol):
+    """torchrun binds each rank to the cores near its GPU itself (--numa-binding=MODE), in place of envrun's
+    per-rank affinity shim, when the image's torch is new enough."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def torch_since(self) -> str: ...
+
+
 class RecipeLaunch(Protocol):
     """How jobs start on this system."""
 
@@ -107,6 +129,10 @@ class RecipeLaunch(Protocol):
     def bind_cpus(self) -> bool: ...
     @property
     def forbidden_srun_options(self) -> tuple[RecipeForbiddenOption, ...]: ...
+    @property
+    def gpu_bind(self) -> RecipeGpuBind | None: ...
+    @property
+    def numa_binding(self) -> RecipeNumaBinding | None: ...
 
 
 class RecipePyTorchIndex(Protocol):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from envbuild.recipes.ops import MODEL_KEY, NodeMethods, RecipeMethods, parse_core_list
-from envbuild.shared.strictmodel import StrictModel
+from envbuild.shared.strictmodel import StrictModel, check_version
 
 if TYPE_CHECKING:
     from envbuild.recipes.protocols import SystemRecipe
@@ -102,6 +102,36 @@ class ForbiddenOption(StrictModel):
     why: str
 
 
+class GpuBind(StrictModel):
+    """Slurm binds each task of a one-task-per-GPU launch to its GPU (srun --gpu-bind=map:...), with
+    --gres-flags=allow-task-sharing so that every task still reaches the node's other GPUs (GPU-to-GPU IPC).
+    Where srun has that flag, this replaces the CPU masks and the per-task GPU variable: Slurm gives task i the
+    i-th block of cores, and the map gives it the GPU closest to them (envbuild.launch.bindstyle)."""
+
+    map: tuple[int, ...] = Field(description="local task i -> its GPU: srun --gpu-bind=map:<map>")
+    task_sharing_since: str = Field(description="the first Slurm whose srun has --gres-flags=allow-task-sharing, "
+                                                "e.g. 23.11.4: with an older one envrun keeps the CPU masks")
+
+    @field_validator("task_sharing_since")
+    @classmethod
+    def _is_version(cls, value: str) -> str:
+        return check_version(value, "a Slurm version (e.g. 23.11.4)")
+
+
+class NumaBinding(StrictModel):
+    """torchrun binds each rank to the cores near its GPU itself (--numa-binding=MODE), in place of envrun's
+    per-rank affinity shim, when the image's torch is new enough."""
+
+    mode: Literal["node", "socket", "exclusive", "core-complex"] = Field(description="torchrun --numa-binding=MODE")
+    torch_since: str = Field(description="the oldest torch this site's guide runs it with, e.g. 2.11: with an older "
+                                         "or unknown torch in the image envrun keeps its own per-rank affinity")
+
+    @field_validator("torch_since")
+    @classmethod
+    def _is_version(cls, value: str) -> str:
+        return check_version(value, "a torch version (e.g. 2.11)")
+
+
 class Launch(StrictModel):
     """How jobs start on this system."""
 
@@ -114,6 +144,8 @@ class Launch(StrictModel):
     master_addr_suffix: str = Field(default="", description="appended to the first node's name, e.g. 'i' for InfiniBand")
     bind_cpus: bool = Field(default=True, description="pin each rank to its cores (mask_cpu from gpu_cores, or an even split)")
     forbidden_srun_options: tuple[ForbiddenOption, ...] = ()
+    gpu_bind: GpuBind | None = None
+    numa_binding: NumaBinding | None = None
 
 
 class Staging(StrictModel):
@@ -193,6 +225,25 @@ class Recipe(StrictModel, RecipeMethods):
         if value is None:
             raise ValueError("give the node's facts, or `node: host` to read them from the machine envrun runs on")
         return None if value == "host" else value
+
+    @model_validator(mode="after")
+    def _gpu_bind_fits_the_node(self) -> Recipe:
+        """launch.gpu_bind.map gives every GPU of the node to one task, and task i the GPU of the i-th block of
+        cores (node.gpu_cores ordered by their first core): Slurm hands a whole node's tasks their cores in that
+        order, so any other map would put tasks beside a far GPU."""
+        bind = self.launch.gpu_bind
+        if bind is None:
+            return self
+        if self.node is None or not self.node.gpu_cores:
+            raise ValueError("launch.gpu_bind needs node.gpu_cores (which cores each GPU is closest to)")
+        if sorted(bind.map) != list(range(self.node.gpus)):
+            raise ValueError(f"launch.gpu_bind.map must name each GPU 0..{self.node.gpus - 1} once, not {list(bind.map)}")
+        cores = self.node.gpu_cores
+        by_cores = sorted(cores, key=lambda gpu: min(cores[gpu]))
+        if list(bind.map) != by_cores:
+            raise ValueError(f"launch.gpu_bind.map {list(bind.map)} does not follow node.gpu_cores: task i gets the i-th "
+                             f"block of cores, whose GPUs are {by_cores} in that order")
+        return self
 
 
 def dump_for_cache(value: Any) -> Any:
