@@ -8,8 +8,8 @@ is the host's own local index (its pip configuration's), served over HTTP on 127
 for the canary credentials, so the build only succeeds when the installers got them at install time.
 Then every file of the image, its SIF metadata, the build log, the wrappers, the lock and its log, the
 whole store (download cache included), batch scripts for the image and every command's output are
-searched for every canary. The proxy's password is the one secret handed to build steps on purpose (post
-commands download through the proxy too); it is searched for everywhere but in that dump."""
+searched for every canary. The proxy's password and the index's credentials are handed to build steps on
+purpose (post commands download through the proxy and from the index too); that dump leaves them out."""
 
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ base: debootstrap:bookworm
 python:
   packages: [six]
 post:
-  # Proxy variables are handed to every build step on purpose (post commands download through them too).
-  - env | grep -iv '_proxy=' | sort > /opt/build-env.txt
+  # The build's network settings (proxy variables, pip's sources and certificates) are handed to every build
+  # step on purpose: post commands download through them too.
+  - env | grep -Eiv '^([a-z_]*_proxy|pip_[a-z_]+|ssl_cert_file|requests_ca_bundle)=' | sort > /opt/build-env.txt
 tests:
   - python -c "import six"
 """

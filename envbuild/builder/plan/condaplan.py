@@ -30,6 +30,7 @@ from envbuild.builder.plan.imageplan import (
 )
 from envbuild.builder.plan.layers import entry_name
 from envbuild.builder.plan.plandata import BuildPlan, BuildRequest, Layers
+from envbuild.builder.plan.postcommands import post_step
 from envbuild.builder.plan.record import RECORD_ENVIRONMENTS_SCRIPT, build_record, env_lines, image_labels
 from envbuild.builder.plan.sandbox import ENV_SCRIPT, LABELS_FILE, RECORD_DIR, sandbox_exec
 from envbuild.envspec.conda import CONDA_ENV_PREFIX, CONDA_PREFIX, CondaEnv
@@ -162,9 +163,9 @@ def plan_conda_build(request: BuildRequest, tool: CotainrTool, *, arch: str = "x
     steps.append(Step("unpack", "open cotainr's image as a sandbox",
                       (Run((*sandbox_build_argv(request), sandbox, cotainr_sif)), Remove((cotainr_sif, tmp)))))
     steps.append(_configure(request, tool, layers, sandbox))
-    if spec.post:
-        steps.append(Step("post", f"run {len(spec.post)} post command(s)",
-                          tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=True) for cmd in spec.post)))
+    post = post_step(request, sandbox)
+    if post:
+        steps.append(post)
     steps.append(Step("record", "record every Python environment's packages",
                       (*start_tests(request, sandbox, spec.tests),
                        sandbox_exec(request, sandbox, ["/bin/sh", "-c", RECORD_WITH_ANY_PYTHON, "record", RECORD_ENVIRONMENTS_SCRIPT],

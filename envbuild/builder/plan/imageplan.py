@@ -34,6 +34,7 @@ from envbuild.builder.plan.actions import (
 from envbuild.builder.plan.install import PackageSources, install_actions, venv_actions
 from envbuild.builder.plan.layers import base_cache_key, choose_installer, plan_layers
 from envbuild.builder.plan.plandata import BasePlan, BuildPlan, BuildRequest, Layers
+from envbuild.builder.plan.postcommands import post_step
 from envbuild.builder.plan.record import FREEZE_TO_FILE_SCRIPT, RECORD_ENVIRONMENTS_SCRIPT, build_record, env_script, image_labels
 from envbuild.builder.plan.sandbox import ENV_SCRIPT, HOST_MOUNT, LABELS_FILE, RECORD_DIR, RUNTIME_WRITES, sandbox_exec
 from envbuild.envspec.specmodel import VENV_PREFIX
@@ -68,11 +69,9 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     steps.append(Step("sandbox", "hard-link the env layer into a fresh sandbox" if shared else "copy the env layer into a fresh sandbox",
                       (Remove((work,)), MakeDirs((work,)), CopyTree(env_rootfs, sandbox, hardlink=shared))))
     steps.append(configure_step(request, sandbox, installer, layers))
-    if spec.post:
-        steps.append(
-            Step("post", f"run {len(spec.post)} post command(s)",
-                 tuple(sandbox_exec(request, sandbox, ["/bin/sh", "-ec", cmd], writable=True) for cmd in spec.post))
-        )
+    post = post_step(request, sandbox)
+    if post:
+        steps.append(post)
     steps.append(
         Step("record", "record every Python environment's packages",
              (*start_tests(request, sandbox, spec.tests),
