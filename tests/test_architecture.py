@@ -237,7 +237,7 @@ PURE_PLANNERS = (
     "envbuild.slurm.batch.script", "envbuild.slurm.batch.stepcommand",
     "envbuild.catalogue.cataloguedata", "envbuild.catalogue.page", "envbuild.catalogue.summary",
     "envbuild.slurm.sweep.metrics", "envbuild.slurm.sweep.points", "envbuild.slurm.sweep.sweepfiles",
-    "envbuild.slurm.sweep.table",
+    "envbuild.slurm.sweep.table", "envbuild.slurm.recipedraft",
 )
 # Packages that are executors or above them: a planner imports none of their modules.
 EXECUTOR_PACKAGES = ("envbuild.builder.execute", "envbuild.builder.sessions", "envbuild.commands", "envbuild.verify", "envbuild.cli",
@@ -267,6 +267,9 @@ MIXED_MODULES = {
     "envbuild.inventory.imagefacts": "catalogue.model, catalogue.summary: the ImageFacts record, kept with "
                                 "read_image_facts that fills it",
     "envbuild.store.entries": "catalogue.page: human_size; the store listing beside it reads the disk",
+    "envbuild.slurm.cluster": "slurm.recipedraft: the parsers of scontrol's --oneliner text (parse_oneliners, "
+                              "parse_nodes, parse_partitions, expand_hostlist); read_cluster and sbatch_test_only "
+                              "beside them run scontrol and sbatch",
 }
 # What counts as I/O in the source: these standard modules, open(), os's calls on files, processes and the
 # environment, and the pathlib methods that touch the file system.

@@ -46,6 +46,8 @@ SUBCOMMANDS = {
                          "envbuild.cli.doctor_cmd:main", "envbuild.cli.doctor_cmd:build_parser"),
     "kernel": Subcommand("install, list and remove Jupyter kernels that run inside the image (envrun kernel --help)",
                          "envbuild.cli.kernel_cmd:main", "envbuild.cli.kernel_cmd:build_kernel_parser"),
+    "recipe": Subcommand("draft a system recipe for this cluster from what its Slurm says (envrun recipe draft --help)",
+                         "envbuild.cli.recipe_cmd:main", "envbuild.cli.recipe_cmd:build_parser"),
     "shell": Subcommand("an interactive shell in the image, with envrun's environment",
                         "envbuild.cli.kernel_cmd:shell_main", "envbuild.cli.kernel_cmd:build_shell_parser"),
     # generated --requeue scripts run it, nobody types it: no parser, not in the reference

@@ -38,7 +38,8 @@ class SharedOption:
         self.default = default
 
 
-SYSTEM = SharedOption(("--system",), "NAME", "the system recipe, e.g. lumi-g or puhti", "$ENVBUILD_SYSTEM, else detected")
+SYSTEM = SharedOption(("--system",), "NAME", "the system recipe: a name (lumi-g, puhti) or a recipe file (./mysite.yaml)",
+                      "$ENVBUILD_SYSTEM, else detected")
 IMAGE = SharedOption(("--image",), "IMG", "the .sif image",
                      "$ENVRUN_IMAGE, else image: in envrun.yaml here or above, else the one *.sif here")
 OVERLAY = SharedOption(("--overlay",), "FILE.sqsh",

@@ -15,6 +15,7 @@ from envbuild.doctor.checkresults import DoctorReport, Finding, fail, info, ok, 
 from envbuild.doctor.hostrecord import CACHE_VARIABLES, HostRecord, capture_host, join_record_lines
 from envbuild.doctor.imagecomms import ImageFacts, image_facts
 from envbuild.host.pythonstart import isolated_module
+from envbuild.recipes.ops import system_argument
 from envbuild.shared.errors import EnvbuildError
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ def wanted(setting: Setting, environ: dict[str, str]) -> tuple[list[str], list[s
 
 
 def envrun_argv(setting: Setting) -> list[str]:
-    argv = [*isolated_module("envbuild.cli.envrun_main"), "--system", setting.recipe.name]
+    argv = [*isolated_module("envbuild.cli.envrun_main"), "--system", system_argument(setting.recipe)]
     if setting.image:
         argv += ["--image", setting.image]
     for path, _mount in setting.overlays:

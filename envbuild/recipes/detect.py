@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from envbuild.recipes.loadrecipe import detection_table, load_recipe
+from envbuild.recipes.loadrecipe import detection_table, is_recipe_path, load_recipe
 
 TYPE_CHECKING = False  # typing itself is not imported: envrun's start-up
 if TYPE_CHECKING:
@@ -64,9 +64,14 @@ def detect_system(environ: Mapping[str, str], hostname: str | None = None,
     return name, why
 
 
+def system_option(system: str) -> str:
+    """Why a recipe was used, for --explain and the dry run: `--system`, with the file where it names one."""
+    return f"--system {system}" if is_recipe_path(system) else "--system"
+
+
 def resolve_recipe(system: str | None, environ: Mapping[str, str]) -> tuple[SystemRecipe, str]:
     if system:
-        return load_recipe(system), "--system"
+        return load_recipe(system), system_option(system)
     name, why = detect_system(environ)
     return load_recipe(name), why
 
@@ -75,7 +80,7 @@ def resolve_site_recipe(system: str | None, environ: Mapping[str, str]) -> tuple
     """The recipe of the site named (--system) or detected, or (None, what detection looked at) on a site without
     a recipe: for checks, whose site rules must not be another site's (never `local` for an unknown site)."""
     if system:
-        return load_recipe(system), "--system"
+        return load_recipe(system), system_option(system)
     name, why = detect_site(environ)
     return (load_recipe(name) if name else None), why
 

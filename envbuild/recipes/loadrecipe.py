@@ -6,6 +6,10 @@ file's content and the schema's digest (envbuild.recipes.cacheformat, written fr
 read the cache into a light view, so envrun starts without pydantic/YAML.
 The cache is the user's own (envbuild.host.usercache: private, plain data checked when read back, never
 in a shared store); the key includes the Python version, the only one whose marshal format it must read.
+
+A recipe is named (`lumi-g`: recipes/lumi-g.yaml) or given as a file (`--system ./mysite.yaml`, what
+`envrun recipe draft -o` writes): a value with a `/` or ending in .yaml/.yml is a path. Either way the file's
+`name:` must be its file name without .yaml, so that the same file can later move into recipes/ as it is.
 """
 
 from __future__ import annotations
@@ -88,8 +92,17 @@ def _is_detection_table(table: Any, names: list[str]) -> bool:
             and all(type(row) is tuple and len(row) == 2 and type(row[1]) is dict for row in table))
 
 
+RECIPE_SUFFIXES = (".yaml", ".yml")
+
+
+def is_recipe_path(system: str) -> bool:
+    """Whether a --system value names a recipe file (`./mysite.yaml`, `/proj/site.yaml`) rather than a recipe."""
+    return "/" in system or system.endswith(RECIPE_SUFFIXES)
+
+
 def load_recipe(name: str, directory: Path | str | None = None) -> SystemRecipe:
-    """The validated recipe `name`: from the JSON cache when the file is unchanged, else validated now."""
+    """The validated recipe `name` (or the recipe file `name` is the path of): from the JSON cache when the file
+    is unchanged, else validated now."""
     # A RecipeView of a validated Recipe's data (schema.dump_for_cache): it has the shape of one.
     recipe: SystemRecipe = from_cached(load_recipe_data(name, directory))
     return recipe
@@ -98,6 +111,8 @@ def load_recipe(name: str, directory: Path | str | None = None) -> SystemRecipe:
 def load_recipe_data(name: str, directory: Path | str | None = None) -> dict[str, Any]:
     """The validated recipe `name` as its cached data (plain dicts and lists, no views): what detection reads
     of every recipe, without building a view of each on envrun's start-up path."""
+    if is_recipe_path(name):
+        return _load_recipe_file(name)
     directory = str(directory or _recipes_dir_path())
     path = os.path.join(directory, f"{name}.yaml")
     try:
@@ -107,9 +122,29 @@ def load_recipe_data(name: str, directory: Path | str | None = None) -> dict[str
         known = ", ".join(available_recipes(directory)) or "none"
         raise UsageError(
             f"no system recipe named {name!r} in {directory}",
-            f"use one of: {known} (or add recipes/{name}.yaml)",
+            f"use one of: {known}, or a recipe file's path (--system ./{name}.yaml; `envrun recipe draft` "
+            f"writes one for this cluster), or add recipes/{name}.yaml",
         ) from None
-    cache = _cache_name(name, content)
+    return _cached_recipe(path, name, content, _cache_name(name, content))
+
+
+def _load_recipe_file(given: str) -> dict[str, Any]:
+    """The recipe in the file `given` (--system ./mysite.yaml), cached under its path and content."""
+    path = os.path.abspath(given)
+    base = os.path.basename(path)
+    name = next((base[: -len(suffix)] for suffix in RECIPE_SUFFIXES if base.endswith(suffix)), base)
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read the recipe file {given}: {exc.strerror}",
+                         "give the path of a recipe file (`envrun recipe draft -o FILE` writes one for this "
+                         "cluster) or the name of a recipe: " + (", ".join(available_recipes()) or "none")) from None
+    cache = content_cache_name(f"recipe-file-{name}", path.encode() + b"\0" + content, CACHE_FORMAT)
+    return _cached_recipe(path, name, content, cache, given_as_path=True)
+
+
+def _cached_recipe(path: str, name: str, content: bytes, cache: str, *, given_as_path: bool = False) -> dict[str, Any]:
     cached = read_cached(cache, cache, lambda data: is_recipe_data(data, name))
     if cached is not MISS:
         checked: dict[str, Any] = cached  # is_recipe_data checked its shape
@@ -117,6 +152,8 @@ def load_recipe_data(name: str, directory: Path | str | None = None) -> dict[str
     from pathlib import Path
 
     data = _cacheable(Path(path), name)
+    if given_as_path:
+        data[SOURCE_KEY]["given_as_path"] = True
     write_cached(cache, cache, data)
     return data
 
@@ -162,7 +199,8 @@ def validate_recipe_file(path: Path, name: str, document: Any = None) -> Recipe:
         field = ".".join(str(part) for part in loc)
         raise UsageError(f"{path}:{pos.line}:{pos.column}: {field}: {first['msg']}", "fix the recipe file") from None
     if recipe.name != name:
-        raise UsageError(f"{path}: name is {recipe.name!r} but the file is named {name}.yaml", "make them agree")
+        raise UsageError(f"{path}: name is {recipe.name!r} but the file is named {name}.yaml",
+                         f"make them agree: set `name: {name}` in it, or name the file {recipe.name}.yaml")
     for key in recipe.env:
         problem = env_name_problem(key)
         if problem:

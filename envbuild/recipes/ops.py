@@ -62,10 +62,18 @@ class RecipeMethods:
         return f"recipe {getattr(self, 'name', '?')}: {field}"
 
 
+def system_argument(recipe: SystemRecipe) -> str:
+    """The --system value that names `recipe` to another envrun (a batch job's, a doctor's step): its file where
+    it was given as one (--system ./mysite.yaml), else its name."""
+    source = getattr(recipe, "source", None) or {}
+    file: str | None = source.get("file") if source.get("given_as_path") else None
+    return file or recipe.name
+
+
 # --- the light view ---------------------------------------------------------------------------------
 
 MODEL_KEY = "__model__"
-SOURCE_KEY = "__source__"  # {"file": path, "lines": {"node.gpu_cores": 27, ...}}
+SOURCE_KEY = "__source__"  # {"file": path, "lines": {"node.gpu_cores": 27, ...}, "given_as_path": True (--system FILE)}
 
 
 class View:

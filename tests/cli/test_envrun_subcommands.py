@@ -36,7 +36,7 @@ def test_the_reference_lists_the_subcommands_of_the_table() -> None:
     assert spec is not None and spec.loader is not None
     gen_reference = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen_reference)
-    assert gen_reference.envrun_subcommands() == ["sbatch", "sweep", "doctor", "kernel", "shell"]
+    assert gen_reference.envrun_subcommands() == ["sbatch", "sweep", "doctor", "kernel", "recipe", "shell"]
     assert "signal-ranks" in envrun_main.SUBCOMMANDS, "run by --requeue scripts: dispatched, not documented"
 
 

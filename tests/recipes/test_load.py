@@ -162,3 +162,44 @@ def test_detection_reads_one_cache_file_that_follows_edited_recipes(tmp_path: Pa
     (recipes / "lumi-g.yaml").write_text(edited)
     assert detect_system({"SLURM_CLUSTER_NAME": "lumi2"}, "x")[0] == "lumi-g"
     assert detect_system({"SLURM_CLUSTER_NAME": "lumi"}, "x")[0] == "local"
+
+
+def test_a_recipe_file_given_as_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--system ./mysite.yaml (what `envrun recipe draft -o` writes): loaded, cached under its path and content, and
+    named to another envrun (a batch job's) by its file; a named recipe by its name."""
+    from envbuild.recipes.detect import resolve_recipe
+    from envbuild.recipes.ops import system_argument
+
+    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mysite.yaml").write_text((recipes_dir() / "puhti.yaml").read_text().replace("name: puhti", "name: mysite"))
+    for given in ("mysite.yaml", "./mysite.yaml", str(tmp_path / "mysite.yaml")):
+        recipe, why = resolve_recipe(given, {})
+        assert recipe.name == "mysite" and recipe.node is not None and recipe.node.gpus == 4
+        assert why == f"--system {given}" and system_argument(recipe) == str(tmp_path / "mysite.yaml")
+        assert recipe.cite("node.gpus").startswith(f"{tmp_path.name}/mysite.yaml:")
+    assert system_argument(load_recipe("puhti")) == "puhti"
+    assert resolve_recipe("puhti", {})[1] == "--system"
+
+
+@pytest.mark.parametrize(("file", "content", "message", "fix"), [
+    ("missing.yaml", None, "cannot read the recipe file missing.yaml: No such file or directory", "envrun recipe draft"),
+    ("other.yaml", "name: mysite\nnode: host\n", "name is 'mysite' but the file is named other.yaml",
+     "set `name: other` in it, or name the file mysite.yaml"),
+    ("broken.yaml", "name: broken\nnode: {gpus: -1, cores: 4}\n", "broken.yaml:2:", "fix the recipe file"),
+    ("syntax.yaml", "name: syntax\nnode: [\n", "syntax.yaml:", ""),
+])
+def test_a_bad_recipe_file_is_refused_with_where_and_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file: str,
+                                                          content: str | None, message: str, fix: str) -> None:
+    from envbuild.shared.errors import UsageError
+
+    monkeypatch.setenv("ENVBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    if content is not None:
+        (tmp_path / file).write_text(content)
+    with pytest.raises(UsageError) as caught:
+        load_recipe(file)
+    assert message in caught.value.message and fix in (caught.value.hint or "")
+    assert caught.value.exit_code == 2

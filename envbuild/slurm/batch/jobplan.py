@@ -14,6 +14,7 @@ from envbuild.launch.allocation import read_allocation
 from envbuild.launch.args import launcher_of
 from envbuild.launch.launchplan import LaunchRequest, plan_launch
 from envbuild.launch.shims import CHECKPOINT_SIGNAL
+from envbuild.recipes.ops import system_argument
 from envbuild.shared.shelltext import refuse_control
 from envbuild.slurm.batch.resources import JobRequest, JobResources, plan_resources
 from envbuild.slurm.batch.staging import StageSource
@@ -85,7 +86,7 @@ def plan_batch(recipe: SystemRecipe, request: BatchRequest, runtime: Runtime, ho
     refuse_control_in_request(request)
     resources = plan_resources(recipe, request.job, host)
     step = step_command(request.command, request.job.launcher)
-    options = ["--system", recipe.name, "--image", request.image]
+    options = ["--system", system_argument(recipe), "--image", request.image]
     for path, _mount in request.overlays:
         options += ["--overlay", path]
     for bind in request.binds:
