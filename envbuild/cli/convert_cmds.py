@@ -17,7 +17,7 @@ from envbuild.convert.formats import format_names, sorted_formats
 @click.argument("build_file", type=click.Path(path_type=Path))
 @click_option(OUTPUT, type=click.Path(path_type=Path), note="the spec", default_help="print it")
 @click.option("--format", "fmt", type=click.Choice(format_names()),
-              help="what BUILD_FILE is (default: told from its name and first line)")
+              help="what BUILD_FILE is (default: told from its name, else from its lines: Bootstrap: or FROM/ARG/RUN)")
 @click_option(SYSTEM, default="local", note="written into the spec as its system:", default_help="local")
 @click.option("--build-arg", "build_arg", multiple=True, metavar="NAME=VALUE",
               help="a value for a build argument (%arguments / {{ NAME }} of a definition file, ARG of a "

@@ -91,18 +91,23 @@ def substitute_def_placeholders(text: str, build_args: Mapping[str, str], source
 
 
 def substitute_docker_args(text: str, scope: Mapping[str, str | None], source: str, line: int, *,
-                           shell_script: bool = False) -> str:
+                           shell_script: bool = False, undeclared: tuple[str, str] | None = None) -> str:
     """`text` with the build arguments in `scope` (name -> value, None when declared without one) replaced.
     Other `$NAME`s are left for the shell or the environment; with `shell_script`, single-quoted strings are left
-    alone too, as the shell would."""
+    alone too, as the shell would. With `undeclared` (why, fix; `{name}` in them is the argument's name) every
+    `$NAME` is a build argument (a FROM line): one not in `scope` is unset, and an error with that reason where
+    it has no default."""
 
     def replace(match: re.Match[str]) -> str:
         if match[0].startswith("'"):
             return match[0] if shell_script else _SHELL_VAR.sub(replace, match[0][1:-1]).join("''")
         name = match[1] or match[4]
-        if name not in scope:
+        if name not in scope and undeclared is None:
             return match[0]
-        value = scope[name]
+        value = scope.get(name)
+        if value is None and not match[2] and name not in scope and undeclared is not None:
+            why, fix = (part.format(name=name) for part in undeclared)
+            raise build_file_error(source, line, f"build argument {name} has no value: it {why}", fix)
         if match[2]:  # ${NAME:-word} / ${NAME-word}
             if value is None or (match[2] == ":-" and not value):
                 return match[3]

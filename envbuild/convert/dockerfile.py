@@ -10,7 +10,7 @@ import posixpath
 import re
 import shlex
 
-from envbuild.convert.buildargs import build_file_error, check_image_reference, substitute_docker_args, unused_build_args
+from envbuild.convert.buildargs import build_file_error, check_image_reference, substitute_docker_args
 from envbuild.convert.envassign import carry_assignments
 from envbuild.convert.shellscript import HEREDOC, heredoc_delimiters, split_words
 from envbuild.convert.specbuilder import (
@@ -86,6 +86,14 @@ def _append_body(result: list[tuple[int, str, str]], body: list[str]) -> None:
     body.clear()
 
 
+# The LUMI AI Factory build scripts write their ARG lines (BASE_IMAGE, BASE_IMAGE_TAG and the recipe's values)
+# in place of this line of a containerfile template; the --build-args given to import stand for them.
+LAIF_BUILD_ARGS = "@@ BUILD_ARGS @@"
+# Variables that change what a pip install does: a RUN's pip install that sees one of them set by an ARG stays
+# a post command (python.packages would be installed without it).
+_PIP_SETTINGS = ("PIP_", "UV_", "PYTHON")
+
+
 def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args: dict[str, str] | None = None,
                       source: str = "Dockerfile") -> ImportResult:
     builder = SpecBuilder(name)
@@ -93,13 +101,21 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
     instructions = _docker_instructions(text)
     froms = [i for i, (_, word, _) in enumerate(instructions) if word == "FROM"]
     global_args: dict[str, str | None] = {}
+    declared: dict[str, int] = {}  # every ARG of the file -> the line that declares it first
     for line, word, rest in instructions[: froms[0] if froms else 0]:
         if word == "ARG":
             global_args.update(_declared_args(rest, build_args, {}, source, line))
+        elif f"{word} {rest}" == LAIF_BUILD_ARGS:
+            global_args.update(build_args)
+            declared.update({key: line for key in build_args})
+            builder.note(line, f"{LAIF_BUILD_ARGS} (the LUMI AI Factory build scripts put their ARG lines here; the "
+                               "--build-args given to envbuild import stand for them)")
     start = froms[-1] if froms else 0
-    declared = {key for _, word, rest in instructions if word == "ARG" for key in _arg_names(rest)}
-    for note in unused_build_args(build_args, declared):
-        builder.note(None, note)
+    for line, word, rest in instructions:
+        if word == "ARG":
+            for key in _arg_names(rest):
+                declared.setdefault(key, line)
+    _refuse_unknown_build_args(build_args, declared, source)
     _check_stages(builder, instructions, froms, source)
     scope: dict[str, str | None] = {}  # an ARG before FROM is seen in FROM only, unless declared again in the stage
     workdir = "/"
@@ -107,25 +123,27 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
         if word == "ARG":
             scope.update(_declared_args(rest, build_args, global_args, source, number))
             continue
+        arguments = _arguments_seen(scope, builder)
         if word not in ("FROM", "RUN") and "\n" not in rest:  # a COPY here-document is data, not expanded here
-            rest = substitute_docker_args(rest, scope, source, number)
+            rest = substitute_docker_args(rest, arguments, source, number)
         if word == "FROM":
-            words = [w for w in rest.split() if not w.startswith("--platform")]
-            if len(words) != len(rest.split()):
-                builder.note(number, "FROM --platform (the base is pulled for the build host's platform)")
-            image = substitute_docker_args(words[0] if words else "", global_args, source, number)
-            check_image_reference(image.removeprefix("docker://"), source, number, f"FROM {rest}")
-            builder.base = "docker://" + image.removeprefix("docker://")
+            _docker_from(builder, number, rest, global_args, source)
+            if _runs_before_a_workdir(instructions[start + 1:]):
+                builder.note(number, f"FROM {rest}: the base's WORKDIR and ENV were not read (envbuild import does "
+                                     "not pull docker:// images): RUN, COPY and ADD before the file's own WORKDIR run "
+                                     "in /, where Docker runs them in the base's WORKDIR; add WORKDIR <the base's "
+                                     "directory> before them if the base sets one")
         elif word == "RUN":
-            _docker_run(builder, number, substitute_docker_args(rest, scope, source, number, shell_script=True), workdir)
+            _docker_run(builder, number, substitute_docker_args(rest, arguments, source, number, shell_script=True),
+                        workdir, {key: value for key, value in scope.items() if value is not None and key not in builder.env})
         elif word == "WORKDIR":
             workdir = _docker_workdir(builder, number, rest, workdir, source)
         elif word == "ENV":
             _docker_env(builder, number, rest)
-        elif word in ("LABEL", "MAINTAINER"):
-            pairs = [("maintainer", rest.strip("\"'"))] if word == "MAINTAINER" else \
-                [tuple(w.partition("=")[::2]) for w in split_words(rest)]
-            for key, value in pairs:
+        elif word == "MAINTAINER":
+            add_label(builder, number, "maintainer", rest.strip("\"'"))
+        elif word == "LABEL":
+            for key, value in _label_pairs(builder, number, rest, source):
                 add_label(builder, number, key, value)
         elif word in ("COPY", "ADD") and "\n" in rest:
             _docker_copy_heredoc(builder, number, word, rest, workdir, source)
@@ -138,6 +156,108 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
             why = _DOCKER_NOT_EXPRESSIBLE.get(word, "not an instruction envbuild knows")
             builder.note(number, f"{word} {rest[:80]} ({why})".replace("  ", " "))
     return builder.result()
+
+
+def _runs_before_a_workdir(stage: list[tuple[int, str, str]]) -> bool:
+    """Whether a RUN, COPY or ADD of the stage comes before its first WORKDIR: Docker runs it in the base's."""
+    for _, word, _ in stage:
+        if word == "WORKDIR":
+            return False
+        if word in ("RUN", "COPY", "ADD"):
+            return True
+    return False
+
+
+def _refuse_unknown_build_args(build_args: dict[str, str], declared: dict[str, int], source: str) -> None:
+    """A --build-arg for an ARG the file does not declare: Docker warns and builds without it; import refuses,
+    since the user meant the value to change something."""
+    unknown = sorted(set(build_args) - set(declared))
+    if not unknown:
+        return
+    known = ", ".join(f"{key} (line {line})" for key, line in sorted(declared.items(), key=lambda item: item[1]))
+    first = unknown[0]
+    raise UsageError(f"{source}: --build-arg {' and --build-arg '.join(unknown)}: the file "
+                     f"declares no ARG {' or '.join(unknown)}, so the value would change nothing; the file's ARGs: "
+                     f"{known or 'none'}",
+                     f"drop --build-arg {first}, or correct its name to one of the file's ARGs")
+
+
+def _docker_from(builder: SpecBuilder, number: int, rest: str, global_args: dict[str, str | None], source: str) -> None:
+    """FROM: its build arguments substituted (an ARG before the first FROM, or a --build-arg), never written into
+    the spec as `$NAME`."""
+    words = [w for w in rest.split() if not w.startswith("--platform")]
+    if len(words) != len(rest.split()):
+        builder.note(number, "FROM --platform (the base is pulled for the build host's platform)")
+    written = words[0] if words else ""
+    image = substitute_docker_args(written, global_args, source, number, undeclared=(
+        "is not declared before the first FROM, where FROM sees it",
+        "declare it before FROM (ARG {name}) and give it: envbuild import --build-arg {name}=..."))
+    check_image_reference(image.removeprefix("docker://"), source, number, f"FROM {rest}")
+    if "$" in image:
+        raise build_file_error(source, number, f"FROM {rest} gives the image reference '{image}', which holds a "
+                               "variable import cannot expand", "write the image reference into the FROM line")
+    builder.base = "docker://" + image.removeprefix("docker://")
+
+
+def _arguments_seen(scope: dict[str, str | None], builder: SpecBuilder) -> dict[str, str | None]:
+    """The stage's ARGs as the next instruction sees them: an ENV of the same name set earlier wins (Docker's
+    rule), with its value where the spec holds one, else the name is left to the environment."""
+    seen: dict[str, str | None] = {}
+    for key, value in scope.items():
+        env = builder.env.get(key)
+        if env is None:
+            seen[key] = value
+        elif isinstance(env, str):
+            seen[key] = env
+    return seen
+
+
+def _label_pairs(builder: SpecBuilder, number: int, rest: str, source: str) -> list[tuple[str, str]]:
+    """LABEL read with Docker's grammar: `key=value ...` pairs (quotes and escapes as in the shell), or, when the
+    first word has no `=`, the legacy `LABEL key value` form, whose value is the rest of the line."""
+    try:
+        words = split_words(rest)
+    except ValueError as problem:
+        raise build_file_error(source, number, f"LABEL {rest[:80]}: {problem}",
+                               "close the quote, or escape the character") from None
+    if not words:
+        raise build_file_error(source, number, "LABEL without a label", "write LABEL key=value, or remove the line")
+    if "=" not in words[0]:  # the legacy form: `LABEL key value`
+        key, value = [*re.split(r"\s+", rest.strip(), maxsplit=1), ""][:2]  # at the first blank, as Docker splits it
+        key, value = _dequoted(key), _dequoted(value)
+        if value.startswith("="):
+            builder.note(number, f"LABEL {rest[:80]}: the legacy form LABEL key value (no = after the key), so "
+                                 f"Docker gives the label {key} the value {value!r} and so does the spec; write "
+                                 f"LABEL {key}={value[1:].strip()!r} if that was meant")
+        pairs = [(key, value)]
+    else:
+        pairs = []
+        for word in words:
+            key, sep, value = word.partition("=")
+            if not sep:
+                raise build_file_error(source, number, f"LABEL {rest[:80]}: {word!r} is not key=value (Docker refuses "
+                                       "the line too)", f"write {word}=<value>, or quote the value it belongs to")
+            pairs.append((key, value))
+    for key, _ in pairs:
+        if not key.strip():
+            raise build_file_error(source, number, f"LABEL {rest[:80]}: a label with an empty key",
+                                   "write the key before the =, e.g. LABEL org.opencontainers.image.version=1.0")
+    return pairs
+
+
+_QUOTED_PART = re.compile(r"""'([^']*)'|"((?:[^"\\]|\\.)*)"|\\(.)|([^'"\\]+)""", re.DOTALL)
+
+
+def _dequoted(text: str) -> str:
+    """`text` with its quotes and escapes taken away and its blanks kept, as Docker reads a legacy LABEL's value."""
+    parts = []
+    for match in _QUOTED_PART.finditer(text):
+        single, double, escaped, plain = match.groups()
+        if double is not None:
+            parts.append(re.sub(r'\\(["\\])', r"\1", double))
+        else:
+            parts.append(next(part for part in (single, escaped, plain) if part is not None))
+    return "".join(parts)
 
 
 def _arg_names(rest: str) -> list[str]:
@@ -211,12 +331,14 @@ def _docker_env(builder: SpecBuilder, number: int, rest: str) -> None:
     name, _, value = rest.strip().partition(" ")
     if "=" not in name and value.strip() and '"' not in value:
         rest = f'{name}="{value.strip()}"'  # the old form: the rest of the line is the value
-    problem = carry_assignments(builder.env, rest, {})
+    problem = carry_assignments(builder.env, rest, {}, at_once=True)  # Docker: every $NAME from before the line
     if problem:
         builder.note(number, f"ENV {rest[:80]} (not imported: {problem})")
 
 
-def _docker_run(builder: SpecBuilder, number: int, rest: str, workdir: str) -> None:
+def _docker_run(builder: SpecBuilder, number: int, rest: str, workdir: str, arguments: dict[str, str]) -> None:
+    """RUN: its script in post, started in the WORKDIR and with the stage's ARGs in its environment (`arguments`),
+    as Docker runs it; neither reaches the image's environment."""
     if rest.startswith("["):
         try:
             words = json.loads(rest)
@@ -227,15 +349,22 @@ def _docker_run(builder: SpecBuilder, number: int, rest: str, workdir: str) -> N
         option, _, rest = rest.partition(" ")
         builder.note(number, f"RUN {option} (BuildKit options are not carried)")
     cd = f"cd {shlex.quote(workdir)}\n" if workdir != "/" else ""
+    exports = f"export {' '.join(f'{key}={shlex.quote(value)}' for key, value in arguments.items())}\n" \
+        if arguments else ""
+    if any(key.startswith(_PIP_SETTINGS) for key in arguments):
+        cd, exports = exports + cd, ""  # a pip install after them stays in post, where it sees them
     script_only = re.match(r"^<<-?\s*['\"]?(\w+)['\"]?\s*\n", rest)
     if script_only:  # RUN <<EOF: the body is the script, run as written
         body = rest.split("\n", 1)[1].rsplit("\n", 1)[0]
         if body.startswith("#!"):  # Docker runs it with its #! interpreter: so does post, body kept as it is
             delimiter = script_only[1]
             body = f"{body.splitlines()[0][2:].strip()} <<'{delimiter}'\n{body}\n{delimiter}"
-        builder.post.append(cd + body)
+        builder.post.append(exports + cd + body)
         return
-    builder.shell(number - bool(cd), cd + rest)  # the cd line stands before the RUN's own line
+    before = len(builder.post)
+    builder.shell(number - cd.count("\n"), cd + rest)  # the cd line stands before the RUN's own line
+    if exports and len(builder.post) > before:  # what is left of the RUN after its pip installs were taken out
+        builder.post[-1] = exports + builder.post[-1]
 
 
 def _docker_copy_heredoc(builder: SpecBuilder, number: int, word: str, rest: str, workdir: str, source: str) -> None:

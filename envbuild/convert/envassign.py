@@ -186,11 +186,14 @@ def _combined(before: EnvEntry | None, edit: dict[str, str]) -> EnvEntry | None:
     return {key: value for key, value in (("prepend", prepend), ("append", append)) if value} or None
 
 
-def apply_assignments(text: str, env: dict[str, EnvEntry], known: dict[str, str]) -> None:
+def apply_assignments(text: str, env: dict[str, EnvEntry], known: dict[str, str], *, at_once: bool = False) -> None:
     """Every assignment of `text` into `env` (the importer's entries so far), in order; an EnvProblem
-    before any is made, so a line is carried whole or not at all."""
+    before any is made, so a line is carried whole or not at all. With `at_once` (a Dockerfile's ENV) every
+    `$NAME` of the line takes its value from before the line, as Docker expands them; without it a name set
+    earlier on the same line is seen, as the shell's `A=1 B=$A` does."""
     changes: dict[str, EnvEntry] = {}
-    after = ChainMap(changes, env)  # the line's own assignments over the earlier ones, without a copy of them
+    # the line's own assignments over the earlier ones, without a copy of them
+    after: Mapping[str, EnvEntry] = env if at_once else ChainMap(changes, env)
     for name, parts in split_assignments(text):
         entry = env_entry(name, parts, after, known)
         if entry is not None:
@@ -198,10 +201,10 @@ def apply_assignments(text: str, env: dict[str, EnvEntry], known: dict[str, str]
     env.update(changes)
 
 
-def carry_assignments(env: dict[str, EnvEntry], text: str, known: dict[str, str]) -> str | None:
+def carry_assignments(env: dict[str, EnvEntry], text: str, known: dict[str, str], *, at_once: bool = False) -> str | None:
     """`apply_assignments` for an importer: None when the line was carried, else why not (for its note)."""
     try:
-        apply_assignments(text, env, known)
+        apply_assignments(text, env, known, at_once=at_once)
     except EnvProblem as problem:
         return str(problem)
     return None

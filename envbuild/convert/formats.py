@@ -36,7 +36,7 @@ class BuildFileFormat(NamedTuple):
     title: str  # what its files are called in messages ("a Dockerfile")
     export_help: str  # what `envbuild export --format NAME` writes, for its help
     file_names: re.Pattern[str]  # searched in a file's name (in lower case): a name that says this format
-    first_line: re.Pattern[str]  # matched with the first line neither blank nor a comment, when no name says it
+    telling_line: re.Pattern[str]  # matched with each line, when no name says it: a line only this format has
     importer: str  # "module:function", an ImportFunction
     exporter: str  # "module:function", an ExportFunction
 
@@ -55,7 +55,7 @@ class BuildFileFormat(NamedTuple):
 # (Dockerfile.def is a Dockerfile). Users see the formats sorted by name (format_names).
 FORMATS: tuple[BuildFileFormat, ...] = (
     BuildFileFormat("dockerfile", "a Dockerfile", "a Dockerfile",
-                    re.compile(r"dockerfile|^containerfile"), re.compile(r"(from|arg)\s", re.I),
+                    re.compile(r"dockerfile|^containerfile"), re.compile(r"(from|arg|run)\s+\S", re.I),
                     "envbuild.convert.dockerfile:import_dockerfile", "envbuild.convert.dockerfile:export_dockerfile"),
     BuildFileFormat("def", "a definition file", "an Apptainer definition file (apptainer build --fakeroot)",
                     re.compile(r"\.(def|singularity)\Z|^singularity"), re.compile(r"bootstrap\s*:", re.I),
@@ -86,7 +86,10 @@ def format_named(name: str) -> BuildFileFormat:
 
 
 def detect_format(text: str, filename: str) -> BuildFileFormat:
-    """The format `filename` says, else the one its first line (neither blank nor a comment) says."""
+    """The format `filename` says, else the one its content says: the first line (neither blank nor a comment)
+    that one format's telling line matches (`Bootstrap:` a definition file, `FROM`/`ARG`/`RUN` a Dockerfile).
+    Files with no telling name (the LUMI AI Factory's containerfiles/torch/Venv_Torch, which starts with a line
+    its build scripts replace) are told by their content."""
     lower = filename.lower()
     for fmt in FORMATS:
         if fmt.file_names.search(lower):
@@ -96,9 +99,8 @@ def detect_format(text: str, filename: str) -> BuildFileFormat:
         if not stripped or stripped.startswith("#"):
             continue
         for fmt in FORMATS:
-            if fmt.first_line.match(stripped):
+            if fmt.telling_line.match(stripped):
                 return fmt
-        break
     formats = sorted_formats()
     raise UsageError(f"cannot tell whether {filename} is " + " or ".join(fmt.title for fmt in formats),
                      "pass " + " or ".join(f"--format {fmt.name}" for fmt in formats))

@@ -80,12 +80,24 @@ def test_def_environment_import_keeps_shell_meaning() -> None:
 
 def test_dockerfile_env_import_keeps_shell_meaning() -> None:
     text = ("FROM debian:bookworm\nARG V=2\nENV PATH=/opt/conda/bin:$PATH LD_LIBRARY_PATH=/opt/x/lib:${LD_LIBRARY_PATH}\n"
-            "ENV APP=/app/$V PYTHONPATH=$APP/src\nENV HOME_CACHE=$HOME/c\nENV OLD old form value\n")
+            "ENV APP=/app/$V\nENV PYTHONPATH=$APP/src\nENV HOME_CACHE=$HOME/c\nENV OLD old form value\n")
     result = import_dockerfile(text, "k")
     spec = load_spec_text(result.render("Dockerfile")).spec
     assert spec.env == {"PATH": EnvEdit(prepend="/opt/conda/bin"), "LD_LIBRARY_PATH": EnvEdit(prepend="/opt/x/lib"),
                         "APP": "/app/2", "PYTHONPATH": "/app/2/src", "OLD": "old form value"}
-    assert "line 5: ENV HOME_CACHE=$HOME/c (not imported: $HOME is not set earlier" in "\n".join(result.notes)
+    assert "line 6: ENV HOME_CACHE=$HOME/c (not imported: $HOME is not set earlier" in "\n".join(result.notes)
+
+
+def test_dockerfile_env_reads_every_variable_from_before_the_instruction() -> None:
+    """Docker's own example (Dockerfile reference, "Environment replacement"): `ENV abc=bye def=$abc` gives def
+    the value abc had before the line, and a name the line itself sets is not seen by its other assignments."""
+    result = import_dockerfile("FROM busybox\nENV abc=hello\nENV abc=bye def=$abc\nENV ghi=$abc\n", "d")
+    assert result.spec["env"] == {"abc": "bye", "def": "hello", "ghi": "bye"}
+    same_line = import_dockerfile("FROM debian\nENV APP=/app PYTHONPATH=$APP/src\n", "d")
+    assert "env" not in same_line.spec  # $APP is the base's (not known here), not /app; a line is carried whole
+    assert "line 2: ENV APP=/app PYTHONPATH=$APP/src (not imported: $APP is not set earlier" in "\n".join(same_line.notes)
+    edits = import_dockerfile("FROM debian\nENV P=/a\nENV P=/b:$P Q=$P\n", "d").spec["env"]
+    assert edits == {"P": "/b:/a", "Q": "/a"}
 
 
 @pytest.mark.parametrize("export", [export_def, export_dockerfile])
@@ -123,12 +135,24 @@ def test_pip_install_first_on_a_plain_base_becomes_packages() -> None:
 
 
 @pytest.mark.parametrize("base", ["nvcr.io/nvidia/pytorch:24.01-py3", "continuumio/miniconda3", "localimage:x.sif"])
-def test_pip_install_on_a_base_with_its_own_python_stays_in_post(base: str) -> None:
+def test_pip_install_on_a_base_with_its_own_python_goes_into_it(base: str) -> None:
+    """The file installs into the base's Python: so does the spec (python.target: base), with the install in
+    python.packages, which that target installs with the base's Python before any post command."""
     header = f"Bootstrap: localimage\nFrom: {base[11:]}\n" if base.startswith("localimage:") else \
         f"Bootstrap: docker\nFrom: {base}\n"
     result = import_def(header + "\n%post\n    pip install transformers\n", "n")
-    assert "python" not in result.spec and result.spec["post"] == ["pip install transformers"]
-    assert "may bring its own Python environment" in "\n".join(result.notes)
+    assert result.spec["python"] == {"target": "base", "transformers": True} and "post" not in result.spec
+
+
+def test_a_framework_base_without_pip_installs_still_keeps_its_python() -> None:
+    result = import_dockerfile("FROM nvcr.io/nvidia/pytorch:24.01-py3\nRUN apt-get update\nRUN pip install six\n", "f")
+    assert result.spec["python"] == {"target": "base"}
+    assert result.spec["post"] == ["apt-get update", "pip install six"]  # after apt-get: in its place, into the base
+
+
+def test_a_plain_base_keeps_envbuilds_venv() -> None:
+    result = import_dockerfile("FROM ubuntu:22.04\nRUN pip install six\n", "u")
+    assert "target" not in result.spec["python"]
 
 
 def test_verify_shows_an_edit_as_the_spec_writes_it() -> None:

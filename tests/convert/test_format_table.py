@@ -58,6 +58,11 @@ def test_the_cli_format_choices_are_the_table(command: click.Command) -> None:
     ("Dockerfile.def", "", "dockerfile"),  # the name that says Dockerfile wins over the extension
     ("env.def", "", "def"), ("env.singularity", "", "def"), ("Singularity", "", "def"),
     ("build.txt", "# comment\n\nBootstrap: docker\n", "def"), ("build.txt", "\nARG V=1\nFROM x\n", "dockerfile"),
+    # no telling name: the content says it (the LUMI AI Factory's templates start with a line their scripts replace)
+    ("Venv_Torch", "@@ BUILD_ARGS @@\n\nFROM $BASE_IMAGE:$BASE_IMAGE_TAG\nARG BASE_IMAGE\n", "dockerfile"),
+    ("Venv_Torch", "ARG BASE_IMAGE\nARG BASE_IMAGE_TAG\nFROM $BASE_IMAGE:$BASE_IMAGE_TAG\n", "dockerfile"),
+    ("Ubuntu2404_Rocm", "# ROCm\nRUN apt-get update\n", "dockerfile"),
+    ("pytorch_env", "# built with apptainer\nBootStrap: docker\nFrom: ubuntu:24.04\n\n%post\n    run_it\n", "def"),
 ])
 def test_detection_reads_the_table(filename: str, text: str, expected: str) -> None:
     assert detect_format(text, filename).name == expected
@@ -65,5 +70,5 @@ def test_detection_reads_the_table(filename: str, text: str, expected: str) -> N
 
 def test_a_file_nothing_says_is_refused_with_the_choices() -> None:
     with pytest.raises(UsageError, match="is a definition file or a Dockerfile") as caught:
-        detect_format("echo hi\nBootstrap: docker\n", "build.txt")
+        detect_format("echo hi\nmake all\nfrom_here=1\n", "build.txt")
     assert caught.value.hint == "pass --format def or --format dockerfile"

@@ -97,11 +97,14 @@ def test_dockerfile_args_follow_dockers_scoping() -> None:
     assert spec.base.describe() == "docker://nvcr.io/nvidia/pytorch:24.05-py3"
     assert spec.env["APP_VERSION"] == "0.1"  # declared again in the stage: the value before FROM
     assert [(f.src, f.dest) for f in spec.files] == [("requirements.txt", "/workspace/app/requirements.txt")]
+    # the stage's ARGs with a value are in each RUN's environment (not the image's); APP_VERSION is an ENV too,
+    # which wins over the ARG, as in Docker
     assert spec.post == ("mkdir -p /workspace/app",
+                         "export DEBIAN_FRONTEND=noninteractive BASE_TAG_SEEN=x\n"
                          "cd /workspace/app\napt-get update && apt-get install -y --no-install-recommends git && "
                          "echo \"0.1 noninteractive\" > version.txt && echo '$APP_VERSION' $HOME",
                          # BASE_TAG is declared before FROM only: not seen in RUN, as in Docker
-                         "cd /workspace/app\necho ${BASE_TAG:-unset}")
+                         "export DEBIAN_FRONTEND=noninteractive BASE_TAG_SEEN=x\ncd /workspace/app\necho ${BASE_TAG:-unset}")
     assert not any("ARG" in note or "substitut" in note for note in result.notes)
     with_arg = import_dockerfile(NGC_STYLE_DOCKERFILE, "ngc", build_args={"BASE_TAG": "25.01-py3", "APP_VERSION": "2"})
     assert with_arg.spec["base"] == "docker://nvcr.io/nvidia/pytorch:25.01-py3"
@@ -234,9 +237,13 @@ def test_run_heredoc_with_an_interpreter_line_runs_with_that_interpreter() -> No
         "/usr/bin/env python3 <<'EOF'\n#!/usr/bin/env python3\nprint('  hi')\nEOF"]
 
 
-def test_a_build_arg_the_file_does_not_have_is_noted() -> None:
-    assert import_dockerfile("FROM debian\n", "d", build_args={"TAG": "1"}).notes == [
-        "--build-arg TAG: the file has no build argument TAG (ignored)"]
+def test_a_build_arg_the_file_does_not_have_is_refused_in_a_dockerfile_and_noted_in_a_def() -> None:
+    with pytest.raises(UsageError) as caught:
+        import_dockerfile("FROM debian\nARG GCC_VERSION=12\nRUN ./build.sh\n", "d", build_args={"GCC_VERSON": "11"},
+                          source="Dockerfile.gcc")
+    assert caught.value.message.startswith("Dockerfile.gcc: --build-arg GCC_VERSON: the file declares no ARG GCC_VERSON")
+    assert "GCC_VERSION (line 2)" in caught.value.message and "11" not in caught.value.message  # a value may be secret
+    assert caught.value.hint == "drop --build-arg GCC_VERSON, or correct its name to one of the file's ARGs"
     assert import_def(LAIF_STYLE_DEF, "l", build_args={"TAGG": "1"}).notes == [
         "--build-arg TAGG: the file has no build argument TAGG (ignored)"]
 
