@@ -57,7 +57,13 @@ _UNKNOWN_PROGRAMS = {
     "mpirun": "mpirun starts its own processes (how many, and where, is in its options or hostfile)",
     "mpiexec": "mpiexec starts its own processes (how many, and where, is in its options or hostfile)",
     "eval": "eval runs a command built when the job runs",
+    "ibrun": "ibrun (TACC's MPI launcher) starts its own processes, one per task of the job",
 }
+# DeepSpeed's options that make it start the ranks on other nodes itself (through pdsh, ssh, mpirun or srun, from
+# a hostfile): https://www.deepspeed.ai/getting-started/#resource-configuration-multi-node
+_DEEPSPEED_MULTI_NODE = ("--hostfile", "-H", "--launcher")
+# words of a program's name that say it wraps a launcher (IDRIS's idr_accelerate, a project's run_deepspeed)
+_LAUNCHER_WORDS = ("torchrun", "accelerate", "deepspeed")
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,10 @@ def classify_program(words: tuple[str, ...], via: str = "") -> Program:
     if base in _SHELLS:
         return _shell_string(rest, via)
     launcher = launcher_kind(rest)  # every spelling of every launcher: envbuild.launch.args.launcher_of
+    if launcher == "deepspeed" and _deepspeed_starts_other_nodes(rest):
+        return Program("unknown", rest, via, "deepspeed --hostfile starts the ranks on the hostfile's nodes itself "
+                       "(pdsh, ssh or its --launcher): which nodes, and how many processes on each, is in a file "
+                       "written when the job runs")
     if launcher:
         return Program(launcher, rest, via)
     if tuple(word.rsplit("/", 1)[-1] for word in rest[:2]) in _TWO_WORD_WRAPPERS:
@@ -112,12 +122,30 @@ def classify_program(words: tuple[str, ...], via: str = "") -> Program:
         inner = classify_program(rest[1:], _join(via, first))
         if inner.kind not in ("other", "unknown"):
             return inner
-    after = _after_options(rest[1:], set())
-    runs = after[0] if after and _names_a_launcher(after[0]) and base not in _SETUP else None
-    if runs is not None:  # a site's or a project's wrapper (my_launch python ...): what it does is its own
+    if base in _SETUP:
+        return Program("other", rest, via)
+    # a site's or a project's wrapper or runtime (my_launch python ..., podman-hpc run IMAGE python ...): what it
+    # does with the launcher or Python it names is its own
+    runs = next((word for word in rest[1:] if _names_a_launcher(word)), None)
+    if runs is not None:
         return Program("unknown", rest, via, f"{base} runs {runs.rsplit('/', 1)[-1]} in a way the check does not "
                        "know (a site's or the project's wrapper)")
+    wrapped = next((word for word in _LAUNCHER_WORDS if word in base.replace("-", "_").split("_")), None)
+    if wrapped is not None:
+        return Program("unknown", rest, via, f"{base} is a wrapper of {wrapped} (by its name): how many processes "
+                       "it starts per task is its own")
     return Program("other", rest, via)
+
+
+def _deepspeed_starts_other_nodes(words: tuple[str, ...]) -> bool:
+    """`deepspeed --hostfile FILE train.py`: DeepSpeed's own options (those before the training script) name a
+    hostfile or a multi-node launcher."""
+    for word in words[1:]:
+        if word.endswith(".py"):
+            return False
+        if word.split("=", 1)[0] in _DEEPSPEED_MULTI_NODE:
+            return True
+    return False
 
 
 def _names_a_launcher(word: str) -> bool:

@@ -209,26 +209,41 @@ class _TreeReader:
 
     def add_command(self, node: Node) -> None:
         """A command's words, without its redirections. tree-sitter-bash (0.25) reads `A=1 B=2` and the next
-        line as one command; bash ends a command at an unescaped newline, and so does this."""
-        parts: list[Node] = []
+        line as one command; bash ends a command at an unescaped newline, and so does this. Nodes with no blank
+        between them are one word, as bash splits words at blanks only (the grammar reads
+        `--mounts=/a,`pwd`:/b` as two nodes)."""
+        parts: list[Node | tuple[Node, ...]] = []
         end = node.start_byte
         for child in node.children:
             gap = self.source[end:child.start_byte]
             if b"\n" in gap and b"\n" in gap.replace(b"\\\n", b""):
                 self.add(node, parts)
                 parts = []
+            touches = parts and child.start_byte == end
             end = child.end_byte
-            if not child.type.endswith("redirect") and child.type != "comment":
+            if child.type.endswith("redirect") or child.type == "comment":
+                continue
+            if touches:
+                last = parts[-1]
+                parts[-1] = (*last, child) if isinstance(last, tuple) else (last, child)
+            else:
                 parts.append(child)
         self.add(node, parts)
 
-    def add(self, node: Node, parts: list[Node]) -> None:
-        words = [word for word in map(self.word, parts) if word is not None]
+    def add(self, node: Node, parts: list[Node] | list[Node | tuple[Node, ...]]) -> None:
+        words = [word for word in map(self.part_word, parts) if word is not None]
         if not words:
             return
-        line = self.first_line + parts[0].start_point.row
+        first = parts[0]
+        line = self.first_line + (first[0] if isinstance(first, tuple) else first).start_point.row
         self.commands.append(SimpleCommand(line, tuple(word.text for word in words), node.end_byte < self.error_byte,
                                            tuple((word.quoted, word.expands) for word in words)))
+
+    def part_word(self, part: Node | tuple[Node, ...]) -> Word | None:
+        """The word of a node, or of nodes that touch (one word to bash)."""
+        if not isinstance(part, tuple):
+            return self.word(part)
+        return self.joined(part[-1], list(part), part[0].start_byte)
 
     def word(self, node: Node) -> Word | None:
         """The word bash makes of a node, its quotes removed; `$X`, `${X}`, `$(...)`, `$((...))` as written."""
