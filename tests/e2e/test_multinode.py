@@ -126,3 +126,19 @@ def test_doctor_checks_each_node_of_a_two_node_allocation(two_nodes: None, refer
     assert not [f for f in found if f["level"] == "fail"]
     probe = " ".join(f["what"] for f in found if f["area"] == "probe")
     assert "gloo backend" in probe and "ranks answered" in probe
+
+
+def test_a_recipe_drafted_on_two_nodes_launches_ddp_across_them(two_nodes: None, reference_image: Path,
+                                                                 tmp_path: Path) -> None:
+    """`envrun recipe draft` on the two-node cluster describes its nodes (both alike), and `envrun --system FILE`
+    launches 2 tasks on each of them from it: one world of four."""
+    recipe = tmp_path / "twonodes.yaml"
+    drafted = run_cli([ENVRUN, "recipe", "draft", "-o", str(recipe)], timeout=120)
+    assert drafted.returncode == 0, drafted.stderr
+    text = recipe.read_text()
+    assert "scontrol show node node1" in text and "Its nodes differ" not in text and "  debug: {" in text
+    result = run_cli([ENVRUN, "--system", str(recipe), "--image", str(reference_image), "--explain", "srun", "-N", "2",
+                      "--ntasks-per-node=2", "python", "examples/ddp_minimal.py", "--steps", "10", "--json"], timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    check_world_of_four(result.stdout)
+    assert f"system twonodes: --system {recipe}" in result.stderr
