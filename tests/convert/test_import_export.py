@@ -199,3 +199,32 @@ def test_cli_errors_say_what_to_do(tmp_path: Path) -> None:
     assert bad_format.exit_code == 2 and "'def', 'dockerfile'" in bad_format.output
     overlay = runner.invoke(main, ["export", str(REPO / "envs/lumi-overlay.yaml"), "--format", "def"])
     assert overlay.exit_code != 0 and "overlay" in overlay.output
+
+
+# Dockerfiles in the shapes of public ones, with what Docker means by them (ARGs in their RUNs' environment, both
+# LABEL forms, FROM $ARG, WORKDIR, ENV from before the line): import -> export -> import means the same.
+ROUND_TRIP_DOCKERFILES = {
+    "ngc-args": ("ARG NGC_TAG=24.05-py3\nFROM nvcr.io/nvidia/pytorch:${NGC_TAG}\nARG DEBIAN_FRONTEND=noninteractive\n"
+                 "ARG PIP_CONSTRAINT=\nARG GCC_VERSION=12\nWORKDIR /workspace\n"
+                 "RUN apt-get update && apt-get install -y gcc-$GCC_VERSION\nRUN pip install --no-cache-dir flash-attn\n",
+                 {"GCC_VERSION": "11"}),
+    "labels": ('FROM debian:bookworm\nLABEL org.opencontainers.image.title="NGC training" \\\n    version=1.2\n'
+               'LABEL maintainer = "someone@example.org"\nLABEL description This image is for training\n', {}),
+    "laif-template": ("@@ BUILD_ARGS @@\n\nFROM $BASE_IMAGE:$BASE_IMAGE_TAG\nARG BASE_IMAGE\nARG TORCH_URL\n"
+                      "RUN set -ue; \\\n  python3.12 -m venv /opt/venv; \\\n  /opt/venv/bin/pip install $TORCH_URL\n"
+                      'ENV PATH="/opt/venv/bin:$PATH"\n',
+                      {"BASE_IMAGE": "rocm/dev-ubuntu-24.04", "BASE_IMAGE_TAG": "6.4", "TORCH_URL": "torch==2.7.1"}),
+    "env-at-once": ("FROM ubuntu:24.04\nENV abc=hello\nENV abc=bye def=$abc\nARG REF=main\n"
+                    "RUN git clone https://github.com/huggingface/transformers && git -C transformers checkout $REF\n"
+                    "WORKDIR /workspace/app\nRUN <<EOF\nmake $REF\nEOF\n", {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TRIP_DOCKERFILES))
+def test_dockerfile_import_export_import_means_the_same(name: str) -> None:
+    text, build_args = ROUND_TRIP_DOCKERFILES[name]
+    first = load_spec_text(import_dockerfile(text, "rt", build_args=build_args).render("Dockerfile")).spec
+    exported = export_dockerfile(ExportInput(first, "rt.yaml"))
+    assert "$BASE_IMAGE" not in exported and "@@" not in exported
+    again = load_spec_text(import_dockerfile(exported, "rt").render("rt.Dockerfile")).spec
+    assert again.model_dump() == first.model_dump()
