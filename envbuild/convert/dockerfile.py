@@ -182,6 +182,10 @@ def _refuse_unknown_build_args(build_args: dict[str, str], declared: dict[str, i
                      f"drop --build-arg {first}, or correct its name to one of the file's ARGs")
 
 
+# The transports Podman and Buildah read a FROM through besides a registry (containers-transports(5)).
+_OTHER_TRANSPORT = re.compile(r"^(oci|oci-archive|docker-archive|docker-daemon|containers-storage|dir):")
+
+
 def _docker_from(builder: SpecBuilder, number: int, rest: str, global_args: dict[str, str | None], source: str) -> None:
     """FROM: its build arguments substituted (an ARG before the first FROM, or a --build-arg), never written into
     the spec as `$NAME`."""
@@ -192,6 +196,12 @@ def _docker_from(builder: SpecBuilder, number: int, rest: str, global_args: dict
     image = substitute_docker_args(written, global_args, source, number, undeclared=(
         "is not declared before the first FROM, where FROM sees it",
         "declare it before FROM (ARG {name}) and give it: envbuild import --build-arg {name}=..."))
+    transport = _OTHER_TRANSPORT.match(image)
+    if transport:
+        raise build_file_error(source, number, f"FROM {rest}: the base is read through {transport[1]}:, which a "
+                               "spec cannot name (its bases are docker://, oras:// and local .sif images)",
+                               f"make it a .sif (apptainer build base.sif {image}); import the file with a "
+                               "registry image in FROM and write base: localimage:base.sif into the spec it gives")
     check_image_reference(image.removeprefix("docker://"), source, number, f"FROM {rest}")
     if "$" in image:
         raise build_file_error(source, number, f"FROM {rest} gives the image reference '{image}', which holds a "

@@ -206,6 +206,13 @@ def test_the_laif_template_imports_with_its_build_args() -> None:
         import_dockerfile(LAIF_TEMPLATE, "venv-torch", source="Venv_Torch")
 
 
+def test_a_base_read_through_another_transport_is_refused_at_its_line() -> None:
+    with pytest.raises(UsageError) as caught:
+        import_dockerfile("ARG BASE=oci-archive:/images/base.tar\nFROM $BASE\nRUN true\n", "o")
+    assert caught.value.message.startswith("Dockerfile:2: FROM $BASE: the base is read through oci-archive:")
+    assert "apptainer build base.sif oci-archive:/images/base.tar" in (caught.value.hint or "")
+
+
 def test_cli_imports_a_file_with_no_telling_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "containerfiles" / "torch").mkdir(parents=True)
