@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from envbuild.launch.launchplan import LaunchPlan
+    from envbuild.recipes.protocols import SystemRecipe
 
 
 class RunRequest:
@@ -133,6 +134,7 @@ def plan_for(request: RunRequest, environ: Mapping[str, str], cwd: str) -> Launc
     if allocation is not None:
         gpus_from_scontrol(allocation)  # an salloc shell: its variables do not say
     sampler = report_sampler(request, environ)
+    slurm, torch = binding_facts(recipe, request.command, image_path, overlays, environ)
     step_timeout, step_timeout_from = request.step_timeout, "--step-timeout"
     if not step_timeout and environ.get("ENVRUN_STEP_TIMEOUT"):
         step_timeout, step_timeout_from = environ["ENVRUN_STEP_TIMEOUT"], "$ENVRUN_STEP_TIMEOUT"
@@ -143,8 +145,28 @@ def plan_for(request: RunRequest, environ: Mapping[str, str], cwd: str) -> Launc
         host=read_host_node(environ), overlays=overlays, warnings=tuple(warnings), notes=tuple(notes),
         strict_net=request.strict_net, step_timeout=step_timeout or "", step_timeout_from=step_timeout_from,
         runscript=runscript[1] if runscript and runscript[0] == "run" else "", host_paths=HostPaths(),
-        report_sampler=sampler, runtime_info=request.explain or request.verbose,
+        report_sampler=sampler, runtime_info=request.explain or request.verbose, slurm=slurm, torch=torch,
     ))
+
+
+def binding_facts(recipe: SystemRecipe, command: list[str], image: str, overlays: tuple[tuple[str, str], ...],
+                  environ: Mapping[str, str]) -> tuple[tuple[str, str], tuple[str, str, bool]]:
+    """This Slurm's version and the image's torch, read only where the recipe documents a binding that depends
+    on them and the command could use it (srun; torchrun): other launches pay nothing for them."""
+    from envbuild.launch.args import launcher_kind, split_srun
+
+    slurm: tuple[str, str] = ("", "not needed")
+    torch: tuple[str, str, bool] = ("", "not needed", False)
+    program = split_srun(tuple(command))[1] if command[:1] == ["srun"] else tuple(command)
+    if recipe.launch.gpu_bind is not None and command[:1] == ["srun"]:
+        from envbuild.launch.bindingfacts import slurm_version
+
+        slurm = slurm_version(environ)
+    if recipe.launch.numa_binding is not None and program and launcher_kind(program) == "torchrun":
+        from envbuild.launch.bindingfacts import image_torch
+
+        torch = image_torch(image, overlays)
+    return slurm, torch
 
 
 def report_directory(request: RunRequest, environ: Mapping[str, str]) -> str:

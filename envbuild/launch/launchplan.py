@@ -108,7 +108,8 @@ class _Planner:
             self.refuse_forbidden(self.srun_opts)
         if per_node:
             check_launcher_options(kind, self.program)
-        size = size_launch(self.recipe, self.srun_opts, self.program, self.request.allocation, self.request.host)
+        size = size_launch(self.recipe, self.srun_opts, self.program, self.request.allocation, self.request.host,
+                           slurm=self.request.slurm, torch=self.request.torch)
         self.size = size
         self.standalone = is_torchrun and self.wants_standalone()
         outer: list[str] = []
@@ -228,7 +229,10 @@ class _Planner:
                 f'export MASTER_ADDR="${{first}}{suffix}" MASTER_PORT="$port"',
             ]
             per_task = self.size.gpus_per_task
-            for name, source in recipe.launch.per_task_gpu_env.items():
+            if self.size.slurm_binds_gpus and recipe.launch.per_task_gpu_env:
+                self.note(f"{', '.join(recipe.launch.per_task_gpu_env)} not set in each task: srun --gpu-bind gives "
+                          "each task its GPU")
+            for name, source in () if self.size.slurm_binds_gpus else recipe.launch.per_task_gpu_env.items():
                 if per_task <= 1:
                     lines.append(f'export {name}="${source}"')
                     self.note(f"{name}=${source} in each task: {recipe.cite('launch.per_task_gpu_env.' + name)}")
@@ -299,6 +303,8 @@ class _Planner:
         added: list[str] = []
         if size.processes is not None and not torchrun_has(own, "--nproc-per-node"):
             added.append(f"--nproc-per-node={size.processes}")
+        if size.numa_binding:
+            added.append(f"--numa-binding={size.numa_binding}")
         self.reasons += size.notes
         size.notes = []
         if self.standalone:
@@ -324,7 +330,7 @@ class _Planner:
         """Whether torchrun starts each rank through envrun's rank shim (CPU affinity, signal record)."""
         _, own, rest = torchrun_split(self.program)
         return bool(rest) and self.recipe.launch.bind_cpus and not torchrun_passes_local_rank(self.program) and \
-            not torchrun_has(own, "--no-python", "--numa-binding", "--run-path")
+            not self.size.numa_binding and not torchrun_has(own, "--no-python", "--numa-binding", "--run-path")
 
     def signal_record_kind(self) -> str | None:
         """How the program is recorded for `envrun signal-ranks` in a --requeue batch job: `rank` (the program

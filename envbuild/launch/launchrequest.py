@@ -5,6 +5,8 @@ Light on purpose (no dataclasses or typing at run time): envrun builds these on 
 
 from __future__ import annotations
 
+from envbuild.launch.bindstyle import SLURM_NOT_READ, TORCH_NOT_READ
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -21,7 +23,8 @@ class LaunchRequest:
 
     __slots__ = ("allocation", "binds", "command", "cwd", "env", "environ", "host", "host_paths", "image",
                  "missing_recipe_binds", "notes", "overlays", "recipe", "report_sampler", "runscript", "runtime",
-                 "runtime_info", "step_timeout", "step_timeout_from", "strict_net", "system_reason", "warnings")
+                 "runtime_info", "slurm", "step_timeout", "step_timeout_from", "strict_net", "system_reason", "torch",
+                 "warnings")
 
     def __init__(
         self, *, command: tuple[str, ...], image: str, recipe: SystemRecipe, runtime: Runtime, cwd: str,
@@ -31,6 +34,7 @@ class LaunchRequest:
         warnings: tuple[str, ...] = (), notes: tuple[str, ...] = (), strict_net: bool = False,
         step_timeout: str = "", step_timeout_from: str = "--step-timeout", runscript: str = "",
         host_paths: HostPaths | None = None, report_sampler: tuple[str, ...] = (), runtime_info: bool = False,
+        slurm: tuple[str, str] = SLURM_NOT_READ, torch: tuple[str, str, bool] = TORCH_NOT_READ,
     ) -> None:
         self.command = command  # everything after envrun's own options, e.g. ("srun", "torchrun", "train.py")
         self.image = image
@@ -64,6 +68,12 @@ class LaunchRequest:
         # Whether the runtime prints its INFO lines (apptainer's "gocryptfs not found" at every start); without it
         # the runtime runs with --quiet, which keeps its warnings and errors
         self.runtime_info = runtime_info
+        # This Slurm's version and where it was read ("23.11.10", "`srun --version` (/usr/bin/srun)"), or "" and
+        # why it is unknown: whether srun has the site's newer GPU binding (envbuild.launch.bindstyle)
+        self.slurm = slurm
+        # The image's torch version, where it was read, and whether the image has numactl: whether torchrun's own
+        # NUMA binding may replace envrun's per-rank affinity (envbuild.launch.bindstyle)
+        self.torch = torch
 
 
 class LaunchPlan:

@@ -18,7 +18,16 @@ from envbuild.launch.args import (
     launcher_kind,
     launcher_split,
     option_value,
+    torchrun_has,
     torchrun_passes_local_rank,
+    torchrun_split,
+)
+from envbuild.launch.bindstyle import (
+    SLURM_NOT_READ,
+    TORCH_NOT_READ,
+    choose_gpu_bind,
+    choose_numa_binding,
+    user_gpu_binding,
 )
 from envbuild.launch.nodefacts import NodeFacts, group_cores, node_facts
 from envbuild.recipes.ops import cores_to_mask
@@ -34,8 +43,8 @@ if TYPE_CHECKING:
 class LaunchSize:
     """The numbers of one launch, the srun options that carry them, and why each was chosen."""
 
-    __slots__ = ("cpus_per_task", "gpus", "gpus_per_task", "node", "notes", "processes", "rank_cores", "srun_options",
-                 "task_cores", "tasks_per_node", "threads", "warnings")
+    __slots__ = ("cpus_per_task", "gpus", "gpus_per_task", "node", "notes", "numa_binding", "processes", "rank_cores",
+                 "slurm_binds_gpus", "srun_options", "task_cores", "tasks_per_node", "threads", "warnings")
 
     def __init__(self, node: NodeFacts) -> None:
         self.node = node
@@ -48,19 +57,27 @@ class LaunchSize:
         self.srun_options: list[str] = []  # srun options envrun adds
         self.task_cores: list[tuple[int, ...]] | None = None  # srun mask_cpu per task (full nodes with a GPU map)
         self.rank_cores: list[tuple[int, ...]] | None = None  # torchrun: cores per local rank; None: split at run time
+        self.slurm_binds_gpus = False  # srun --gpu-bind gives each task its GPU: no per-task GPU variable of envrun's
+        self.numa_binding = ""  # torchrun --numa-binding mode envrun adds: torchrun pins the ranks, not envrun
         self.notes: list[str] = []
         self.warnings: list[str] = []
 
 
 def size_launch(recipe: SystemRecipe, srun_options: tuple[str, ...] | None, program: tuple[str, ...],
-                allocation: Allocation | None, host: HostNode | None) -> LaunchSize:
-    return _Sizer(recipe, srun_options, program, allocation, host).size()
+                allocation: Allocation | None, host: HostNode | None, *, slurm: tuple[str, str] = SLURM_NOT_READ,
+                torch: tuple[str, str, bool] = TORCH_NOT_READ) -> LaunchSize:
+    """`slurm` and `torch`: what is known of this Slurm and of the image's torch (envbuild.launch.bindstyle's
+    choose_gpu_bind and choose_numa_binding say what they hold)."""
+    return _Sizer(recipe, srun_options, program, allocation, host, slurm, torch).size()
 
 
 class _Sizer:
     def __init__(self, recipe: SystemRecipe, srun_options: tuple[str, ...] | None, program: tuple[str, ...],
-                 allocation: Allocation | None, host: HostNode | None) -> None:
+                 allocation: Allocation | None, host: HostNode | None, slurm: tuple[str, str] = SLURM_NOT_READ,
+                 torch: tuple[str, str, bool] = TORCH_NOT_READ) -> None:
         self.recipe = recipe
+        self.slurm = slurm
+        self.torch = torch
         self.opts = srun_options
         self.program = program
         self.alloc = allocation
@@ -153,7 +170,10 @@ class _Sizer:
         per_task = self.cpus_per_task(tasks, cpus, cpus_why)
         out.cpus_per_task = per_task
         out.threads = per_task
-        if self.recipe.launch.bind_cpus and not has_option(self.opts or (), "--cpu-bind"):
+        own_gpu_binding = user_gpu_binding(self.opts or ())
+        if own_gpu_binding:
+            self.leave_gpus_to_the_user(own_gpu_binding)
+        elif self.recipe.launch.bind_cpus and not has_option(self.opts or (), "--cpu-bind"):
             self.bind_tasks(tasks, per_task)
         if out.task_cores and len(out.task_cores[0]) < per_task:
             out.threads = len(out.task_cores[0])  # more threads than the mask's cores would share them
@@ -230,10 +250,35 @@ class _Sizer:
                              "lower --cpus-per-task or --ntasks-per-node")
         return per_task
 
+    def leave_gpus_to_the_user(self, value: str) -> None:
+        """The user's srun --gpu-bind chooses each task's GPU: envrun sets no per-task GPU variable and adds no
+        GPU-to-core masks (they assume task i uses GPU i), and says when the site needs allow-task-sharing too."""
+        self.out.slurm_binds_gpus = True
+        self.note(f"your srun --gpu-bind={value}: Slurm gives each task its GPU, so envrun adds no GPU-to-core CPU "
+                  "masks and no per-task GPU variable")
+        bind = self.recipe.launch.gpu_bind
+        flags = (option_value(self.opts or (), "--gres-flags") or "").split(",")
+        if bind is not None and "allow-task-sharing" not in flags:
+            self.out.warnings.append(
+                f"your srun --gpu-bind={value} without --gres-flags=allow-task-sharing: Slurm's per-task GPU cgroups "
+                f"keep each task from the node's other GPUs, which breaks GPU-to-GPU communication between them "
+                f"({self.recipe.cite('launch.gpu_bind')}); fix: add --gres-flags=allow-task-sharing (Slurm "
+                f"{bind.task_sharing_since} or newer)")
+
     def bind_tasks(self, tasks: int, per_task: int) -> None:
         out = self.out
         full, why = self.holds_full_node()
         cores = group_cores(self.node, tasks) if full and out.gpus == self.node.gpus else None
+        choice = choose_gpu_bind(self.recipe, self.opts or (), tasks, out.gpus, self.slurm) if cores else None
+        if choice is not None and choice.options:
+            out.srun_options += choice.options
+            out.slurm_binds_gpus = True
+            # Slurm's own order: task i on the i-th block of the node's cores, where its mapped GPU sits
+            out.task_cores = [self.node.gpu_cores[gpu] for gpu in choice.task_gpus]
+            self.note(f"{choice.reason}; {why}")
+            return
+        if choice is not None:
+            self.note(choice.reason + "; the CPU masks instead, as before")
         if cores:
             out.task_cores = cores
             masks = ",".join(cores_to_mask(c, self.node.mask_width) for c in cores)
@@ -342,7 +387,15 @@ class _Sizer:
                                 f"fix: give the task more CPUs (--cpus-per-task) or run fewer processes ({PROCESS_OPTIONS[self.kind]})")
         full, why = self.holds_full_node()
         if full and gpus == node.gpus and out.tasks_per_node == 1 and self.pins_ranks():
-            out.rank_cores = group_cores(node, nproc)
+            mode, numa_why = choose_numa_binding(self.recipe, self.torch) if self.torchrun_may_bind(nproc, gpus) \
+                else ("", "")
+            if mode:
+                out.numa_binding = mode
+                self.note(f"{numa_why}; {why}")
+            else:
+                out.rank_cores = group_cores(node, nproc)
+                if numa_why:
+                    self.note(numa_why)
         if out.rank_cores:
             self.note(f"each rank on the cores closest to its GPU(s) ({self.recipe.cite('node.gpu_cores')}); {why}")
         if out.rank_cores and len(out.rank_cores[0]) < out.threads:
@@ -351,6 +404,14 @@ class _Sizer:
         else:
             self.note(f"OMP_NUM_THREADS={out.threads}: {cpus} CPUs / {nproc} processes")
 
+
+    def torchrun_may_bind(self, nproc: int, gpus: int) -> bool:
+        """Whether torchrun's own NUMA binding may replace envrun's per-rank affinity: one rank per GPU of the
+        node (torch binds local rank i to GPU i's cores), a script that envrun would start through its rank shim,
+        and no binding or launch option of the user's that the shim already steps aside for."""
+        _, own, rest = torchrun_split(self.program)
+        return (self.kind == "torchrun" and nproc == gpus and bool(rest) and self.recipe.launch.bind_cpus
+                and not torchrun_has(own, "--no-python", "--numa-binding", "--run-path"))
 
     def pins_ranks(self) -> bool:
         """Whether envrun pins each rank to its cores (torchrun, unless torch.distributed.launch passes --local-rank

@@ -3,21 +3,22 @@
 # --ntasks-per-node=1: torchrun starts the training processes itself, one launcher per node
 # --cpus-per-task=112: the job's CPUs per node (SLURM_JOB_CPUS_PER_NODE=112(x4)), for torchrun's processes
 # --nproc-per-node=8: one process per GPU (SLURM_GPUS_ON_NODE=8)
-# each rank on the cores closest to its GPU(s) (recipes/lumi-g.yaml:45 node.gpu_cores); partition standard-g gives whole nodes (recipes/lumi-g.yaml:55 partitions.standard-g)
+# not torchrun --numa-binding=exclusive (recipes/lumi-g.yaml:106 launch.numa_binding): the image's torch version is unknown (not read for this plan: envrun reads it from the image when it starts the step); envrun pins each rank itself
+# each rank on the cores closest to its GPU(s) (recipes/lumi-g.yaml:56 node.gpu_cores); partition standard-g gives whole nodes (recipes/lumi-g.yaml:66 partitions.standard-g)
 # OMP_NUM_THREADS=7: the 7 cores each rank is pinned to
 # --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
 # c10d rendezvous: torchrun --nnodes=$SLURM_STEP_NUM_NODES --rdzv-id=$SLURM_JOB_ID --rdzv-endpoint=<first node>:<20000 + job id based port> (as PET_* variables, so options you give torchrun still win)
 # SLURM_NTASKS unset inside the step: it counts launchers, not ranks, and Lightning versions that check Slurm first would take the world size from it instead of torchrun's
 # job report: one sampler per node (the node's first task starts it) reads the step's GPUs and CPUs every few seconds; envrun prints the summary when the step ends (--no-report: none)
 # $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
-# MIOPEN_USER_DB_PATH=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:77 env.MIOPEN_USER_DB_PATH, expanded in each task
-# MIOPEN_CUSTOM_CACHE_DIR=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:78 env.MIOPEN_CUSTOM_CACHE_DIR, expanded in each task
+# MIOPEN_USER_DB_PATH=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:88 env.MIOPEN_USER_DB_PATH, expanded in each task
+# MIOPEN_CUSTOM_CACHE_DIR=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:89 env.MIOPEN_CUSTOM_CACHE_DIR, expanded in each task
 # per-rank CPU affinity 0:49,50,51,52,53,54,55;1:57,58,59,60,61,62,63;2:17,18,19,20,21,22,23;3:25,26,27,28,29,30,31;4:1,2,3,4,5,6,7;5:9,10,11,12,13,14,15;6:33,34,35,36,37,38,39;7:41,42,43,44,45,46,47, applied before each rank's Python starts
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-# NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:70 env.NCCL_SOCKET_IFNAME
-# FI_MR_CACHE_MONITOR: recipes/lumi-g.yaml:75 env.FI_MR_CACHE_MONITOR
+# NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:81 env.NCCL_SOCKET_IFNAME
+# FI_MR_CACHE_MONITOR: recipes/lumi-g.yaml:86 env.FI_MR_CACHE_MONITOR
 # apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; envrun -v keeps them)
-# binds /pfs, /scratch, /projappl, /project, /flash, /appl, /var/spool/slurmd, /opt/cray, /usr/lib64/libcxi.so.1, /usr/lib64/libjansson.so.4: recipes/lumi-g.yaml:67 binds
+# binds /pfs, /scratch, /projappl, /project, /flash, /appl, /var/spool/slurmd, /opt/cray, /usr/lib64/libcxi.so.1, /usr/lib64/libjansson.so.4: recipes/lumi-g.yaml:78 binds
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export ENVRUN_RANK_CORES='0:49,50,51,52,53,54,55;1:57,58,59,60,61,62,63;2:17,18,19,20,21,22,23;3:25,26,27,28,29,30,31;4:1,2,3,4,5,6,7;5:9,10,11,12,13,14,15;6:33,34,35,36,37,38,39;7:41,42,43,44,45,46,47'
 export OMP_NUM_THREADS=7

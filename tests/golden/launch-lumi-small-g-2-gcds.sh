@@ -5,16 +5,16 @@
 # --cpu-bind=cores: each task pinned to its own --cpus-per-task cores (the GPU-to-core masks need the whole node (112 CPUs and 8 GPUs); this job holds 28 CPUs and 2 GPUs per node)
 # OMP_NUM_THREADS=7: the 7 CPUs of each task
 # --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging
-# ROCR_VISIBLE_DEVICES=$SLURM_LOCALID in each task: recipes/lumi-g.yaml:82 launch.per_task_gpu_env.ROCR_VISIBLE_DEVICES
+# ROCR_VISIBLE_DEVICES=$SLURM_LOCALID in each task: recipes/lumi-g.yaml:93 launch.per_task_gpu_env.ROCR_VISIBLE_DEVICES
 # RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE from SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_STEP_TASKS_PER_NODE; MASTER_ADDR = first node of the step (host's scontrol), MASTER_PORT from the job id
 # $WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash when the image has it; envrun stops if the activation fails
-# MIOPEN_USER_DB_PATH=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:77 env.MIOPEN_USER_DB_PATH, expanded in each task
-# MIOPEN_CUSTOM_CACHE_DIR=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:78 env.MIOPEN_CUSTOM_CACHE_DIR, expanded in each task
+# MIOPEN_USER_DB_PATH=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:88 env.MIOPEN_USER_DB_PATH, expanded in each task
+# MIOPEN_CUSTOM_CACHE_DIR=/tmp/${USER}-miopen-cache-${SLURM_NODEID}: recipes/lumi-g.yaml:89 env.MIOPEN_CUSTOM_CACHE_DIR, expanded in each task
 # TOKENIZERS_PARALLELISM=false: tokenizer threads would fight the DataLoader workers after fork
-# NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:70 env.NCCL_SOCKET_IFNAME
-# FI_MR_CACHE_MONITOR: recipes/lumi-g.yaml:75 env.FI_MR_CACHE_MONITOR
+# NCCL_SOCKET_IFNAME: recipes/lumi-g.yaml:81 env.NCCL_SOCKET_IFNAME
+# FI_MR_CACHE_MONITOR: recipes/lumi-g.yaml:86 env.FI_MR_CACHE_MONITOR
 # apptainer --quiet: without its INFO lines, which say nothing about this run (warnings and errors still show; envrun -v keeps them)
-# binds /pfs, /scratch, /projappl, /project, /flash, /appl: recipes/lumi-g.yaml:67 binds
+# binds /pfs, /scratch, /projappl, /project, /flash, /appl: recipes/lumi-g.yaml:78 binds
 # envrun waits for srun and names the cause in one line when the step fails (a rank's exit code or signal, a time limit, a failed node), read from srun's exit status and messages
 export OMP_NUM_THREADS=7
 export TOKENIZERS_PARALLELISM=false

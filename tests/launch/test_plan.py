@@ -16,6 +16,7 @@ from envbuild.host.node import HostNode
 from envbuild.host.pythonstart import isolated_module
 from envbuild.launch.allocation import read_allocation
 from envbuild.launch.args import split_srun
+from envbuild.launch.bindstyle import SLURM_NOT_READ, TORCH_NOT_READ
 from envbuild.launch.launchplan import LaunchRequest, plan_launch
 from envbuild.recipes.loadrecipe import load_recipe
 from envbuild.shared.errors import UsageError
@@ -55,13 +56,21 @@ RUNTIME = Runtime("/usr/bin/apptainer", "apptainer")
 
 def plan(*command: str, system: str = "local", environ: dict[str, str] | None = None, binds: tuple[str, ...] = (),
          cwd: str = "/work/proj", host: HostNode = HOST, overlays: tuple[tuple[str, str], ...] = (), runscript: str = "",
-         report: bool = False):
+         report: bool = False, slurm: tuple[str, str] = SLURM_NOT_READ, torch: tuple[str, str, bool] = TORCH_NOT_READ):
     environ = environ or {}
     return plan_launch(LaunchRequest(
         command=command, image="/img/env.sif", recipe=load_recipe(system), runtime=RUNTIME, cwd=cwd,
         binds=binds, environ=environ, allocation=read_allocation(environ), host=host, overlays=overlays,
-        runscript=runscript, report_sampler=REPORT_SAMPLER if report else (),
+        runscript=runscript, report_sampler=REPORT_SAMPLER if report else (), slurm=slurm, torch=torch,
     ))
+
+
+# What envbuild.launch.bindingfacts reads on LUMI-G (issue 38): srun's Slurm, before and after the one whose srun has
+# --gres-flags=allow-task-sharing (23.11.4), and a LAIF image's torch, before and after the 2.11 of the AI guide
+SLURM_24_05 = {"slurm": ("24.05.8", "`srun --version`, /usr/bin/srun")}
+SLURM_23_02 = {"slurm": ("23.02.7", "`srun --version`, /usr/bin/srun")}
+TORCH_2_11 = {"torch": ("2.11.0+rocm7.1", "/opt/venv in env.sif", True)}
+TORCH_2_10 = {"torch": ("2.10.0+rocm7.0", "/opt/venv in env.sif", True)}
 
 
 # What envbuild.commands.launch.report_sampler gives for an envbuild installed in /opt/envbuild (issue 32): isolated
@@ -121,6 +130,14 @@ GOLDEN_CASES = {
     # the job report's sampler, one per node, started by the node's first task (issue 32)
     "lumi-4-nodes-torchrun-report": ("lumi-g", LUMI_4_NODES, ("srun", "torchrun", "train.py"), (), "", True),
     "local-full-srun-python-report": ("local", LOCAL_FULL, ("srun", "python", "examples/ddp_minimal.py"), (), "", True),
+    # LUMI's 2026 binding (issue 38): srun's --gpu-bind=map with allow-task-sharing where srun has it, the CPU masks
+    # where it does not (and where its version is unknown: lumi-full-node-8-tasks above); torchrun's NUMA binding
+    # with a torch of 2.11 or newer, envrun's per-rank affinity with an older one (and an unknown one:
+    # lumi-4-nodes-torchrun above)
+    "lumi-full-node-8-tasks-gpu-bind": ("lumi-g", LUMI_FULL_NODE, ("srun", "python", "train.py"), SLURM_24_05),
+    "lumi-full-node-8-tasks-slurm-23-02": ("lumi-g", LUMI_FULL_NODE, ("srun", "python", "train.py"), SLURM_23_02),
+    "lumi-4-nodes-torchrun-numa-binding": ("lumi-g", LUMI_4_NODES, ("srun", "torchrun", "train.py"), TORCH_2_11),
+    "lumi-4-nodes-torchrun-torch-2-10": ("lumi-g", LUMI_4_NODES, ("srun", "torchrun", "train.py"), TORCH_2_10),
 }
 
 
@@ -136,8 +153,9 @@ def golden_names() -> set[str]:
 def test_launch_script_matches_golden(case: str) -> None:
     """tests/golden/launch-CASE.sh; update after an intended change: ENVBUILD_UPDATE_GOLDEN=1 pytest THIS_FILE."""
     system, environ, command, *rest = GOLDEN_CASES[case]
+    facts = rest.pop() if rest and isinstance(rest[-1], dict) else {}  # what this Slurm and the image's torch are
     script = plan(*command, system=system, environ=environ, overlays=rest[0] if rest else (),
-                  runscript=rest[1] if len(rest) > 1 else "", report=len(rest) > 2 and rest[2]).script()
+                  runscript=rest[1] if len(rest) > 1 else "", report=len(rest) > 2 and rest[2], **facts).script()
     check_golden(launch_golden_name(case), script)
 
 
