@@ -203,3 +203,12 @@ def test_a_bad_recipe_file_is_refused_with_where_and_fix(tmp_path: Path, monkeyp
         load_recipe(file)
     assert message in caught.value.message and fix in (caught.value.hint or "")
     assert caught.value.exit_code == 2
+
+
+def test_no_recipe_under_recipes_is_a_draft() -> None:
+    """A site reviews a drafted recipe (`envrun recipe draft`) and removes its DRAFTED note before it joins recipes/
+    (docs/concepts/recipes.md, "Drafting a recipe")."""
+    from envbuild.slurm.recipedraft import DRAFT_MARK
+
+    drafts = [path.name for path in sorted(recipes_dir().glob("*.yaml")) if DRAFT_MARK in path.read_text()]
+    assert drafts == []

@@ -220,10 +220,3 @@ def test_the_reader_hands_over_what_scontrol_says(tmp_path: Path) -> None:
     assert given.gres_conf == text("local-gres.conf") and given.gres_conf_path == f"{tmp_path}/gres.conf"
     assert recipe_name("LUMI_G") == "lumi-g"
 
-
-def test_no_recipe_under_recipes_is_a_draft() -> None:
-    """A site reviews a draft and removes its DRAFTED note before it joins recipes/ (docs/concepts/recipes.md)."""
-    from envbuild.recipes.loadrecipe import recipes_dir
-
-    drafts = [path.name for path in sorted(recipes_dir().glob("*.yaml")) if DRAFT_MARK in path.read_text()]
-    assert drafts == []
