@@ -42,7 +42,7 @@ def test_every_golden_case_has_its_file() -> None:
 
 def test_the_case_tables_are_not_empty() -> None:
     """A guard for the guard: empty tables would make every file stale, never silently pass."""
-    assert len(test_buildplan_golden.golden_names()) == 4
+    assert len(test_buildplan_golden.golden_names()) == 6
     assert len(test_overlayplan_golden.golden_names()) == len(test_overlayplan_golden.GOLDEN_CASES) == 2
     assert len(test_launchplan.golden_names()) == len(test_launchplan.GOLDEN_CASES) == 36
     assert len(test_batchscript_golden.golden_names()) == len(test_batchscript_golden.GOLDEN_CASES) >= 10

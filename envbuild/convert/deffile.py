@@ -25,7 +25,7 @@ from envbuild.convert.specbuilder import (
     add_file,
     add_label,
 )
-from envbuild.convert.specexport import ExportInput, header_lines, install_lines
+from envbuild.convert.specexport import ExportInput, header_lines, install_lines, venv_on_path
 from envbuild.envspec.specmodel import VENV_PREFIX, env_assignments
 from envbuild.shared.errors import UsageError
 
@@ -242,7 +242,8 @@ def export_def(data: ExportInput) -> str:
         out += ["", "%files"] + [f"    {shlex.quote(f.src)} {shlex.quote(f.dest)}" for f in spec.files]
     out += ["", "%environment"]
     out += [f"    export {assignment}" for assignment in env_assignments(spec.env)]
-    out.append(f'    case ":$PATH:" in *":{VENV_PREFIX}/bin:"*) ;; *) export PATH="{VENV_PREFIX}/bin:$PATH" ;; esac')
+    if venv_on_path(spec):
+        out.append(f'    case ":$PATH:" in *":{VENV_PREFIX}/bin:"*) ;; *) export PATH="{VENV_PREFIX}/bin:$PATH" ;; esac')
     if spec.labels:
         out += ["", "%labels"] + [f"    {key} {value}" for key, value in spec.labels.items()]
     out += ["", "%post", "    set -e"] + [f"    {line}" for line in install_lines(data)]

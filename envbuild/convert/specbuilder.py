@@ -36,7 +36,7 @@ HARMLESS_FLAGS = {"--no-cache-dir", "-U", "--upgrade", "-q", "--quiet", "-v", "-
                    "--disable-pip-version-check", "--break-system-packages", "--no-warn-script-location", "--compile"}
 HARMLESS_WITH_VALUE = {"--progress-bar", "--root-user-action", "--upgrade-strategy"}
 PIP_INSTALL = re.compile(r"^(?:sudo\s+)?(?:(?P<py>\S*python[0-9.]*)\s+-m\s+pip|\S*pip[0-9.]*)\s+install\s+(?P<args>.*)$", re.S)
-VENV_LINE = re.compile(r"^(?P<py>\S+)\s+-m\s+venv\s+" + re.escape(VENV_PREFIX) + r"/?$")
+VENV_LINE = re.compile(r"^(?P<py>\S+)\s+-m\s+venv\s+(?P<over>--system-site-packages\s+)?" + re.escape(VENV_PREFIX) + r"/?$")
 # (?<!\s): the blanks before the # are tried from the first of them only (from each, a long run of blanks was
 # read again: quadratic time).
 VARIANT_COMMENT = re.compile(r"(?<!\s)\s+#\s*pytorch variant (?P<variant>\S+)\s*$")
@@ -88,6 +88,8 @@ class SpecBuilder:
         self.tests: list[str] = []
         self.notes: list[str] = []
         self.post_started = False  # a post command came before: later pip installs may depend on it
+        self.target: str | None = None  # python.target read from an exported file's venv line
+        self.pip_into_base = False  # the file pip-installs into the Python of a base that is not a plain OS
 
     def note(self, line: int | None, text: str) -> None:
         self.notes.append(f"line {line}: {text}" if line else text)
@@ -107,6 +109,8 @@ class SpecBuilder:
         if venv:  # envbuild's own venv (an exported file): implied by the spec
             if venv["py"] != "python3":
                 self.interpreter = venv["py"]
+            if venv["over"]:
+                self.target = "venv-over-base"
             return ""
         variant = VARIANT_COMMENT.search(logical)
         if variant:
@@ -180,13 +184,30 @@ class SpecBuilder:
         earlier prepares, on a base whose Python the venv does not hide, may move there."""
         if python.startswith(VENV_PREFIX + "/"):
             return None  # envbuild's own venv (an exported file): what python.packages makes
+        into_base = not plain_os_base(self.base or "")
+        # The file installs into the base's Python: the spec does too (python.target: base), whether the install
+        # moves to python.packages or stays in post, where the base's PATH is left as it is.
+        self.pip_into_base = self.pip_into_base or into_base
         if self.post_started or self.post:
             return ("commands before it may prepare it (a Python, a requirements file, a library); "
                     "python.packages would be installed before them")
-        if not plain_os_base(self.base or ""):
-            return (f"the base {self.base} may bring its own Python environment (conda, NGC, a venv); "
-                    "python.packages would go into a new venv that hides it, and a spec cannot yet name the "
-                    "base's environment as the place for them")
+        if into_base and python not in ("", "python", "python3"):
+            return (f"it names its Python ({python}); python.packages go into the Python first on the base's PATH, "
+                    "which may be another")
+        return None
+
+    def python_target(self) -> str | None:
+        """python.target for the import, None for envbuild's own venv: the base's own Python where the base
+        carries a Python environment (a framework image by its name, or any base that is not a plain OS when the
+        file pip-installs into it), so the packages go where the original put them; the venv line of an exported
+        file says it otherwise."""
+        if self.target:
+            return self.target
+        base = self.base or ""
+        if plain_os_base(base):
+            return None
+        if framework_base(base) or self.pip_into_base:
+            return "base"
         return None
 
     def result(self) -> ImportResult:
@@ -196,6 +217,9 @@ class SpecBuilder:
         spec: dict[str, Any] = {"name": self.name, "system": "local"}
         spec["base"] = {**base_mapping(self.base), **self.base_extra} if self.base_extra else self.base
         python: dict[str, Any] = {}
+        target = self.python_target()
+        if target:
+            python["target"] = target
         if self.interpreter:
             python["interpreter"] = self.interpreter
         if self.pytorch:
@@ -210,7 +234,7 @@ class SpecBuilder:
                 packages.append(text)
         if packages:
             python["packages"] = packages
-        order = ["interpreter", "pytorch", *SHORTHANDS, "packages"]
+        order = ["target", "interpreter", "pytorch", *SHORTHANDS, "packages"]
         if python:
             spec["python"] = {key: python[key] for key in order if key in python}
         for key, value in (("env", self.env), ("labels", self.labels), ("files", self.files), ("post", self.post),
@@ -224,6 +248,18 @@ class SpecBuilder:
 # a venv made from their Python hides nothing the imported file's pip install would have seen.
 _PLAIN_OS_IMAGE = re.compile(r"^docker://(?:docker\.io/)?(?:library/)?(?:debian|ubuntu|rockylinux|almalinux|"
                              r"centos|fedora|opensuse/leap|python)(?::[\w.-]+)?$")
+
+
+# Images known to carry a Python environment of their own (a framework, conda, a venv): NGC, PyTorch, TensorFlow,
+# JAX, conda/mamba, ROCm's and the LUMI (AI Factory) images, by the words their names are made of.
+_FRAMEWORK_IMAGE = re.compile(r"(?:^|[/_:.-])(?:pytorch|torch|tensorflow|jax|nemo|rapids|miniconda\d*|anaconda\d*|"
+                              r"conda|miniforge\d*|mambaforge|micromamba|lumi|laifs|lumiaifactory|multitorch)"
+                              r"(?=$|[/_:.0-9-])", re.I)
+
+
+def framework_base(base: str) -> bool:
+    """Whether the import's base is known by its name to carry a Python environment (see _FRAMEWORK_IMAGE)."""
+    return not plain_os_base(base) and bool(_FRAMEWORK_IMAGE.search(base.split(":", 1)[-1]))
 
 
 def plain_os_base(base: str) -> bool:

@@ -39,12 +39,18 @@ def _canonical(name: str) -> str:
 
 
 def install_lines(data: ExportInput) -> list[str]:
-    """The shell lines that make envbuild's venv and install the spec's Python packages, pinned to the lock when
-    there is one (its other packages too); torch from the variant's wheel index, marked for import to read back."""
+    """The shell lines that make envbuild's venv (as python.target says: none for the base's own Python) and install
+    the spec's Python packages, pinned to the lock when there is one (its other packages too); torch from the
+    variant's wheel index, marked for import to read back."""
     python = data.spec.python
     pins = {_canonical(name): version for name, version in data.pins.items()} if data.pins else None
-    pip = f"{VENV_PREFIX}/bin/python -m pip install --no-cache-dir"
-    lines = [f"{python.interpreter} -m venv {VENV_PREFIX}"]
+    if python.target == "base":  # the base's own Python, as the spec installs into it: no venv
+        pip = f"{python.interpreter} -m pip install --no-cache-dir"
+        lines = []
+    else:
+        pip = f"{VENV_PREFIX}/bin/python -m pip install --no-cache-dir"
+        over_base = " --system-site-packages" if python.target == "venv-over-base" else ""
+        lines = [f"{python.interpreter} -m venv{over_base} {VENV_PREFIX}"]
     named: set[str] = set()
     if python.pytorch is not None:
         torch = [f"torch=={python.pytorch.version}", *python.pytorch.extras]
@@ -60,6 +66,11 @@ def install_lines(data: ExportInput) -> list[str]:
     if requirements:
         lines.append(f"{pip} " + " ".join(shlex.quote(r) for r in requirements))
     return lines
+
+
+def venv_on_path(spec: Spec) -> bool:
+    """Whether the exported file puts envbuild's venv first on PATH (every python.target but the base's own)."""
+    return spec.python.target != "base"
 
 
 def header_lines(data: ExportInput, build: str) -> list[str]:

@@ -84,6 +84,10 @@ class BaseImage(StrictModel):
             raise ValueError(f"{self.ref!r} is not a Debian suite name (e.g. bookworm, trixie)")
         if self.kind in ("docker", "oras") and len(self.ref) <= len(self.kind) + 3:
             raise ValueError(f"{self.kind} base needs an image reference after {self.kind}://")
+        if "$" in self.ref:
+            raise ValueError(f"{self.describe()!r} holds an unexpanded variable ($...), which nothing expands; "
+                             "write the image itself (a Dockerfile's FROM $ARG is expanded by envbuild import "
+                             "--build-arg NAME=...)")
         return self
 
     def describe(self) -> str:
@@ -209,9 +213,26 @@ class LockTargetFacts(StrictModel):
         return value
 
 
+# Where a spec's Python packages go (python.target): envbuild's own venv at VENV_PREFIX, a venv there that sees the
+# base's packages, or the base's own environment (the Python the base puts first on its PATH).
+PythonTarget = Literal["envbuild-venv", "venv-over-base", "base"]
+PYTHON_TARGETS: tuple[PythonTarget, ...] = ("envbuild-venv", "venv-over-base", "base")
+
+
 class PythonEnv(StrictModel):
+    target: PythonTarget = Field(
+        default="envbuild-venv",
+        description="where the packages go. envbuild-venv: a venv of envbuild's own at " + VENV_PREFIX + ", "
+        "first on PATH (for plain OS bases: debootstrap, docker://debian, ubuntu); venv-over-base: that venv made "
+        "with --system-site-packages from the base's Python, so the base's packages (its torch) stay importable "
+        "and added packages win; base: no venv, packages installed with the base's own Python (the interpreter or "
+        "conda env first on the base's PATH, found inside the base at build time), PATH left as the base sets it "
+        "(NGC, conda, TensorFlow and LUMI framework images). With venv-over-base and base the lock resolves against "
+        "the base's installed distributions and keeps its torch family",
+    )
     interpreter: str = Field(
-        default="python3", description="the base image's Python used to create the venv (name or absolute path)"
+        default="python3", description="the base image's Python used to create the venv (name or absolute path); "
+        "with target: base, the Python installed into (default: python3, else python, on the base's PATH)"
     )
     installer: Literal["auto", "uv", "pip"] = Field(
         default="auto", description="auto: uv when envbuild has it, else pip"
@@ -533,6 +554,20 @@ class Spec(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _check_python_target(self) -> Spec:
+        target = self.python.target
+        if target == "envbuild-venv":
+            return self
+        if self.overlay is not None:
+            raise ValueError(f"python.target: {target} does not apply to overlays (an overlay is always a venv over "
+                             "the base's Python); remove the line")
+        if self.python.installer == "uv":
+            raise ValueError(f"python.installer: uv with python.target: {target}: uv does not count the base's "
+                             "packages as installed and would install a second copy beside them; remove the "
+                             "installer line (pip is used) or write python.target: envbuild-venv")
+        return self
+
+    @model_validator(mode="after")
     def _check_overlay(self) -> Spec:
         if self.overlay is None:
             return self
@@ -557,6 +592,8 @@ class Spec(StrictModel):
     @classmethod
     def _no_reserved_labels(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
+            if not key.strip():
+                raise ValueError("a label with an empty key; write the key before its value (labels: {version: '1.0'})")
             if key.startswith("org.envbuild."):
                 raise ValueError(f"label {key!r} uses the prefix org.envbuild., which envbuild writes itself")
         return value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from packaging.utils import canonicalize_name
@@ -40,6 +40,8 @@ def render_lock(lock: Lock, *, spec_path_for_comment: str) -> str:
             "system": lock.inputs.system,
             "torch-index": lock.inputs.torch_index,
             "interpreter": lock.inputs.interpreter,
+            # Only where it is not envbuild's own venv: the locks written before the field read the same.
+            **({"python-target": lock.inputs.python_target} if lock.inputs.python_target != "envbuild-venv" else {}),
         },
         "target": {"python": lock.target.python, "platform": lock.target.platform},
         "base-digest": lock.base_digest,
@@ -49,6 +51,8 @@ def render_lock(lock: Lock, *, spec_path_for_comment: str) -> str:
             package.name: {"version": package.version, "hashes": sorted(package.hashes)}
             for package in sorted(lock.packages, key=lambda package: package.name)
         },
+        # The base's distributions kept as they are (its torch): not installed by the lock, checked by verify.
+        **({"kept-from-base": dict(pin.split("==", 1) for pin in lock.kept)} if lock.kept else {}),
     }
     # safe_dump quotes every string that would read back as another type (1.10, 2.0, null, yes), so
     # versions stay strings; a wide line keeps long requirement strings on one line.
@@ -83,6 +87,7 @@ class _InputsEntry(_LockModel):
     system: str
     torch_index: str | None = Field(alias="torch-index")
     interpreter: str
+    python_target: Literal["envbuild-venv", "venv-over-base", "base"] = Field(default="envbuild-venv", alias="python-target")
 
 
 class _TargetEntry(_LockModel):
@@ -105,6 +110,7 @@ class _LockDocument(_LockModel):
     recipe_digest: str = Field(alias="recipe-digest", pattern=DIGEST_PATTERN)
     resolver: str = Field(min_length=1)
     packages: dict[Annotated[str, AfterValidator(_canonical_name)], _PackageEntry]
+    kept_from_base: dict[str, str] = Field(default_factory=dict, alias="kept-from-base")
 
 
 # libyaml's loader where PyYAML has it: the pure-Python one is several times slower on a lock of a few
@@ -138,6 +144,7 @@ def read_lock(text: str, source: str) -> Lock:
             system=document.inputs.system,
             torch_index=document.inputs.torch_index,
             interpreter=document.inputs.interpreter,
+            python_target=document.inputs.python_target,
         ),
         target=LockTarget(python=document.target.python, platform=document.target.platform),
         base_digest=document.base_digest,
@@ -145,6 +152,7 @@ def read_lock(text: str, source: str) -> Lock:
         resolver=document.resolver,
         packages=tuple(LockedPackage(name, entry.version, tuple(entry.hashes)) for name, entry in document.packages.items()),
         spec_name=document.spec,
+        kept=tuple(f"{name}=={version}" for name, version in document.kept_from_base.items()),
     )
 
 

@@ -52,6 +52,7 @@ class LockInputs:
     system: str  # recipe name
     torch_index: str | None  # the PyTorch variant's wheel index (None: the host's configuration only)
     interpreter: str  # spec.python.interpreter
+    python_target: str = "envbuild-venv"  # spec.python.target: where the packages go
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,12 @@ class Lock:
     resolver: str  # e.g. "uv 0.13.9"
     packages: tuple[LockedPackage, ...]
     spec_name: str
+    # "name==version" of the base's distributions the environment keeps as they are (python.target base or
+    # venv-over-base: its torch family, and what already satisfies a requirement); the lock never replaces them.
+    kept: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "kept", tuple(sorted(set(self.kept), key=str.lower)))
         ordered = tuple(sorted(self.packages, key=lambda package: package.name))
         twice = [name for name, count in Counter(p.name for p in ordered).items() if count > 1]
         if twice:
@@ -111,6 +116,7 @@ def lock_inputs(spec: Spec, torch_index: str | None) -> LockInputs:
         system=spec.system,
         torch_index=redact(torch_index) if torch_index else None,
         interpreter=spec.python.interpreter,
+        python_target=spec.python.target,
     )
 
 

@@ -32,6 +32,8 @@ def stale_reasons(lock: Lock, current: LockInputs) -> list[str]:
         reasons.append(f"torch index changed: {_index_text(lock.inputs.torch_index)} -> {_index_text(current.torch_index)}")
     if lock.inputs.interpreter != current.interpreter:
         reasons.append(f"interpreter changed: {lock.inputs.interpreter} -> {current.interpreter}")
+    if lock.inputs.python_target != current.python_target:
+        reasons.append(f"python.target changed: {lock.inputs.python_target} -> {current.python_target}")
     return reasons
 
 

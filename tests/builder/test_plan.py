@@ -36,7 +36,76 @@ def plan_golden_name(spec: str) -> str:
 
 
 def golden_names() -> set[str]:
-    return {*(plan_golden_name(spec) for spec in PLAN_SPECS), PIP_PLAN_GOLDEN}
+    return {*(plan_golden_name(spec) for spec in PLAN_SPECS), PIP_PLAN_GOLDEN,
+            *(target_golden_name(target) for target in TARGET_SPECS)}
+
+
+# One spec per python.target other than envbuild's own venv, on an NGC-style base whose torch the packages join.
+TARGET_SPEC = """\
+name: ngc-extras
+system: local
+base: docker://nvcr.io/nvidia/pytorch:25.01-py3
+python:
+  target: {target}
+  packages: [einops, "timm>=1.0"]
+post: ["python -c 'import torch, timm'"]
+tests: ["python -c 'import torch, einops'"]
+"""
+TARGET_SPECS = ("venv-over-base", "base")
+
+
+def target_golden_name(target: str) -> str:
+    return f"ngc-extras.target-{target}.plan.txt"
+
+
+def target_spec_file(tmp_path, target: str) -> str:
+    path = tmp_path / "ngc-extras.yaml"
+    path.write_text(TARGET_SPEC.format(target=target))
+    return str(path)
+
+
+@pytest.mark.parametrize("target", TARGET_SPECS)
+def test_python_target_plan_matches_golden(tmp_path, target: str) -> None:
+    """tests/golden/ngc-extras.target-TARGET.plan.txt: where the packages go decides the venv step, the Python
+    pip runs with, the record step and the run-time PATH. Update: ENVBUILD_UPDATE_GOLDEN=1 pytest THIS_FILE."""
+    check_golden(target_golden_name(target), render_both(target_spec_file(tmp_path, target)))
+
+
+def test_base_target_makes_no_venv_and_leaves_path_alone(tmp_path) -> None:
+    """python.target: base: no venv is made, pip is the base's Python's (found on the base's PATH inside the
+    sandbox), and neither the env script nor the labels name envbuild's venv."""
+    plan = fixed_plan(target_spec_file(tmp_path, "base"))
+    runs = [" ".join(a.argv) for a in all_actions(plan) if isinstance(a, Run)]
+    assert not any("-m venv" in run for run in runs)
+    assert any("command -v python3 || command -v python" in run and '"$py" -m pip install' in run for run in runs)
+    assert all(a.argv[-3:-1] != ("-c",) or "/opt/envbuild/venv/bin/python" not in a.argv for a in all_actions(plan)
+               if isinstance(a, Run))
+    script = next(a.content for a in all_actions(plan) if isinstance(a, WriteFile) and a.path.endswith("90-envbuild.sh"))
+    assert "/opt/envbuild/venv" not in script and "VIRTUAL_ENV" not in script
+    assert plan.installer == "pip"
+
+
+def test_venv_over_base_sees_the_base_packages(tmp_path) -> None:
+    """python.target: venv-over-base: the venv is made with --system-site-packages from the base's Python, first
+    on PATH at run time, and installed into with pip (uv would not count the base's packages)."""
+    plan = fixed_plan(target_spec_file(tmp_path, "venv-over-base"))
+    runs = [" ".join(a.argv) for a in all_actions(plan) if isinstance(a, Run)]
+    assert any('"$py" -m venv --system-site-packages /opt/envbuild/venv' in run for run in runs)
+    assert plan.installer == "pip"
+    script = next(a.content for a in all_actions(plan) if isinstance(a, WriteFile) and a.path.endswith("90-envbuild.sh"))
+    assert 'PATH="/opt/envbuild/venv/bin:$PATH"' in script
+
+
+def test_the_target_is_part_of_the_env_layer_key(tmp_path) -> None:
+    from envbuild.builder.plan.layers import plan_layers
+    from tests.support.plan_fixtures import fixed_request
+
+    keys = set()
+    for target in ("envbuild-venv", *TARGET_SPECS):
+        folder = tmp_path / target
+        folder.mkdir()
+        keys.add(plan_layers(fixed_request(target_spec_file(folder, target))).env_key)
+    assert len(keys) == 3
 
 
 @pytest.mark.parametrize("spec", PLAN_SPECS)

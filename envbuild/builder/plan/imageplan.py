@@ -35,6 +35,7 @@ from envbuild.builder.plan.install import PackageSources, install_actions, venv_
 from envbuild.builder.plan.layers import base_cache_key, choose_installer, plan_layers
 from envbuild.builder.plan.plandata import BasePlan, BuildPlan, BuildRequest, Layers
 from envbuild.builder.plan.postcommands import post_step
+from envbuild.builder.plan.pythontarget import installs_into_base, with_target_python
 from envbuild.builder.plan.record import FREEZE_TO_FILE_SCRIPT, RECORD_ENVIRONMENTS_SCRIPT, build_record, env_script, image_labels
 from envbuild.builder.plan.sandbox import ENV_SCRIPT, HOST_MOUNT, LABELS_FILE, RECORD_DIR, RUNTIME_WRITES, sandbox_exec
 from envbuild.envspec.specmodel import VENV_PREFIX
@@ -75,7 +76,8 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     steps.append(
         Step("record", "record every Python environment's packages",
              (*start_tests(request, sandbox, spec.tests),
-              sandbox_exec(request, sandbox, [f"{VENV_PREFIX}/bin/python", "-c", RECORD_ENVIRONMENTS_SCRIPT], writable=True),
+              sandbox_exec(request, sandbox, with_target_python(spec.python, [f"{VENV_PREFIX}/bin/python", "-c",
+                                                                              RECORD_ENVIRONMENTS_SCRIPT]), writable=True),
               Remove((f"{sandbox}{HOST_MOUNT}",), root=sandbox)))
     )
     store_image = store.image(layers.image_entry).image
@@ -172,12 +174,18 @@ def private_sources(request: BuildRequest) -> tuple[tuple[str, int], ...]:
                  if item.readers_left_to_source)
 
 
+# Wrapped where the packages go into the base's own Python, whose bin/ holds the distribution's commands too.
+BASE_TARGET_COMMANDS = ("python", "python3", "pip", "torchrun")
+
+
 def wrappers_step(request: BuildRequest, venv_bin: str, *, root: str | None = None) -> Step:
-    """`root`: the tree `venv_bin` lies in (read inside it); None where `venv_bin` is an image file."""
+    """`root`: the tree `venv_bin` lies in (read inside it); None where `venv_bin` is an image file. Without a
+    venv (python.target: base) the base's Python commands are wrapped instead."""
     out_dir = str(PurePosixPath(request.options.output).parent)
+    extra = BASE_TARGET_COMMANDS if installs_into_base(request.spec.python) else ()
     return Step("wrappers", f"write run wrappers to {out_dir}/bin",
                 (WriteRunWrappers(venv_bin, f"{out_dir}/bin", request.options.output, request.spec.system,
-                                  request.facts.runtime.name, venv_root=root),))
+                                  request.facts.runtime.name, venv_root=root, extra_commands=extra),))
 
 
 # --- base -----------------------------------------------------------------------------------------
@@ -274,13 +282,15 @@ def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer
         actions += install_actions(request, partial, installer, requirements, sources, then=freeze_argv)
         # Before the layer is renamed complete: a mismatch leaves no env layer in the store (the cleanup
         # removes the partial tree), so the next build installs and checks again instead of reusing it.
-        actions.append(CheckTorchFamily(partial, VENV_PREFIX, f"the Python environment of {request.spec.name} "
-                                                               f"({VENV_PREFIX}, just installed)"))
+        # (The base's own environment is found only inside the container: pip keeps its torch there.)
+        if not installs_into_base(request.spec.python):
+            actions.append(CheckTorchFamily(partial, VENV_PREFIX, f"the Python environment of {request.spec.name} "
+                                                                   f"({VENV_PREFIX}, just installed)"))
     actions.append(GuardTree(start, snapshot, store.env(layers.env_parent).complete if layers.env_parent else
                              store.base(layers.base_entry).complete))
     if not installs:
         actions += [MakeDirs((f"{partial}{HOST_MOUNT}",), root=partial),
-                    sandbox_exec(request, partial, list(freeze_argv), writable=True)]
+                    sandbox_exec(request, partial, with_target_python(request.spec.python, freeze_argv), writable=True)]
     actions += [
         Rename(freeze, entry.freeze, src_root=partial),
         Remove((f"{partial}{HOST_MOUNT}",), root=partial),
@@ -294,7 +304,8 @@ def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer
                                                    compat=layers.env_compat, installer=installer)),
         WriteFile(entry.complete, f"{request.spec.name}\n"),
     ]
-    what = f"install the difference on top of env layer {layers.env_parent}" if layers.env_parent else "create the venv and install"
+    what = (f"install the difference on top of env layer {layers.env_parent}" if layers.env_parent else
+            "install with the base's Python" if installs_into_base(request.spec.python) else "create the venv and install")
     return Step("env", f"Python env layer: {what} (cached after the first build)", tuple(actions),
                 skip_if_exists=entry.complete, cleanup=(Remove((partial, snapshot, entry.dir)),), lock=("env", layers.env_entry))
 

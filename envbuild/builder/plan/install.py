@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from envbuild.builder.plan.actions import Action, MakeDirs, Remove, Touch, WriteFile
 from envbuild.builder.plan.plandata import BuildRequest
+from envbuild.builder.plan.pythontarget import BASE_PYTHON_VAR, installs_into_base, locate_base_python, target_python_words
 from envbuild.builder.plan.sandbox import HOST_MOUNT, Bind, sandbox_exec
 from envbuild.envspec.specmodel import VENV_PREFIX
 from envbuild.host.pip import local_path_of
@@ -29,21 +30,36 @@ BASE_PTH_SCRIPT = (
 
 
 def venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
-    interpreter = shlex.quote(request.spec.python.interpreter)
-    # A base built by envbuild (or a parent env layer) already has the venv: install into it instead
-    # of re-creating it (its `python3` would be the venv's own interpreter).
+    """The venv of python.target made in the sandbox (none for a base target) and, with a lock, the target Python's
+    version checked against the lock's."""
+    python = request.spec.python
+    interpreter = shlex.quote(python.interpreter)
     # A base whose python3 is itself a venv's (the LUMI AI Factory images' /opt/venv): a venv made from it
     # would not see that venv's packages (its torch built for the image's ROCm), so it is made with
     # --system-site-packages and a .pth naming the base venv's site directories, as for overlays.
+    # python.target: venv-over-base asks for that whatever the base's Python is.
     site_dirs = "import sys; print(chr(10).join(p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))))"
-    script = (f"if [ -x {VENV_PREFIX}/bin/python ]; then echo 'reusing the venv {VENV_PREFIX}'; "
-              f"elif {interpreter} -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then "
-              f"echo 'the base Python is a venv: inheriting its packages'; "
-              f"{interpreter} -m venv --system-site-packages {VENV_PREFIX} && "
-              f"{interpreter} -c \"{site_dirs}\" > /tmp/envbuild-base-site-dirs.txt && "
-              f"{VENV_PREFIX}/bin/python -c {shlex.quote(BASE_PTH_SCRIPT)} @/tmp/envbuild-base-site-dirs.txt && "
-              f"rm -f /tmp/envbuild-base-site-dirs.txt; "
-              f"else {interpreter} -m venv {VENV_PREFIX}; fi")
+
+    def over_base(py: str) -> str:
+        return (f"{py} -m venv --system-site-packages {VENV_PREFIX} && "
+                f"{py} -c \"{site_dirs}\" > /tmp/envbuild-base-site-dirs.txt && "
+                f"{VENV_PREFIX}/bin/python -c {shlex.quote(BASE_PTH_SCRIPT)} @/tmp/envbuild-base-site-dirs.txt && "
+                f"rm -f /tmp/envbuild-base-site-dirs.txt")
+
+    # A base built by envbuild (or a parent env layer) already has the venv: install into it instead
+    # of re-creating it (its `python3` would be the venv's own interpreter).
+    reuse = f"if [ -x {VENV_PREFIX}/bin/python ]; then echo 'reusing the venv {VENV_PREFIX}'; "
+    if installs_into_base(python):
+        script = f"{locate_base_python(python)}\necho \"installing with the Python of the base: ${BASE_PYTHON_VAR}\""
+    elif python.target == "venv-over-base":
+        base_python = f'"${BASE_PYTHON_VAR}"'
+        script = (f"{reuse}else {locate_base_python(python)}; echo \"a venv over the Python of the base ${BASE_PYTHON_VAR}\"; "
+                  f"{over_base(base_python)}; fi")
+    else:
+        script = (f"{reuse}"
+                  f"elif {interpreter} -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then "
+                  f"echo 'the base Python is a venv: inheriting its packages'; {over_base(interpreter)}; "
+                  f"else {interpreter} -m venv {VENV_PREFIX}; fi")
     if request.lock.python:
         # A lock pins wheels for one Python (cp311...): refuse a base whose Python differs before
         # the installer fails on some wheel with a less helpful message. In the same container start
@@ -51,7 +67,7 @@ def venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
         check = (f"import sys; v = '%d.%d' % sys.version_info[:2]; "
                  f"sys.exit(0 if v == {request.lock.python!r} else 'the lock was made for Python {request.lock.python}, "
                  f"but the base has Python ' + v + ': run envbuild lock again')")
-        script += f"\n{VENV_PREFIX}/bin/python -I -c {shlex.quote(check)}"
+        script += f"\n{target_python_words(python)} -I -c {shlex.quote(check)}"
     return [sandbox_exec(request, sandbox, ["/bin/sh", "-ec", script], writable=True)]
 
 
@@ -216,7 +232,19 @@ def install_actions(request: BuildRequest, sandbox: str, installer: str, require
     actions.append(MakeDirs(mount_dirs, root=sandbox))
     if mount_files:
         actions.append(Touch(mount_files, root=sandbox))
-    if then:
+    python = request.spec.python
+    if installs_into_base(python):
+        # The base's Python, found in the sandbox; its pip may be one that refuses a distribution's own Python
+        # (PEP 668) unless told, which older pips do not know as an option but ignore as a variable.
+        env.append(("PIP_BREAK_SYSTEM_PACKAGES", "1"))
+        no_pip = ("fix: use a base whose Python has pip (`python3 -m ensurepip` where the base is made), or write "
+                  "python.target: venv-over-base (its venv brings its own pip)")
+        lines = [locate_base_python(python),
+                 f'"${BASE_PYTHON_VAR}" -c "import pip" 2>/dev/null || {{ echo "envbuild: the Python of the base '
+                 f'${BASE_PYTHON_VAR} has no pip to install with" >&2; echo {shlex.quote(no_pip)} >&2; exit 3; }}',
+                 *(f'"${BASE_PYTHON_VAR}" {shlex.join(command[1:])}' for command in (argv, then) if command)]
+        argv = ["/bin/sh", "-ec", "\n".join(lines)]
+    elif then:
         argv = ["/bin/sh", "-ec", f"{shlex.join(argv)}\n{shlex.join(then)}"]
     actions.append(sandbox_exec(request, sandbox, argv, writable=True, binds=binds, env=env))
     if installer == "uv":

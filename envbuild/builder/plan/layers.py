@@ -57,6 +57,8 @@ def env_compat_identity(request: BuildRequest, installer: str, base_entry: str) 
         "installer": installer_identity(request, installer),
         "interpreter": request.spec.python.interpreter,
         "venv": VENV_PREFIX,
+        # Where the packages go; absent for envbuild's own venv, so the layers of specs without it keep their keys.
+        **({"target": request.spec.python.target} if request.spec.python.target != "envbuild-venv" else {}),
         "sources": sources_identity(pip),
         # SOURCE_DATE_EPOCH makes Python write hash-based .pyc files: different bytes in the layer.
         "reproducible": request.options.source_date_epoch is not None,
@@ -163,7 +165,9 @@ def base_cache_key(base: BaseImage, facts: HostFacts, fingerprint: str = "") -> 
 
 def choose_installer(spec: Spec, facts: HostFacts) -> str:
     if spec.python.installer == "auto":
-        return "uv" if facts.uv else "pip"
+        # uv does not count the base's packages as installed (see envbuild.builder.plan.overlayplan): pip, in the
+        # base's Python or over it, keeps them.
+        return "uv" if facts.uv and spec.python.target == "envbuild-venv" else "pip"
     return spec.python.installer
 
 

@@ -313,15 +313,16 @@ def _check_lock_python(request: BuildRequest, probe: BaseProbe, spec_path: str) 
 
 
 def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: tuple[str, ...], sources: PackageSources,
-                  run: Callable[..., Run], writable_venv: Bind, host: str, host_bind: Bind, python: str, *,
+                  run: Callable[..., Run], writable_venv: Bind | None, host: str, host_bind: Bind, python: str, *,
                   files: dict[str, str] | None = None, pip_options: tuple[str, ...] = ("install",),
-                  title: str = "", check: CheckTorchFamily | None = None) -> Step:
+                  title: str = "", check: CheckTorchFamily | None = None,
+                  env: tuple[tuple[str, str], ...] = ()) -> Step:
     facts = request.facts
     if not facts.pip_module:
         raise EnvbuildError("envbuild's own environment has no pip, which overlays install with",
                             "reinstall envbuild (bash provision/python-env.sh) or `python -m ensurepip` in its venv")
     cache = StorePaths(str(facts.cache_dir)).download_cache("pip")
-    binds = [writable_venv, host_bind, Bind(facts.pip_module, f"{HOST_MOUNT}/pylib/pip"),
+    binds = [*((writable_venv,) if writable_venv else ()), host_bind, Bind(facts.pip_module, f"{HOST_MOUNT}/pylib/pip"),
              Bind(cache, f"{HOST_MOUNT}/cache", read_only=False), *sources.binds]
     argv = [python, "-m", "pip", *pip_options, "--no-input", "--disable-pip-version-check", "--no-warn-script-location",
             "--cache-dir", f"{HOST_MOUNT}/cache", *sources.pip_args(), "--constraint", f"{HOST_MOUNT}/constraints.txt",
@@ -335,7 +336,7 @@ def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: 
         WriteFile(f"{host}/constraints.txt", "".join(c + "\n" for c in constraints), root=host),
         *(WriteFile(path, "", root=host) for path in bound_files),  # mount points of bound files
         *(WriteFile(path, text, root=host) for path, text in (files or {}).items()),
-        run(argv, binds, env=[("PYTHONPATH", f"{HOST_MOUNT}/pylib"), *sources.credential_env("pip")]),
+        run(argv, binds, env=[("PYTHONPATH", f"{HOST_MOUNT}/pylib"), *env, *sources.credential_env("pip")]),
         *((check,) if check else ()),
     ]
     what = "exactly the lock" if "--require-hashes" in targets else " ".join(targets) + " (what the base lacks)"
@@ -365,25 +366,47 @@ def plan_overlay_resolve(request: BuildRequest, probe: BaseProbe, pins: tuple[st
     for the requirements (`pip install --dry-run --report`), kept pins (`pins`, from the old lock) as
     constraints. What the base has is not re-resolved: the lock holds what the overlay installs.
     Returns the work directory and the steps; the report lands in `report` on the host."""
-    spec, facts = request.spec, request.facts
+    spec = request.spec
     assert spec.overlay is not None and request.base.path
+    return plan_resolve_in_base(request, probe, pins, report, image=request.base.path, venv_mount=spec.overlay.mount,
+                                allow_torch_change=spec.overlay.allow_torch_change)
+
+
+def plan_resolve_in_base(request: BuildRequest, probe: BaseProbe, pins: tuple[str, ...], report: str, *, image: str,
+                         venv_mount: str | None, allow_torch_change: bool = False) -> tuple[str, tuple[Step, ...]]:
+    """What pip, run in `image` (a .sif or a base's tree, read-only) by the base's Python, would install for the
+    spec's requirements over what the base holds: the base's torch family and `pins` (the old lock's) as
+    constraints. With `venv_mount`, in a scratch venv over the base's Python there (an overlay, python.target:
+    venv-over-base); without, by the base's Python itself (python.target: base). Returns the work directory and
+    the steps; pip's report lands in `report` on the host."""
+    spec, facts = request.spec, request.facts
     work = StorePaths(str(facts.cache_dir)).work(f"lock-{spec.name}-{request.options.build_id}")
     venv, host = f"{work}/venv", f"{work}/host"
-    mount = spec.overlay.mount
-    writable_venv, host_bind = Bind(venv, mount, read_only=False), Bind(host, HOST_MOUNT, read_only=False)
+    host_bind = Bind(host, HOST_MOUNT, read_only=False)
+    writable_venv = Bind(venv, venv_mount, read_only=False) if venv_mount else None
 
     def run(argv: list[str], binds: list[Bind], env: list[tuple[str, str]] | None = None) -> Run:
-        return sandbox_exec(request, request.base.path or "", in_base(probe, argv), writable=False, binds=binds, env=env)
+        return sandbox_exec(request, image, in_base(probe, argv), writable=False, binds=binds, env=env)
 
-    venv_step = Step("venv", f"make a scratch venv at {mount} with the base's {probe.python}", (
-        Remove((work,)), MakeDirs((venv, host)),
-        run([probe.python, "-m", "venv", "--system-site-packages", "--without-pip", mount], [writable_venv]),
-        run([f"{mount}/bin/python", "-c", BASE_PTH_SCRIPT, *probe.site_dirs], [writable_venv]),
-    ))
-    constraints = (*torch_constraints(probe, allowed=spec.overlay.allow_torch_change), *pins)
-    resolve = _install_step(request, tuple(spec.python.requirements()), constraints, PackageSources.from_request(request),
-                            run, writable_venv, host, host_bind, f"{mount}/bin/python",
-                            pip_options=("install", "--dry-run", "--quiet", "--report", f"{HOST_MOUNT}/report.json"),
-                            title="resolve with pip in the base: what the overlay would add")
+    constraints = (*torch_constraints(probe, allowed=allow_torch_change), *pins)
+    sources = PackageSources.from_request(request)
+    report_options = ("--dry-run", "--quiet", "--report", f"{HOST_MOUNT}/report.json")
+    if writable_venv and venv_mount:
+        first = Step("venv", f"make a scratch venv at {venv_mount} with the base's {probe.python}", (
+            Remove((work,)), MakeDirs((venv, host)),
+            run([probe.python, "-m", "venv", "--system-site-packages", "--without-pip", venv_mount], [writable_venv]),
+            run([f"{venv_mount}/bin/python", "-c", BASE_PTH_SCRIPT, *probe.site_dirs], [writable_venv]),
+        ))
+        resolve = _install_step(request, tuple(spec.python.requirements()), constraints, sources, run, writable_venv,
+                                host, host_bind, f"{venv_mount}/bin/python", pip_options=("install", *report_options),
+                                title="resolve with pip in the base: what the venv over it would add")
+    else:
+        first = Step("work", "make the resolution's work directory", (Remove((work,)), MakeDirs((host,))))
+        # --no-user: the base's tree is read-only here, and pip would otherwise plan a --user install (refused in a
+        # base venv); PIP_BREAK_SYSTEM_PACKAGES: a distribution's Python (PEP 668) is where the build installs.
+        resolve = _install_step(request, tuple(spec.python.requirements()), constraints, sources, run, None, host,
+                                host_bind, probe.python, pip_options=("install", "--no-user", *report_options),
+                                title=f"resolve with pip in the base: what its Python {probe.python} would add",
+                                env=(("PIP_BREAK_SYSTEM_PACKAGES", "1"),))
     collect = Step("report", "keep pip's report", (Rename(f"{host}/report.json", report, src_root=host), Remove((work,))))
-    return work, (venv_step, resolve, collect)
+    return work, (first, resolve, collect)

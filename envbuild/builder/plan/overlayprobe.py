@@ -6,7 +6,8 @@ base (read-only, nothing written into it) and writes them as JSON; the pure over
 (envbuild.builder.plan.overlayplan) reads them as a BaseProbe. The result is cached per base digest.
 
 The Python, in order (LUMI AI guide, laifs-container-recipes):
-  1. overlay.python in the spec;
+  1. overlay.python in the spec (for an image spec whose python.target uses the base's Python: its
+     python.interpreter, looked up on the base's PATH as the build finds it);
   2. the conda env that $WITH_CONDA activates (LUMI's lumi-pytorch-rocm-* images), run with bash as
      the LUMI course does (`bash -c '$WITH_CONDA; ...'`): /bin/sh may be dash, which has no `source`;
   3. /opt/venv (LUMI AI Factory images);
@@ -22,11 +23,18 @@ from dataclasses import dataclass
 from envbuild.envspec.specmodel import VENV_PREFIX
 from envbuild.shared.errors import EnvbuildError
 
-# $1: the spec's overlay.python or "", $2: where to write the JSON (inside the container), $3: PROBE_PYTHON.
+# $1: the spec's overlay.python or "", $2: where to write the JSON (inside the container), $3: PROBE_PYTHON,
+# $4 (optional): why $1 was given. A $1 without a slash is looked up on the image's PATH (else `python`): the Python
+# the base puts first on its PATH, for python.target: base / venv-over-base.
 PROBE_SHELL = f"""\
 override=$1; out=$2; probe=$3; activation=
 if [ -n "$override" ]; then
-    python=$override; why="overlay.python in the spec"
+    case $override in
+        */*) python=$override ;;
+        *) python=$(command -v "$override" || command -v python) || {{
+               echo "no $override or python on the image's PATH ($PATH)" >&2; exit 3; }} ;;
+    esac
+    why=${{4:-"overlay.python in the spec"}}
 elif [ -n "${{WITH_CONDA:-}}" ]; then
     command -v bash >/dev/null 2>&1 || {{ echo "the image sets WITH_CONDA=$WITH_CONDA but has no bash to run it" >&2; exit 3; }}
     python=$(bash -c 'eval "$WITH_CONDA" >&2 && command -v python') || {{

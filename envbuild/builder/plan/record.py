@@ -8,6 +8,7 @@ import shlex
 
 from envbuild.builder.plan.layers import installer_identity
 from envbuild.builder.plan.plandata import BuildRequest, Layers
+from envbuild.builder.plan.pythontarget import installs_into_base
 from envbuild.builder.plan.sandbox import DEFAULT_CONTAINER_PATH, RECORD_DIR
 from envbuild.envspec.conda import CONDA_PREFIX
 from envbuild.envspec.specmodel import VENV_PREFIX, Spec, env_assignments
@@ -16,14 +17,16 @@ from envbuild.shared.shelltext import comment, env_name
 
 def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
     """The script the runtime sources at every container start: activates the venv, sets spec env."""
+    venv = not installs_into_base(spec.python)
     lines = [
         comment(f"Written by envbuild {version} for {spec.name} (spec sha256 {spec_sha256[:16]})."),
         "# Sourced by apptainer/singularity at container start. Values are literal (no $ expansion).",
-        f"export VIRTUAL_ENV={shlex.quote(VENV_PREFIX)}",
+        *([f"export VIRTUAL_ENV={shlex.quote(VENV_PREFIX)}"] if venv else
+          ["# python.target: base: the packages are in the base's own Python, first on the base's PATH."]),
         # The runtime starts these scripts with an empty PATH and fills in its default only if they
         # leave it empty, so the default must be spelled out here.
         f"PATH=${{PATH:-{DEFAULT_CONTAINER_PATH}}}",
-        f'case ":$PATH:" in *":{VENV_PREFIX}/bin:"*) ;; *) PATH="{VENV_PREFIX}/bin:$PATH" ;; esac',
+        *([f'case ":$PATH:" in *":{VENV_PREFIX}/bin:"*) ;; *) PATH="{VENV_PREFIX}/bin:$PATH" ;; esac'] if venv else []),
         "export PATH",
     ]
     lines += env_lines(spec)
@@ -47,10 +50,12 @@ def image_labels(request: BuildRequest, installer: str, layers: Layers) -> dict[
         "org.envbuild.system": spec.system,
         "org.envbuild.base": spec.base.describe(),
         "org.envbuild.installer": installer,
-        "org.envbuild.venv": VENV_PREFIX,
+        "org.envbuild.venv": "" if installs_into_base(spec.python) else VENV_PREFIX,
         "org.envbuild.base-digest": request.base.digest,
         "org.envbuild.image-key": layers.image_key,
     }
+    if spec.python.target != "envbuild-venv":
+        labels["org.envbuild.python-target"] = spec.python.target
     if request.lock.sha256:
         labels["org.envbuild.lock-sha256"] = request.lock.sha256
     labels.update(spec.labels)
@@ -75,7 +80,9 @@ def build_record(request: BuildRequest, installer: str, layers: Layers) -> dict[
         "compression": request.options.compression,
         "layers": {"base": layers.base_entry, "env": layers.env_key, "env_parent": layers.env_parent,
                    "image": layers.image_key},
-        "venv": VENV_PREFIX,
+        # python.target: base: the base's environment, filled in by the record step, which runs its Python.
+        "venv": None if installs_into_base(spec.python) else VENV_PREFIX,
+        **({"python_target": spec.python.target} if spec.python.target != "envbuild-venv" else {}),
         "requirements": spec.python.requirements(),
     }
 
@@ -89,30 +96,38 @@ FREEZE_TO_FILE_SCRIPT = ("import importlib.metadata as m, sys; "
                          "for d in m.distributions() if d.metadata['Name']})))")
 
 
-# Runs inside the image with the venv's Python: adds `environments` (name==version of every Python
-# environment found: the venv, the system Python, conda) to the build record. importlib.metadata is
-# used rather than `pip freeze`, which a base's Python may lack.
+# Runs inside the image with the Python the packages went into (the venv's, or the base's own with
+# python.target: base): adds `environments` (name==version of every Python environment found: that one, the
+# system Python, conda) to the build record. importlib.metadata is used rather than `pip freeze`, which a base's
+# Python may lack. With python.target: base the record's "venv" becomes the prefix the packages were installed
+# under (purelib's lib/pythonX.Y/site-packages three levels up: /usr/local for a Debian-style system Python), which
+# verify reads as the environment the build made, and "python" the interpreter itself.
 RECORD_ENVIRONMENTS_SCRIPT = f"""\
-import glob, json, os, subprocess
+import glob, json, os, subprocess, sys, sysconfig
 LIST = {FREEZE_SCRIPT!r}
 found = {{}}
-candidates = ["{VENV_PREFIX}/bin/python", "/usr/bin/python3", "/usr/local/bin/python3", "/opt/conda/bin/python"]
+record_file = "{RECORD_DIR}/build.json"
+with open(record_file) as handle:
+    record = json.load(handle)
+record_target = record.get("python_target")
+main = sys.executable if record_target == "base" else "{VENV_PREFIX}/bin/python"
+candidates = [main, "{VENV_PREFIX}/bin/python", "/usr/bin/python3", "/usr/local/bin/python3", "/opt/conda/bin/python"]
 candidates += sorted(glob.glob("/opt/conda/envs/*/bin/python"))
 candidates += ["{CONDA_PREFIX}/bin/python"] + sorted(glob.glob("{CONDA_PREFIX}/envs/*/bin/python"))
-for python in candidates:
+for python in dict.fromkeys(candidates):
     if os.path.exists(python):
         out = subprocess.run([python, "-I", "-c", LIST], capture_output=True, text=True)
         if out.returncode == 0:
             found[python] = out.stdout.split()
-record_file = "{RECORD_DIR}/build.json"
-with open(record_file) as handle:
-    record = json.load(handle)
 record["environments"] = found
+if record_target == "base":
+    record["venv"] = os.path.dirname(os.path.dirname(os.path.dirname(sysconfig.get_paths()["purelib"])))
+    record["python"] = sys.executable
 def replace(path, text):
     # Atomically: the file may be a hard link into the store's env layer.
     with open(path + ".partial", "w") as handle:
         handle.write(text)
     os.replace(path + ".partial", path)
 replace(record_file, json.dumps(record, indent=2, sort_keys=True) + "\\n")
-replace("{RECORD_DIR}/pip-freeze.txt", "".join(line + "\\n" for line in found.get("{VENV_PREFIX}/bin/python", [])))
+replace("{RECORD_DIR}/pip-freeze.txt", "".join(line + "\\n" for line in found.get(main, [])))
 """

@@ -38,6 +38,7 @@ from envbuild.builder.plan.imageplan import (
 from envbuild.builder.plan.install import PackageSources
 from envbuild.builder.plan.layers import choose_installer, plan_layers
 from envbuild.builder.plan.plandata import BuildPlan, BuildRequest
+from envbuild.builder.plan.pythontarget import with_target_python
 from envbuild.builder.plan.record import RECORD_ENVIRONMENTS_SCRIPT
 from envbuild.builder.plan.sandbox import RECORD_DIR, Bind, sandbox_exec
 from envbuild.builder.plan.squashplan import NICE
@@ -84,7 +85,8 @@ def plan_upper_build(request: BuildRequest) -> BuildPlan:
             # for the record would put it on the tests' path, the longest of the build.
             *((CopyTree(upper, tests_view, hardlink=True),) if spec.tests else ()),
             *start_tests(request, env_rootfs, spec.tests, overlay=tests_view),
-            beside_tests(sandbox_exec(request, env_rootfs, [f"{VENV_PREFIX}/bin/python", "-c", RECORD_ENVIRONMENTS_SCRIPT],
+            beside_tests(sandbox_exec(request, env_rootfs, with_target_python(spec.python, [f"{VENV_PREFIX}/bin/python", "-c",
+                                                                                       RECORD_ENVIRONMENTS_SCRIPT]),
                                       writable=False, binds=[Bind(f"{upper}{RECORD_DIR}", RECORD_DIR, read_only=False)],
                                       overlay=upper), spec.tests))),
     ]

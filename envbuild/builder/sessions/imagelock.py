@@ -147,6 +147,10 @@ def resolve_lock(loaded: LoadedSpec, previous: Lock | None, *, upgrade: bool, up
     # The lock records the base's digest: recomputed, not read, where others can write the store (as a build does).
     request = request.with_base_digest(trusted_base_digest(store_root, base.entry, base.rootfs, base_digest_source(base),
                                                            read_digest(base), made_now=made_now))
+    if spec.python.target != "envbuild-venv":
+        return _resolve_in_base(loaded, request, base.rootfs, previous, upgrade=upgrade,
+                                upgrade_packages=upgrade_packages, verbose=verbose, quiet=quiet, out=out,
+                                log_path=log_path)
     target = probe_target(request, base.rootfs, cache_file=target_cache_file(store_root, base.entry))
     if not quiet:
         print(f"resolving for Python {target.python} on {target.platform}", file=out, flush=True)
@@ -157,6 +161,72 @@ def resolve_lock(loaded: LoadedSpec, previous: Lock | None, *, upgrade: bool, up
     inputs = lock_inputs(spec, torch_index_for(loaded))
     return Lock(inputs=inputs, target=target, base_digest=request.base.digest, recipe_digest=request.recipe_digest,
                 resolver=f"uv {facts.uv_version}", packages=packages, spec_name=spec.name)
+
+
+def _resolve_in_base(loaded: LoadedSpec, request: BuildRequest, rootfs: str, previous: Lock | None, *, upgrade: bool,
+                     upgrade_packages: tuple[str, ...], verbose: bool, quiet: bool, out: TextIO, log_path: Path) -> Lock:
+    """The lock of a spec whose packages go into the base's Python or a venv over it (python.target): resolved
+    by pip inside the base against what the base already holds, as an overlay's lock is
+    (envbuild.builder.sessions.overlaylock): the lock pins what the build adds, and keeps the base's torch family
+    (recorded as kept) unless a requirement asks for another."""
+    from envbuild.builder.execute.executor import BuildExecutor
+    from envbuild.builder.plan.actions import MakeDirs, Remove, Step
+    from envbuild.builder.plan.overlayplan import base_family, plan_resolve_in_base, split_requirements
+    from envbuild.builder.plan.overlayprobe import PROBE_PYTHON, PROBE_SHELL, parse_probe
+    from envbuild.builder.plan.sandbox import HOST_MOUNT, Bind, sandbox_exec
+    from envbuild.builder.sessions.overlaylock import _kept_pins, parse_pip_report
+    from envbuild.envspec.specmodel import VENV_PREFIX
+    from envbuild.inventory.installedtorch import check_locked_family
+    from envbuild.lock.lockmodel import Lock, LockTarget, lock_inputs
+    from envbuild.lock.uv import uv_python_platform
+    from envbuild.store.layout import StorePaths
+
+    spec, facts = loaded.spec, request.facts
+    target = spec.python.target
+    executor = BuildExecutor(log_path, store_root=Path(facts.cache_dir), verbose=verbose, quiet=quiet, out=out)
+    work = StorePaths(str(facts.cache_dir)).work(f"lock-probe-{spec.name}-{request.options.build_id}")
+    why = f"python.target: {target}: {spec.python.interpreter} first on the base's PATH"
+    probe_step = Step("base-python", "find the base's Python and what it has installed", (
+        Remove((work,)), MakeDirs((work,)),
+        sandbox_exec(request, rootfs, ["/bin/sh", "-c", PROBE_SHELL, "envbuild-probe", spec.python.interpreter,
+                                       f"{HOST_MOUNT}/probe.json", PROBE_PYTHON, why],
+                     writable=False, binds=[Bind(work, HOST_MOUNT, read_only=False)])),
+        cleanup=(Remove((work,)),))
+    try:
+        executor.execute_steps((probe_step,), None, "lock")
+        probe = parse_probe(Path(f"{work}/probe.json").read_text(encoding="utf-8"), f"{work}/probe.json")
+    finally:
+        safefiles.remove_tree(work)
+    if not probe.glibc:
+        raise EnvbuildError(f"the base's C library is not glibc ({probe.machine}); envbuild locks manylinux wheels only",
+                            "build without a lock")
+    pins = _kept_pins(previous, upgrade=upgrade, upgrade_packages=upgrade_packages)
+    report = Path(facts.cache_dir) / "logs" / f"lock-{spec.name}-report.json"
+    work, steps = plan_resolve_in_base(request, probe, pins, str(report), image=rootfs,
+                                       venv_mount=VENV_PREFIX if target == "venv-over-base" else None)
+    if not quiet:
+        print(f"resolving with pip in the base's Python {probe.python} ({probe.version}), against the "
+              f"{len(probe.packages)} distributions it holds", file=out, flush=True)
+    executor.execute_steps(steps, work, "lock")
+    packages = parse_pip_report(report.read_text(encoding="utf-8"), str(report))
+    family = base_family(probe)
+    check_locked_family(packages, f"the resolution of {loaded.path} in the base", then=f"run `envbuild lock {loaded.path}` again",
+                        given=family)
+    added = {package.name for package in packages}
+    kept = [f"{name}=={version}" for name, version in family if _canonical(name) not in added]
+    kept += [pin for pin in split_requirements(spec.python.requirements(), probe).kept if pin not in kept]
+    from envbuild.builder.sessions.lockdecision import torch_index_for
+
+    return Lock(inputs=lock_inputs(spec, torch_index_for(loaded)), target=LockTarget(python=probe.version,
+                                                                 platform=uv_python_platform(probe.machine, probe.glibc)),
+                base_digest=request.base.digest, recipe_digest=request.recipe_digest,
+                resolver=f"pip {facts.pip_version} in the base", packages=packages, spec_name=spec.name, kept=tuple(kept))
+
+
+def _canonical(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(name)
 
 
 def _other_arch(loaded: LoadedSpec, host: str) -> str | None:
