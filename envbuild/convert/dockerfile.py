@@ -116,6 +116,10 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
             for key in _arg_names(rest):
                 declared.setdefault(key, line)
     _refuse_unknown_build_args(build_args, declared, source)
+    in_stage = {key for _, word, rest in instructions[start:] if word == "ARG" for key in _arg_names(rest)}
+    for key in sorted(set(build_args) - in_stage - set(global_args)):
+        builder.note(declared[key], f"--build-arg {key}: ARG {key} is declared only in an earlier build stage, which "
+                                    "is not imported (ignored)")
     _check_stages(builder, instructions, froms, source)
     scope: dict[str, str | None] = {}  # an ARG before FROM is seen in FROM only, unless declared again in the stage
     workdir = "/"

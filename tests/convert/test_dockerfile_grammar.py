@@ -91,6 +91,9 @@ def test_a_build_arg_for_an_arg_only_a_run_reads_is_honoured_and_an_unknown_one_
     assert caught.value.message.startswith("ngc/Dockerfile: --build-arg GCC_VER: the file declares no ARG GCC_VER")
     assert "NGC_TAG (line 1), DEBIAN_FRONTEND (line 3)" in caught.value.message
     assert "drop --build-arg GCC_VER" in (caught.value.hint or "")
+    stages = "FROM debian AS build\nARG JOBS=2\nRUN make -j$JOBS\nFROM debian\nRUN true\n"
+    assert "line 2: --build-arg JOBS: ARG JOBS is declared only in an earlier build stage, which is not imported (ignored)" in \
+        import_dockerfile(stages, "s", build_args={"JOBS": "8"}).notes
 
 
 # --- LABEL --------------------------------------------------------------------------------------------------
