@@ -86,8 +86,23 @@ def live_cluster(system: str | None, environ: Mapping[str, str]) -> tuple[Cluste
     if facts is None:
         return None, ("no Slurm answered here (scontrol): the cluster's own partitions and limits were not checked "
                       "(run the check on the cluster's login node for them)")
+    import getpass
+    from dataclasses import replace
+
+    from envbuild.slurm.cluster import read_associations
+
+    # the accounts of the user who will submit: sacctmgr answers for the user named, whoever runs the check
+    try:
+        user = environ.get("USER") or environ.get("LOGNAME") or getpass.getuser()
+    except (OSError, KeyError):  # no name for this uid: accounting cannot be asked about it
+        user = ""
+    if user:
+        facts = replace(facts, associations=read_associations(user, facts.name))
+    accounting = (f"{user}'s accounts from sacctmgr" if facts.associations is not None and facts.associations.answered
+                  else "accounting (sacctmgr) did not answer")
     return facts, (f"checked against {facts.name or 'this cluster'} as scontrol describes it now: "
-                   f"{len(facts.partitions)} partition(s), {len(facts.nodes)} node(s)")
+                   f"{len(facts.partitions)} partition(s), {len(facts.nodes)} node(s), Slurm "
+                   f"{facts.slurm_version or 'of unknown version'}; {accounting}")
 
 
 def sbatch(request: SbatchRequest, *, script: str | None, submit: bool, wait: bool) -> int:

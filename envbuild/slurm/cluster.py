@@ -8,6 +8,11 @@ script is for (envbuild.commands.sbatch decides that); the rules that judge them
 (scontrol(1)); its JSON form needs a newer Slurm than some sites have (22.05 here), so the key=value form is read.
 A value may hold spaces (`OS=Linux 6.1 #1 SMP`): a value runs up to the next ` Key=`. Without Slurm (a laptop) or
 when it does not answer within SCONTROL_TIMEOUT_S, there are no facts and the caller says so.
+
+The Slurm release (`scontrol --version`) decides rules whose behaviour changed between releases (srun's
+--cpus-per-task, envbuild.slurm.check.steprules.srun_inherits). The user's accounts come from accounting
+(`sacctmgr show assoc`, read_associations), which a cluster may not run (no slurmdbd): then they are unknown,
+and the check says so rather than calling an account valid.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from envbuild.shared.errors import UsageError
 
 SCONTROL_TIMEOUT_S = 15  # slurmctld answers in well under a second; a hung one must not hang the check
 TEST_ONLY_TIMEOUT_S = 30
+SACCTMGR_TIMEOUT_S = 15  # slurmdbd may be down or far away: sacctmgr then waits on its connection
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::([^:,(]+))?:(\d+)")
 
@@ -45,6 +51,7 @@ class NodeFacts:
     gpus: int  # from its Gres (gpu[:type]:N), 0 without
     gpu_type: str | None
     features: tuple[str, ...]
+    cores: int | None = None  # physical cores: Sockets x CoresPerSocket (CPUTot counts hardware threads too)
 
 
 @dataclass(frozen=True)
@@ -55,16 +62,57 @@ class ClusterFacts:
     read_at: str
     partitions: dict[str, PartitionFacts] = field(default_factory=dict)
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
+    slurm_version: str = ""  # as `scontrol --version` prints it (22.05.8); "" where it did not say
+    associations: Associations | None = None  # the user's accounts (read_associations); None: not asked
 
     @property
     def source(self) -> str:
         return f"scontrol show partition/node on {self.name or 'this cluster'}, {self.read_at}"
+
+    @property
+    def version_source(self) -> str:
+        return f"scontrol --version on {self.name or 'this cluster'}, {self.read_at}"
+
+    def release(self) -> tuple[int, int] | None:
+        """The Slurm release (major, minor): (22, 5) for 22.05.8; None where unknown."""
+        return slurm_release(self.slurm_version)
 
     def default_partition(self) -> PartitionFacts | None:
         return next((partition for partition in self.partitions.values() if partition.default), None)
 
     def nodes_of(self, partition: PartitionFacts) -> list[NodeFacts]:
         return [self.nodes[name] for name in partition.nodes if name in self.nodes]
+
+
+@dataclass(frozen=True)
+class Associations:
+    """What accounting says of the user's associations now (`sacctmgr show assoc user=USER`): the accounts they
+    may charge, each with the partition it is limited to ("" for any). `answered` False: accounting did not
+    answer (no slurmdbd, sacctmgr missing or hung) and `why` says what it said; nothing is known then."""
+
+    user: str
+    read_at: str
+    answered: bool
+    pairs: tuple[tuple[str, str], ...] = ()  # (account, partition), lower case as slurmdbd stores them
+    why: str = ""
+
+    @property
+    def source(self) -> str:
+        return f"sacctmgr show assoc user={self.user}, {self.read_at}"
+
+    def accounts(self) -> list[str]:
+        return sorted({account for account, _partition in self.pairs})
+
+    def partitions_of(self, account: str) -> list[str] | None:
+        """The partitions `account` is limited to for this user; None: any partition (or no such account)."""
+        limited = [partition for name, partition in self.pairs if name == account.lower()]
+        return None if not limited or "" in limited else sorted(set(limited))
+
+
+def slurm_release(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a Slurm version as its tools print it ("slurm 23.11.4", "slurm-wlm 22.05.8", "24.05")."""
+    match = re.search(r"(\d+)\.(\d+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def parse_oneliners(text: str) -> list[dict[str, str]]:
@@ -139,9 +187,11 @@ def parse_nodes(text: str) -> dict[str, NodeFacts]:
             gpus += int(match.group(2))
             gpu_type = gpu_type or match.group(1)
         features = entity.get("AvailableFeatures", "")
+        sockets, per_socket = _int(entity.get("Sockets")), _int(entity.get("CoresPerSocket"))
         found[name] = NodeFacts(name=name, cpus=_int(entity.get("CPUTot")), memory_mb=_int(entity.get("RealMemory")),
                                 gpus=gpus, gpu_type=gpu_type,
-                                features=tuple(f for f in features.split(",") if f and f != "(null)"))
+                                features=tuple(f for f in features.split(",") if f and f != "(null)"),
+                                cores=sockets * per_socket if sockets and per_socket else None)
     return found
 
 
@@ -159,7 +209,50 @@ def read_cluster(name: str, run: object = subprocess.run) -> ClusterFacts | None
             return None
         outputs.append(done.stdout)
     return ClusterFacts(name=name, read_at=time.strftime("%Y-%m-%dT%H:%M"), partitions=parse_partitions(outputs[0]),
-                        nodes=parse_nodes(outputs[1]))
+                        nodes=parse_nodes(outputs[1]), slurm_version=read_slurm_version(run))
+
+
+def read_slurm_version(run: object = subprocess.run) -> str:
+    """The version `scontrol --version` prints ("22.05.8"); "" where it does not answer."""
+    try:
+        done = run(["scontrol", "--version"], capture_output=True, text=True,  # type: ignore[operator]
+                   timeout=SCONTROL_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    match = re.search(r"\d+\.\d+(?:\.\d+)?", done.stdout) if done.returncode == 0 else None
+    return match.group(0) if match else ""
+
+
+def read_associations(user: str, cluster: str, run: object = subprocess.run) -> Associations:
+    """The user's associations on `cluster` ("" for every cluster accounting knows), from
+    `sacctmgr -nP show assoc` (one `account|partition` line each); answered False, with what sacctmgr said, where
+    accounting does not answer within SACCTMGR_TIMEOUT_S."""
+    read_at = time.strftime("%Y-%m-%dT%H:%M")
+    command = ["sacctmgr", "-nP", "show", "assoc", f"user={user}", *([f"cluster={cluster}"] if cluster else []),
+               "format=account,partition"]
+    try:
+        done = run(command, capture_output=True, text=True, timeout=SACCTMGR_TIMEOUT_S, check=False)  # type: ignore[operator]
+    except FileNotFoundError:
+        return Associations(user, read_at, answered=False, why="sacctmgr is not on PATH")
+    except OSError as exc:
+        return Associations(user, read_at, answered=False, why=f"sacctmgr: {exc.strerror}")
+    except subprocess.TimeoutExpired:
+        return Associations(user, read_at, answered=False, why=f"sacctmgr gave no answer in {SACCTMGR_TIMEOUT_S} s")
+    if done.returncode != 0:
+        said = " ".join(line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip())
+        return Associations(user, read_at, answered=False,
+                            why=f"sacctmgr: {said}" if said else f"sacctmgr exit status {done.returncode}")
+    return Associations(user, read_at, answered=True, pairs=parse_associations(done.stdout))
+
+
+def parse_associations(text: str) -> tuple[tuple[str, str], ...]:
+    """`sacctmgr -nP ... format=account,partition` lines as (account, partition) pairs, lower case."""
+    pairs: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        account, _bar, partition = line.strip().partition("|")
+        if account:
+            pairs.append((account.lower(), partition.strip().lower()))
+    return tuple(dict.fromkeys(pairs))
 
 
 def sbatch_test_only(script: str, cwd: str, run: object = subprocess.run) -> tuple[int, str] | None:

@@ -235,11 +235,13 @@ def test_unknown_partition_is_fine_without_site_facts() -> None:
 
 
 def test_srun_without_the_jobs_cpus_per_task_on_juwels() -> None:
+    """Checked away from the cluster, its Slurm release is not known: the finding is a condition on it."""
     finding = only("bad-juwels-no-srun-cpus.sh", "juwels-booster")
     assert finding.line == 11
-    assert finding.what == "srun does not get the job's --cpus-per-task=24 (and 1 more srun line(s))"
-    assert "launch.srun_env_from.SRUN_CPUS_PER_TASK" in finding.source
-    assert finding.fix.startswith('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK" before the first srun')
+    assert finding.what == ("if this cluster's Slurm is 22.05 to 23.02, srun does not get the job's --cpus-per-task=24 "
+                            "(and 1 more srun line(s))")
+    assert "launch.srun_env_from.SRUN_CPUS_PER_TASK" in finding.source and "RELEASE_NOTES" in finding.source
+    assert finding.fix.startswith("srun --cpus-per-task=$SLURM_CPUS_PER_TASK (right on every release)")
 
 
 def test_srun_cpus_per_task_given_on_the_line_or_exported_later() -> None:

@@ -15,6 +15,8 @@ from envbuild.slurm.check.shape import count, format_mb, size_mb
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from envbuild.slurm.check.parse import Directive
 
 
@@ -166,8 +168,11 @@ def partition_limits(ctx: Context) -> list[Finding]:
             continue
         source = ctx.site.cite(f"partitions.{name}")
         instead = ctx.partition_fix(name, test=spec.test, with_time=False)
+        # where scontrol states the partition's own limit, cluster_limits judges by it (the recipe may be stale)
+        live = ctx.cluster.partitions.get(name) if ctx.cluster is not None else None
         nodes = ctx.job.get("nodes")
-        if spec.max_nodes is not None and ctx.job.nodes > spec.max_nodes and nodes is not None:
+        if spec.max_nodes is not None and ctx.job.nodes > spec.max_nodes and nodes is not None and \
+                (live is None or live.max_nodes is None):
             fewer = f"--nodes={spec.max_nodes}"
             found.append(Finding(nodes.line, f"{nodes.written}: partition {name} takes at most {spec.max_nodes} "
                                  "node(s)", f"partition {name} allows {spec.max_nodes} node(s) per job", source,
@@ -180,7 +185,7 @@ def partition_limits(ctx: Context) -> list[Finding]:
                                  f"{spec.max_gpus_per_node} GPUs per node", f"partition {name} is for jobs of 1 to "
                                  f"{spec.max_gpus_per_node} GPUs", source, f"{instead}, or {fewer}" if instead else fewer))
         seconds, time = ctx.time_seconds(), ctx.job.get("time")
-        if spec.max_time and seconds is not None and time is not None:
+        if spec.max_time and seconds is not None and time is not None and (live is None or live.max_time_s is None):
             most = parse_slurm_time(spec.max_time, source)
             if seconds > most:
                 longer = ctx.partition_fix(name, test=spec.test)
@@ -210,7 +215,10 @@ def partition_exists(ctx: Context) -> list[Finding]:
     # a partition is offered only where it fits the job: a GPU one for a GPU job, never for a CPU job
     other = ctx.suggest_partition() if gpu_job or not gpu_system else None
     instead = f"--partition={other}" if other else "one of: " + ", ".join(f"--partition={p}" for p in fitting)
+    live = ctx.cluster.partitions if ctx.cluster is not None else {}
     for name in ctx.partitions():
+        if name in live:
+            continue  # the cluster lists it now: the recipe is stale there, and recipe_vs_cluster says so
         if name in recipe.batch.retired_partitions:
             found.append(Finding(directive.line, f"partition {name} no longer exists on {ctx.name}",
                                  recipe.batch.retired_partitions[name], recipe.cite(f"batch.retired_partitions.{name}"),
@@ -531,3 +539,166 @@ def sbatch_test_only_accepted(ctx: Context) -> list[Finding]:
     line = ctx.script.directive_lines[0] if ctx.script.directive_lines else 1
     return [Finding(line, f"sbatch --test-only: {ctx.test_only[1]}", "Slurm's own answer for this script on this "
                     "cluster, now", "sbatch --test-only, " + SBATCH_DOC, "nothing to change")]
+
+
+# --- the recipe against the live cluster: a stale recipe ----------------------------------------------------------
+
+# Sites quote a node's memory in rounded GB or GiB and keep some of it for the system: a recipe's memory per node
+# and scontrol's RealMemory disagree only beyond this share of the larger.
+MEMORY_TOLERANCE = 0.1
+
+
+def recipe_vs_cluster(ctx: Context) -> list[Finding]:
+    """Applies where the check runs on the cluster of the site's recipe (the recipe names no Slurm cluster, or
+    this one) and scontrol answered: each fact both state and disagree on, once: a recipe partition scontrol does
+    not list, a retired one it lists, partitions it lists that the recipe does not name (one info), a partition's
+    MaxTime or MaxNodes (where scontrol states one: an UNLIMITED partition may be limited by a QOS the recipe
+    describes), and the GPUs, cores and memory of the nodes of the recipe's partitions. Infos: the script needs
+    no change; the recipe may be stale, and the rules judge the script by the live facts where both state one."""
+    cluster, recipe = ctx.cluster, ctx.site
+    if cluster is None or not cluster.partitions:
+        return []
+    names = recipe.detect.slurm_cluster_names
+    if names and cluster.name and cluster.name not in names:
+        ctx.notes.append(f"recipe {recipe.name} names Slurm cluster(s) {', '.join(names)}, and this is "
+                         f"{cluster.name}: the recipe was not compared with it")
+        return []
+    directive = ctx.job.get("partition")
+    first = ctx.script.directive_lines[0] if ctx.script.directive_lines else 1
+    asked = ctx.partitions()
+
+    def line_of(partition: str) -> int:
+        return directive.line if directive is not None and partition in asked else first
+
+    def stale(line: int, recipe_says: str, field: str, scontrol_says: str, fix: str) -> Finding:
+        return Finding(line, f"the recipe says {recipe_says} ({recipe.cite(field)}), {scontrol_says}, now: the "
+                       "recipe may be stale", "the recipe's facts were gathered from the site's documentation at one "
+                       "time; the cluster describes itself as it is configured now, and sbatch goes by that",
+                       f"{recipe.cite(field)}; {cluster.source}", fix)
+
+    cited = recipe.cite("name")
+    where = f"recipes/{recipe.name}.yaml" if cited.startswith("recipe ") else cited.split(" ", 1)[0].rsplit(":", 1)[0]
+    update = f"nothing to change in the script; update {where} (its value and citation), or tell its maintainers"
+    found: list[Finding] = []
+    live_parts = cluster.partitions
+    for name, spec in recipe.partitions.items():
+        live = live_parts.get(name)
+        field = f"partitions.{name}"
+        if live is None:
+            found.append(stale(line_of(name), f"partition {name} exists", field, "scontrol show partition does not "
+                               "list it (gone, renamed, or hidden from this user)", update))
+            continue
+        if spec.max_time and live.max_time_s is not None:
+            try:
+                recipe_s = parse_slurm_time(spec.max_time, field)
+            except UsageError:
+                recipe_s = None
+            if recipe_s is not None and recipe_s != live.max_time_s:
+                found.append(stale(line_of(name), f"partition {name} allows {spec.max_time}", field,
+                                   f"scontrol show partition says MaxTime={format_duration(live.max_time_s)}", update))
+        if spec.max_nodes is not None and live.max_nodes is not None and spec.max_nodes != live.max_nodes:
+            found.append(stale(line_of(name), f"partition {name} takes at most {spec.max_nodes} node(s)", field,
+                               f"scontrol show partition says MaxNodes={live.max_nodes}", update))
+    for name, why in recipe.batch.retired_partitions.items():
+        if name in live_parts:
+            found.append(stale(line_of(name), f"partition {name} was retired ({why})",
+                               f"batch.retired_partitions.{name}", "scontrol show partition lists it", update))
+    unnamed = sorted(set(live_parts) - set(recipe.partitions) - set(recipe.batch.retired_partitions))
+    if unnamed and recipe.partitions:
+        found.append(stale(first, f"the partitions are {', '.join(sorted(recipe.partitions))}", "partitions",
+                           f"scontrol show partition lists {', '.join(unnamed)} too (the recipe may leave them out on "
+                           "purpose)", update))
+    found += _recipe_node_vs_cluster(ctx, stale, first, update)
+    return found
+
+
+def _recipe_node_vs_cluster(ctx: Context, stale: Callable[[int, str, str, str, str], Finding], line: int,
+                            update: str) -> list[Finding]:
+    """The recipe's node facts (its GPU nodes', or a CPU system's) against the nodes of its partitions that
+    scontrol lists: GPUs, physical cores and memory per node, where no such node agrees with the recipe."""
+    cluster, node = ctx.cluster, ctx.site.node
+    if cluster is None or node is None:
+        return []
+    partitions = [cluster.partitions[name] for name, spec in ctx.site.partitions.items()
+                  if name in cluster.partitions and (not spec.cpu_only or not node.gpus)]
+    nodes = list({facts.name: facts for partition in partitions for facts in cluster.nodes_of(partition)}.values())
+    if not nodes:
+        return []
+    where = ", ".join(partition.name for partition in partitions)
+    found: list[Finding] = []
+    gpus = sorted({facts.gpus for facts in nodes})
+    if node.gpus not in gpus:
+        found.append(stale(line, f"a node has {node.gpus} GPU(s)", "node.gpus", f"scontrol show node says the nodes "
+                           f"of {where} have {' or '.join(map(str, gpus))} (their Gres)", update))
+    cores = sorted({facts.cores for facts in nodes if facts.cores})
+    if cores and node.cores not in cores:
+        found.append(stale(line, f"a node has {node.cores} cores", "node.cores", "scontrol show node says the nodes "
+                           f"of {where} have {' or '.join(map(str, cores))} (Sockets x CoresPerSocket)", update))
+    memory = sorted({facts.memory_mb for facts in nodes if facts.memory_mb})
+    if node.memory_gb and memory:
+        recipe_mb = node.memory_gb * 1024
+        if all(abs(recipe_mb - mb) > MEMORY_TOLERANCE * max(recipe_mb, mb) for mb in memory):
+            found.append(stale(line, f"a job may ask for {node.memory_gb}G per node", "node.memory_gb",
+                               f"scontrol show node says the nodes of {where} have RealMemory="
+                               f"{' or '.join(format_mb(mb) for mb in memory)}", update))
+    return found
+
+
+# --- the user's accounts: what accounting says now ------------------------------------------------------------------
+
+
+def _named_account(ctx: Context) -> tuple[int, str, str] | None:
+    """The account sbatch will charge, where the script or the environment names one: (line, as written, name).
+    $SBATCH_ACCOUNT wins over the script's #SBATCH line, as in sbatch; a variable or a placeholder is left to the
+    rules that judge those."""
+    directive = ctx.job.get("account")
+    named = (directive.line, directive.written, directive.value) if directive is not None and directive.value else None
+    if ctx.environ.get("SBATCH_ACCOUNT"):
+        first = ctx.script.directive_lines[0] if ctx.script.directive_lines else 1
+        named = (directive.line if directive is not None else first, f"$SBATCH_ACCOUNT={ctx.environ['SBATCH_ACCOUNT']}",
+                 ctx.environ["SBATCH_ACCOUNT"])
+    if named is None or "$" in named[2] or placeholder_in(named[2]) is not None:
+        return None
+    return named
+
+
+def accounting_unanswered(ctx: Context) -> list[Finding]:
+    """Applies where the check runs on the script's cluster, the script names an account, and accounting did not
+    answer (no slurmdbd, sacctmgr missing or hung): the account was not checked, and this says so."""
+    associations = ctx.cluster.associations if ctx.cluster is not None else None
+    named = _named_account(ctx)
+    if associations is None or associations.answered or named is None:
+        return []
+    line, written, _account = named
+    return [Finding(line, f"{written}: accounting does not answer: account not checked",
+                    f"{associations.why.rstrip('.')}; the user's accounts come from accounting (slurmdbd), which this cluster "
+                    "does not run or which did not answer", associations.source,
+                    "nothing to change if the account is yours; `sacctmgr show assoc user=$USER` lists them where "
+                    "accounting runs")]
+
+
+def cluster_account(ctx: Context) -> list[Finding]:
+    """Applies where the check runs on the script's cluster, accounting answered (`sacctmgr show assoc`) and the
+    script (or $SBATCH_ACCOUNT, which sbatch prefers to the script's line) names an account: an account the user
+    has no association with, or whose association is limited to other partitions, is refused by sbatch."""
+    associations = ctx.cluster.associations if ctx.cluster is not None else None
+    named = _named_account(ctx)
+    if associations is None or not associations.answered or named is None:
+        return []
+    line, written, account = named
+    mine = associations.accounts()
+    if account.lower() not in mine:
+        return [Finding(line, f"{written}: {associations.user} has no association with account {account}",
+                        "sbatch refuses a job charged to an account the user is not associated with (Invalid account "
+                        "or account/partition combination specified)", associations.source,
+                        f"--account={mine[0]}" + (f" (yours: {', '.join(mine)})" if len(mine) > 1 else " (your only one)")
+                        if mine else "ask the site's support to add you to a project's account")]
+    allowed = associations.partitions_of(account)
+    outside = [name for name in ctx.partitions() if allowed is not None and name.lower() not in allowed]
+    partition = ctx.job.get("partition")
+    if allowed is not None and outside and len(outside) == len(ctx.partitions()) and partition is not None:
+        return [Finding(partition.line, f"{partition.written}: account {account} may be used on {', '.join(allowed)} "
+                        "only", "sbatch refuses an account/partition pair the user has no association for",
+                        associations.source, f"--partition={allowed[0]}, or an account of yours for "
+                        f"{', '.join(outside)}")]
+    return []

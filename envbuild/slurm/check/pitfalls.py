@@ -51,6 +51,9 @@ RULES: tuple[tuple[Callable[[Context], list[Finding]], str, bool], ...] = (
     (checkjob.time_syntax, "error", False),
     (checkjob.cluster_partition, "error", False),
     (checkjob.cluster_limits, "error", False),
+    (checkjob.cluster_account, "error", False),
+    (checkjob.accounting_unanswered, "info", False),
+    (checkjob.recipe_vs_cluster, "info", True),
     (checkjob.sbatch_test_only, "error", False),
     (checkjob.sbatch_test_only_accepted, "info", False),
     (checkjob.gpus_per_node, "error", True),
@@ -59,7 +62,7 @@ RULES: tuple[tuple[Callable[[Context], list[Finding]], str, bool], ...] = (
     (checkjob.gpu_partition_without_gpus, "warning", True),
     (checkjob.partial_gpus_on_billed_node, "warning", True),
     (checksteps.forbidden_options, "warning", True),
-    (checksteps.srun_inherits, "warning", True),
+    (checksteps.srun_inherits, "warning", False),
     (checksteps.launcher_tasks, "warning", False),
     (checksteps.per_task_launch, "warning", False),
     (checksteps.launcher_without_srun, "warning", False),
@@ -308,7 +311,8 @@ def check_script_file(path: str, recipe: SystemRecipe | None, out: TextIO, envir
     text = read_script(path)
     environ = os.environ if environ is None else environ
     syntax_error = bash_syntax_error(text)
-    refuse_non_script(path, parse_script(text), syntax_error)
+    script = parse_script(text)
+    refuse_non_script(path, script, syntax_error)
     answer = None
     if test_only:
         from envbuild.slurm.cluster import sbatch_test_only

@@ -221,28 +221,78 @@ def launcher_without_srun(ctx: Context) -> list[Finding]:
     return found
 
 
+# srun and the job's --cpus-per-task, by Slurm release (SchedMD's release notes, RELEASE_NOTES of each tag in
+# https://github.com/SchedMD/slurm, and CHANGELOG/slurm-22.05.md, slurm-23.11.md there):
+# - 22.05.0: "srun will no longer read in SLURM_CPUS_PER_TASK ... set the new SRUN_CPUS_PER_TASK env var";
+# - 23.11.0: "Replace SRUN_CPUS_PER_TASK with SLURM_CPUS_PER_TASK and get back to the behavior before Slurm 22.05"
+#   (srun reads SLURM_CPUS_PER_TASK again, and no longer SRUN_CPUS_PER_TASK).
+# So srun steps lose the job's --cpus-per-task in releases 22.05 to 23.02 only.
+SRUN_IGNORES_JOB_CPUS = ((22, 5), (23, 11))  # [from, to): the releases where srun does not inherit it
+SRUN_RELEASE_NOTES = ("SchedMD Slurm RELEASE_NOTES 22.05 and 23.11, "
+                      "https://github.com/SchedMD/slurm/blob/slurm-23-11-0-1/RELEASE_NOTES")
+
+
+def _slurm_release(ctx: Context) -> tuple[tuple[int, int] | None, str, str]:
+    """The Slurm release the job runs under, as written, and where that comes from: the cluster the check runs
+    on (scontrol --version, now); (None, "", "") where it is not known."""
+    cluster = ctx.cluster
+    if cluster is not None and cluster.release() is not None:
+        return cluster.release(), cluster.slurm_version, cluster.version_source
+    return None, "", ""
+
+
 def srun_inherits(ctx: Context) -> list[Finding]:
-    """Where the site's srun does not take an option from the job (JUWELS: --cpus-per-task), srun lines that
-    neither pass it nor follow `export SRUN_...`. Reported once, at the first such line."""
+    """srun lines of more than one task per node that neither pass the job's --cpus-per-task (> 1) nor follow
+    `export SRUN_CPUS_PER_TASK`, where srun does not inherit it: Slurm 22.05 to 23.02 (SRUN_IGNORES_JOB_CPUS). With the cluster's release
+    known (the check runs on it) the finding is a fact, and nothing is said for other releases; unknown, it is
+    said as a condition on the release, and only for a site whose recipe says its srun does not inherit it
+    (JUWELS: launch.srun_env_from). Other `srun_env_from` entries of a recipe apply as the recipe states them.
+    Reported once per option, at the first such line."""
+    release, written, release_source = _slurm_release(ctx)
+    targets = dict(ctx.recipe.launch.srun_env_from) if ctx.recipe is not None else {}
+    if release is not None:
+        if SRUN_IGNORES_JOB_CPUS[0] <= release < SRUN_IGNORES_JOB_CPUS[1]:
+            targets.setdefault("SRUN_CPUS_PER_TASK", "SLURM_CPUS_PER_TASK")
+        else:
+            targets.pop("SRUN_CPUS_PER_TASK", None)  # this release's srun takes --cpus-per-task from the job
     found: list[Finding] = []
-    for target, source_variable in ctx.site.launch.srun_env_from.items():
+    for target, source_variable in targets.items():
         option = "--" + target.removeprefix("SRUN_").lower().replace("_", "-")
         given = ctx.job.get(option[2:])
         if given is None or count(given.value) in (None, 1):
             continue  # 1 is srun's default anyway; a value that is not a number is the numbers rule's
         names = (option, "-c") if option == "--cpus-per-task" else (option,)
-        missing = [srun for srun in ctx.script.sruns
+        # a step of one task per node is not bound to one CPU: a step that is not --exact gets all the job's CPUs
+        # on its nodes, and its one task may use them (as measured on the test cluster's 22.05)
+        missing = [srun for srun, step in ctx.steps()
                    if not srun.under_envrun and not has_option(srun.options, *names)
-                   and not ctx.script.exported_before(target, srun.line) and not srun.sets_inline(target)]
+                   and not ctx.script.exported_before(target, srun.line) and not srun.sets_inline(target)
+                   and (target != "SRUN_CPUS_PER_TASK" or (step.tasks_per_node() or 2) > 1)]
         if not missing:
             continue
         more = f" (and {len(missing) - 1} more srun line(s))" if len(missing) > 1 else ""
         edit = _srun_edit(ctx, missing[0], f"{option}=${{{source_variable}}}") if len(missing) == 1 else None
-        found.append(Finding(
-            missing[0].line, f"srun does not get the job's {given.written}{more}",
-            f"{ctx.name}'s srun does not inherit {option} from the job: without it each task gets one CPU",
-            ctx.site.cite(f"launch.srun_env_from.{target}"),
-            f'export {target}="${source_variable}" before the first srun (or srun {option}=${source_variable})', edit))
+        recipe = ctx.recipe
+        site = recipe.cite(f"launch.srun_env_from.{target}") if recipe is not None and \
+            target in recipe.launch.srun_env_from else ""
+        fix = f'export {target}="${source_variable}" before the first srun (or srun {option}=${source_variable})'
+        if target != "SRUN_CPUS_PER_TASK":
+            what, why, source = (f"srun does not get the job's {given.written}{more}",
+                                 f"{ctx.name}'s srun does not inherit {option} from the job", site)
+        elif release is not None:
+            what = f"srun does not get the job's {given.written}{more}"
+            why = (f"this cluster's Slurm is {written}: srun in Slurm 22.05 to 23.02 does not inherit "
+                   "--cpus-per-task from the job, and each task gets one CPU")
+            source = f"{release_source}; {SRUN_RELEASE_NOTES}"
+        else:
+            what = f"if this cluster's Slurm is 22.05 to 23.02, srun does not get the job's {given.written}{more}"
+            why = (f"{ctx.name}'s recipe says its srun does not inherit --cpus-per-task; srun in Slurm 22.05 to "
+                   "23.02 does not (each task gets one CPU), earlier and later releases do; the release here was "
+                   "not asked (the check runs away from the cluster)")
+            source = f"{site}; {SRUN_RELEASE_NOTES}"
+            fix = (f"srun {option}=${source_variable} (right on every release), or export {target}="
+                   f'"${source_variable}" before the first srun (read by 22.05 to 23.02 only)')
+        found.append(Finding(missing[0].line, what, why, source, fix, edit))
     return found
 
 
