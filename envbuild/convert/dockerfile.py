@@ -19,7 +19,7 @@ from envbuild.convert.specbuilder import (
     add_file,
     add_label,
 )
-from envbuild.convert.specexport import ExportInput, header_lines, install_lines
+from envbuild.convert.specexport import ExportInput, header_lines, install_lines, venv_on_path
 from envbuild.envspec.specmodel import VENV_PREFIX, env_assignments
 from envbuild.shared.errors import UsageError
 
@@ -102,12 +102,14 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
     froms = [i for i, (_, word, _) in enumerate(instructions) if word == "FROM"]
     global_args: dict[str, str | None] = {}
     declared: dict[str, int] = {}  # every ARG of the file -> the line that declares it first
+    template_line = None  # the line of LAIF_BUILD_ARGS, where the build scripts write their ARGs
     for line, word, rest in instructions[: froms[0] if froms else 0]:
         if word == "ARG":
             global_args.update(_declared_args(rest, build_args, {}, source, line))
         elif f"{word} {rest}" == LAIF_BUILD_ARGS:
             global_args.update(build_args)
             declared.update({key: line for key in build_args})
+            template_line = line
             builder.note(line, f"{LAIF_BUILD_ARGS} (the LUMI AI Factory build scripts put their ARG lines here; the "
                                "--build-args given to envbuild import stand for them)")
     start = froms[-1] if froms else 0
@@ -131,7 +133,7 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
         if word not in ("FROM", "RUN") and "\n" not in rest:  # a COPY here-document is data, not expanded here
             rest = substitute_docker_args(rest, arguments, source, number)
         if word == "FROM":
-            _docker_from(builder, number, rest, global_args, source)
+            _docker_from(builder, number, rest, global_args, source, template_line)
             if _runs_before_a_workdir(instructions[start + 1:]):
                 builder.note(number, f"FROM {rest}: the base's WORKDIR and ENV were not read (envbuild import does "
                                      "not pull docker:// images): RUN, COPY and ADD before the file's own WORKDIR run "
@@ -190,16 +192,20 @@ def _refuse_unknown_build_args(build_args: dict[str, str], declared: dict[str, i
 _OTHER_TRANSPORT = re.compile(r"^(oci|oci-archive|docker-archive|docker-daemon|containers-storage|dir):")
 
 
-def _docker_from(builder: SpecBuilder, number: int, rest: str, global_args: dict[str, str | None], source: str) -> None:
-    """FROM: its build arguments substituted (an ARG before the first FROM, or a --build-arg), never written into
-    the spec as `$NAME`."""
+def _docker_from(builder: SpecBuilder, number: int, rest: str, global_args: dict[str, str | None], source: str,
+                 template_line: int | None) -> None:
+    """FROM: its build arguments substituted (an ARG before the first FROM, or a --build-arg; in a LUMI AI Factory
+    template, whose ARGs the build scripts write at `template_line`, the --build-args), never written into the
+    spec as `$NAME`."""
     words = [w for w in rest.split() if not w.startswith("--platform")]
     if len(words) != len(rest.split()):
         builder.note(number, "FROM --platform (the base is pulled for the build host's platform)")
     written = words[0] if words else ""
-    image = substitute_docker_args(written, global_args, source, number, undeclared=(
-        "is not declared before the first FROM, where FROM sees it",
-        "declare it before FROM (ARG {name}) and give it: envbuild import --build-arg {name}=..."))
+    undeclared = (f"is one of the ARGs the LUMI AI Factory build scripts write at line {template_line} "
+                  f"({LAIF_BUILD_ARGS}), and no --build-arg gives it", "give it: envbuild import --build-arg {name}=...") \
+        if template_line else ("is not declared before the first FROM, where FROM sees it",
+                               "declare it before FROM (ARG {name}) and give it: envbuild import --build-arg {name}=...")
+    image = substitute_docker_args(written, global_args, source, number, undeclared=undeclared)
     transport = _OTHER_TRANSPORT.match(image)
     if transport:
         raise build_file_error(source, number, f"FROM {rest}: the base is read through {transport[1]}:, which a "
@@ -456,7 +462,8 @@ def export_dockerfile(data: ExportInput) -> str:
         raise UsageError(f"a Dockerfile cannot start from {base.describe()}",
                          "export a definition file instead (--format def), or use a docker:// base")
     out += [f"ENV {assignment}" for assignment in env_assignments(spec.env)]
-    out.append(f"ENV PATH={VENV_PREFIX}/bin:$PATH")
+    if venv_on_path(spec):
+        out.append(f"ENV PATH={VENV_PREFIX}/bin:$PATH")
     out += [f"LABEL {json.dumps(key)}={json.dumps(value)}" for key, value in spec.labels.items()]
     out += [f"COPY {json.dumps([f.src, f.dest])}" for f in spec.files]
     out += [f"RUN chmod {f.mode} {shlex.quote(f.dest)}" for f in spec.files if f.mode]

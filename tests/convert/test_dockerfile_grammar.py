@@ -205,8 +205,11 @@ def test_the_laif_template_imports_with_its_build_args() -> None:
     assert result.spec["post"][0].startswith(
         "export BASE_IMAGE=lumi-rocm-base BASE_IMAGE_TAG=20260415_130625 TORCH_URL=torch==2.7.1\nset -ue;")
     assert "line 1: @@ BUILD_ARGS @@ (the LUMI AI Factory build scripts put their ARG lines here" in "\n".join(result.notes)
-    with pytest.raises(UsageError, match=r"^Venv_Torch:3: build argument BASE_IMAGE has no value"):
+    with pytest.raises(UsageError) as caught:
         import_dockerfile(LAIF_TEMPLATE, "venv-torch", source="Venv_Torch")
+    assert caught.value.message == ("Venv_Torch:3: build argument BASE_IMAGE has no value: it is one of the ARGs the LUMI "
+                                    "AI Factory build scripts write at line 1 (@@ BUILD_ARGS @@), and no --build-arg gives it")
+    assert caught.value.hint == "give it: envbuild import --build-arg BASE_IMAGE=..."
 
 
 def test_a_base_read_through_another_transport_is_refused_at_its_line() -> None:
