@@ -21,7 +21,7 @@ from dockerfile_parse.util import extract_key_values
 from envbuild.cli.envbuild_main import main
 from envbuild.convert.dockerfile import _docker_instructions, import_dockerfile
 from envbuild.envspec.loadspec import load_spec_text
-from envbuild.shared.errors import UsageError
+from envbuild.shared.errors import SpecError, UsageError
 
 NGC_WITH_ARGS = """\
 ARG NGC_TAG=24.05-py3
@@ -138,6 +138,17 @@ def test_a_label_docker_refuses_is_a_located_error(line: str, message: str) -> N
         import_dockerfile(f"FROM debian\n{line}\n", "l")
     assert caught.value.message.startswith(f"Dockerfile:2: {message}")
     assert caught.value.hint
+
+
+def test_validate_refuses_an_empty_label_key_and_a_base_with_a_variable(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"<spec>:3:1: labels: a label with an empty key"):
+        load_spec_text("name: l\nbase: docker://debian\nlabels: {'': v}\n")
+    with pytest.raises(SpecError, match=r"'docker://\$BASE_IMAGE:\$BASE_IMAGE_TAG' holds an unexpanded variable"):
+        load_spec_text("name: l\nbase: docker://$BASE_IMAGE:$BASE_IMAGE_TAG\n")
+    written = tmp_path / "laif.yaml"
+    written.write_text("name: laif\nsystem: local\nbase: docker://$BASE_IMAGE:$BASE_IMAGE_TAG\n")
+    refused = CliRunner().invoke(main, ["validate", str(written)])
+    assert refused.exit_code == 2 and "holds an unexpanded variable" in refused.output
 
 
 def test_the_instructions_agree_with_dockerfile_parse(tmp_path: Path) -> None:
