@@ -80,9 +80,9 @@ class _Shape:
 
 
 def yaml_scalar(text: str) -> str:
-    """A string as a YAML scalar: bare where YAML reads it back as the same string, else JSON-quoted (JSON's
-    double-quoted strings are YAML's)."""
-    if re.fullmatch(r"[A-Za-z_/][A-Za-z0-9_./{}:+-]*", text) and text.lower() not in _YAML_WORDS and ": " not in text:
+    """A string as a YAML scalar: bare where YAML reads it back as the same string, in a block and in a flow
+    sequence alike (no `:`, `,`, brackets or braces), else JSON-quoted (JSON's double-quoted strings are YAML's)."""
+    if re.fullmatch(r"[A-Za-z_/][A-Za-z0-9_./+-]*", text) and text.lower() not in _YAML_WORDS:
         return text
     return json.dumps(text)
 

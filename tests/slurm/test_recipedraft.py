@@ -1,6 +1,7 @@
 """`envrun recipe draft`'s planner (envbuild.slurm.recipedraft): recorded and site-shaped scontrol output, gres.conf,
 lscpu and GPU tool answers in (tests/fixtures/scontrol/, tests/fixtures/recipedraft/README.md), the recipe text
-out, compared with tests/golden/recipedraft-*.yaml; every draft loads with the strict loader as it is."""
+out, compared with tests/golden/recipedraft-*.yaml; every draft loads with the strict loader as it is, also one
+drafted from scontrol-shaped output with any values (hypothesis)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envbuild.recipes.loadrecipe import load_recipe, validate_recipe_file
 from envbuild.recipes.ops import system_argument
@@ -189,6 +192,7 @@ def test_gpu_tools_and_lscpu() -> None:
 
 @pytest.mark.parametrize(("value", "written"), [
     ("debug", "debug"), ("yes", '"yes"'), ("a: b", '"a: b"'), ("gpu_dev", "gpu_dev"), ("#x", '"#x"'), ("", '""'),
+    ("a,b]", '"a,b]"'), ("x{y}", '"x{y}"'), ("nvidia_a100-sxm4-80gb", "nvidia_a100-sxm4-80gb"),
 ])
 def test_yaml_scalars(value: str, written: str) -> None:
     assert yaml_scalar(value) == written
@@ -220,3 +224,41 @@ def test_the_reader_hands_over_what_scontrol_says(tmp_path: Path) -> None:
     assert given.gres_conf == text("local-gres.conf") and given.gres_conf_path == f"{tmp_path}/gres.conf"
     assert recipe_name("LUMI_G") == "lumi-g"
 
+
+
+_WORD = st.text(alphabet="abcdefgxyz0189_-.:,[]{}#' ", min_size=1, max_size=12)
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[str, str, str | None]:
+    """scontrol-shaped partitions and nodes with any values where Slurm prints numbers, names and gres, and a
+    gres.conf with any Cores=: what a site's Slurm might print, or garble."""
+    names = draw(st.lists(st.from_regex(r"[a-z][a-z0-9]{0,5}", fullmatch=True), min_size=1, max_size=4, unique=True))
+    number = st.one_of(st.integers(0, 300).map(str), st.sampled_from(["", "UNLIMITED", "N/A", "x"]))
+    gres = st.one_of(st.just("(null)"), st.builds(lambda t, n: f"gpu:{t}:{n}" if t else f"gpu:{n}",
+                                                  st.sampled_from(["", "a100", "mi250x", "weird"]), st.integers(0, 9)))
+    nodes = "".join(
+        f"NodeName={name} Arch={draw(st.sampled_from(['x86_64', 'aarch64', 'ppc64le', '']))} "
+        f"CoresPerSocket={draw(number)} CPUTot={draw(number)} Gres={draw(gres)} RealMemory={draw(number)} "
+        f"Sockets={draw(number)} ThreadsPerCore={draw(number)} CoreSpecCount={draw(number)} "
+        f"MemSpecLimit={draw(number)}\n" for name in names)
+    partitions = "".join(
+        f"PartitionName={draw(_WORD).replace(' ', '_').replace('=', '_')} Default={draw(st.sampled_from(['YES', 'NO']))} "
+        f"MaxNodes={draw(number)} MaxTime={draw(st.sampled_from(['UNLIMITED', '1-00:00:00', '30', '0', 'x']))} "
+        f"Nodes={','.join(draw(st.lists(st.sampled_from(names), max_size=3)))} "
+        f"OverSubscribe={draw(st.sampled_from(['NO', 'EXCLUSIVE']))}\n" for _ in range(draw(st.integers(0, 3))))
+    gres_conf = draw(st.one_of(st.none(), st.builds(
+        lambda n, c: f"NodeName={names[0]} Name=gpu File=/dev/nvidia[0-{n}] Cores={c}\n",
+        st.integers(0, 8), st.sampled_from(["0-3", "0,2", "99", "x", ""]))))
+    return partitions, nodes, gres_conf
+
+
+@settings(max_examples=60, deadline=None)
+@given(clusters(), st.from_regex(r"[A-Za-z][A-Za-z0-9 _.-]{0,15}", fullmatch=True))
+def test_any_cluster_gives_a_draft_the_loader_takes(cluster: tuple[str, str, str | None], name: str) -> None:
+    from envbuild.commands.recipe import check_draft
+
+    partitions, nodes, gres_conf = cluster
+    draft = plan_draft(DraftInput(cluster=name, name=name, drafted_at=WHEN, partitions_text=partitions,
+                                  nodes_text=nodes, gres_conf=gres_conf, gres_conf_path="/etc/slurm/gres.conf"))
+    check_draft(draft.text, name)
