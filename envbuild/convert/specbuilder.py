@@ -37,6 +37,8 @@ HARMLESS_FLAGS = {"--no-cache-dir", "-U", "--upgrade", "-q", "--quiet", "-v", "-
 HARMLESS_WITH_VALUE = {"--progress-bar", "--root-user-action", "--upgrade-strategy"}
 PIP_INSTALL = re.compile(r"^(?:sudo\s+)?(?:(?P<py>\S*python[0-9.]*)\s+-m\s+pip|\S*pip[0-9.]*)\s+install\s+(?P<args>.*)$", re.S)
 VENV_LINE = re.compile(r"^(?P<py>\S+)\s+-m\s+venv\s+(?P<over>--system-site-packages\s+)?" + re.escape(VENV_PREFIX) + r"/?$")
+# The line an export writes where the packages go into the base's own Python (envbuild.convert.specexport).
+TARGET_LINE = re.compile(r"^#\s*envbuild python\.target: (?P<target>base)\b")
 # (?<!\s): the blanks before the # are tried from the first of them only (from each, a long run of blanks was
 # read again: quadratic time).
 VARIANT_COMMENT = re.compile(r"(?<!\s)\s+#\s*pytorch variant (?P<variant>\S+)\s*$")
@@ -98,6 +100,10 @@ class SpecBuilder:
         """A shell script (a %post block, a RUN): its pip installs become packages, the rest post."""
         kept: list[str] = []
         for number, logical, verbatim in script_lines(script, line):  # notes at each line's own number
+            marked = TARGET_LINE.match(logical.strip())
+            if marked:  # an exported file's python.target (one without a venv line cannot say it otherwise)
+                self.target = marked["target"]
+                continue
             rest = logical if verbatim else self._take_pip(number, logical)
             if rest:
                 kept.append(rest)
@@ -109,8 +115,7 @@ class SpecBuilder:
         if venv:  # envbuild's own venv (an exported file): implied by the spec
             if venv["py"] != "python3":
                 self.interpreter = venv["py"]
-            if venv["over"]:
-                self.target = "venv-over-base"
+            self.target = "venv-over-base" if venv["over"] else "envbuild-venv"
             return ""
         variant = VARIANT_COMMENT.search(logical)
         if variant:
@@ -202,7 +207,7 @@ class SpecBuilder:
         file pip-installs into it), so the packages go where the original put them; the venv line of an exported
         file says it otherwise."""
         if self.target:
-            return self.target
+            return None if self.target == "envbuild-venv" else self.target
         base = self.base or ""
         if plain_os_base(base):
             return None

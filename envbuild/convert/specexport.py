@@ -46,7 +46,7 @@ def install_lines(data: ExportInput) -> list[str]:
     pins = {_canonical(name): version for name, version in data.pins.items()} if data.pins else None
     if python.target == "base":  # the base's own Python, as the spec installs into it: no venv
         pip = f"{python.interpreter} -m pip install --no-cache-dir"
-        lines = []
+        lines = ["# envbuild python.target: base (no venv: the packages go into the base's own Python)"]
     else:
         pip = f"{VENV_PREFIX}/bin/python -m pip install --no-cache-dir"
         over_base = " --system-site-packages" if python.target == "venv-over-base" else ""
