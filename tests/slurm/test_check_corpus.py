@@ -27,7 +27,7 @@ CORPUS = Path(__file__).resolve().parent / "scripts"
 RECIPE_SITES = ("lumi", "puhti", "mahti", "roihu", "juwels", "jureca")
 # centres without a recipe, a folder each (unknown/ holds single scripts of other sites)
 CENTRES = ("perlmutter", "tacc", "kempner", "princeton", "alliance", "leonardo", "marenostrum5", "jeanzay", "alps",
-           "snellius", "isambard", "meluxina", "vega", "dfki")
+           "snellius", "isambard", "meluxina", "vega", "dfki", "sigma2")
 SITES = (*RECIPE_SITES, *CENTRES, "unknown")
 # The rule ids of the check (the contract of issue 29): a typo in the table fails here, not as a silent miss.
 RULES = {

@@ -36,3 +36,21 @@ def test_a_quoted_delimiter_is_taken_as_written() -> None:
     report = check_script(quoted, load_recipe("local"), {}, syntax_error=None)
     assert ("numbers", 6) in [(f.rule, f.line) for f in report.findings]  # sbatch gets the text $NODES
     assert "expanded" not in report.notes[0]
+
+
+def test_the_jobs_own_variables_escaped_in_the_here_document_are_read_as_the_job_gets_them() -> None:
+    """`\\$(hostname)` and `\\$SLURM_JOB_ID` in an unquoted here-document reach the job as `$(hostname)` and
+    `$SLURM_JOB_ID` (the Alliance's and many projects' submit scripts): the job is read whole, not cut at a `\\$`
+    that bash would never have left there."""
+    driver = DRIVER.replace("srun python", "export MASTER_ADDR=\\$(hostname) RUN=\\${SLURM_JOB_ID}\nsrun python")
+    report = check_script(driver, load_recipe("local"), {}, syntax_error=None)
+    assert [(f.line, f.rule) for f in report.findings] == [(7, "time_syntax")]
+    assert report.srun_lines == 1
+    body = submitted_here_document(driver)
+    assert body is not None and "MASTER_ADDR=\\$(hostname)" in body[1]  # as written; expanded when checked
+
+
+def test_without_a_recipe_the_first_note_still_says_so() -> None:
+    report = check_script(DRIVER, None, {"SLURM_CLUSTER_NAME": "narval"}, syntax_error=None)
+    assert report.notes[0].startswith("no recipe for this site (SLURM_CLUSTER_NAME=narval)")
+    assert report.notes[1].startswith("the script submits a job with `sbatch <<EOF` (line 4)")

@@ -115,7 +115,9 @@ def check_script(text: str, recipe: SystemRecipe | None, environ: Mapping[str, s
         note = (f"the script submits a job with `sbatch <<{delimiter}` (line {start}): the here-document is that job "
                 "and is what was checked" + ("" if delimiter.startswith(("'", '"')) else
                                              "; its $VARIABLES are expanded by this script when it runs"))
-        return replace(inner, findings=moved, notes=(note, *inner.notes))
+        # without a recipe the first note stays the one that says so (the report's first line: whose rules ran)
+        first = 1 if recipe is None else 0
+        return replace(inner, findings=moved, notes=(*inner.notes[:first], note, *inner.notes[first:]))
     notes: list[str] = []
     if recipe is None:
         seen = site or _site_seen(environ)
@@ -140,18 +142,28 @@ _SBATCH_HERE_DOCUMENT = re.compile(r"^[ \t]*(?:\S*/)?sbatch\b[^\n]*?<<(-?)[ \t]*
 _SIMPLE_ASSIGNMENT = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=([^\s;&|`$()<>'\"]*)[ \t]*$")
 
 
+# in an unquoted here-document a backslash quotes only $, ` and itself (bash(1) "Here Documents"); a
+# backslash-newline, which bash removes too, is left: the job's lines keep their numbers, and a continuation
+# means the same to the job's shell
+_HERE_DOCUMENT_EXPANSION = re.compile(r"\\([$`\\])|\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
 def _expand_assigned(body: str, before: list[str]) -> str:
-    """$NAME and ${NAME} in `body` replaced by the plain values the script assigned on its lines `before` (as its
-    shell does when it writes an unquoted here-document); other variables stay as written."""
+    """`body` as the script's shell writes an unquoted here-document: \\$ as $ (the job's own variables and
+    `$(...)`), and $NAME and ${NAME} replaced by the plain values the script assigned on its lines `before`;
+    other variables stay as written."""
     values: dict[str, str] = {}
     for line in before:
         match = _SIMPLE_ASSIGNMENT.match(line)
         if match:
             values[match.group(1)] = match.group(2)
-    if not values:
-        return body
-    return re.sub(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))",
-                  lambda m: values.get(m.group(1) or m.group(2), m.group(0)), body)
+
+    def expanded(match: re.Match[str]) -> str:
+        if match.group(1) is not None:
+            return match.group(1)
+        return values.get(match.group(2) or match.group(3), match.group(0))
+
+    return _HERE_DOCUMENT_EXPANSION.sub(expanded, body)
 
 
 def submitted_here_document(text: str) -> tuple[int, str, str] | None:
