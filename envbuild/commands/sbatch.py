@@ -60,15 +60,18 @@ def check_script(path: str, system: str | None, *, as_json: bool, test_only: boo
 
     # the check runs a site's rules only on that site's evidence: with no recipe for the site, none
     site_recipe, site = resolve_site_recipe(system, os.environ)
-    cluster, note = live_cluster(system, os.environ)
+    cluster, note = live_cluster(system, os.environ, site_recipe)
     return check_script_file(path, site_recipe, sys.stdout, site=site, as_json=as_json, cluster=cluster,
                              test_only=test_only and cluster is not None, notes=(note,) if note else ())
 
 
-def live_cluster(system: str | None, environ: Mapping[str, str]) -> tuple[ClusterFacts | None, str]:
+def live_cluster(system: str | None, environ: Mapping[str, str],
+                 recipe: SystemRecipe | None = None) -> tuple[ClusterFacts | None, str]:
     """The facts of the cluster this runs on, when the script is checked for it, and a note: (None, why not)
     where Slurm does not answer, or the check is for another cluster (`--system` names another site, or the
-    environment's $SLURM_CLUSTER_NAME is not the ClusterName of the Slurm that answers)."""
+    environment's $SLURM_CLUSTER_NAME is not the ClusterName of the Slurm that answers). A recipe given by
+    `--system` (a name or a file, as `envrun recipe draft` writes) is this cluster's where its
+    detect.slurm_cluster_names holds this ClusterName."""
     from envbuild.recipes.detect import cluster_name, detect_site
     from envbuild.slurm.cluster import read_cluster
 
@@ -79,7 +82,8 @@ def live_cluster(system: str | None, environ: Mapping[str, str]) -> tuple[Cluste
                       "partitions and limits were not checked")
     if system:
         detected, _why = detect_site(environ)
-        if detected != system:
+        names = recipe.detect.slurm_cluster_names if recipe is not None else ()
+        if detected != system and not (configured and configured in names):
             return None, (f"--system {system}: the Slurm here ({configured or 'none found'}) is not that site's: its "
                           "partitions and limits were not checked")
     facts = read_cluster(configured or named)

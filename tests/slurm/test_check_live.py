@@ -99,3 +99,24 @@ def test_an_account_where_accounting_does_not_answer(tmp_path: Path) -> None:
     assert found["what"] == "--account=project_2001234: accounting does not answer: account not checked"
     assert "sacctmgr" in found["why"] and found["source"].startswith("sacctmgr show assoc user=")
     assert any("accounting (sacctmgr) did not answer" in note for note in data["notes"])  # type: ignore[union-attr]
+
+
+def test_a_recipe_file_given_with_system_is_compared_with_its_cluster(tmp_path: Path) -> None:
+    """`--system FILE` (as `envrun recipe draft -o FILE` writes one) naming this ClusterName is this cluster's
+    recipe: the live facts are read and compared with it; one naming another cluster is not compared."""
+    text = (REPO / "recipes/local.yaml").read_text().replace("name: local\n", "name: mysite\n").replace(
+        "  debug: {full_node: false}\n", "  debug: {full_node: false}\n  short: {max_nodes: 4, max_time: '00:10:00'}\n")
+    (tmp_path / "mysite.yaml").write_text(text)
+    code, data = check(tmp_path, "#SBATCH --time=00:05:00\n", "--system", str(tmp_path / "mysite.yaml"))
+    # short's MaxNodes=UNLIMITED may be a QOS's 4, and its MaxTime agrees: nothing is stale
+    assert code == 0 and not [rule for rule, _what in rules(data) if rule == "recipe_vs_cluster"]
+    (tmp_path / "mysite.yaml").write_text(text.replace("'00:10:00'", "'00:20:00'"))
+    code, data = check(tmp_path, "#SBATCH --time=00:05:00\n", "--system", str(tmp_path / "mysite.yaml"))
+    (what,) = [what for rule, what in rules(data) if rule == "recipe_vs_cluster"]
+    assert what.startswith("the recipe says partition short allows 00:20:00 (") and "/mysite.yaml:" in what
+    assert what.endswith("partitions.short), scontrol show partition says MaxTime=00:10:00, now: the recipe may be stale")
+    assert any("checked against envbuild-local" in note for note in data["notes"])  # type: ignore[union-attr]
+    (tmp_path / "other.yaml").write_text(text.replace("[envbuild-local]", "[elsewhere]").replace("mysite", "other"))
+    code, data = check(tmp_path, "#SBATCH --time=00:05:00\n", "--system", str(tmp_path / "other.yaml"))
+    assert not [rule for rule, _what in rules(data) if rule.startswith(("recipe_vs", "cluster_"))]
+    assert any("were not checked" in note for note in data["notes"])  # type: ignore[union-attr]
