@@ -39,9 +39,13 @@ def forbidden_options(ctx: Context) -> list[Finding]:
         source = ctx.site.cite(f"launch.forbidden_srun_options.{index}")
         job_safe = _unless_given(rule.unless, job_words)
         job_tasks = _job_tasks_per_node(ctx)
+        # a job-wide option harms only the steps that run several tasks per node without `unless` (LUMI's 2026
+        # form passes --gres-flags=allow-task-sharing to srun, where Slurm reads it)
+        shared_steps = [srun for srun, step in ctx.steps() if (step.tasks_per_node() or 2) > 1]
+        steps_safe = bool(shared_steps) and all(_unless_given(rule.unless, srun.options) for srun in shared_steps)
         for directive in ctx.script.directives:
             option = f"--{directive.name}"
-            if option in rule.options and not job_safe and (job_tasks is None or job_tasks > 1):
+            if option in rule.options and not job_safe and not steps_safe and (job_tasks is None or job_tasks > 1):
                 fix = _forbidden_fix(ctx, option, directive.value, ctx.job.tasks_per_node() or 1, rule.unless)
                 edit = ctx.add_to_directive_line(directive.line, rule.unless) if rule.unless else None
                 found.append(Finding(directive.line, _forbidden_what(ctx, directive.written, rule.unless), rule.why,
