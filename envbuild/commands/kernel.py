@@ -88,6 +88,7 @@ def install_kernel(request: KernelInstall, environ: Mapping[str, str], cwd: str,
     from envbuild.kernel.installed import user_data_dir
     from envbuild.launch.project import find_environment, image_and_overlays
     from envbuild.recipes.detect import resolve_recipe
+    from envbuild.recipes.ops import system_argument
 
     environment = find_environment(image=request.image, overlays=request.overlays, environ=environ, cwd=cwd)
     image, mounted, warnings, _ = image_and_overlays(environment, force=False)
@@ -124,8 +125,8 @@ def install_kernel(request: KernelInstall, environ: Mapping[str, str], cwd: str,
                                 "still cannot import ipykernel", "report this; the overlay's build log lies next to it")
     entry = KernelEntry(name=name, display_name=request.display_name or default_display_name(image), image=image,
                         overlays=overlays, ipykernel_overlay=ipykernel_overlay, python=os.path.basename(probe.python),
-                        system=request.system or "", binds=tuple(os.path.abspath(b.split(":", 1)[0]) + _after(b)
-                                                                 for b in request.binds),
+                        system=system_argument(recipe) if request.system else "",  # a file absolute: kernels start elsewhere
+                        binds=tuple(os.path.abspath(b.split(":", 1)[0]) + _after(b) for b in request.binds),
                         log=log_path(name, environ), envrun=request.envrun)
     _write_kernel(kernel_dir, kernelspec(entry, kernel_dir, __version__), replace=request.force)
     print(f"installed kernel {name} ({entry.display_name}) in {kernel_dir}\n"
