@@ -204,6 +204,13 @@ def test_envrun_dry_run_of_the_other_node_launchers_imports_no_heavy_module(tmp_
         dry_run_loads_nothing_heavy(tmp_path, ["--image", "/etc/hostname", "--dry-run", *command])
 
 
+def test_envrun_dry_run_with_the_lumi_binding_choice_imports_no_heavy_module(tmp_path: Path) -> None:
+    """On a recipe with a newer binding (lumi-g) envrun reads srun's version and the image's torch: from the
+    user's cache after the first launch (envbuild.launch.bindingfacts), so the second loads nothing heavy."""
+    for command in (["srun", "python", "x.py"], ["srun", "torchrun", "x.py"]):
+        dry_run_loads_nothing_heavy(tmp_path, ["--system", "lumi-g", "--image", "/etc/hostname", "--dry-run", *command])
+
+
 def test_envrun_in_a_project_with_a_config_imports_no_heavy_module(tmp_path: Path) -> None:
     """The image from the project's envrun.yaml, binds and env from it and from the user's config: both
     files are validated once, then read back from their cache."""
@@ -211,6 +218,14 @@ def test_envrun_in_a_project_with_a_config_imports_no_heavy_module(tmp_path: Pat
     (tmp_path / ".config" / "envbuild").mkdir(parents=True)
     (tmp_path / ".config" / "envbuild" / "envrun.yaml").write_text("env: {TORCH_HOME: /tmp/t}\n")
     dry_run_loads_nothing_heavy(tmp_path, ["--dry-run", "srun", "torchrun", "x.py"])
+
+
+def test_envrun_with_a_recipe_file_imports_no_heavy_module(tmp_path: Path) -> None:
+    """--system ./mysite.yaml (a drafted recipe): validated once, then read back from its cache like a named one."""
+    recipe = (REPO / "recipes" / "puhti.yaml").read_text().replace("name: puhti", "name: mysite")
+    (tmp_path / "mysite.yaml").write_text(recipe)
+    dry_run_loads_nothing_heavy(tmp_path, ["--system", "./mysite.yaml", "--image", "/etc/hostname", "--dry-run", "srun",
+                                           "python", "x.py"])
 
 
 def dry_run_loads_nothing_heavy(tmp_path: Path, argv: list[str]) -> None:
