@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from envbuild.recipes.ops import parse_core_list
 from envbuild.shared.durations import format_duration
+from envbuild.shared.errors import UsageError
 from envbuild.slurm.cluster import NodeFacts, PartitionFacts, expand_hostlist, parse_nodes, parse_oneliners, parse_partitions
 
 # gres type names that say the vendor: NVIDIA's (a100, h100, v100, l40s, gh200, t4, rtx8000, nvidia_a100-sxm4-80gb
@@ -223,8 +224,6 @@ def choose_partition(partitions: dict[str, PartitionFacts], nodes: dict[str, Nod
     """(the partition whose nodes `node:` describes, why): see the module's docstring."""
     if asked is not None:
         if asked not in partitions:
-            from envbuild.shared.errors import UsageError
-
             raise UsageError(f"--partition {asked}: this cluster has no partition {asked}",
                              "use one of: " + (", ".join(partitions) or "none (scontrol shows no partition)"))
         return partitions[asked], "chosen with --partition"
