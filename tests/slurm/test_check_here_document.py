@@ -54,3 +54,12 @@ def test_without_a_recipe_the_first_note_still_says_so() -> None:
     report = check_script(DRIVER, None, {"SLURM_CLUSTER_NAME": "narval"}, syntax_error=None)
     assert report.notes[0].startswith("no recipe for this site (SLURM_CLUSTER_NAME=narval)")
     assert report.notes[1].startswith("the script submits a job with `sbatch <<EOF` (line 4)")
+
+
+def test_the_lines_a_finding_names_are_the_files_lines() -> None:
+    """A finding about the job that names another of its lines ("comes after the first command (line N)") names
+    it as the file counts it, as its own line is."""
+    driver = DRIVER.replace("#SBATCH --time=6h\n", "module load python\n#SBATCH --time=06:00:00\n")
+    report = check_script(driver, load_recipe("local"), {}, syntax_error=None)
+    (late,) = [f for f in report.findings if f.rule == "late_directives"]
+    assert late.line == 8 and "(line 7)" in late.what and late.fix.endswith("above line 7")

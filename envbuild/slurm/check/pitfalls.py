@@ -110,7 +110,8 @@ def check_script(text: str, recipe: SystemRecipe | None, environ: Mapping[str, s
             body = _expand_assigned(body, text.split("\n")[:start])
         inner = check_script(body, recipe, environ, site, None if syntax_error == _ASK_BASH else syntax_error, files,
                              cluster, test_only)
-        moved = tuple(replace(finding, line=finding.line + start, edit=None if finding.edit is None else
+        moved = tuple(replace(finding, line=finding.line + start, what=_moved_lines(finding.what, start),
+                              fix=_moved_lines(finding.fix, start), edit=None if finding.edit is None else
                               (finding.edit[0] + start, finding.edit[1])) for finding in inner.findings)
         note = (f"the script submits a job with `sbatch <<{delimiter}` (line {start}): the here-document is that job "
                 "and is what was checked" + ("" if delimiter.startswith(("'", '"')) else
@@ -146,6 +147,15 @@ _SIMPLE_ASSIGNMENT = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]
 # backslash-newline, which bash removes too, is left: the job's lines keep their numbers, and a continuation
 # means the same to the job's shell
 _HERE_DOCUMENT_EXPANSION = re.compile(r"\\([$`\\])|\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+# how a finding's text names another line of the script it is about ("opened on line 3", "(line 12)")
+_LINE_REFERENCE = re.compile(r"(\b(?:on|from|above|below) line |\(line )(\d+)\b")
+
+
+def _moved_lines(text: str, offset: int) -> str:
+    """A finding's text about a here-document's job with the lines it names counted in the file that holds it."""
+    return _LINE_REFERENCE.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + offset}", text)
 
 
 def _expand_assigned(body: str, before: list[str]) -> str:
