@@ -398,6 +398,7 @@ def _gpu_cores(given: DraftInput, chosen: PartitionFacts, shape: _Shape, same: l
         return out.lines
     mapping: dict[int, tuple[int, ...]] = {}
     source = ""
+    tool_why = ""
     if given.gres_conf is not None:
         gres = gres_gpus_of(given.gres_conf, same[0].name)
         if len(gres.cores) == shape.gpus == len(gres.files):
@@ -408,13 +409,16 @@ def _gpu_cores(given: DraftInput, chosen: PartitionFacts, shape: _Shape, same: l
             cpus = {gpu: tuple(sorted({core_of.get(cpu, cpu) for cpu in listed})) for gpu, listed in cpus.items()}
         if len(cpus) == shape.gpus:
             mapping, source = cpus, f"{probe.gpu_tool} on {probe.node}, {day}"
+        else:  # a job step sees only the GPUs it was given
+            tool_why = (f"{probe.gpu_tool} on {probe.node} showed {len(cpus)} of the node's {shape.gpus} GPUs: "
+                        "ask the allocation for all of them")
     mapping = {gpu: tuple(core for core in cores if core < shape.cores) for gpu, cores in mapping.items()}
     if mapping and sorted(mapping) == list(range(shape.gpus)) and all(mapping.values()):
         out.add("  gpu_cores:", f"GPU -> its closest cores: {source}")
         for gpu, cores in sorted(mapping.items()):
             out.add(f"    {gpu}: {yaml_scalar(_core_list(cores))}")
         return out.lines
-    why = given.gres_conf_why or "gres.conf gives no Cores= for each GPU"
+    why = "; ".join(filter(None, [given.gres_conf_why or "gres.conf gives no Cores= for each GPU", tool_why]))
     out.add(f"  # gpu_cores: unknown ({why}); run the draft inside an allocation on a {chosen.name} node to read")
     out.add("  # it from nvidia-smi or rocm-smi, or copy it from the site's documentation.")
     draft.notes.append(f"no GPU-to-core map ({why}): ranks get an even split of the cores")

@@ -156,6 +156,16 @@ def test_every_fact_names_its_source() -> None:
             assert "   # " in line, f"{case}: {line}"
 
 
+def test_a_gpu_tool_that_sees_fewer_gpus_than_the_node_has() -> None:
+    """In a step given 2 of the node's 4 GPUs, nvidia-smi shows those 2: no map, and the draft says why."""
+    given = draft_input("site-nvidia-smi")
+    two = "\n".join(line for line in text("site-nvidia-smi-topo.txt").splitlines() if not line.startswith(("GPU2", "GPU3")))
+    probe = NodeProbe(node="g001", lscpu=text("site-lscpu-g001.txt"), gpu_tool="nvidia-smi topo -m", gpu_tool_output=two)
+    draft = plan_draft(DraftInput(**{**given.__dict__, "probe": probe}))
+    assert "  gpu_cores:" not in draft.text
+    assert "nvidia-smi topo -m on g001 showed 2 of the node's 4 GPUs: ask the allocation for all of them" in draft.notes[-1]
+
+
 def test_an_unknown_partition_is_refused_with_the_known_ones() -> None:
     given = draft_input("site-cpu")
     with pytest.raises(UsageError) as caught:
