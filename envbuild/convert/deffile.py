@@ -162,9 +162,8 @@ def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, bod
         _def_post(builder, number, body)
     elif section == "test":
         builder.tests.append(script)
-    elif section == "environment":  # each line at its own number, blank lines and continuations counted
-        for offset, line, _verbatim in script_lines("\n".join(body), number + 1):
-            _def_env_line(builder, offset, line)
+    elif section == "environment":
+        _def_environment(builder, number, body)
     elif section == "labels":
         for offset, line in enumerate(body, number + 1):
             key, _, value = line.strip().partition(" ")
@@ -203,22 +202,44 @@ def _dedent(lines: list[str]) -> list[str]:
     return [line[cut:].rstrip() for line in lines]
 
 
-def _def_env_line(builder: SpecBuilder, number: int, line: str) -> None:
-    text = line.strip()
-    if not text or text.startswith("#"):
+# The line an exported definition file puts envbuild's venv first on PATH with (export_def): what the spec's
+# python.target does anyway.
+_VENV_PATH_LINE = f'case ":$PATH:" in *":{VENV_PREFIX}/bin:"*) ;; *) export PATH="{VENV_PREFIX}/bin:$PATH" ;; esac'
+
+
+def _def_environment(builder: SpecBuilder, number: int, body: list[str]) -> None:
+    """%environment: its leading lines that are plain exported assignments go into env (as data, their values'
+    shell meaning kept); from the first line that is not (an `if`, a `NAME=value` without export, which the
+    shell does not export, a value computed at start), the rest of the section stays shell, as written and in
+    its order, in env_shell, which the image's environment script runs after env. Nothing is moved past shell
+    that may read or change it, and nothing conditional becomes unconditional."""
+    raw = _dedent(body)
+    for offset, line, _verbatim in script_lines("\n".join(body), number + 1):  # each line at its own number
+        text = line.strip()
+        if not text or text.startswith("#") or text == _VENV_PATH_LINE:
+            continue
+        why = _not_data(builder, text)
+        if why is None:
+            continue
+        builder.env_shell.append("\n".join(raw[offset - number - 1:]).strip("\n"))
+        builder.note(offset, f"%environment from here on kept as shell in env_shell, in its order after env "
+                             f"({text.splitlines()[0]}: {why.split(';')[0]})")
         return
+
+
+def _not_data(builder: SpecBuilder, text: str) -> str | None:
+    """None when `text` went into env (or says nothing env does not say), else why it stays shell."""
     try:
         words = split_words(text.removeprefix("export ").strip(), comments=True)
     except ValueError:
         words = []
-    if words and text.startswith("export ") and all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", w) for w in words):
-        return  # `export A B` after assignments: the spec's env is exported anyway
-    if not words:
-        builder.note(number, f"%environment: {text} (env holds NAME=value pairs only)")
-        return
-    problem = carry_assignments(builder.env, text.removeprefix("export ").strip(), {})
-    if problem:
-        builder.note(number, f"%environment: {text} (not imported: {problem})")
+    if not text.startswith("export "):
+        if words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+            return "without export, the shell exports it only where the variable is exported already"
+        return "not an exported assignment"
+    if words and all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", w) for w in words):
+        return None  # `export A B` after assignments: the spec's env is exported anyway
+    return carry_assignments(builder.env, text.removeprefix("export ").strip(), {}) if words else "not NAME=value pairs"
 
 
 # --- export -------------------------------------------------------------------------------------------------
@@ -243,7 +264,8 @@ def export_def(data: ExportInput) -> str:
     out += ["", "%environment"]
     out += [f"    export {assignment}" for assignment in env_assignments(spec.env)]
     if venv_on_path(spec):
-        out.append(f'    case ":$PATH:" in *":{VENV_PREFIX}/bin:"*) ;; *) export PATH="{VENV_PREFIX}/bin:$PATH" ;; esac')
+        out.append(f"    {_VENV_PATH_LINE}")
+    out += [f"    {line}" if line.strip() else "" for line in spec.env_shell.splitlines()]
     if spec.labels:
         out += ["", "%labels"] + [f"    {key} {value}" for key, value in spec.labels.items()]
     out += ["", "%post", "    set -e"] + [f"    {line}" for line in install_lines(data)]

@@ -461,6 +461,9 @@ def export_dockerfile(data: ExportInput) -> str:
     else:
         raise UsageError(f"a Dockerfile cannot start from {base.describe()}",
                          "export a definition file instead (--format def), or use a docker:// base")
+    if spec.env_shell:
+        raise UsageError("the spec's env_shell has no Dockerfile form: ENV sets values, nothing runs at a container's "
+                         "start", "export a definition file instead (--format def), whose %environment runs it")
     out += [f"ENV {assignment}" for assignment in env_assignments(spec.env)]
     if venv_on_path(spec):
         out.append(f"ENV PATH={VENV_PREFIX}/bin:$PATH")

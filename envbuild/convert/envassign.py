@@ -2,10 +2,12 @@
 spec `env:` entry, with the value's shell meaning kept.
 
 A spec value is literal, so `PATH=/opt/conda/bin:$PATH` must not be written as it stands: the assignment
-becomes `{prepend: /opt/conda/bin}` (and `X=$X:/a` `{append: /a}`); a reference to a variable set earlier in
-the same file (an ENV, an ARG with a value, an earlier %environment line) is replaced by its value; anything
-else (a variable the file does not set, `$(...)`, `${X:-y}`) is a problem the importer notes at its line
-instead of writing `$VAR` into a literal value. Pure: text in, entries or a reason out.
+becomes `{prepend: /opt/conda/bin}` (and `X=$X:/a` `{append: /a}`; `${X:-}` reads as `$X`, so
+`X=/a:${X:-}` is a prepend too); a reference to a variable set earlier in the same file (an ENV, an ARG with
+a value, an earlier %environment line) is replaced by its value; anything else (a variable the file does not
+set, `$(...)`, `${X:-y}`) is a problem, which the importer turns into a note (a Dockerfile's ENV) or keeps as
+shell (a definition file's %environment, envbuild.convert.deffile) instead of writing `$VAR` into a literal
+value. Pure: text in, entries or a reason out.
 """
 
 from __future__ import annotations
@@ -107,10 +109,12 @@ def _reference(text: str, position: int) -> tuple[str | _Ref, int]:
         inner = text[position + 2:end] if end > 0 else ""
         if _NAME.fullmatch(inner):
             return _Ref(inner), end + 1
+        if re.fullmatch(r"[A-Za-z_]\w*:?-", inner):  # ${NAME:-} and ${NAME-}: the value, or nothing, as $NAME
+            return _Ref(inner.rstrip(":-")), end + 1
         guarded = re.fullmatch(r"([A-Za-z_]\w*):\+(:?)\$\{?(\w+)\}?(:?)", inner)
         if guarded and guarded[1] == guarded[3] and bool(guarded[2]) != bool(guarded[4]):
             return _Ref(guarded[1], "before" if guarded[2] else "after"), end + 1
-        raise EnvProblem(f"${{{inner}}} (only $NAME and ${{NAME}} can be carried)")
+        raise EnvProblem(f"${{{inner}}} (only $NAME, ${{NAME}} and ${{NAME:-}} can be carried)")
     if text.startswith("$(", position):
         raise EnvProblem("a command substitution $(...) is run at every start; a spec value cannot run commands")
     return "$", position + 1  # a lone $ (end of the value, `$ `) is literal to the shell too

@@ -85,6 +85,7 @@ class SpecBuilder:
         self.pytorch: dict[str, Any] | None = None
         self.post: list[str] = []
         self.env: dict[str, EnvEntry] = {}
+        self.env_shell: list[str] = []  # %environment lines kept as shell, in their order (after env)
         self.labels: dict[str, str] = {}
         self.files: list[dict[str, object]] = []
         self.tests: list[str] = []
@@ -242,8 +243,9 @@ class SpecBuilder:
         order = ["target", "interpreter", "pytorch", *SHORTHANDS, "packages"]
         if python:
             spec["python"] = {key: python[key] for key in order if key in python}
-        for key, value in (("env", self.env), ("labels", self.labels), ("files", self.files), ("post", self.post),
-                           ("tests", self.tests)):
+        env_shell = "\n".join(self.env_shell)
+        for key, value in (("env", self.env), ("env_shell", env_shell), ("labels", self.labels), ("files", self.files),
+                           ("post", self.post), ("tests", self.tests)):
             if value:
                 spec[key] = value
         return ImportResult(spec, self.notes)

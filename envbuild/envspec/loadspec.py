@@ -341,6 +341,8 @@ _FIELD_HINTS: dict[str, str] = {
     "version": "this envbuild reads spec format version 1; write `version: 1` or leave it out",
     "files[].src": SRC_FIX,
     "files[].dest": "write the absolute path the file gets inside the image, without '..', e.g. /opt/data/file.txt",
+    "env_shell": "write it as a %environment section would run it; `bash -n` on the lines checks them as every "
+                 "container start will read them",
 }
 
 

@@ -497,6 +497,7 @@ _NOT_IN_OVERLAY = {
     "files": "copy the files into your project directory or bind them with envrun --bind",
     "post": "an overlay cannot change the base image; build a full image (remove overlay:) to run commands in it",
     "env": "set them in envrun.yaml (env:) next to your project, or in ~/.config/envbuild/envrun.yaml",
+    "env_shell": "set the variables in envrun.yaml (env:) next to your project, or build a full image (remove overlay:)",
     "labels": "an overlay has no labels; its record (envbuild inspect NAME.sqsh) says how it was made",
 }
 
@@ -520,6 +521,10 @@ class Spec(StrictModel):
     env: dict[EnvName, EnvValue] = Field(
         default_factory=dict, description="environment variables set inside the image, in the order written: a value "
         "is literal (no $ expansion); {prepend: P} / {append: P} add P to the variable's value, joined with ':'")
+    env_shell: str = Field(
+        default="", description="shell lines sourced at every container start, after env: and in the order written, "
+        "for what env: cannot say (an export under if/case, a value computed at start); as in any sourced script, "
+        "a NAME=value without export sets a shell variable only")
     labels: dict[str, TextValue] = Field(default_factory=dict, description="image labels (apptainer inspect)")
     files: tuple[FileCopy, ...] = ()
     post: tuple[str, ...] = Field(default=(), description="shell commands run inside the image after installs")
@@ -587,6 +592,20 @@ class Spec(StrictModel):
         if self.python.interpreter != "python3":
             raise ValueError("python.interpreter does not apply to overlays; write overlay: {python: /path/in/image/bin/python}")
         return self
+
+    @field_validator("env_shell")
+    @classmethod
+    def _env_shell_is_closed(cls, value: str) -> str:
+        if "\0" in value:
+            raise ValueError("holds a NUL character, which no shell script can")
+        lexer = shlex.shlex(value, posix=True)
+        lexer.whitespace_split, lexer.commenters = True, "#"
+        try:
+            list(lexer)
+        except ValueError:
+            raise ValueError("a quote is not closed by the end of env_shell; every container start would stop "
+                             "at it") from None
+        return value.strip("\n")
 
     @field_validator("labels")
     @classmethod

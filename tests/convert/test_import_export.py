@@ -4,6 +4,7 @@ envbuild.convert.dockerfile)."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,11 +12,13 @@ import yaml
 from click.testing import CliRunner
 from spython.main.parse.parsers import DockerParser, SingularityParser
 
+from envbuild.builder.plan.record import env_lines
 from envbuild.cli.envbuild_main import main
 from envbuild.convert.deffile import export_def, import_def
 from envbuild.convert.dockerfile import export_dockerfile, import_dockerfile
 from envbuild.convert.specexport import ExportInput
 from envbuild.envspec.loadspec import load_spec, load_spec_text
+from envbuild.envspec.specmodel import EnvEdit
 from envbuild.shared.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,3 +231,68 @@ def test_dockerfile_import_export_import_means_the_same(name: str) -> None:
     assert "$BASE_IMAGE" not in exported and "@@" not in exported
     again = load_spec_text(import_dockerfile(exported, "rt").render("rt.Dockerfile")).spec
     assert again.model_dump() == first.model_dump()
+
+
+# %environment lines that are not plain exported assignments: kept as shell (env_shell), in their order, after env.
+CONDITIONAL_ENV = """\
+Bootstrap: docker
+From: debian:bookworm
+
+%environment
+    export LC_ALL=C
+    export CUDA_HOME=/usr/local/cuda:${CUDA_HOME:-}
+    if [ "{{ GPU }}" = yes ]; then
+        export NCCL_DEBUG=WARN
+    fi
+    SCRATCH_ROOT=/scratch
+    export HF_HOME=$SCRATCH_ROOT/hf
+"""
+
+
+def _sourced(spec_text: str, environ: dict[str, str], show: str) -> str:
+    """What the image's environment script leaves for a program the container starts: `show` printed by a child
+    of the shell that sourced it (what a variable without export does not reach)."""
+    script = "\n".join([*env_lines(load_spec_text(spec_text).spec), f"sh -c 'printf %s \"{show}\"'"])
+    return subprocess.run(["sh", "-c", script], env=environ, capture_output=True, text=True, check=True).stdout
+
+
+def test_conditional_environment_stays_shell_in_its_order_and_is_not_flattened_by_a_build_arg() -> None:
+    result = import_def(CONDITIONAL_ENV, "c", build_args={"GPU": "yes"})
+    text = result.render("c.def")
+    spec = load_spec_text(text).spec
+    assert spec.env == {"LC_ALL": "C", "CUDA_HOME": EnvEdit(prepend="/usr/local/cuda")}  # ${X:-} is a prepend too
+    assert spec.env_shell == ('if [ "yes" = yes ]; then\n    export NCCL_DEBUG=WARN\nfi\n'
+                              "SCRATCH_ROOT=/scratch\nexport HF_HOME=$SCRATCH_ROOT/hf")
+    assert "NCCL_DEBUG" not in spec.env  # the build argument made the condition true, not the export unconditional
+    assert "line 7: %environment from here on kept as shell in env_shell" in "\n".join(result.notes)
+    # As bash reads it: the condition at every start, SCRATCH_ROOT a shell variable only (no export), HF_HOME from it.
+    shown = _sourced(text, {"PATH": "/usr/bin:/bin"}, "$LC_ALL|$CUDA_HOME|$NCCL_DEBUG|${SCRATCH_ROOT-unset}|$HF_HOME")
+    assert shown == "C|/usr/local/cuda|WARN|unset|/scratch/hf"
+    off = import_def(CONDITIONAL_ENV, "c", build_args={"GPU": "no"}).render("c.def")
+    assert _sourced(off, {"PATH": "/usr/bin:/bin"}, "${NCCL_DEBUG-unset}") == "unset"
+
+
+def test_a_name_set_without_export_is_not_exported() -> None:
+    text = "Bootstrap: docker\nFrom: debian\n\n%environment\n    MY_TOOL=/opt/tool\n    export PATH=$MY_TOOL/bin:$PATH\n"
+    result = import_def(text, "n")
+    spec = load_spec_text(result.render("n.def")).spec
+    assert "MY_TOOL" not in spec.env and spec.env_shell == "MY_TOOL=/opt/tool\nexport PATH=$MY_TOOL/bin:$PATH"
+    assert "without export, the shell exports it only where the variable is exported already" in "\n".join(result.notes)
+    assert _sourced(result.render("n.def"), {"PATH": "/usr/bin"}, "${MY_TOOL-unset}|$PATH") == "unset|/opt/tool/bin:/usr/bin"
+
+
+@pytest.mark.parametrize("build_arg", ["yes", "no"])
+def test_round_trip_keeps_env_shell(build_arg: str) -> None:
+    spec = load_spec_text(import_def(CONDITIONAL_ENV, "c", build_args={"GPU": build_arg}).render("c.def")).spec
+    exported = export_def(ExportInput(spec, "c.yaml"))
+    back = load_spec_text(import_def(exported, "c").render("c.def")).spec
+    assert back.model_dump() == spec.model_dump()
+    again = load_spec_text(import_def(export_def(ExportInput(back, "c.yaml")), "c").render("c.def")).spec
+    assert again.model_dump() == spec.model_dump()
+
+
+def test_env_shell_has_no_dockerfile_form() -> None:
+    spec = load_spec_text(import_def(CONDITIONAL_ENV, "c", build_args={"GPU": "no"}).render("c.def")).spec
+    with pytest.raises(UsageError, match="env_shell has no Dockerfile form") as caught:
+        export_dockerfile(ExportInput(spec, "c.yaml"))
+    assert "--format def" in caught.value.render().split("fix:")[1]

@@ -234,3 +234,13 @@ def test_schema_is_json_schema_with_base_forms() -> None:
     assert schema["properties"]["base"]["anyOf"][0]["type"] == "string"
     assert {"name", "base", "python", "env", "labels", "files", "post", "tests", "system"} <= set(schema["properties"])
     assert schema["additionalProperties"] is False
+
+
+def test_env_shell_is_checked_and_kept_out_of_overlays() -> None:
+    spec = load_spec_text(MINIMAL + 'env_shell: |\n  if [ -d /opt/x ]; then\n    export X="/opt/x"\n  fi\n').spec
+    assert spec.env_shell == 'if [ -d /opt/x ]; then\n  export X="/opt/x"\nfi'
+    (problem,) = problems_of(MINIMAL + "env_shell: |\n  export A=1\n  export B=\"two\n")
+    assert problem.startswith("spec.yaml:") and "env_shell: a quote is not closed by the end of env_shell" in problem
+    assert "fix: write it as a %environment section would run it" in problem
+    overlay = "name: o\nbase: localimage:/x.sif\noverlay: {}\nenv_shell: export A=1\n"
+    assert any("an overlay spec cannot have env_shell" in p for p in problems_of(overlay))

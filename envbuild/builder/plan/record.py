@@ -35,10 +35,14 @@ def env_script(spec: Spec, version: str, spec_sha256: str) -> str:
 
 def env_lines(spec: Spec) -> list[str]:
     """The spec's env: as export lines, in the order written (names checked once more: a name is a shell
-    word here); a prepend/append entry adds to the variable's value at every start (envassign)."""
+    word here); a prepend/append entry adds to the variable's value at every start (envassign); then the
+    spec's env_shell as written."""
     for key in spec.env:
         env_name(key, "env")
-    return [f"export {assignment}" for assignment in env_assignments(spec.env)]
+    lines = [f"export {assignment}" for assignment in env_assignments(spec.env)]
+    if spec.env_shell:
+        lines += ["# env_shell: the spec's own shell, as written (values expand here)", spec.env_shell]
+    return lines
 
 
 def image_labels(request: BuildRequest, installer: str, layers: Layers) -> dict[str, str]:
