@@ -54,6 +54,9 @@ class ImageContents:
     noun: str = "the image"
     lock_location: str = "/.envbuild/spec.lock"  # where the embedded lock is, for messages
     family: tuple[TorchBuild, ...] = ()  # the torch family the environment imports, read from its files
+    # python.target: base: the environment is the base's own, so it holds the base's distributions beside what
+    # the build added; a lock pins only the latter (and names what it kept of the former).
+    shares_base: bool = False
 
     @property
     def visible(self) -> dict[str, str]:
@@ -93,7 +96,21 @@ def _read_image(path: Path) -> ImageContents:
         family = guarded(str(path), lambda: env_family(image.tree, main_env)) if main_env else []
         spec_text, lock_text = text("spec.yaml"), text("spec.lock")
     installed = {_canonical(p.name): p.version for p in inventory.packages if main_env and p.environment == main_env}
-    return ImageContents(record=record, spec_text=spec_text, lock_text=lock_text, installed=installed, family=tuple(family))
+    # A venv over the base's Python (python.target: venv-over-base) imports the base's packages below its own:
+    # what its Python saw when the build recorded it, less its own, is kept from the base.
+    kept = {name: version for name, version in pins(recorded_python_packages(record) or []).items()
+            if name not in installed} if record.get("python_target") == "venv-over-base" else {}
+    return ImageContents(record=record, spec_text=spec_text, lock_text=lock_text, installed=installed, family=tuple(family),
+                         kept=kept, shares_base=record.get("python_target") == "base")
+
+
+def recorded_python_packages(record: dict[str, Any]) -> list[str] | None:
+    """name==version of what the build's Python saw, as the record step listed it (None: not recorded): the
+    venv's Python, or the base's own where the packages went into it (the record names it)."""
+    main_env = record_env(record)
+    python = record.get("python") or f"{main_env}/bin/python"
+    found: list[str] | None = (record.get("environments") or {}).get(python)
+    return found
 
 
 def record_env(record: object) -> str | None:
@@ -105,6 +122,12 @@ def record_env(record: object) -> str | None:
         return VENV_PREFIX
     venv: str | None = record.get("venv", VENV_PREFIX)
     return venv
+
+
+def _pin_or_blank(line: str) -> tuple[str, str]:
+    from envbuild.inventory.pkgmeta import parse_pin
+
+    return parse_pin(line) or ("", "")
 
 
 def pins(lines: list[str]) -> dict[str, str]:
@@ -140,7 +163,10 @@ def verify_image(image: Path, spec_path: Path | None = None) -> Verification:
     record, installed = contents.record, contents.installed
 
     main_env = record_env(record)
-    recorded = (record.get("environments") or {}).get(f"{main_env}/bin/python")
+    recorded = recorded_python_packages(record)
+    if recorded is not None and record.get("python_target"):
+        # That Python sees the base's packages too, in other environments: the record is compared for this one's.
+        recorded = [line for line, (name, _) in zip(recorded, map(_pin_or_blank, recorded), strict=True) if name in installed]
     if main_env is None:
         result.passed.append(f"build record: {record.get('installer', 'the build')} added no Python environment "
                              "(the base image's only); nothing to compare")
@@ -177,15 +203,30 @@ def check_embedded_lock(result: Verification, contents: ImageContents) -> None:
 
     image_lock = read_lock(contents.lock_text, f"{result.image}:{contents.lock_location}")
     locked = {p.name: p.version for p in image_lock.packages}
-    add_findings(result, "lock", _locked_differences(locked, contents, "the embedded lock"),
-                 f"embedded lock: all {len(locked)} packages at their locked versions{_kept_note(locked, contents)}")
+    add_findings(result, "lock", _locked_differences(locked, contents, "the embedded lock", image_lock.kept),
+                 f"embedded lock: all {len(locked)} packages at their locked versions{_kept_note(locked, contents)}"
+                 f"{_kept_from_base_note(image_lock.kept)}")
 
 
-def _locked_differences(locked: dict[str, str], contents: ImageContents, what: str) -> list[str]:
+def _kept_from_base_note(kept: tuple[str, ...]) -> str:
+    return f", the base's {' '.join(kept)} kept" if kept else ""
+
+
+def _locked_differences(locked: dict[str, str], contents: ImageContents, what: str,
+                        kept_from_base: tuple[str, ...] = ()) -> list[str]:
     """A lock's pins against what is installed. Pins of packages kept from an overlay's base are not
-    expected in the overlay: they are compared with the version the base provides instead."""
+    expected in the overlay: they are compared with the version the base provides instead. In the base's own
+    environment (python.target: base) the base's other distributions are not the lock's; those it names as kept
+    (`kept_from_base`) must be there at their versions."""
     from_base = contents.kept.keys() - contents.installed.keys()
-    lines = compare_versions(locked, contents.installed, what, ignore=_VENV_SEED | from_base, noun=contents.noun)
+    ignore = _VENV_SEED | from_base
+    if contents.shares_base:
+        ignore |= contents.installed.keys() - locked.keys()
+    lines = compare_versions(locked, contents.installed, what, ignore=frozenset(ignore), noun=contents.noun)
+    visible = contents.visible
+    for name, version in sorted(pins(list(kept_from_base)).items()):
+        if visible.get(name) != version:
+            lines.append(f"{name}: {what} keeps the base's {version}, {contents.noun} has {visible.get(name) or 'none'}")
     lines += [f"{name}: {what} has {version}, {contents.noun} uses the base's {contents.kept[name]}"
               for name, version in sorted(locked.items()) if name in from_base and contents.kept[name] != version]
     return lines
@@ -249,9 +290,9 @@ def verify_against_spec(result: Verification, contents: ImageContents, spec_path
         lock = read_lock(lock_text, str(lock_path))
         _compare_with_embedded_lock(result, contents, lock_path, lock_text, lock)
         locked = {p.name: p.version for p in lock.packages}
-        add_findings(result, "lock", _locked_differences(locked, contents, lock_path.name),
+        add_findings(result, "lock", _locked_differences(locked, contents, lock_path.name, lock.kept),
                      f"lock: all {len(locked)} packages of {lock_path.name} installed at their versions"
-                     f"{_kept_note(locked, contents)}")
+                     f"{_kept_note(locked, contents)}{_kept_from_base_note(lock.kept)}")
 
 
 def _compare_with_embedded_lock(result: Verification, contents: ImageContents, lock_path: Path, lock_text: str,
