@@ -44,6 +44,7 @@ def import_def(text: str, name: str, *, src_prefix: str = "", build_args: dict[s
     builder = SpecBuilder(name)
     for note in unused_build_args(build_args or {}, placeholder_names(text)):
         builder.note(None, note)
+    written = text.splitlines()  # as written, before the build arguments: what an empty value came from
     text = substitute_def_placeholders(text, build_args or {}, source)
     header: dict[str, tuple[int, str]] = {}
     sections: list[tuple[str, str, int, list[str]]] = []  # (name, rest of the % line, line, body lines)
@@ -61,7 +62,7 @@ def import_def(text: str, name: str, *, src_prefix: str = "", build_args: dict[s
                 continue
             header[key.strip().lower()] = (number, value.split("#", 1)[0].strip())
     header.pop("stage", None)  # the stage's name: only other stages refer to it
-    _def_base(builder, header, source)
+    _def_base(builder, header, source, written)
     for section, rest, number, body in sections:
         if section in _SCIF_SECTIONS:
             raise build_file_error(source, number, f"%{section} {rest}: SCIF apps cannot be expressed in a spec "
@@ -120,9 +121,29 @@ def _final_stage(builder: SpecBuilder, text: str, source: str) -> list[tuple[int
     return stages[-1]
 
 
-def _def_base(builder: SpecBuilder, header: dict[str, tuple[int, str]], build_file: str) -> None:
-    bootstrap = header.pop("bootstrap", (0, ""))[1].lower()
+# What From: names for each Bootstrap: agent envbuild reads, as an example for a fix.
+_FROM_EXAMPLES = {"docker": "ubuntu:24.04", "docker-daemon": "ubuntu:24.04", "oras": "ghcr.io/org/image:tag",
+                  "localimage": "/path/to/base.sif"}
+
+
+def _def_base(builder: SpecBuilder, header: dict[str, tuple[int, str]], build_file: str, written: list[str]) -> None:
+    bootstrap_line, bootstrap = header.pop("bootstrap", (0, ""))
+    bootstrap = bootstrap.lower()
     from_line, source = header.pop("from", (0, ""))
+    if bootstrap in _FROM_EXAMPLES and not source.strip("/:"):  # `{{ REGISTRY }}/{{ IMAGE }}` with both empty: '/'
+        example = _FROM_EXAMPLES[bootstrap]
+        if not from_line:
+            raise build_file_error(build_file, bootstrap_line, f"Bootstrap: {bootstrap} without a From: line naming "
+                                   "the image to start from", f"add one after it, e.g. From: {example}")
+        names = sorted(placeholder_names(written[from_line - 1]))
+        if names:
+            arguments = " and ".join(names)
+            raise build_file_error(build_file, from_line, f"From: is empty: the build argument{'s' * (len(names) > 1)} "
+                                   f"{arguments} it is made of {'are' if len(names) > 1 else 'is'} empty",
+                                   "give the image: envbuild import " + " ".join(f"--build-arg {name}=..." for name in names)
+                                   + f" (e.g. {example})")
+        raise build_file_error(build_file, from_line, " ".join(("From:", *source.split(), "names no image")),
+                               f"write the image after it, e.g. From: {example}")
     if bootstrap in ("docker", "docker-daemon", "oras") and from_line:
         check_image_reference(source.split("://", 1)[-1], build_file, from_line, f"From: {source}")
     if bootstrap in ("docker", "docker-daemon") and source:

@@ -73,6 +73,24 @@ def test_def_from_header_with_a_placeholder_is_not_a_localimage_and_an_empty_tag
         import_def("Bootstrap: docker\nFrom: ubuntu:{{ TAG }}\n", "b", build_args={"TAG": ""}, source="b.def")
 
 
+
+@pytest.mark.parametrize(("bootstrap", "example"), [("localimage", "/path/to/base.sif"), ("docker", "ubuntu:24.04")])
+def test_an_empty_base_image_argument_is_named_with_the_option_that_fills_it(bootstrap: str, example: str) -> None:
+    """Not 'Bootstrap: localimage has no envbuild base ... use Bootstrap: localimage', which it is already."""
+    text = f"Bootstrap: {bootstrap}\nFrom: {{{{ BASE_IMAGE }}}}\n\n%arguments\n    BASE_IMAGE=\n"
+    with pytest.raises(UsageError) as caught:
+        import_def(text, "b", source="b.def")
+    assert caught.value.render() == (f"error: b.def:2: From: is empty: the build argument BASE_IMAGE it is made of is empty\n"
+                                     f"  fix: give the image: envbuild import --build-arg BASE_IMAGE=... (e.g. {example})")
+    with pytest.raises(UsageError, match=r"^b.def:2: From: is empty: the build arguments IMG and REG it is made of are"):
+        import_def(f"Bootstrap: {bootstrap}\nFrom: {{{{ REG }}}}/{{{{ IMG }}}}\n", "b", source="b.def",
+                   build_args={"REG": "", "IMG": ""})
+    with pytest.raises(UsageError, match=r"^b.def:1: Bootstrap: localimage without a From: line") as missing:
+        import_def("Bootstrap: localimage\n\n%post\n    true\n", "b", source="b.def")
+    assert "fix: add one after it, e.g. From: /path/to/base.sif" in missing.value.render()
+    assert import_def(text, "b", build_args={"BASE_IMAGE": example}).spec["base"].endswith(example.removeprefix("/"))
+
+
 NGC_STYLE_DOCKERFILE = """\
 # NGC-based training image
 ARG BASE_TAG=24.05-py3
