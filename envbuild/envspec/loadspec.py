@@ -437,10 +437,14 @@ def file_source_problem(item: FileCopy, spec_dir: str) -> tuple[str, str] | None
     build finds it (FileCopy.host_source) and, unless the entry allows it, must not lead out of the spec file's
     directory through a symbolic link either."""
     source = item.host_source(spec_dir)
+    # Where the file is missing, where it may be read from is not the problem: the fix is the file or the path.
+    read_from = "as written" if os.path.isabs(os.path.expanduser(item.src)) else f"from the spec file's directory {spec_dir}"
     if not os.path.lexists(source):
-        return f"{item.src!r} does not exist (resolved to {source})", SRC_FIX
+        return (f"{item.src!r} does not exist (resolved to {source})",
+                f"correct src (it is read {read_from}) or put the file at {source}")
     if not os.path.exists(source):
-        return f"{item.src!r} is a symbolic link to nothing ({source} -> {os.readlink(source)})", SRC_FIX
+        return (f"{item.src!r} is a symbolic link to nothing ({source} -> {os.readlink(source)})",
+                f"point the link at an existing file, or name the file itself in src (it is read {read_from})")
     if item.allow_outside_spec_dir:
         return None
     real, home = os.path.realpath(source), os.path.realpath(spec_dir)

@@ -59,6 +59,22 @@ def test_climbing_out_with_dots_or_a_link_is_refused(project: Path, tmp_path: Pa
     assert load_spec(write_spec(project, "  - {src: data/inner.txt, dest: /opt/x}\n")).spec.files[0].src == "data/inner.txt"
 
 
+
+def test_a_missing_source_gets_a_fix_that_is_not_already_applied(project: Path, tmp_path: Path) -> None:
+    """Setting allow_outside_spec_dir does not make a missing file exist: the fix is the path or the file."""
+    outside = tmp_path / "elsewhere" / "data.txt"
+    text = problems(write_spec(project, f"  - {{src: {outside}, dest: /opt/x, allow_outside_spec_dir: true}}\n"
+                                        "  - {src: data/missing.txt, dest: /opt/y}\n"))
+    assert (f"spec.yaml:5:6: files[0].src: '{outside}' does not exist (resolved to {outside})\n"
+            f"    fix: correct src (it is read as written) or put the file at {outside}") in text
+    assert (f"spec.yaml:6:6: files[1].src: 'data/missing.txt' does not exist (resolved to {project}/data/missing.txt)\n"
+            f"    fix: correct src (it is read from the spec file's directory {project}) or put the file at "
+            f"{project}/data/missing.txt") in text
+    assert "allow_outside_spec_dir" not in text
+    (project / "data" / "dangling.txt").symlink_to(tmp_path / "gone.txt")
+    text = problems(write_spec(project, "  - {src: data/dangling.txt, dest: /opt/x}\n"))
+    assert "is a symbolic link to nothing" in text and "fix: point the link at an existing file" in text
+
 def test_dest_is_normalised_inside_the_image_and_cannot_climb_above_it(project: Path) -> None:
     text = problems(write_spec(project, "  - {src: data/vocab.txt, dest: /../../../x}\n"))
     assert "files[0].dest: '/../../../x' climbs above the image's root" in text and "fix:" in text
