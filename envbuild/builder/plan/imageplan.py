@@ -36,7 +36,15 @@ from envbuild.builder.plan.layers import base_cache_key, choose_installer, plan_
 from envbuild.builder.plan.plandata import BasePlan, BuildPlan, BuildRequest, Layers
 from envbuild.builder.plan.postcommands import post_step
 from envbuild.builder.plan.pythontarget import installs_into_base, with_target_python
-from envbuild.builder.plan.record import FREEZE_TO_FILE_SCRIPT, RECORD_ENVIRONMENTS_SCRIPT, build_record, env_script, image_labels
+from envbuild.builder.plan.record import (
+    BASE_PACKAGES,
+    FREEZE_ADDED_TO_FILE_SCRIPT,
+    FREEZE_TO_FILE_SCRIPT,
+    RECORD_ENVIRONMENTS_SCRIPT,
+    build_record,
+    env_script,
+    image_labels,
+)
 from envbuild.builder.plan.sandbox import ENV_SCRIPT, HOST_MOUNT, LABELS_FILE, RECORD_DIR, RUNTIME_WRITES, sandbox_exec
 from envbuild.envspec.specmodel import VENV_PREFIX
 from envbuild.store.layout import EntryPaths, StorePaths
@@ -276,7 +284,10 @@ def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer
     requirements = tuple(request.spec.python.requirements())
     freeze_inside = f"{HOST_MOUNT}/freeze.txt"
     freeze = f"{partial}{freeze_inside}"
-    freeze_argv = (f"{VENV_PREFIX}/bin/python", "-I", "-c", FREEZE_TO_FILE_SCRIPT, freeze_inside)
+    # In the base's own Python the layer's package list is what the builds added (the parent choice's input).
+    freeze_argv = ((f"{VENV_PREFIX}/bin/python", "-I", "-c", FREEZE_ADDED_TO_FILE_SCRIPT, freeze_inside, BASE_PACKAGES)
+                   if installs_into_base(request.spec.python) else
+                   (f"{VENV_PREFIX}/bin/python", "-I", "-c", FREEZE_TO_FILE_SCRIPT, freeze_inside))
     installs = request.lock.requirements is not None or bool(requirements)
     if installs:
         actions += install_actions(request, partial, installer, requirements, sources, then=freeze_argv)

@@ -3,12 +3,14 @@ sees them (indexes, find-links, certificates), the PyTorch index, and the pip or
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from dataclasses import dataclass, replace
 
 from envbuild.builder.plan.actions import Action, MakeDirs, Remove, Touch, WriteFile
 from envbuild.builder.plan.plandata import BuildRequest
 from envbuild.builder.plan.pythontarget import BASE_PYTHON_VAR, installs_into_base, locate_base_python, target_python_words
+from envbuild.builder.plan.record import BASE_PACKAGES, FREEZE_TO_FILE_SCRIPT
 from envbuild.builder.plan.sandbox import HOST_MOUNT, Bind, sandbox_exec
 from envbuild.envspec.specmodel import VENV_PREFIX
 from envbuild.host.pip import local_path_of
@@ -50,7 +52,9 @@ def venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
     # of re-creating it (its `python3` would be the venv's own interpreter).
     reuse = f"if [ -x {VENV_PREFIX}/bin/python ]; then echo 'reusing the venv {VENV_PREFIX}'; "
     if installs_into_base(python):
-        script = f"{locate_base_python(python)}\necho \"installing with the Python of the base: ${BASE_PYTHON_VAR}\""
+        script = (f"{locate_base_python(python)}\necho \"installing with the Python of the base: ${BASE_PYTHON_VAR}\"\n"
+                  f"[ -f {BASE_PACKAGES} ] || {{ mkdir -p {posixpath.dirname(BASE_PACKAGES)} && "
+                  f"\"${BASE_PYTHON_VAR}\" -I -c {shlex.quote(FREEZE_TO_FILE_SCRIPT)} {BASE_PACKAGES}; }}")
     elif python.target == "venv-over-base":
         base_python = f'"${BASE_PYTHON_VAR}"'
         script = (f"{reuse}else {locate_base_python(python)}; echo \"a venv over the Python of the base ${BASE_PYTHON_VAR}\"; "

@@ -98,6 +98,13 @@ FREEZE_SCRIPT = ("import importlib.metadata as m; "
 FREEZE_TO_FILE_SCRIPT = ("import importlib.metadata as m, sys; "
                          "open(sys.argv[1], 'w').write(''.join(sorted({d.metadata['Name'] + '==' + d.version + chr(10) "
                          "for d in m.distributions() if d.metadata['Name']})))")
+# python.target: base: the base's own distributions, listed in the env layer before the first install on the base
+# (a layer built on that one keeps the list), so that the layer's package list names what the builds added.
+BASE_PACKAGES = f"{RECORD_DIR}/base-packages.txt"
+# FREEZE_TO_FILE_SCRIPT less the lines of the file named by the second argument.
+FREEZE_ADDED_TO_FILE_SCRIPT = ("import importlib.metadata as m, sys; base = set(open(sys.argv[2]).read().split()); "
+                               "open(sys.argv[1], 'w').write(''.join(sorted({d.metadata['Name'] + '==' + d.version + chr(10) "
+                               "for d in m.distributions() if d.metadata['Name']} - {line + chr(10) for line in base})))")
 
 
 # Runs inside the image with the Python the packages went into (the venv's, or the base's own with
