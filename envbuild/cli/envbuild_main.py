@@ -116,7 +116,9 @@ def build(spec: Path, output: Path | None, locked: bool, frozen: bool, upgrade: 
                       heartbeat_s=heartbeat, keep_work=keep_work, log_path=log_path, system=system,
                       accept_licenses=accept_licenses, source_date_epoch=_source_date_epoch(), out=sys.stderr)
     if plan is not None:
-        click.echo(plan, nl=False)
+        click.echo(plan.text, nl=False)
+        if plan.stop is not None:  # the real build would stop there: the dry run exits as it would
+            raise plan.stop
 
 
 def _source_date_epoch() -> int | None:

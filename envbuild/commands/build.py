@@ -8,6 +8,7 @@ The lock is settled here, outside the sessions, because resolving one runs `envb
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -19,12 +20,21 @@ if TYPE_CHECKING:
     from envbuild.envspec.loadspec import LoadedSpec
 
 
+@dataclass(frozen=True)
+class DryRun:
+    """A dry run's plan, and the error the real build would stop with where the plan knows it will (a conda
+    build whose Miniforge license is not accepted): shown after the plan, with the build's exit status."""
+
+    text: str
+    stop: UsageError | None = None
+
+
 def build_spec(spec: Path, *, output: Path | None, locked: bool, frozen: bool, upgrade: bool, compression: str,
                layered: bool, cache_dir: Path | None, dry_run: bool, verbose: bool, quiet: bool,
                heartbeat_s: float | None, keep_work: bool, log_path: Path | None, system: str | None,
-               accept_licenses: bool, source_date_epoch: int | None, out: TextIO) -> str | None:
+               accept_licenses: bool, source_date_epoch: int | None, out: TextIO) -> DryRun | None:
     """`envbuild build SPEC`: the spec read (its warnings on `out`, with the build's progress), the output named
-    (./NAME.sif, or ./NAME.sqsh for a spec with overlay:), then built (None) or, with dry_run, the plan's text."""
+    (./NAME.sif, or ./NAME.sqsh for a spec with overlay:), then built (None) or, with dry_run, the plan."""
     from envbuild.builder.sessions.buildrequest import BuildOptions
     from envbuild.envspec.loadspec import load_build_input
     from envbuild.lock.policy import LockFlags
@@ -43,7 +53,14 @@ def build_spec(spec: Path, *, output: Path | None, locked: bool, frozen: bool, u
         quiet=quiet, heartbeat_s=heartbeat_s, compression=compression, layered=layered,
         cache_dir=cache_dir.absolute() if cache_dir else None, log_path=log_path, source_date_epoch=source_date_epoch,
     )
-    return run_build(loaded, options, out, dry_run=dry_run)
+    text = run_build(loaded, options, out, dry_run=dry_run)
+    if text is None:
+        return None
+    if loaded.spec.conda is None:
+        return DryRun(text)
+    from envbuild.builder.sessions.condasession import license_stop
+
+    return DryRun(text, license_stop(loaded))
 
 
 def make_session(loaded: LoadedSpec, options: BuildOptions, out: TextIO) -> Session:

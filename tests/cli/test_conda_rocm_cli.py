@@ -63,7 +63,8 @@ def test_validate_reports_a_pip_part_that_cannot_work(tmp_path: Path) -> None:
 
 def test_the_dry_run_plans_it_for_lumi_g_with_the_warning(tmp_path: Path) -> None:
     path = env_file(tmp_path)
-    result = run_cli([ENVBUILD, "build", "--dry-run", "--system", "lumi-g", str(path), "-o", str(tmp_path / "out.sif")],
+    result = run_cli([ENVBUILD, "build", "--dry-run", "--system", "lumi-g", "--accept-licenses", str(path), "-o",
+                      str(tmp_path / "out.sif")],
                      env_extra={"ENVBUILD_CACHE_DIR": str(tmp_path / "store")}, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert_the_rocm_warning(result.stdout)

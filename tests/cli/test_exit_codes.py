@@ -42,3 +42,19 @@ def test_validate_exits_as_build_would_on_each_file(tmp_path: Path, repo: Path) 
     assert CliRunner().invoke(main, ["validate", good]).exit_code == EXIT_CLEAN
     assert CliRunner().invoke(main, ["validate", good, str(spec)]).exit_code == EXIT_USAGE
     assert CliRunner().invoke(main, ["validate", str(tmp_path / "missing.yaml")]).exit_code == EXIT_USAGE
+
+
+def test_a_dry_run_that_knows_the_build_will_stop_exits_as_the_build_would(tmp_path: Path) -> None:
+    """A conda env file without the Miniforge license accepted: the plan is shown, then the reason the build
+    would stop there, with its fix and the build's status (a usage error), not 0."""
+    env_file = tmp_path / "env.yml"
+    env_file.write_text("name: myenv\nchannels: [conda-forge]\ndependencies:\n  - python=3.12\n  - numpy\n")
+    argv = ["build", str(env_file), "--system", "lumi-g", "--dry-run"]
+    environ = {"ENVBUILD_CACHE_DIR": str(tmp_path / "store")}
+    stopped = CliRunner().invoke(main, argv, env=environ)
+    assert stopped.exit_code == EXIT_USAGE, stopped.output
+    assert "## build" in stopped.stdout and "cotainr" in stopped.stdout  # the plan, as before
+    assert "error: " in stopped.stderr and "it asks you to accept on the terminal" in stopped.stderr
+    assert "fix: read the license, then write `accept_licenses: true`" in stopped.stderr
+    accepted = CliRunner().invoke(main, [*argv, "--accept-licenses"], env=environ)
+    assert accepted.exit_code == EXIT_CLEAN and "error" not in accepted.stderr, accepted.output

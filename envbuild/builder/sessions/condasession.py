@@ -93,6 +93,16 @@ def license_problem(loaded: LoadedSpec) -> str | None:
             "terminal; envbuild runs cotainr without one")
 
 
+def license_stop(loaded: LoadedSpec) -> UsageError | None:
+    """The error a build stops with when the Miniforge license is not accepted (license_problem), with its fix;
+    a dry run ends with it too, after the plan."""
+    problem = license_problem(loaded)
+    if problem is None:
+        return None
+    return UsageError(f"{loaded.path}: {problem}", "read the license, then write `accept_licenses: true` under conda: "
+                      "in the spec (or pass --accept-licenses with an env file)")
+
+
 class CondaBuildSession(Session):
     def _request_and_plan(self, *, need_runtime: bool) -> tuple[BuildRequest, BuildPlan, list[str]]:
         """The request, the plan, and the pip part's warnings."""
@@ -143,11 +153,9 @@ class CondaBuildSession(Session):
         request, plan, warnings = self._request_and_plan(need_runtime=True)
         for warning in warnings:
             self._say(f"warning: {warning}")
-        problem = license_problem(self.loaded)
-        if problem:
-            raise UsageError(f"{self.loaded.path}: {problem}",
-                             "read the license, then write `accept_licenses: true` under conda: in the spec "
-                             "(or pass --accept-licenses with an env file)")
+        stop = license_stop(self.loaded)
+        if stop is not None:
+            raise stop
         if image_key_of(output) == plan.layers.image_key:
             self._say(f"{output} is up to date (image {plan.layers.image_entry}); nothing to build "
                       f"({time.monotonic() - started:.2f} s)", result=True)
