@@ -33,3 +33,21 @@ def test_a_venv_over_the_base_resolves_in_a_scratch_venv(tmp_path) -> None:
     shown = [" ".join(a.argv) for step in steps for a in step.actions if isinstance(a, Run)]
     assert any("-m venv --system-site-packages --without-pip /opt/envbuild/venv" in run for run in shown)
     assert any("/opt/envbuild/venv/bin/python -m pip install" in run for run in shown)
+
+
+def test_a_base_without_python_stops_with_what_is_missing_and_the_fix(tmp_path) -> None:
+    """The lookup the plan runs first in the base's own environment, here in a shell whose PATH has no Python."""
+    import subprocess
+    from pathlib import Path
+
+    from envbuild.builder.plan.pythontarget import locate_base_python
+    from envbuild.envspec.loadspec import load_spec
+
+    python = load_spec(Path(target_spec_file(tmp_path, "base")), check_host=False).spec.python
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    ran = subprocess.run(["/bin/sh", "-ec", locate_base_python(python) + '\necho "found $py"'], capture_output=True,
+                         text=True, env={"PATH": str(empty)}, timeout=30)
+    assert ran.returncode == 3 and "found" not in ran.stdout
+    assert f"the base has no python3 or python on its PATH ({empty})" in ran.stderr
+    assert "fix: write python.target: envbuild-venv" in ran.stderr
