@@ -2,7 +2,8 @@
 AI Factory recipes (`Bootstrap: localimage` on the framework image, `pip install` in %post), imported, locked
 and built on stand-ins of those images in their layout (tests/support/framework_bases.py: the torch there is a
 small stand-in distribution, not the real one). The import installs into the base's own Python (python.target:
-base); the image's `python` imports the base's torch and the added package; the lock keeps the base's torch."""
+base); the image's `python` imports the base's torch and the added package; the lock keeps the base's torch.
+A spec with python.target: venv-over-base on the NGC-style stand-in gets a venv that sees the base's torch."""
 
 from __future__ import annotations
 
@@ -95,3 +96,24 @@ def test_a_conda_or_lumi_style_def_installs_into_the_environment_first_on_path(
     _, torch_site, added_site = CASES[kind]
     assert version == TORCH_VERSION and torch_file.startswith(torch_site) and six_file.startswith(added_site)
     assert prefix == {"conda": "/opt/conda", "lumi": "/opt/venv"}[kind]
+
+
+def test_a_venv_over_an_ngc_style_base_sees_its_torch_and_the_lock_keeps_it(tmp_path: Path, debootstrap_base: Path) -> None:
+    """python.target: venv-over-base, written in the spec: envbuild's venv made with --system-site-packages from
+    the base's Python; the added package in the venv, torch from the base."""
+    base = framework_base("ngc", debootstrap_base, tmp_path)
+    spec = tmp_path / "over.yaml"
+    spec.write_text(f"name: over\nbase: localimage:{base}\npython:\n  target: venv-over-base\n  packages: [six]\n")
+    store = {"ENVBUILD_CACHE_DIR": str(tmp_path / "store")}
+    locked = run_cli([ENVBUILD, "lock", str(spec)], env_extra=store, timeout=600)
+    assert locked.returncode == 0, locked.stdout + locked.stderr[-4000:]
+    assert yaml.safe_load(spec.with_suffix(".lock").read_text())["kept-from-base"] == {"torch": TORCH_VERSION}
+    image = tmp_path / "over.sif"
+    built = run_cli([ENVBUILD, "build", str(spec), "-o", str(image), "--compression", "zstd", "--locked"],
+                    env_extra=store, timeout=900)
+    assert built.returncode == 0, built.stdout + built.stderr[-4000:]
+    version, torch_file, six_file, prefix = _python_in(image)
+    assert version == TORCH_VERSION and torch_file.startswith(CASES["ngc"][1])
+    assert six_file.startswith("/opt/envbuild/venv/") and prefix == "/opt/envbuild/venv"
+    verified = run_cli([ENVBUILD, "verify", str(image), str(spec)])
+    assert verified.returncode == 0, verified.stdout + verified.stderr
