@@ -51,3 +51,11 @@ def test_a_base_without_python_stops_with_what_is_missing_and_the_fix(tmp_path) 
     assert ran.returncode == 3 and "found" not in ran.stdout
     assert f"the base has no python3 or python on its PATH ({empty})" in ran.stderr
     assert "fix: write python.target: envbuild-venv" in ran.stderr
+
+
+def test_the_bases_torch_is_kept_unless_the_spec_asks_for_another() -> None:
+    from envbuild.builder.sessions.imagelock import _asks_for_another_torch
+
+    assert not _asks_for_another_torch(["six", "torch>=2.7"], LUMI_VENV_PROBE)  # the base's 2.7.1 meets it
+    assert not _asks_for_another_torch(["torchvision"], LUMI_VENV_PROBE)  # not in the base: added against its torch
+    assert _asks_for_another_torch(["torch==2.8.0"], LUMI_VENV_PROBE)

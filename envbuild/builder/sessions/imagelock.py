@@ -17,6 +17,7 @@ from envbuild.shared import safefiles
 from envbuild.shared.errors import EnvbuildError, ToolError
 
 if TYPE_CHECKING:
+    from envbuild.builder.plan.overlayprobe import BaseProbe
     from envbuild.builder.plan.plandata import BuildRequest
     from envbuild.envspec.loadspec import LoadedSpec
     from envbuild.lock.lockmodel import Lock, LockedPackage, LockTarget
@@ -203,7 +204,8 @@ def _resolve_in_base(loaded: LoadedSpec, request: BuildRequest, rootfs: str, pre
     pins = _kept_pins(previous, upgrade=upgrade, upgrade_packages=upgrade_packages)
     report = Path(facts.cache_dir) / "logs" / f"lock-{spec.name}-report.json"
     work, steps = plan_resolve_in_base(request, probe, pins, str(report), image=rootfs,
-                                       venv_mount=VENV_PREFIX if target == "venv-over-base" else None)
+                                       venv_mount=VENV_PREFIX if target == "venv-over-base" else None,
+                                       allow_torch_change=_asks_for_another_torch(spec.python.requirements(), probe))
     if not quiet:
         print(f"resolving with pip in the base's Python {probe.python} ({probe.version}), against the "
               f"{len(probe.packages)} distributions it holds", file=out, flush=True)
@@ -221,6 +223,23 @@ def _resolve_in_base(loaded: LoadedSpec, request: BuildRequest, rootfs: str, pre
                                                                  platform=uv_python_platform(probe.machine, probe.glibc)),
                 base_digest=request.base.digest, recipe_digest=request.recipe_digest,
                 resolver=f"pip {facts.pip_version} in the base", packages=packages, spec_name=spec.name, kept=tuple(kept))
+
+
+def _asks_for_another_torch(requirements: list[str], probe: BaseProbe) -> bool:
+    """Whether a requirement names a member of the torch family at a version the base does not have: the spec
+    asks for another torch, so the base's family is no constraint (else it is kept, whatever else is added)."""
+    from packaging.requirements import Requirement
+
+    from envbuild.envspec.torchfamily import TORCH_FAMILY
+
+    installed = probe.installed()
+    for text in requirements:
+        requirement = Requirement(text)
+        name = _canonical(requirement.name)
+        have = installed.get(name)
+        if name in TORCH_FAMILY and have and not requirement.specifier.contains(have[1], prereleases=True):
+            return True
+    return False
 
 
 def _canonical(name: str) -> str:
