@@ -117,7 +117,8 @@ def test_many_problems_reported_at_once_with_lines_and_fixes() -> None:
         "spec.yaml:6:5: python.pytorch.variant: 'cuda' is not a PyTorch variant; use cpu, cuda<major><minor> (e.g. cuda126) "
         "or rocm<major>.<minor> (e.g. rocm6.4)",
         "spec.yaml:7:3: python.pakages: unknown field 'pakages'\n"
-        "    fix: did you mean 'packages'? allowed here: target, interpreter, installer, pytorch, transformers, lightning, packages, lock_target",
+        "    fix: did you mean 'packages'? allowed here: target, interpreter, installer, pytorch, transformers, lightning, "
+        "packages, lock_target",
         "spec.yaml:10:3: env.1BAD: '1BAD' is not a valid environment variable name (letters, digits and _, not starting with a digit)\n"
         "    fix: write the name with letters, digits and _, not starting with a digit (e.g. HF_HOME)",
         "spec.yaml:11:3: env.FLAG: a YAML true/false/yes/no is ambiguous here; quote it ('true', '1', 'yes')",
