@@ -14,9 +14,10 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-import yaml
 
 from envbuild.recipes.loadrecipe import load_recipe
+from envbuild.shared.errors import SpecError
+from envbuild.shared.yamlsource import parse_yaml_text
 from envbuild.slurm.check.pitfalls import check_script, render_report
 
 TYPE_CHECKING = False
@@ -40,9 +41,15 @@ RULES = {
 SECONDS_PER_CHECK = 2.0
 
 
+def _load_table(text: str, file: str) -> dict[str, dict]:
+    """The table, read by the loader that refuses a duplicate key (a second entry for a script would silently
+    replace the first, and with it the findings the first expects)."""
+    return parse_yaml_text(text, file).data
+
+
 def _table() -> dict[str, dict]:
-    with open(CORPUS / "expected.yaml", encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+    path = CORPUS / "expected.yaml"
+    return _load_table(path.read_text(encoding="utf-8"), str(path))
 
 
 TABLE = _table()
@@ -69,6 +76,13 @@ def _serious(report: CheckReport) -> Counter[tuple[str, int]]:
 def _describe(report: CheckReport) -> str:
     return "\n".join(f"  {finding.level} {finding.rule} line {finding.line}: {finding.what} (fix: {finding.fix})"
                      for finding in report.findings) or "  (no findings)"
+
+
+def test_the_table_refuses_a_script_named_twice() -> None:
+    entry = "  system: null\n  environ: {}\n  findings: []\n  why: x\n"
+    text = f"unknown/a.sh:\n{entry}unknown/b.sh:\n{entry}unknown/a.sh:\n{entry}"
+    with pytest.raises(SpecError, match=r"duplicate key 'unknown/a.sh'.*first given on line 1"):
+        _load_table(text, "expected.yaml")
 
 
 def test_table_and_corpus_match() -> None:
