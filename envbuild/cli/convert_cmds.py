@@ -21,7 +21,7 @@ from envbuild.convert.formats import format_names, sorted_formats
 @click_option(SYSTEM, default="local", note="written into the spec as its system:", default_help="local")
 @click.option("--build-arg", "build_arg", multiple=True, metavar="NAME=VALUE",
               help="a value for a build argument (%arguments / {{ NAME }} of a definition file, ARG of a "
-                   "Dockerfile), over the file's default; repeat for more")
+                   "Dockerfile), over the file's default; one the file does not have is refused; repeat for more")
 @reports_errors
 def import_command(build_file: Path, output: Path | None, fmt: str | None, system: str,
                    build_arg: tuple[str, ...]) -> None:

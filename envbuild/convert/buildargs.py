@@ -35,10 +35,20 @@ def parse_build_args(pairs: Iterable[str]) -> dict[str, str]:
     return result
 
 
-def unused_build_args(build_args: Mapping[str, str], known: Iterable[str]) -> list[str]:
-    """Notes for `--build-arg`s the file does not declare or use (Docker warns of them too)."""
-    return [f"--build-arg {name}: the file has no build argument {name} (ignored)"
-            for name in sorted(set(build_args) - set(known))]
+def refuse_unknown_build_args(build_args: Mapping[str, str], known: Mapping[str, int], source: str, *,
+                              kind: str) -> None:
+    """A `--build-arg` for an argument the file does not have (`known`: its build arguments -> the line that
+    declares or first uses each; `kind`: what the file calls one, 'ARG' or 'build argument'). Docker and Apptainer
+    warn and build without it; import refuses, since the user meant the value to change something. The value is
+    not shown: it may be a secret."""
+    unknown = sorted(set(build_args) - set(known))
+    if not unknown:
+        return
+    listed = ", ".join(f"{key} (line {line})" for key, line in sorted(known.items(), key=lambda item: item[1]))
+    verb = "declares no ARG" if kind == "ARG" else "uses no build argument"
+    raise UsageError(f"{source}: --build-arg {' and --build-arg '.join(unknown)}: the file {verb} "
+                     f"{' or '.join(unknown)}, so the value would change nothing; the file's {kind}s: {listed or 'none'}",
+                     f"drop --build-arg {unknown[0]}, or correct its name to one of the file's {kind}s")
 
 
 def placeholder_names(text: str) -> set[str]:
@@ -64,6 +74,26 @@ def def_argument_defaults(text: str) -> dict[str, str]:
             if sep and ARG_NAME.match(name.strip()):
                 defaults[name.strip()] = value.strip().strip("\"'")
     return defaults
+
+
+def def_build_arguments(text: str) -> dict[str, int]:
+    """Every build argument of a definition file (a `{{ NAME }}` anywhere, a NAME=... line of `%arguments`) ->
+    the line that first names it."""
+    lines: dict[str, int] = {}
+    inside = False
+    for number, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if stripped.startswith("%") and stripped[1:].strip():
+            inside = stripped[1:].split(maxsplit=1)[0].lower() == "arguments"
+            continue
+        names = list(_PLACEHOLDER.findall(raw))
+        if inside and stripped and not stripped.startswith("#"):
+            name = stripped.partition("=")[0].strip()
+            if ARG_NAME.match(name):
+                names.append(name)
+        for name in names:
+            lines.setdefault(name, number)
+    return lines
 
 
 def substitute_def_placeholders(text: str, build_args: Mapping[str, str], source: str) -> str:

@@ -13,9 +13,10 @@ import shlex
 from envbuild.convert.buildargs import (
     build_file_error,
     check_image_reference,
+    def_build_arguments,
     placeholder_names,
+    refuse_unknown_build_args,
     substitute_def_placeholders,
-    unused_build_args,
 )
 from envbuild.convert.envassign import carry_assignments
 from envbuild.convert.shellscript import HEREDOC, script_lines, split_words
@@ -42,8 +43,7 @@ _DEF_NOT_EXPRESSIBLE = {
 def import_def(text: str, name: str, *, src_prefix: str = "", build_args: dict[str, str] | None = None,
                source: str = "<definition file>") -> ImportResult:
     builder = SpecBuilder(name)
-    for note in unused_build_args(build_args or {}, placeholder_names(text)):
-        builder.note(None, note)
+    refuse_unknown_build_args(build_args or {}, def_build_arguments(text), source, kind="build argument")
     written = text.splitlines()  # as written, before the build arguments: what an empty value came from
     text = substitute_def_placeholders(text, build_args or {}, source)
     header: dict[str, tuple[int, str]] = {}

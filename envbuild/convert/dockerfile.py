@@ -10,7 +10,12 @@ import posixpath
 import re
 import shlex
 
-from envbuild.convert.buildargs import build_file_error, check_image_reference, substitute_docker_args
+from envbuild.convert.buildargs import (
+    build_file_error,
+    check_image_reference,
+    refuse_unknown_build_args,
+    substitute_docker_args,
+)
 from envbuild.convert.envassign import carry_assignments
 from envbuild.convert.shellscript import HEREDOC, heredoc_delimiters, split_words
 from envbuild.convert.specbuilder import (
@@ -117,7 +122,7 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
         if word == "ARG":
             for key in _arg_names(rest):
                 declared.setdefault(key, line)
-    _refuse_unknown_build_args(build_args, declared, source)
+    refuse_unknown_build_args(build_args, declared, source, kind="ARG")
     in_stage = {key for _, word, rest in instructions[start:] if word == "ARG" for key in _arg_names(rest)}
     for key in sorted(set(build_args) - in_stage - set(global_args)):
         builder.note(declared[key], f"--build-arg {key}: ARG {key} is declared only in an earlier build stage, which "
@@ -172,20 +177,6 @@ def _runs_before_a_workdir(stage: list[tuple[int, str, str]]) -> bool:
         if word in ("RUN", "COPY", "ADD"):
             return True
     return False
-
-
-def _refuse_unknown_build_args(build_args: dict[str, str], declared: dict[str, int], source: str) -> None:
-    """A --build-arg for an ARG the file does not declare: Docker warns and builds without it; import refuses,
-    since the user meant the value to change something."""
-    unknown = sorted(set(build_args) - set(declared))
-    if not unknown:
-        return
-    known = ", ".join(f"{key} (line {line})" for key, line in sorted(declared.items(), key=lambda item: item[1]))
-    first = unknown[0]
-    raise UsageError(f"{source}: --build-arg {' and --build-arg '.join(unknown)}: the file "
-                     f"declares no ARG {' or '.join(unknown)}, so the value would change nothing; the file's ARGs: "
-                     f"{known or 'none'}",
-                     f"drop --build-arg {first}, or correct its name to one of the file's ARGs")
 
 
 # The transports Podman and Buildah read a FROM through besides a registry (containers-transports(5)).

@@ -255,15 +255,21 @@ def test_run_heredoc_with_an_interpreter_line_runs_with_that_interpreter() -> No
         "/usr/bin/env python3 <<'EOF'\n#!/usr/bin/env python3\nprint('  hi')\nEOF"]
 
 
-def test_a_build_arg_the_file_does_not_have_is_refused_in_a_dockerfile_and_noted_in_a_def() -> None:
+def test_a_build_arg_the_file_does_not_have_is_refused_in_a_dockerfile_and_in_a_def() -> None:
     with pytest.raises(UsageError) as caught:
         import_dockerfile("FROM debian\nARG GCC_VERSION=12\nRUN ./build.sh\n", "d", build_args={"GCC_VERSON": "11"},
                           source="Dockerfile.gcc")
     assert caught.value.message.startswith("Dockerfile.gcc: --build-arg GCC_VERSON: the file declares no ARG GCC_VERSON")
     assert "GCC_VERSION (line 2)" in caught.value.message and "11" not in caught.value.message  # a value may be secret
     assert caught.value.hint == "drop --build-arg GCC_VERSON, or correct its name to one of the file's ARGs"
-    assert import_def(LAIF_STYLE_DEF, "l", build_args={"TAGG": "1"}).notes == [
-        "--build-arg TAGG: the file has no build argument TAGG (ignored)"]
+    with pytest.raises(UsageError) as refused:
+        import_def(LAIF_STYLE_DEF, "l", build_args={"TAGG": "1"}, source="laif.def")
+    assert refused.value.message == (
+        "laif.def: --build-arg TAGG: the file uses no build argument TAGG, so the value would change nothing; the "
+        "file's build arguments: BASE_IMAGE (line 2), BASE_TAG (line 2), PYTHON_VERSION (line 7), APP_DIR (line 8)")
+    assert refused.value.hint == "drop --build-arg TAGG, or correct its name to one of the file's build arguments"
+    # one that only %arguments declares is the file's too, as Apptainer reads it
+    assert import_def(LAIF_STYLE_DEF + "\n%arguments\n    UNUSED=1\n", "l", build_args={"UNUSED": "2"}).spec
 
 
 def test_def_section_notes_count_blank_lines_and_continuations() -> None:
