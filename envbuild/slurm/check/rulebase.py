@@ -3,6 +3,7 @@ environment, and the helpers that word a fix in the system's own terms. Pure."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from math import ceil
 
@@ -26,6 +27,63 @@ TORCHRUN_DOC = "torchrun, https://docs.pytorch.org/docs/stable/elastic/run.html"
 
 
 LEVELS = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class SlurmOption:
+    """An option of sbatch and srun, or one value of it, that Slurm has only from a given release: an older
+    sbatch or srun refuses it ('unrecognized option', 'Invalid --gres-flags specification')."""
+
+    option: str  # "--gres-flags"
+    value: str | None  # "allow-task-sharing": this value of the option; None: the option itself
+    since: tuple[int, int, int]
+    source: str
+    srun_only: bool = False  # sbatch and salloc refuse it on every release (a job step's option)
+
+    @property
+    def written(self) -> str:
+        return self.option + (f"={self.value}" if self.value else "")
+
+    @property
+    def since_text(self) -> str:
+        major, minor, micro = self.since
+        return f"{major}.{minor:02d}.{micro}"
+
+    def given_in(self, options: tuple[str, ...] | list[str]) -> bool:
+        """Whether `options` (as --name=value or --flag) hold it; a value also inside a list (--gres-flags=a,b),
+        in any case, as Slurm compares them."""
+        for word in options:
+            name, _eq, value = word.partition("=")
+            if name == self.option and (self.value is None or
+                                        self.value.lower() in (item.strip().lower() for item in value.split(","))):
+                return True
+        return False
+
+
+def _changelog(series: str, release: str) -> str:
+    return (f"SchedMD Slurm CHANGELOG/slurm-{series}.md, 'Changes in Slurm {release}', "
+            f"https://github.com/SchedMD/slurm/blob/master/CHANGELOG/slurm-{series}.md")
+
+
+# Options users copy from newer sites' guides, with the release that brought them (SchedMD's changelog; the
+# option tables of src/common/slurm_opt.c at each release tag agree). allow-task-sharing is read by srun only:
+# srun(1) --gres-flags says so, and sbatch and salloc stop with "only used with srun".
+NEWER_SLURM_OPTIONS = (
+    SlurmOption("--gres-flags", "allow-task-sharing", (23, 11, 4), f"{_changelog('23.11', '23.11.4')}; {SRUN_DOC} "
+                "(--gres-flags: allow-task-sharing is specific to srun)", srun_only=True),
+    SlurmOption("--gres-flags", "one-task-per-sharing", (23, 11, 2), _changelog("23.11", "23.11.2")),
+    SlurmOption("--gres-flags", "multiple-tasks-per-sharing", (23, 11, 2), _changelog("23.11", "23.11.2")),
+    SlurmOption("--tres-per-task", None, (23, 2, 0), _changelog("23.02", "23.02.0rc1")),
+    SlurmOption("--segment", None, (24, 5, 0), _changelog("24.05", "24.05.0rc1")),
+)
+
+
+def newer_slurm_option(written: str) -> SlurmOption | None:
+    """The entry of NEWER_SLURM_OPTIONS that an option as written (--gres-flags=allow-task-sharing) holds."""
+    return next((entry for entry in NEWER_SLURM_OPTIONS if entry.given_in([written])), None)
+
+
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 @dataclass(frozen=True)
@@ -96,6 +154,21 @@ class Context:
             return None
         partitions = self.recipe.partitions
         return next((name for name in self.partitions() if name in partitions and partitions[name].cpu_only), None)
+
+    def slurm_version(self) -> tuple[tuple[int, int, int], str, str] | None:
+        """The Slurm version of the cluster the check runs on as (major, minor, micro), as scontrol wrote it, and
+        where that was read; None where it is not known (the check runs away from the cluster, or no answer)."""
+        cluster = self.cluster
+        match = _VERSION.search(cluster.slurm_version) if cluster is not None else None
+        if cluster is None or match is None:
+            return None
+        major, minor, micro = match.groups()
+        return (int(major), int(minor), int(micro or 0)), cluster.slurm_version, cluster.version_source
+
+    def too_old_for(self, entry: SlurmOption) -> bool:
+        """The cluster's Slurm is known, and older than the release that brought `entry`."""
+        version = self.slurm_version()
+        return version is not None and version[0] < entry.since
 
     def replace_in_line(self, line: int, old: str, new: str) -> tuple[int, str] | None:
         """An edit that writes `new` for `old` in line `line`, where `old` occurs there exactly once."""

@@ -11,7 +11,7 @@ import re
 from envbuild.launch.allocation import count_gpus
 from envbuild.launch.args import has_option, option_value
 from envbuild.slurm.check.parse import srun_options
-from envbuild.slurm.check.rulebase import SBATCH_DOC, SRUN_DOC, TORCHRUN_DOC, Context, Finding
+from envbuild.slurm.check.rulebase import SBATCH_DOC, SRUN_DOC, TORCHRUN_DOC, Context, Finding, newer_slurm_option
 from envbuild.slurm.check.shape import count
 
 TYPE_CHECKING = False
@@ -37,17 +37,25 @@ def forbidden_options(ctx: Context) -> list[Finding]:
     job_words = tuple(f"--{d.name}" if d.value is None else f"--{d.name}={d.value}" for d in ctx.script.directives)
     for index, rule in enumerate(ctx.site.launch.forbidden_srun_options):
         source = ctx.site.cite(f"launch.forbidden_srun_options.{index}")
-        job_safe = _unless_given(rule.unless, job_words)
+        # `unless` is an srun option; one that sbatch refuses (allow-task-sharing) does not cover the job in
+        # #SBATCH (the srun_option_in_sbatch rule says so), and one this cluster's Slurm lacks is no way out
+        entry = newer_slurm_option(rule.unless) if rule.unless else None
+        job_safe = _unless_given(rule.unless, job_words) and not (entry is not None and entry.srun_only)
+        unless = None if entry is not None and ctx.too_old_for(entry) else rule.unless
         job_tasks = _job_tasks_per_node(ctx)
         # a job-wide option harms only the steps that run several tasks per node without `unless` (LUMI's 2026
         # form passes --gres-flags=allow-task-sharing to srun, where Slurm reads it)
         shared_steps = [srun for srun, step in ctx.steps() if (step.tasks_per_node() or 2) > 1]
         steps_safe = bool(shared_steps) and all(_unless_given(rule.unless, srun.options) for srun in shared_steps)
+        unsafe_steps = [srun for srun in shared_steps if not _unless_given(rule.unless, srun.options)]
         for directive in ctx.script.directives:
             option = f"--{directive.name}"
             if option in rule.options and not job_safe and not steps_safe and (job_tasks is None or job_tasks > 1):
-                fix = _forbidden_fix(ctx, option, directive.value, ctx.job.tasks_per_node() or 1, rule.unless)
-                edit = ctx.add_to_directive_line(directive.line, rule.unless) if rule.unless else None
+                fix = _forbidden_fix(ctx, option, directive.value, ctx.job.tasks_per_node() or 1, unless,
+                                     [srun.line for srun in unsafe_steps])
+                # the job-wide option is safe once every step of several tasks per node passes `unless`: one
+                # edit makes it so where one step lacks it
+                edit = _srun_edit(ctx, unsafe_steps[0], unless) if unless and len(unsafe_steps) == 1 else None
                 found.append(Finding(directive.line, _forbidden_what(ctx, directive.written, rule.unless), rule.why,
                                      source, fix, edit))
         for srun, step in ctx.steps():
@@ -57,8 +65,8 @@ def forbidden_options(ctx: Context) -> list[Finding]:
                         and (tasks is None or tasks > 1):
                     value = option_value(srun.options, option)
                     written = f"srun {option}" + (f"={value}" if value is not None else "")
-                    fix = _forbidden_fix(ctx, option, value, step.tasks_per_node() or 1, rule.unless)
-                    edit = _srun_edit(ctx, srun, rule.unless) if rule.unless else None
+                    fix = _forbidden_fix(ctx, option, value, step.tasks_per_node() or 1, unless, [srun.line])
+                    edit = _srun_edit(ctx, srun, unless) if unless else None
                     found.append(Finding(srun.line, _forbidden_what(ctx, written, rule.unless), rule.why, source, fix,
                                          edit))
     return found
@@ -80,7 +88,8 @@ def _forbidden_what(ctx: Context, written: str, unless: str | None) -> str:
     return f"{written}: {ctx.name} forbids this option" + (f" without {unless}" if unless else "")
 
 
-def _forbidden_fix(ctx: Context, option: str, value: str | None, tasks: int, unless: str | None) -> str:
+def _forbidden_fix(ctx: Context, option: str, value: str | None, tasks: int, unless: str | None,
+                   srun_lines: list[int]) -> str:
     gpus = ctx.job.gpus_per_node()
     select = " ".join(f"{name}=${source}" for name, source in ctx.site.launch.per_task_gpu_env.items())
     in_task = f", and select each task's GPU with {select} in the task" if select else ""
@@ -93,7 +102,12 @@ def _forbidden_fix(ctx: Context, option: str, value: str | None, tasks: int, unl
         fix = f"--cpus-per-task={value} instead (one task per GPU)" if value else "--cpus-per-task instead"
     else:
         fix = f"leave out {option}"
-    return fix + (f"; or add {unless}" if unless else "")
+    if not unless:
+        return fix
+    where = ""
+    if srun_lines:
+        where = f" to the srun line{'s' if len(srun_lines) > 1 else ''} {', '.join(map(str, srun_lines))}"
+    return fix + f"; or add {unless}{where} (an srun option: Slurm reads it for the step)"
 
 
 def per_task_launch(ctx: Context) -> list[Finding]:
