@@ -16,7 +16,7 @@ from envbuild.convert.buildargs import (
     refuse_unknown_build_args,
     substitute_docker_args,
 )
-from envbuild.convert.envassign import carry_assignments
+from envbuild.convert.envassign import carry_each_assignment, split_assignments
 from envbuild.convert.shellscript import HEREDOC, heredoc_delimiters, split_words
 from envbuild.convert.specbuilder import (
     ImportResult,
@@ -342,9 +342,18 @@ def _docker_env(builder: SpecBuilder, number: int, rest: str) -> None:
     name, _, value = rest.strip().partition(" ")
     if "=" not in name and value.strip() and '"' not in value:
         rest = f'{name}="{value.strip()}"'  # the old form: the rest of the line is the value
-    problem = carry_assignments(builder.env, rest, {}, at_once=True)  # Docker: every $NAME from before the line
-    if problem:
-        builder.note(number, f"ENV {rest[:80]} (not imported: {problem})")
+    for name, problem in carry_each_assignment(builder.env, rest, {}):  # Docker: every $NAME from before the line
+        if not name:
+            builder.note(number, f"ENV {rest[:80]} (not imported: {problem})")
+            continue
+        names = [assigned for assigned, _ in split_assignments(rest)]
+        read = re.match(r"^\$(\w+) ", problem)
+        if read and read[1] in names:
+            problem = (f"${read[1]} is read from before this line, as Docker reads it, not from the {read[1]}= beside "
+                       "it: the base's value (empty where it sets none), which import does not read; write the value "
+                       "in its place")
+        others = "; the line's other assignments are" if len(names) > 1 else ""
+        builder.note(number, f"ENV {rest[:80]}: {name} not imported ({problem}){others}")
 
 
 def _docker_run(builder: SpecBuilder, number: int, rest: str, workdir: str, arguments: dict[str, str]) -> None:

@@ -5,7 +5,8 @@ A spec value is literal, so `PATH=/opt/conda/bin:$PATH` must not be written as i
 becomes `{prepend: /opt/conda/bin}` (and `X=$X:/a` `{append: /a}`; `${X:-}` reads as `$X`, so
 `X=/a:${X:-}` is a prepend too); a reference to a variable set earlier in the same file (an ENV, an ARG with
 a value, an earlier %environment line) is replaced by its value; anything else (a variable the file does not
-set, `$(...)`, `${X:-y}`) is a problem, which the importer turns into a note (a Dockerfile's ENV) or keeps as
+set, `$(...)`, `${X:-y}`) is a problem, which the importer turns into a note for that assignment alone (a Dockerfile's ENV: its
+other assignments are carried) or keeps as
 shell (a definition file's %environment, envbuild.convert.deffile) instead of writing `$VAR` into a literal
 value. Pure: text in, entries or a reason out.
 """
@@ -190,14 +191,12 @@ def _combined(before: EnvEntry | None, edit: dict[str, str]) -> EnvEntry | None:
     return {key: value for key, value in (("prepend", prepend), ("append", append)) if value} or None
 
 
-def apply_assignments(text: str, env: dict[str, EnvEntry], known: dict[str, str], *, at_once: bool = False) -> None:
-    """Every assignment of `text` into `env` (the importer's entries so far), in order; an EnvProblem
-    before any is made, so a line is carried whole or not at all. With `at_once` (a Dockerfile's ENV) every
-    `$NAME` of the line takes its value from before the line, as Docker expands them; without it a name set
-    earlier on the same line is seen, as the shell's `A=1 B=$A` does."""
+def apply_assignments(text: str, env: dict[str, EnvEntry], known: dict[str, str]) -> None:
+    """Every assignment of `text` into `env` (the importer's entries so far), in order, a name set earlier on the
+    same line seen, as the shell's `A=1 B=$A` does; an EnvProblem before any is made, so a line is carried whole
+    or not at all."""
     changes: dict[str, EnvEntry] = {}
-    # the line's own assignments over the earlier ones, without a copy of them
-    after: Mapping[str, EnvEntry] = env if at_once else ChainMap(changes, env)
+    after: Mapping[str, EnvEntry] = ChainMap(changes, env)  # the line's own assignments over the earlier ones
     for name, parts in split_assignments(text):
         entry = env_entry(name, parts, after, known)
         if entry is not None:
@@ -205,10 +204,39 @@ def apply_assignments(text: str, env: dict[str, EnvEntry], known: dict[str, str]
     env.update(changes)
 
 
-def carry_assignments(env: dict[str, EnvEntry], text: str, known: dict[str, str], *, at_once: bool = False) -> str | None:
+def carry_assignments(env: dict[str, EnvEntry], text: str, known: dict[str, str]) -> str | None:
     """`apply_assignments` for an importer: None when the line was carried, else why not (for its note)."""
     try:
-        apply_assignments(text, env, known, at_once=at_once)
+        apply_assignments(text, env, known)
     except EnvProblem as problem:
         return str(problem)
     return None
+
+
+def carry_each_assignment(env: dict[str, EnvEntry], text: str, known: dict[str, str]) -> list[tuple[str, str]]:
+    """A Dockerfile ENV line into `env`, one assignment at a time, every `$NAME` taking its value from before the
+    line (Docker's rule): those that can be carried are, and (name, why not) is returned for each of the others.
+    One not carried leaves no older value of its name behind (the image's value is not that one any more). A line
+    that is not NAME=value pairs at all is one ("", why)."""
+    try:
+        pairs = split_assignments(text)
+    except EnvProblem as problem:
+        return [("", str(problem))]
+    changes: dict[str, EnvEntry | None] = {}
+    left: list[tuple[str, str]] = []
+    for name, parts in pairs:
+        try:
+            changes[name] = env_entry(name, parts, env, known)
+        except EnvProblem as problem:
+            changes[name] = None
+            left.append((name, str(problem)))
+            continue
+        if changes[name] is None and name in env:  # NAME=$NAME: unchanged
+            changes[name] = env[name]
+    for name, entry in changes.items():
+        if entry is None:
+            env.pop(name, None)
+        else:
+            env[name] = entry
+    return left
+

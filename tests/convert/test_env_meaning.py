@@ -86,7 +86,7 @@ def test_dockerfile_env_import_keeps_shell_meaning() -> None:
     spec = load_spec_text(result.render("Dockerfile")).spec
     assert spec.env == {"PATH": EnvEdit(prepend="/opt/conda/bin"), "LD_LIBRARY_PATH": EnvEdit(prepend="/opt/x/lib"),
                         "APP": "/app/2", "PYTHONPATH": "/app/2/src", "OLD": "old form value"}
-    assert "line 6: ENV HOME_CACHE=$HOME/c (not imported: $HOME is not set earlier" in "\n".join(result.notes)
+    assert "line 6: ENV HOME_CACHE=$HOME/c: HOME_CACHE not imported ($HOME is not set earlier" in "\n".join(result.notes)
 
 
 def test_dockerfile_env_reads_every_variable_from_before_the_instruction() -> None:
@@ -95,8 +95,16 @@ def test_dockerfile_env_reads_every_variable_from_before_the_instruction() -> No
     result = import_dockerfile("FROM busybox\nENV abc=hello\nENV abc=bye def=$abc\nENV ghi=$abc\n", "d")
     assert result.spec["env"] == {"abc": "bye", "def": "hello", "ghi": "bye"}
     same_line = import_dockerfile("FROM debian\nENV APP=/app PYTHONPATH=$APP/src\n", "d")
-    assert "env" not in same_line.spec  # $APP is the base's (not known here), not /app; a line is carried whole
-    assert "line 2: ENV APP=/app PYTHONPATH=$APP/src (not imported: $APP is not set earlier" in "\n".join(same_line.notes)
+    # $APP is the base's (not known here), not /app: PYTHONPATH cannot be carried, APP can, exactly
+    assert same_line.spec["env"] == {"APP": "/app"}
+    assert same_line.notes == ["line 2: ENV APP=/app PYTHONPATH=$APP/src: PYTHONPATH not imported ($APP is read from "
+                               "before this line, as Docker reads it, not from the APP= beside it: the base's value "
+                               "(empty where it sets none), which import does not read; write the value in its place); "
+                               "the line's other assignments are"]
+    # a name set again from what is not known keeps no older value: the image's is not that one any more
+    again = import_dockerfile("FROM debian\nENV FOO=1 BAR=2\nENV FOO=$UNSET BAR=$BAR:x\n", "d")
+    assert again.spec["env"] == {"BAR": "2:x"}
+    assert "line 3: ENV FOO=$UNSET BAR=$BAR:x: FOO not imported ($UNSET is not set earlier" in again.notes[0]
     edits = import_dockerfile("FROM debian\nENV P=/a\nENV P=/b:$P Q=$P\n", "d").spec["env"]
     assert edits == {"P": "/b:/a", "Q": "/a"}
 
