@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import replace
 
 import pytest
@@ -131,7 +132,7 @@ def test_plan_is_deterministic() -> None:
 def test_conda_base_runs_every_command_after_with_conda() -> None:
     plan = plan_overlay(overlay_request(), LUMI_CONDA_PROBE)
     runs = [a for s in plan.steps if s.name in ("venv", "install", "record", "test") for a in s.actions if isinstance(a, Run)]
-    assert len(runs) == 5
+    assert len(runs) == 3  # the venv and its .pth in one start, pip and the record in one, the test
     for run in runs:
         image_at = run.argv.index(BASE_SIF)
         assert run.argv[image_at + 1:image_at + 5] == ("bash", "-c", 'eval "$WITH_CONDA" >&2 || exit 3; exec "$@"',
@@ -140,11 +141,15 @@ def test_conda_base_runs_every_command_after_with_conda() -> None:
 
 def test_venv_base_runs_commands_directly() -> None:
     plan = plan_overlay(overlay_request("lumi-venv-overlay"), LUMI_VENV_PROBE)
-    venv = [a for a in step_named(plan, "venv").actions if isinstance(a, Run)]
-    assert venv[0].argv[venv[0].argv.index(BASE_SIF) + 1:] == (
-        "/opt/venv/bin/python", "-m", "venv", "--system-site-packages", "--without-pip", "/opt/my-project")
-    # the base venv's site directories go into the overlay's .pth file
-    assert venv[1].argv[-3:] == LUMI_VENV_PROBE.site_dirs
+    (venv,) = [a for a in step_named(plan, "venv").actions if isinstance(a, Run)]
+    shell, flags, script = venv.argv[venv.argv.index(BASE_SIF) + 1:]
+    assert (shell, flags) == ("/bin/sh", "-ec")
+    words = shlex.split(script)
+    assert words[:6] == ["/opt/venv/bin/python", "-m", "venv", "--system-site-packages", "--without-pip",
+                         "/opt/my-project"]
+    # the base venv's site directories go into the overlay's .pth file, in the same container start
+    assert words[6:8] == ["exec", "/opt/my-project/bin/python"]
+    assert tuple(words[-3:]) == LUMI_VENV_PROBE.site_dirs
 
 
 def test_plan_summary() -> None:
@@ -155,7 +160,7 @@ def test_plan_summary() -> None:
     assert plan.constraints == ("torch==2.6.0+rocm6.2.4", "torchvision==0.21.0+rocm6.2.4", "pytorch-triton-rocm==3.2.0")
     assert plan.entry == f"lumi-conda-overlay-{plan.key[:16]}"
     assert plan.store_overlay == f"/cache/envbuild/overlays/{plan.entry}/overlay.sqsh"
-    assert [s.name for s in plan.steps] == ["venv", "install", "record", "test", "squash", "output", "wrappers", "clean"]
+    assert [s.name for s in plan.steps] == ["venv", "install", "test", "squash", "output", "wrappers", "clean"]
 
 
 def test_constraints_file_holds_the_base_torch() -> None:
@@ -171,6 +176,24 @@ def test_nothing_to_install_leaves_out_the_install_step() -> None:
     assert plan.added == ()
     assert plan.kept == ("requests==2.32.3", "rich==14.0.0")
     assert "install" not in [s.name for s in plan.steps]
+
+
+def test_pip_and_the_record_of_what_it_added_share_one_container_start() -> None:
+    plan = plan_overlay(overlay_request("lumi-venv-overlay"), LUMI_VENV_PROBE)
+    (run,) = [a for a in step_named(plan, "install").actions if isinstance(a, Run)]
+    words = shlex.split(run.argv[-1])
+    assert words[1:4] == ["-m", "pip", "install"]
+    assert words[words.index("exec") + 1:words.index("exec") + 3] == [f"{plan.mount}/bin/python", "-c"]
+    assert words[-1] == f"{plan.mount}/{RECORD_FILE}"
+    writes = [a for a in step_named(plan, "install").actions if isinstance(a, (WriteFile, Run))]
+    assert writes.index(run) > max(i for i, a in enumerate(writes) if isinstance(a, WriteFile))  # the record before pip
+
+
+def test_with_nothing_to_install_the_record_has_its_own_step() -> None:
+    probe = replace(LUMI_VENV_PROBE, packages=(*LUMI_VENV_PROBE.packages, "rich==14.0.0"))
+    plan = plan_overlay(overlay_request("lumi-venv-overlay"), probe)
+    (run,) = [a for a in step_named(plan, "record").actions if isinstance(a, Run)]
+    assert run.argv[-1] == f"{plan.mount}/{RECORD_FILE}"
 
 
 def test_keep_work_leaves_out_the_clean_step() -> None:
@@ -458,6 +481,6 @@ def test_record_with_a_lock_names_it_and_the_lock_is_written_beside_it() -> None
     request = overlay_request(lock_text="torch==2.6.0\n", lock_sha256="d" * 64, lock_python="3.12")
     plan = plan_overlay(request, LUMI_CONDA_PROBE)
     assert written_record(plan)["lock"] == {"sha256": "d" * 64, "python": "3.12"}
-    written = {a.path: a.content for a in step_named(plan, "record").actions if isinstance(a, WriteFile)}
+    written = {a.path: a.content for a in step_named(plan, "install").actions if isinstance(a, WriteFile)}
     assert written[f"{plan.venv_dir}/.envbuild/spec.lock"] == "torch==2.6.0\n"
     assert written[f"{plan.venv_dir}/.envbuild/spec.yaml"] == request.source.text

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -236,11 +237,23 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
         return sandbox_exec(request, base, in_base(probe, argv), writable=False, binds=binds, env=env)
 
     # The venv is the overlay's root directory: 0755 whatever the umask, as what the tools write in it.
+    # The venv and its .pth in one container start (each start mounts the base image again).
+    make_venv = shlex.join([probe.python, "-m", "venv", "--system-site-packages", "--without-pip", mount])
+    write_pth = shlex.join(["exec", python, "-c", BASE_PTH_SCRIPT, *probe.site_dirs])
     steps = [Step("venv", f"make the venv at {mount} with the base's {probe.python} (Python {probe.version})", (
         Remove((work,)), MakeDirs((host,)), MakeDirs((venv,), IMAGE_DIR_MODE),
-        run([probe.python, "-m", "venv", "--system-site-packages", "--without-pip", mount], [writable_venv]),
-        run([python, "-c", BASE_PTH_SCRIPT, *probe.site_dirs], [writable_venv]),
+        run(["/bin/sh", "-ec", f"{make_venv}\n{write_pth}"], [writable_venv]),
     ))]
+    record = overlay_record(request, probe, split, key)
+    record_file = f"{venv}/{RECORD_FILE}"
+    # The venv was written by the base's Python: inside it, every path is resolved as in the overlay's tree.
+    record_files: list[Action] = [
+        MakeDirs((f"{venv}/{RECORD_DIR}",), IMAGE_DIR_MODE, root=venv),
+        WriteFile(record_file, json.dumps(record, indent=2, sort_keys=True) + "\n", root=venv),
+        WriteFile(f"{venv}/{SPEC_FILE}", request.source.text, root=venv),
+        *((WriteFile(f"{venv}/{LOCK_FILE}", request.lock.text, root=venv),) if request.lock.text else ()),
+    ]
+    record_added = (python, "-c", RECORD_ADDED_SCRIPT, f"{mount}/{RECORD_FILE}")
     constraints = torch_constraints(probe, allowed=overlay.allow_torch_change)
     sources = PackageSources.from_request(request)
     # After installing, before tests and squashing: what the overlay installed must be built for the variant
@@ -251,21 +264,14 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
         _check_lock_python(request, probe, spec_path)
         steps.append(_install_step(request, ("--require-hashes", "--no-deps", "-r", f"{HOST_MOUNT}/lock.txt"), constraints,
                                    sources, run, writable_venv, host, host_bind, python,
-                                   files={f"{host}/lock.txt": request.lock.requirements}, check=check))
+                                   files={f"{host}/lock.txt": request.lock.requirements}, check=check,
+                                   record=(record_files, record_added)))
     elif split.added:
         steps.append(_install_step(request, split.added, constraints, sources, run, writable_venv, host, host_bind, python,
-                                   check=check))
-    record = overlay_record(request, probe, split, key)
-    record_file = f"{venv}/{RECORD_FILE}"
-    # The venv was written by the base's Python: inside it, every path is resolved as in the overlay's tree.
-    record_actions: list[Action] = [
-        MakeDirs((f"{venv}/{RECORD_DIR}",), IMAGE_DIR_MODE, root=venv),
-        WriteFile(record_file, json.dumps(record, indent=2, sort_keys=True) + "\n", root=venv),
-        WriteFile(f"{venv}/{SPEC_FILE}", request.source.text, root=venv),
-        *((WriteFile(f"{venv}/{LOCK_FILE}", request.lock.text, root=venv),) if request.lock.text else ()),
-        run([python, "-c", RECORD_ADDED_SCRIPT, f"{mount}/{RECORD_FILE}"], [writable_venv]),
-    ]
-    steps.append(Step("record", "record how the overlay was made and what it added", tuple(record_actions)))
+                                   check=check, record=(record_files, record_added)))
+    else:
+        steps.append(Step("record", "record how the overlay was made and what it added",
+                          (*record_files, run(list(record_added), [writable_venv]))))
     if spec.tests:
         read_only = Bind(venv, mount)
         steps.append(Step("test", f"run {len(spec.tests)} test(s) with the overlay on the base", tuple(
@@ -316,7 +322,10 @@ def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: 
                   run: Callable[..., Run], writable_venv: Bind | None, host: str, host_bind: Bind, python: str, *,
                   files: dict[str, str] | None = None, pip_options: tuple[str, ...] = ("install",),
                   title: str = "", check: CheckTorchFamily | None = None,
-                  env: tuple[tuple[str, str], ...] = ()) -> Step:
+                  env: tuple[tuple[str, str], ...] = (),
+                  record: tuple[list[Action], tuple[str, ...]] | None = None) -> Step:
+    """pip in the base with the overlay's venv. `record`: the overlay's record files, written before, and the
+    command that adds what pip installed to the record, run after pip in the same container start."""
     facts = request.facts
     if not facts.pip_module:
         raise EnvbuildError("envbuild's own environment has no pip, which overlays install with",
@@ -336,11 +345,14 @@ def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: 
         WriteFile(f"{host}/constraints.txt", "".join(c + "\n" for c in constraints), root=host),
         *(WriteFile(path, "", root=host) for path in bound_files),  # mount points of bound files
         *(WriteFile(path, text, root=host) for path, text in (files or {}).items()),
-        run(argv, binds, env=[("PYTHONPATH", f"{HOST_MOUNT}/pylib"), *env, *sources.credential_env("pip")]),
+        *(record[0] if record else ()),
+        run(argv if record is None else ["/bin/sh", "-ec", f"{shlex.join(argv)}\n{shlex.join(['exec', *record[1]])}"],
+            binds, env=[("PYTHONPATH", f"{HOST_MOUNT}/pylib"), *env, *sources.credential_env("pip")]),
         *((check,) if check else ()),
     ]
     what = "exactly the lock" if "--require-hashes" in targets else " ".join(targets) + " (what the base lacks)"
-    return Step("install", title or f"pip install {what}", tuple(actions))
+    recorded = ", then record how the overlay was made and what it added" if record else ""
+    return Step("install", title or f"pip install {what}{recorded}", tuple(actions))
 
 
 def _squash_step(request: BuildRequest, entry: EntryPaths, key: str, venv: str, processors: int) -> Step:
