@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 from envbuild.shared.errors import UsageError
 
@@ -40,6 +40,7 @@ def build_spec(spec: Path, *, output: Path | None, locked: bool, frozen: bool, u
     from envbuild.lock.policy import LockFlags
 
     LockFlags(locked=locked, frozen=frozen, upgrade=upgrade).check()  # before anything is read
+    out = cast("TextIO", _Said(out))  # a stream that keeps what it is given
     loaded = load_build_input(spec, system=system, accept_licenses=accept_licenses)
     out.write("".join(f"warning: {warning.render()}\n" for warning in loaded.warnings))
     suffix, what = (".sqsh", "overlay") if loaded.spec.overlay is not None else (".sif", "image")
@@ -61,6 +62,39 @@ def build_spec(spec: Path, *, output: Path | None, locked: bool, frozen: bool, u
     from envbuild.builder.sessions.condasession import license_stop
 
     return DryRun(text, license_stop(loaded))
+
+
+class _Said:
+    """The build's progress stream, kept as it is written: an up-to-date verdict is recorded with what the
+    command printed before it (envbuild.commands.uptodate), for the next identical command to print."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.text: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.text.append(text)
+        return self.out.write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def __getattr__(self, name: str) -> object:  # isatty, fileno, encoding: the stream's own
+        return getattr(self.out, name)
+
+
+def _remember_if_up_to_date(session: Session, said: _Said) -> None:
+    """A verdict whose result line is the last thing printed is recorded (nothing after it: no ./envrun.yaml
+    update, no note), so the light check prints exactly what this command printed."""
+    if session.up_to_date is None:
+        return
+    from envbuild.commands.uptodate import remember_verdict
+
+    result, inputs = session.up_to_date
+    text = "".join(said.text)
+    last = text.rstrip("\n").rpartition("\n")[2]
+    if last.startswith(result + " (") and text.endswith(" s)\n"):
+        remember_verdict(inputs, text[: len(text) - len(last) - 1], result)
 
 
 def make_session(loaded: LoadedSpec, options: BuildOptions, out: TextIO) -> Session:
@@ -102,4 +136,6 @@ def run_build(loaded: LoadedSpec, options: BuildOptions, out: TextIO, *, dry_run
     if dry_run:
         return session.dry_run()
     session.build()
+    if isinstance(out, _Said):
+        _remember_if_up_to_date(session, out)
     return None

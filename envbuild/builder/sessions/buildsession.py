@@ -32,6 +32,9 @@ class Session(abc.ABC):
         self.lock_chosen = False
         self.lock_note = ""  # --dry-run: which lock case applies
         self.started = time.monotonic()  # the command's start: a build's total includes the lock and the base
+        # Set when the output was found up to date: the result line without its time, and the inputs the verdict
+        # was made from (envbuild.builder.sessions.noopinputs), for the light check's record.
+        self.up_to_date: tuple[str, list[tuple[str, str]]] | None = None
 
     @abc.abstractmethod
     def dry_run(self) -> str:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from envbuild.builder.sessions.prefetch import ParentPrefetch
     from envbuild.envspec.loadspec import LoadedSpec
     from envbuild.lock.lockmodel import LoadedLock
+    from envbuild.store.layout import EntryPaths
 
 
 def image_key_of(path: Path) -> str | None:
@@ -122,7 +123,7 @@ class BuildSession(Session):
         if digest and os.path.exists(base_entry.complete):
             layers = plan_layers(request.with_base_digest(digest))
             if image_key_of(output) == layers.image_key:
-                self._finish_up_to_date(request, layers, started)
+                self._finish_up_to_date(request, layers, started, base_entry)
                 return output
         # Only a build needs the planner (an up-to-date output is known from the layer keys alone).
         from envbuild.builder.plan.imageplan import plan_base
@@ -160,7 +161,7 @@ class BuildSession(Session):
 
             refuse_linked_entry(store_root, "image", layers.image_entry)  # never written through a member's link
             if image_key_of(output) == layers.image_key:
-                self._finish_up_to_date(request, layers, started)
+                self._finish_up_to_date(request, layers, started, base_entry)
                 return output
             image_entry = store.image(layers.image_entry)
             # Before planning: a build that takes the stored image uses no env layer, so it checks none.
@@ -244,9 +245,12 @@ class BuildSession(Session):
         executor.execute_steps((copy, wrappers_step(request, plan.output)), None, "cached")
         executor.finish(f"image unchanged, taken from the store: {plan.output}")
 
-    def _finish_up_to_date(self, request: BuildRequest, layers: Layers, started: float) -> None:
-        self._say(f"{request.options.output} is up to date (image {layers.image_entry}); nothing to build "
-                  f"({time.monotonic() - started:.2f} s)", result=True)
+    def _finish_up_to_date(self, request: BuildRequest, layers: Layers, started: float, base_entry: EntryPaths) -> None:
+        from envbuild.builder.sessions.noopinputs import noop_inputs
+
+        result = f"{request.options.output} is up to date (image {layers.image_entry}); nothing to build"
+        self._say(f"{result} ({time.monotonic() - started:.2f} s)", result=True)
+        self.up_to_date = (result, noop_inputs(self.loaded, request, base_entry))
         note_project_file(self.loaded, Path(request.options.output), image=request.options.output, overlays=(), say=self._say)
 
     def _note_compression(self) -> None:

@@ -1,0 +1,93 @@
+"""What an image build's up-to-date verdict was made from, as (kind, path) pairs for the light check's record
+(envbuild.commands.uptodate digests each): for a command whose arguments, working directory, environment and
+envbuild code are the same, these are every file the verdict read, so the same digests mean the same verdict.
+
+Kinds: "content" (a file's bytes; an absent file counts as such), "tree" (a directory's or file's content),
+"listing" (a directory's names), "status" (a file's identity and times: the output image, programs)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from envbuild.builder.plan.plandata import BuildRequest
+    from envbuild.envspec.loadspec import LoadedSpec
+    from envbuild.store.layout import EntryPaths
+
+
+def noop_inputs(loaded: LoadedSpec, request: BuildRequest, base_entry: EntryPaths) -> list[tuple[str, str]]:
+    output = str(request.options.output)
+    return [
+        ("content", str(loaded.path.absolute())),
+        *_lock_inputs(loaded),
+        *_recipe_inputs(loaded),
+        *(("tree", str(loaded.resolve_host_path(item.src))) for item in loaded.spec.files),
+        *_base_inputs(loaded),
+        *_host_inputs(),
+        # The store's base: its digest decides the keys; an entry without its marker is built again.
+        ("content", base_entry.digest), ("content", base_entry.complete),
+        ("status", output),  # the image key inside it: any rewrite changes its inode or times
+        *_project_file_inputs(output),
+    ]
+
+
+def _lock_inputs(loaded: LoadedSpec) -> Iterator[tuple[str, str]]:
+    from envbuild.lock.lockmodel import lock_path_for
+
+    yield "content", str(lock_path_for(loaded.path).absolute())
+
+
+def _recipe_inputs(loaded: LoadedSpec) -> Iterator[tuple[str, str]]:
+    """Every recipe (one may name another) and the directory's names; a recipe file by path, both ways it may
+    be read (beside the spec, or from the working directory)."""
+    from envbuild.recipes.loadrecipe import is_recipe_path, recipes_dir
+
+    directory = recipes_dir()
+    yield "listing", str(directory)
+    for name in sorted(os.listdir(directory)) if directory.is_dir() else ():
+        yield "content", str(directory / name)
+    system = loaded.spec.system
+    if is_recipe_path(system):
+        yield "content", str(loaded.resolve_host_path(system))
+        yield "content", os.path.abspath(os.path.expanduser(system))
+
+
+def _base_inputs(loaded: LoadedSpec) -> Iterator[tuple[str, str]]:
+    if loaded.spec.base.kind == "localimage":  # its fingerprint: a tree's digest, or an image's size and time
+        base = loaded.resolve_host_path(loaded.spec.base.ref)
+        yield ("tree" if base.is_dir() else "status"), str(base)
+
+
+def _host_inputs() -> Iterator[tuple[str, str]]:
+    """The host facts that enter the keys: pip's configuration files, the apt sources (the Debian mirror), the
+    programs found on PATH (uv and its version, the runtime)."""
+    from envbuild.host.pip import pip_config_files
+
+    for path in pip_config_files(os.environ, Path(os.environ.get("HOME", str(Path.home()))), Path(sys.prefix)):
+        yield "content", str(path.absolute())
+    yield "content", "/etc/apt/sources.list"
+    yield "listing", "/etc/apt/sources.list.d"
+    if os.path.isdir("/etc/apt/sources.list.d"):
+        for name in sorted(os.listdir("/etc/apt/sources.list.d")):
+            yield "content", f"/etc/apt/sources.list.d/{name}"
+    yield "status", str(Path(sys.executable).with_name("uv"))
+    for directory in dict.fromkeys(os.environ.get("PATH", "").split(os.pathsep)):
+        if directory:
+            yield "status", os.path.abspath(directory)  # a program added or removed changes the directory
+            for program in ("uv", "apptainer", "singularity"):
+                yield "status", os.path.join(os.path.abspath(directory), program)
+
+
+def _project_file_inputs(output: str) -> Iterator[tuple[str, str]]:
+    """An output in the working directory updates ./envrun.yaml (envbuild.launch.projectfile): the same file,
+    owner and mode give the same (no) update."""
+    here = Path.cwd()
+    if Path(output).parent.resolve() == here.resolve():
+        yield "content", str(here / "envrun.yaml")
+        yield "status", str(here / "envrun.yaml")
+        yield "status", str(here)

@@ -1,0 +1,17 @@
+"""The `envbuild` program: a build whose output is up to date is answered by the light check
+(envbuild.commands.uptodate) before click and the spec's models are imported; everything else goes to the click
+front end, envbuild.cli.envbuild_main."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    from envbuild.commands.uptodate import answer_if_up_to_date, may_be_a_noop
+
+    if may_be_a_noop(sys.argv[1:]) and answer_if_up_to_date(sys.argv[1:], sys.stderr):
+        raise SystemExit(0)
+    from envbuild.cli.envbuild_main import main as click_main
+
+    click_main()
