@@ -1,6 +1,7 @@
 """`envrun sbatch --check` rules on the script as a whole and what the job asks for (#SBATCH lines): shell
 syntax, CPUs, memory and GPUs per node against the node, partition limits, partitions that do not exist or
-bill whole nodes, a GPU partition without GPUs, the account, time syntax, and #SBATCH lines that sbatch never
+bill whole nodes, a GPU partition without GPUs, the account, time syntax, options sbatch or srun refuses (an
+srun-only option in #SBATCH, one newer than the cluster's Slurm release), and #SBATCH lines that sbatch never
 reads. One function per rule, each `(Context) -> list[Finding]`, each applying only where its reason holds.
 Pure (shell_syntax reads what check_script asked bash)."""
 
@@ -10,7 +11,8 @@ import re
 
 from envbuild.shared.durations import SLURM_FORMS, UNITS, format_duration, parse_slurm_time
 from envbuild.shared.errors import UsageError
-from envbuild.slurm.check.rulebase import SBATCH_DOC, Context, Finding
+from envbuild.slurm.check.parse import srun_options
+from envbuild.slurm.check.rulebase import NEWER_SLURM_OPTIONS, SBATCH_DOC, Context, Finding, SlurmOption
 from envbuild.slurm.check.shape import count, format_mb, size_mb
 
 TYPE_CHECKING = False
@@ -326,6 +328,88 @@ def time_syntax(ctx: Context) -> list[Finding]:
         return [Finding(found.line, f"{found.written} is not a Slurm time", f"Slurm reads times as {SLURM_FORMS}",
                         SBATCH_DOC, fix, ctx.replace_in_line(found.line, found.written, fix))]
     return []
+
+
+def _newer_options(ctx: Context) -> list[tuple[str, int, str, SlurmOption, tuple[int, str] | None]]:
+    """Where the script gives an option of NEWER_SLURM_OPTIONS: (sbatch or srun, line, as written, the entry,
+    an edit that takes it out of its line or None), once per entry and line."""
+    uses: list[tuple[str, int, str, SlurmOption, tuple[int, str] | None]] = []
+    for directive in ctx.script.directives:
+        word = f"--{directive.name}" + (f"={directive.value}" if directive.value is not None else "")
+        for entry in NEWER_SLURM_OPTIONS:
+            if entry.given_in([word]):
+                alone = entry.value is None or (directive.value or "").strip().lower() == entry.value
+                edit = ctx.replace_in_line(directive.line, f" {directive.written}", "") if alone else None
+                uses.append(("sbatch", directive.line, directive.written, entry, edit))
+    for srun in ctx.script.sruns:
+        for entry in NEWER_SLURM_OPTIONS:
+            raw = next((word for word in srun.written if word.startswith("--") and entry.given_in(srun_options((word,)))),
+                       None)
+            if raw is None:
+                continue  # given in two words (--gres-flags allow-task-sharing) or not at all
+            alone = entry.value is None or raw.partition("=")[2].strip().lower() == entry.value
+            uses.append(("srun", srun.line, raw, entry, ctx.replace_in_line(srun.line, f" {raw}", "") if alone else None))
+    return uses
+
+
+def srun_option_in_sbatch(ctx: Context) -> list[Finding]:
+    """An #SBATCH option that only srun takes (--gres-flags=allow-task-sharing): sbatch stops on it, on every
+    release (those that have it: 'only used with srun'; older ones do not know it)."""
+    found: list[Finding] = []
+    for tool, line, written, entry, edit in _newer_options(ctx):
+        if tool != "sbatch" or not entry.srun_only:
+            continue
+        lacking = [srun.line for srun in ctx.script.sruns if not entry.given_in(srun.options)]
+        where = f" (line{'s' if len(lacking) > 1 else ''} {', '.join(map(str, lacking))})" if lacking else ""
+        fix = f"take it out of #SBATCH and give it to srun: srun {entry.written} ...{where}"
+        found.append(Finding(line, f"#SBATCH {written}: sbatch refuses it, it is an srun option",
+                             f"Slurm reads {entry.written} for a job step only: sbatch stops on it and the job is not "
+                             "submitted", entry.source, fix,
+                             edit if ctx.script.sruns and not lacking else None))  # every srun has it already
+    return found
+
+
+def option_newer_than_slurm(ctx: Context) -> list[Finding]:
+    """An option (or value) of NEWER_SLURM_OPTIONS in #SBATCH or on an srun line, where the check runs on the
+    cluster and its Slurm (scontrol --version) is older than the release that brought it: sbatch or srun stops on
+    it. Away from the cluster the release is not known: option_release_unknown says so."""
+    version = ctx.slurm_version()
+    if version is None:
+        return []
+    number, written_version, version_source = version
+    found: list[Finding] = []
+    for tool, line, written, entry, edit in _newer_options(ctx):
+        if number >= entry.since or (tool == "sbatch" and entry.srun_only):
+            continue  # in #SBATCH an srun-only option is refused on every release: srun_option_in_sbatch's
+        effect = "the job is not submitted" if tool == "sbatch" else "the step does not start"
+        fix = f"leave {entry.written} out on this cluster" + (f" and {entry.without}" if entry.without else "") + \
+            f", or run where Slurm is {entry.since_text} or newer"
+        found.append(Finding(line, f"{'#SBATCH' if tool == 'sbatch' else 'srun'} {written}: this cluster's Slurm is "
+                             f"{written_version}, older than the {entry.since_text} that brought it",
+                             f"{tool} of Slurm {written_version} does not know {entry.written} and stops: {effect}",
+                             f"{version_source}; {entry.source}", fix, edit))
+    return found
+
+
+def option_release_unknown(ctx: Context) -> list[Finding]:
+    """The same options where the cluster's Slurm is not known (the check runs away from the cluster), as a
+    condition on the release; not where the site's recipe gives the option as the site's own way (LUMI-G's
+    launch.forbidden_srun_options unless), since its guide then uses it."""
+    if ctx.slurm_version() is not None:
+        return []
+    vouched = {rule.unless for rule in ctx.recipe.launch.forbidden_srun_options if rule.unless} \
+        if ctx.recipe is not None else set()
+    found: list[Finding] = []
+    for tool, line, written, entry, _edit in _newer_options(ctx):
+        if any(entry.given_in([option]) for option in vouched) or (tool == "sbatch" and entry.srun_only):
+            continue
+        found.append(Finding(line, f"{'#SBATCH' if tool == 'sbatch' else 'srun'} {written}: if the cluster's Slurm "
+                             f"is older than {entry.since_text}, {tool} stops on it",
+                             f"{tool} has {entry.written} from Slurm {entry.since_text}; the cluster's release was not "
+                             "asked (the check runs away from it)", entry.source,
+                             "run the check on the cluster (it reads scontrol --version there), or see `srun --version` "
+                             "there"))
+    return found
 
 
 # what people write for a time (6h, 30min, 2days): the first letter is the unit of envbuild.shared.durations

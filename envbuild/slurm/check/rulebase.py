@@ -39,6 +39,7 @@ class SlurmOption:
     since: tuple[int, int, int]
     source: str
     srun_only: bool = False  # sbatch and salloc refuse it on every release (a job step's option)
+    without: str = ""  # what does its work where Slurm lacks it, for the fix
 
     @property
     def written(self) -> str:
@@ -70,7 +71,9 @@ def _changelog(series: str, release: str) -> str:
 # srun(1) --gres-flags says so, and sbatch and salloc stop with "only used with srun".
 NEWER_SLURM_OPTIONS = (
     SlurmOption("--gres-flags", "allow-task-sharing", (23, 11, 4), f"{_changelog('23.11', '23.11.4')}; {SRUN_DOC} "
-                "(--gres-flags: allow-task-sharing is specific to srun)", srun_only=True),
+                "(--gres-flags: allow-task-sharing is specific to srun)", srun_only=True,
+                without="ask for the GPUs per node (--gpus-per-node), not per task, so that every task reaches "
+                "the node's GPUs"),
     SlurmOption("--gres-flags", "one-task-per-sharing", (23, 11, 2), _changelog("23.11", "23.11.2")),
     SlurmOption("--gres-flags", "multiple-tasks-per-sharing", (23, 11, 2), _changelog("23.11", "23.11.2")),
     SlurmOption("--tres-per-task", None, (23, 2, 0), _changelog("23.02", "23.02.0rc1")),
