@@ -15,6 +15,7 @@ from envbuild.convert.buildargs import (
     check_image_reference,
     refuse_unknown_build_args,
     substitute_docker_args,
+    substitute_run_args,
 )
 from envbuild.convert.envassign import carry_each_assignment, split_assignments
 from envbuild.convert.shellscript import HEREDOC, heredoc_delimiters, split_words
@@ -145,8 +146,8 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
                                      "in /, where Docker runs them in the base's WORKDIR; add WORKDIR <the base's "
                                      "directory> before them if the base sets one")
         elif word == "RUN":
-            _docker_run(builder, number, substitute_docker_args(rest, arguments, source, number, shell_script=True),
-                        workdir, {key: value for key, value in scope.items() if value is not None and key not in builder.env})
+            _docker_run(builder, number, rest, workdir, arguments, source,
+                        {key: value for key, value in scope.items() if value is not None and key not in builder.env})
         elif word == "WORKDIR":
             workdir = _docker_workdir(builder, number, rest, workdir, source)
         elif word == "ENV":
@@ -356,9 +357,13 @@ def _docker_env(builder: SpecBuilder, number: int, rest: str) -> None:
         builder.note(number, f"ENV {rest[:80]}: {name} not imported ({problem}){others}")
 
 
-def _docker_run(builder: SpecBuilder, number: int, rest: str, workdir: str, arguments: dict[str, str]) -> None:
+def _docker_run(builder: SpecBuilder, number: int, rest: str, workdir: str, seen: dict[str, str | None], source: str,
+                arguments: dict[str, str]) -> None:
     """RUN: its script in post, started in the WORKDIR and with the stage's ARGs in its environment (`arguments`),
-    as Docker runs it; neither reaches the image's environment."""
+    as Docker runs it; neither reaches the image's environment. The ARGs (`seen`: as the RUN sees them) are also
+    written into the script where the shell expands them and the value reads the same written in (pip installs
+    become python.packages only with their versions written); in a here-document script with its own #!
+    interpreter, none is (the shell does not read it)."""
     if rest.startswith("["):
         try:
             words = json.loads(rest)
@@ -379,8 +384,11 @@ def _docker_run(builder: SpecBuilder, number: int, rest: str, workdir: str, argu
         if body.startswith("#!"):  # Docker runs it with its #! interpreter: so does post, body kept as it is
             delimiter = script_only[1]
             body = f"{body.splitlines()[0][2:].strip()} <<'{delimiter}'\n{body}\n{delimiter}"
+        else:  # the body is the shell script, whatever the quotes around its delimiter
+            body = substitute_run_args(body, seen, source, number + 1)
         builder.post.append(exports + cd + body)
         return
+    rest = substitute_run_args(rest, seen, source, number)
     before = len(builder.post)
     builder.shell(number - cd.count("\n"), cd + rest)  # the cd line stands before the RUN's own line
     if exports and len(builder.post) > before:  # what is left of the RUN after its pip installs were taken out

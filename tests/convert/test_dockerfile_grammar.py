@@ -19,6 +19,7 @@ from dockerfile_parse import DockerfileParser
 from dockerfile_parse.util import extract_key_values
 
 from envbuild.cli.envbuild_main import main
+from envbuild.convert.buildargs import substitute_run_args
 from envbuild.convert.dockerfile import _docker_instructions, import_dockerfile
 from envbuild.envspec.loadspec import load_spec_text
 from envbuild.shared.errors import SpecError, UsageError
@@ -79,6 +80,59 @@ def test_a_pip_install_with_harmless_args_still_becomes_packages() -> None:
     result = import_dockerfile("FROM ubuntu:24.04\nARG DEBIAN_FRONTEND=noninteractive\nRUN pip install six\n", "p")
     assert result.spec["python"]["packages"] == ["six"]
     assert "post" not in result.spec
+
+
+# A RUN's script as the shell reads it, with the ARGs V (a plain value), MSG (one with a blank and a quote) and NOVAL
+# (declared without a value): what the shell does not expand (single quotes, a quoted here-document's body, a
+# comment, after a backslash, a #! script's body) is left as written, NOVAL there included.
+NOT_EXPANDED = {
+    "quoted here-document": ("cat <<'EOF'\nversion $V ${NOVAL} '$MSG'\nEOF", "cat <<'EOF'\nversion $V ${NOVAL} '$MSG'\nEOF"),
+    "double-quoted delimiter": ('echo $V && cat <<"EOF"\n$V\nEOF', 'echo 1.2 && cat <<"EOF"\n$V\nEOF'),
+    "here-document": ("echo '$V' && cat <<EOF\nit's $V \\$V\nEOF", "echo '$V' && cat <<EOF\nit's 1.2 \\$V\nEOF"),
+    "two here-documents": ("cat <<'A' && cat <<-B\n$V\nA\n\t$V\n\tB", "cat <<'A' && cat <<-B\n$V\nA\n\t1.2\n\tB"),
+    "quotes": ("""echo "$V" '$V' \\$V "it's $V" # $V""", """echo "1.2" '$V' \\$V "it's 1.2" # $V"""),
+    "a value that reads otherwise written in": ('X=$MSG; echo "$MSG" $X', 'X=$MSG; echo "$MSG" $X'),
+    "command substitution": ("""echo "$(echo '$V' "$V")" `echo $V`""", """echo "$(echo '$V' "1.2")" `echo 1.2`"""),
+    "here-string": ("cat <<<$V", "cat <<<1.2"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_EXPANDED))
+def test_run_args_are_written_in_only_where_the_shell_expands_them(name: str) -> None:
+    script, expected = NOT_EXPANDED[name]
+    text = f"FROM debian\nARG V=1.2\nARG MSG=\"a 'b\"\nARG NOVAL\nRUN {script}\n"
+    post = import_dockerfile(text, "a").spec["post"]
+    exports = "export V=1.2 MSG='a '\"'\"'b'\n"
+    assert post == [exports + expected]
+    # the meaning: as sh runs the RUN with the ARGs in its environment (Docker's)
+    environ = {"PATH": "/usr/bin:/bin", "V": "1.2", "MSG": "a 'b"}
+    docker = subprocess.run(["bash", "-c", script], env=environ, capture_output=True, text=True, check=True)
+    spec = subprocess.run(["bash", "-ec", post[0]], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                          check=True)
+    assert spec.stdout == docker.stdout
+
+
+def test_a_script_heredoc_is_the_shell_script_and_a_hash_bang_one_is_left_as_written() -> None:
+    text = 'FROM debian\nARG V=1.2\nRUN <<\'EOF\'\necho $V\nEOF\nRUN <<EOF\n#!/usr/bin/env python3\nprint("$V")\nEOF\n'
+    assert import_dockerfile(text, "s").spec["post"] == [
+        "export V=1.2\necho 1.2",  # Docker hands the body to the shell, quoted delimiter or not
+        "export V=1.2\n/usr/bin/env python3 <<'EOF'\n#!/usr/bin/env python3\nprint(\"$V\")\nEOF"]
+
+
+def test_an_arg_without_a_value_is_an_error_only_where_the_shell_expands_it() -> None:
+    with pytest.raises(UsageError, match=r"^Dockerfile:3: build argument NOVAL is used but has no value"):
+        import_dockerfile("FROM debian\nARG NOVAL\nRUN echo \"$NOVAL\"\n", "n")
+    assert import_dockerfile("FROM debian\nARG NOVAL\nRUN echo '$NOVAL'\n", "n").spec["post"] == ["echo '$NOVAL'"]
+
+
+def test_an_escaped_delimiter_quotes_the_here_document_too() -> None:
+    script = "cat <<\\EOF\n$V\nEOF\necho $V"
+    assert substitute_run_args(script, {"V": "1.2"}, "Dockerfile", 3) == "cat <<\\EOF\n$V\nEOF\necho 1.2"
+
+
+def test_an_exec_form_run_is_not_expanded() -> None:
+    post = import_dockerfile('FROM debian\nARG V=1.2\nRUN ["echo", "$V"]\n', "x").spec["post"]
+    assert post == ["export V=1.2\necho '$V'"]  # no shell: Docker passes $V as it is
 
 
 # --- --build-arg --------------------------------------------------------------------------------------------
