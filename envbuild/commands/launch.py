@@ -180,14 +180,17 @@ def report_directory(request: RunRequest, environ: Mapping[str, str]) -> str:
 
 def report_sampler(request: RunRequest, environ: Mapping[str, str]) -> tuple[str, ...]:
     """The words that start a node's sampler (envbuild.report.sampler) with this envrun's own Python and
-    envbuild, so that it runs on every node where envrun runs; () when the report is off."""
+    envbuild, so that it runs on every node where envrun runs; () when the report is off, and without srun
+    (no step to sample) unless an interval was given, which is checked all the same."""
     if request.no_report or (not request.report and environ.get("ENVRUN_REPORT", "x").lower() in REPORT_OFF):
         return ()
-    from envbuild.shared.durations import parse_duration
-
     given, given_from = request.report_interval, "--report-interval"
     if not given and environ.get("ENVRUN_REPORT_INTERVAL"):
         given, given_from = environ["ENVRUN_REPORT_INTERVAL"], "$ENVRUN_REPORT_INTERVAL"
+    if not given and request.command[:1] != ["srun"]:
+        return ()  # a sampler runs beside an srun step only, and the default interval needs no check
+    from envbuild.shared.durations import parse_duration
+
     seconds = parse_duration(given or REPORT_INTERVAL, given_from, bare="s")
     if seconds < 1:
         raise UsageError(f"{given_from} {given}: under a second between samples", "give 1s or more, e.g. 5s")

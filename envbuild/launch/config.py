@@ -23,7 +23,6 @@ treated the same, so that one rule says where `env:` goes; variables the host ne
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 from envbuild.host.usercache import MISS, content_cache_name, is_text_list, read_cached, write_cached
 from envbuild.shared.envnames import ENV_NAME_FIX, is_env_name
@@ -40,8 +39,6 @@ if TYPE_CHECKING:
 
     Model = TypeVar("Model", bound=StrictModel)
 
-# What an absent config means; a plain object so that envrun needs no pydantic for it.
-EMPTY = SimpleNamespace(binds=(), env={})
 # Bump when the cached data's layout changes, so older cache files are not read.
 CACHE_FORMAT = 3
 

@@ -38,7 +38,6 @@ from envbuild.launch.args import (
     torchrun_split,
 )
 from envbuild.launch.launchrequest import LaunchPlan, LaunchRequest
-from envbuild.launch.nodelaunchers import NodeLauncher, check_launcher_options
 from envbuild.launch.runscript import GPU_SWITCHES
 from envbuild.launch.shims import (
     BOOT,
@@ -51,10 +50,13 @@ from envbuild.launch.shims import (
     signal_record_line,
 )
 from envbuild.launch.sizing import LAUNCHER_NAMES, LaunchSize, size_launch
-from envbuild.launch.steptime import srun_time_limit
 from envbuild.launch.visibility import check_visibility
 from envbuild.shared.envnames import ENV_NAME_FIX, env_name_problem, shell_evaluated_literally
 from envbuild.shared.errors import UsageError
+
+TYPE_CHECKING = False  # typing itself is not imported: envrun's start-up
+if TYPE_CHECKING:
+    from envbuild.launch.nodelaunchers import NodeLauncher
 
 # typing, dataclasses and shlex stay off envrun's start-up path (their imports weigh on every launch); LaunchRequest and
 # LaunchPlan live in envbuild.launch.launchrequest and are imported from here by the callers.
@@ -106,7 +108,9 @@ class _Planner:
         per_node = self.srun_opts is not None and kind in NODE_LAUNCHERS  # accelerate launch, deepspeed
         if self.srun_opts is not None:
             self.refuse_forbidden(self.srun_opts)
-        if per_node:
+        if per_node:  # accelerate launch, deepspeed: their module only for them
+            from envbuild.launch.nodelaunchers import check_launcher_options
+
             check_launcher_options(kind, self.program)
         size = size_launch(self.recipe, self.srun_opts, self.program, self.request.allocation, self.request.host,
                            slurm=self.request.slurm, torch=self.request.torch)
@@ -118,6 +122,8 @@ class _Planner:
         if self.srun_opts is not None:
             outer = self.srun_argv(size)
             if per_node:
+                from envbuild.launch.nodelaunchers import NodeLauncher
+
                 launcher = NodeLauncher(kind, self.program, size, suffix=self.recipe.launch.master_addr_suffix,
                                         overlays=bool(self.request.overlays), bind_cpus=self.recipe.launch.bind_cpus,
                                         environ=self.environ, notes=self.reasons, env=self.env)
@@ -154,6 +160,8 @@ class _Planner:
         self.reasons += size.notes
         size.notes = []
         if self.request.step_timeout:
+            from envbuild.launch.steptime import srun_time_limit  # with durations: only for a step time limit
+
             option, self.time_limit, why = srun_time_limit(opts, self.request.step_timeout,
                                                           self.request.step_timeout_from)
             argv.append(option)
