@@ -3,8 +3,14 @@ what --check reads, with the lines of the file and the script's own settings exp
 
 from __future__ import annotations
 
+import io
+import json
+from pathlib import Path
+
+import pytest
+
 from envbuild.recipes.loadrecipe import load_recipe
-from envbuild.slurm.check.pitfalls import check_script, submitted_here_document
+from envbuild.slurm.check.pitfalls import bash_syntax_error, check_script, check_script_file, submitted_here_document
 
 DRIVER = """#!/bin/bash
 # writes and submits the job
@@ -63,3 +69,39 @@ def test_the_lines_a_finding_names_are_the_files_lines() -> None:
     report = check_script(driver, load_recipe("local"), {}, syntax_error=None)
     (late,) = [f for f in report.findings if f.rule == "late_directives"]
     assert late.line == 8 and "(line 7)" in late.what and late.fix.endswith("above line 7")
+
+
+def test_a_syntax_error_in_the_job_is_found_at_the_files_line() -> None:
+    """bash -n on the script never parses the here-document (it is data to that shell): the job's text is asked
+    of bash itself, and its complaint is reported at the line of the file."""
+    broken = DRIVER.replace("#SBATCH --time=6h\n", "#SBATCH --time=06:00:00\nif [ -n \"$X\" ]; then\n")
+    assert bash_syntax_error(broken) is None  # the whole script parses: the job is only text to it
+    for given in ({}, {"syntax_error": None}):  # asked here, or the caller's answer for the script
+        report = check_script(broken, load_recipe("local"), {}, **given)  # type: ignore[arg-type]
+        (finding,) = [f for f in report.findings if f.rule == "shell_syntax"]
+        assert finding.level == "error" and finding.line == 10  # the job's end, where bash finds no `fi`
+        assert finding.what.startswith("bash cannot parse the script: syntax error")
+
+
+def test_an_unclosed_quote_in_the_job_names_the_files_line() -> None:
+    broken = DRIVER.replace("srun python train.py", "srun python 'train.py")
+    report = check_script(broken, load_recipe("local"), {})
+    (finding,) = [f for f in report.findings if f.rule == "shell_syntax"]
+    assert finding.line == 8 and "opened on line 8" in finding.what
+
+
+def test_the_scripts_own_syntax_error_stays_at_its_line() -> None:
+    broken = DRIVER + "if true; then\n  echo submitted\n"
+    report = check_script(broken, load_recipe("local"), {})
+    assert [(f.line, f.rule) for f in report.findings] == [(7, "time_syntax"), (12, "shell_syntax")]
+
+
+def test_check_script_file_checks_the_job_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "submit.sh"
+    (tmp_path / "train.py").write_text("")
+    path.write_text(DRIVER.replace("#SBATCH --time=6h\n", "#SBATCH --time=06:00:00\nwhile true; do\n"))
+    out = io.StringIO()
+    monkeypatch.chdir(tmp_path)  # where sbatch is run, and the job starts: train.py is there
+    assert check_script_file(str(path), load_recipe("local"), out, {}, as_json=True) == 1
+    findings = json.loads(out.getvalue())["findings"]
+    assert [(f["line"], f["rule"]) for f in findings if f["level"] == "error"] == [(10, "shell_syntax")]

@@ -100,7 +100,9 @@ def check_script(text: str, recipe: SystemRecipe | None, environ: Mapping[str, s
                  cluster: ClusterFacts | None = None, test_only: tuple[int, str] | None = None,
                  parsed: BatchScript | None = None) -> CheckReport:
     """`site`: what detection saw, for the first note when `recipe` is None ("SLURM_CLUSTER_NAME=perlmutter").
-    `syntax_error`: bash -n's answer where the caller has it (bash_syntax_error); by default bash is asked.
+    `syntax_error`: bash -n's answer for `text` where the caller has it (bash_syntax_error); by default bash is
+    asked. A job handed to `sbatch <<EOF` in `text` is always asked of bash itself: bash -n of the script that
+    holds it reads it as data.
     `files`: where the job starts and what exists there, for the rules that look (program_missing); None: not
     looked at (a script checked away from where it runs). `cluster`: what the cluster the script is for says
     now (envbuild.slurm.cluster), and `test_only` what `sbatch --test-only` said; None: not asked. `parsed`:
@@ -111,11 +113,18 @@ def check_script(text: str, recipe: SystemRecipe | None, environ: Mapping[str, s
         start, body, delimiter = submitted
         if not delimiter.startswith(("'", '"')):  # the script's shell expands the here-document: its own settings
             body = _expand_assigned(body, text.split("\n")[:start])
-        inner = check_script(body, recipe, environ, site, None if syntax_error == _ASK_BASH else syntax_error, files,
-                             cluster, test_only)
+        # bash -n on this script reads the here-document as data: the job's own syntax is asked of the job's text
+        # (bash_syntax_error(body), by the inner check's default), and this script's is reported at its own line
+        inner = check_script(body, recipe, environ, site, _ASK_BASH, files, cluster, test_only)
         moved = tuple(replace(finding, line=finding.line + start, what=_moved_lines(finding.what, start),
                               fix=_moved_lines(finding.fix, start), edit=None if finding.edit is None else
                               (finding.edit[0] + start, finding.edit[1])) for finding in inner.findings)
+        outer_error = bash_syntax_error(text) if syntax_error == _ASK_BASH else syntax_error
+        if outer_error is not None:
+            taken = {finding.line for finding in moved if finding.rule == "shell_syntax"}  # a marker in the job
+            outer = [replace(finding, rule="shell_syntax", level="error") for finding in
+                     checkjob.shell_syntax(Context(script, recipe, environ, [], outer_error)) if finding.line not in taken]
+            moved = tuple(sorted((*moved, *outer), key=lambda finding: finding.line))
         note = (f"the script submits a job with `sbatch <<{delimiter}` (line {start}): the here-document is that job "
                 "and is what was checked" + ("" if delimiter.startswith(("'", '"')) else
                                              "; its $VARIABLES are expanded by this script when it runs"))
