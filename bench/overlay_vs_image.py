@@ -3,12 +3,14 @@ reference image vs rebuilding the full image with that package (issue 11; goal: 
 image rebuild), side by side in one run, plus the files each puts on the file system.
 
 For each package in --packages (small, pure Python, none of them in the reference image), alternately:
-    image    the reference spec plus the package, built into a new .sif: the store reuses the base and
-             the parent env layer, installs the difference, and squashes the whole image again
+    image    the reference spec plus the package, built into a new .sif with --full: the store reuses the
+             base and the parent env layer, installs the difference, and squashes the whole image again
     overlay  an overlay spec on the reference image with the package: venv, pip, squash of the venv
-Both start from a warm store (the reference image is built first) and use the same --compression.
-File count: what a user's project directory would hold as an unsquashed venv (the overlay's files,
-counted in its squashfs) vs the one .sqsh file.
+Both start from a warm store (the reference image is built first, untimed) and use the same --compression.
+Every run measures the same thing: the store is a fresh one of the run's own, seeded from --store with
+hard links of its bases and its uv and pip download caches only (so the reference build is not a debootstrap
+and downloads little), never the image or overlay of an earlier run. File count: what a user's project
+directory would hold as an unsquashed venv (the overlay's files, counted in its squashfs) vs the one .sqsh.
 
     .venv/bin/python bench/overlay_vs_image.py [--packages tabulate,humanize,termcolor] [--compression gzip:6] [--quick]
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,15 +30,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.quick import seed_store, write_quick_spec  # noqa: E402
+from bench.quick import TEST_STORE, seed_caches, seed_store, write_quick_spec  # noqa: E402
 
 SPEC = REPO / "envs/local-cpu-pytorch.yaml"
 
 
-def build(spec: Path, output: Path, store: Path, compression: str) -> float:
+def build(spec: Path, output: Path, store: Path, compression: str, *extra: str) -> float:
     env = dict(os.environ, ENVBUILD_CACHE_DIR=str(store))
     started = time.monotonic()
-    proc = subprocess.run([str(REPO / "bin/envbuild"), "build", str(spec), "-o", str(output), "--compression", compression],
+    proc = subprocess.run([str(REPO / "bin/envbuild"), "build", str(spec), "-o", str(output), "--compression", compression,
+                           *extra],
                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=spec.parent)
     elapsed = time.monotonic() - started
     if proc.returncode != 0:
@@ -52,21 +56,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--packages", default="tabulate,humanize,termcolor")
     parser.add_argument("--compression", default="gzip:6")
-    parser.add_argument("--store", default=os.environ.get("ENVBUILD_CACHE_DIR", "/var/tmp/envbuild-test-cache"))
+    parser.add_argument("--store", type=Path, help="the store whose bases and download caches seed the run's own (hard "
+                        "links; default: $ENVBUILD_CACHE_DIR, else the test suite's store, which --quick always uses)")
     parser.add_argument("--workdir")
-    parser.add_argument("--quick", action="store_true", help="tiny input (bench/quick.py: one small package on the base, "
-                        "from the test store, in a store of its own; the first of --packages only): shows the script "
-                        "runs to its end, not the reference figures, so the goal does not set the exit status")
+    parser.add_argument("--quick", action="store_true", help="tiny input (bench/quick.py: one small package on the base; "
+                        "the first of --packages only): shows the script runs to its end, not the reference figures, so "
+                        "the goal does not set the exit status")
     args = parser.parse_args()
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-overlay-"))
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-overlay-", dir="/var/tmp"))
     work.mkdir(parents=True, exist_ok=True)
-    store = work / "store" if args.quick else Path(args.store)
+    store = work / f"store-{os.getpid()}"
+    shutil.rmtree(store, ignore_errors=True)
+    seed = TEST_STORE if args.quick or not (args.store or os.environ.get("ENVBUILD_CACHE_DIR")) else \
+        (args.store or Path(os.environ["ENVBUILD_CACHE_DIR"]))
+    seed_store(store, seed)
+    seed_caches(store, seed)
     if args.quick:
-        seed_store(store)
         args.packages = args.packages.split(",")[0]
     spec = write_quick_spec(work) if args.quick else SPEC
+    if not args.quick:  # the repository's lock: the reference build installs it as the README's main job does
+        shutil.copyfile(SPEC.with_suffix(".lock"), work / "reference.lock")
+        spec = work / "reference.yaml"
+        spec.write_text(SPEC.read_text())
     base = work / "reference.sif"
-    print(f"reference image (warm store {store}): {build(spec, base, store, args.compression):.1f} s", flush=True)
+    print(f"reference image (own store {store}, seeded from {seed}): "
+          f"{build(spec, base, store, args.compression):.1f} s (untimed setup)", flush=True)
     spec_text = spec.read_text()
     image_times, overlay_times, files = [], [], []
     for package in args.packages.split(","):
@@ -81,15 +95,19 @@ def main() -> None:
         overlay_spec = work / f"overlay-{stamp}.yaml"
         overlay_spec.write_text(f"# {stamp}\nname: extras-{package}\nbase: localimage:{base}\noverlay: {{}}\n"
                                 f"python: {{packages: [{package}]}}\n")
-        image_times.append(build(image_spec, work / f"plus-{package}.sif", store, args.compression))
+        image_times.append(build(image_spec, work / f"plus-{package}.sif", store, args.compression, "--full"))
         output = work / f"extras-{package}.sqsh"
         overlay_times.append(build(overlay_spec, output, store, args.compression))
         files.append(squashfs_files(output))
-        print(f"{package:>12}: image rebuild {image_times[-1]:6.1f} s   overlay {overlay_times[-1]:5.1f} s   "
+        print(f"{package:>12}: image rebuild (--full) {image_times[-1]:6.1f} s   overlay {overlay_times[-1]:5.1f} s   "
               f"ratio {overlay_times[-1] / image_times[-1]:.3f}   overlay venv: {files[-1]} files -> 1 .sqsh", flush=True)
     ratio = statistics.median(o / i for o, i in zip(overlay_times, image_times, strict=True))
     print(f"median ratio overlay / image rebuild: {ratio:.3f} (goal <= 0.05); "
-          f"median files: {statistics.median(files):.0f} in a venv vs 1 overlay file; compression {args.compression}")
+          f"median files: {statistics.median(files):.0f} in a venv vs 1 overlay file; compression {args.compression}; "
+          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at the end, {time.strftime('%Y-%m-%d')}")
+    shutil.rmtree(store, ignore_errors=True)
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
     sys.exit(0 if ratio <= 0.05 or args.quick else 1)
 
 

@@ -50,6 +50,16 @@ def seed_store(store: Path, source: Path = TEST_STORE) -> None:
             subprocess.run(["cp", "-al", str(entry), str(kind_dir(store, "base") / entry.name)], check=True)
 
 
+def seed_caches(store: Path, source: Path = TEST_STORE) -> None:
+    """Hard-link SOURCE's uv and pip download caches into STORE: the builds there download what SOURCE's did
+    not, and each run of a benchmark still starts from a store of its own (no image or env layer of an earlier
+    run in it). uv and pip replace cache files by renaming, never writing into one."""
+    for installer in ("uv", "pip"):
+        cache, target = source / installer, store / installer
+        if cache.is_dir() and not target.exists():
+            subprocess.run(["cp", "-al", str(cache), str(target)], check=True)
+
+
 def quick_base_rootfs(source: Path = TEST_STORE) -> Path:
     """The root file system of SOURCE's debootstrap base (the manual method's --quick sandbox is a copy)."""
     for entry in sorted(kind_dir(source, "base").glob("debootstrap-bookworm-*")):

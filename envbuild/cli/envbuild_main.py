@@ -72,11 +72,15 @@ _cache_dir_option = click_option(CACHE_DIR, type=click.Path(path_type=Path), env
               help="squashfs compression: gzip (every apptainer and singularity reads it), zstd (apptainer >= 1.4 "
                    "only; quicker to squash and to start), lz4 (quickest, largest), xz (smallest, slowest); gzip:N, "
                    "zstd:N set the level (docs/concepts/build.md)")
+@click.option("--full", is_flag=True,
+              help="squash the whole tree into a single-partition image, even where the difference to a stored image "
+                   "could be layered over it: for an image that runs on any runtime (another site's, underlay mode)")
 @click.option("--layered", is_flag=True,
-              help="write only the difference to a stored image (a package added, the user layer changed) as a SIF "
-                   "squashfs overlay partition over that image's squashfs: seconds instead of a full squash. Runs where "
-                   "the runtime mounts SIF overlay partitions (apptainer/SingularityCE as root or setuid with overlay "
-                   "enabled; see docs/concepts/layered-images.md); checked with the local runtime, else the whole tree is squashed")
+              help="the default where a stored image fits (a package added, the user layer changed, the same "
+                   "compression): only the difference is written, as a SIF squashfs overlay partition over that image's "
+                   "squashfs, in seconds instead of a full squash; checked with the local runtime, else the whole tree "
+                   "is squashed (docs/concepts/layered-images.md). Given, it also layers with SOURCE_DATE_EPOCH set and "
+                   "says when no stored image fits")
 @_cache_dir_option
 @click_option(DRY_RUN, note="it prints the build plan")
 @click_option(VERBOSE)
@@ -89,15 +93,17 @@ _cache_dir_option = click_option(CACHE_DIR, type=click.Path(path_type=Path), env
 @click_option(SYSTEM, note="for a conda env file (a spec names its own)")
 @click.option("--accept-licenses", is_flag=True, help="conda env files: accept the Miniforge license (cotainr --accept-licenses)")
 @reports_errors
-def build(spec: Path, output: Path | None, locked: bool, frozen: bool, upgrade: bool, compression: str, layered: bool,
-          cache_dir: Path | None, dry_run: bool, verbose: bool, quiet: bool, heartbeat: float | None, keep_work: bool,
+def build(spec: Path, output: Path | None, locked: bool, frozen: bool, upgrade: bool, compression: str, full: bool,
+          layered: bool, cache_dir: Path | None, dry_run: bool, verbose: bool, quiet: bool, heartbeat: float | None, keep_work: bool,
           log_path: Path | None, system: str | None, accept_licenses: bool) -> None:
     """Build SPEC (a YAML file) into a SIF image, or, when SPEC has an `overlay:` section, into a squashfs
     venv overlay (NAME.sqsh) on its base image: run it with envrun --image BASE.sif --overlay NAME.sqsh.
 
     Layers are kept in the store: an unchanged spec returns at once, a changed package list reuses the
     base and installs only the difference on the nearest env layer, a changed user layer (env, files,
-    post, tests) reuses the whole Python environment.
+    post, tests) reuses the whole Python environment. Where a stored image of the nearest env layer fits, only
+    the difference is written over it (a layered image, checked with the local runtime); --full squashes the
+    whole tree.
 
     SPEC may also be a conda environment file (environment.yml: name, channels, dependencies with a
     pip: list), or a spec with a `conda:` section: cotainr builds those, from the system recipe's base
@@ -111,8 +117,12 @@ def build(spec: Path, output: Path | None, locked: bool, frozen: bool, upgrade: 
 
     if quiet and verbose:
         raise UsageError("-q and -v exclude each other", "-q: errors and the result only; -v: every tool's output")
+    if full and layered:
+        raise UsageError("--full and --layered exclude each other",
+                         "--full: one squashfs of the whole tree; --layered: the difference over a stored image")
     plan = build_spec(spec, output=output, locked=locked, frozen=frozen, upgrade=upgrade, compression=compression,
-                      layered=layered, cache_dir=cache_dir, dry_run=dry_run, verbose=verbose, quiet=quiet,
+                      layered=False if full else (True if layered else None),
+                      cache_dir=cache_dir, dry_run=dry_run, verbose=verbose, quiet=quiet,
                       heartbeat_s=heartbeat, keep_work=keep_work, log_path=log_path, system=system,
                       accept_licenses=accept_licenses, source_date_epoch=_source_date_epoch(), out=sys.stderr)
     if plan is not None:

@@ -30,7 +30,7 @@ class DryRun:
 
 
 def build_spec(spec: Path, *, output: Path | None, locked: bool, frozen: bool, upgrade: bool, compression: str,
-               layered: bool, cache_dir: Path | None, dry_run: bool, verbose: bool, quiet: bool,
+               layered: bool | None, cache_dir: Path | None, dry_run: bool, verbose: bool, quiet: bool,
                heartbeat_s: float | None, keep_work: bool, log_path: Path | None, system: str | None,
                accept_licenses: bool, source_date_epoch: int | None, out: TextIO) -> DryRun | None:
     """`envbuild build SPEC`: the spec read (its warnings on `out`, with the build's progress), the output named

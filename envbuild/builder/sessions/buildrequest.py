@@ -39,7 +39,15 @@ class BuildOptions:
     cache_dir: Path | None = None
     log_path: Path | None = None
     source_date_epoch: int | None = None
-    layered: bool = False  # the difference as a SIF overlay partition over a stored image (envbuild.builder.sessions.squashparent)
+    # The difference as a SIF overlay partition over a stored image (envbuild.builder.sessions.squashparent). True:
+    # --layered; False: --full; None (envbuild build's default): layered where a stored image fits, except with
+    # SOURCE_DATE_EPOCH, whose builds promise bytes that do not depend on what the store held.
+    layered: bool | None = False
+
+    @property
+    def layered_form(self) -> bool:
+        """Whether the image may be written as a layer over a stored one (its key says so)."""
+        return self.layered if self.layered is not None else self.source_date_epoch is None
 
     @property
     def lock_flags(self) -> LockFlags:
@@ -106,7 +114,7 @@ def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *,
         recipe=load_recipe(spec.system), facts=facts, recipe_digest=_recipe_digest(spec.system),
         options=ImageOptions(output=str(options.output), build_id=f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
                              as_root=facts.as_root, keep_work=options.keep_work, compression=options.compression,
-                             source_date_epoch=epoch, layered=options.layered, built_at=built_at),
+                             source_date_epoch=epoch, layered=options.layered_form, built_at=built_at),
         base=BaseSource(path=base_path, fingerprint=fingerprint, arch=base_arch(base_path)), lock=locked,
     )
     if not other_arch_ok:

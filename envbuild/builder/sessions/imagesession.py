@@ -213,7 +213,7 @@ class BuildSession(Session):
         if request.options.layered:
             from envbuild.builder.sessions.squashparent import with_squash_parent
 
-            request = with_squash_parent(request, layers, use=use, say=say)
+            request = with_squash_parent(request, layers, use=use, say=say, asked=self.options.layered is True)
             if request.squash_parent and verify:
                 from envbuild.builder.sessions.storetrust import take_stored_file
 

@@ -75,17 +75,20 @@ def find_squash_parent(store_root: Path, *, env_entry: str, env_parent: str | No
 
 
 def with_squash_parent(request: BuildRequest, layers: Layers, *, use: Callable[[Path, str, str], None],
-                       say: Callable[[str], None]) -> BuildRequest:
-    """The request with the image to layer over (`--layered`), held by a use lock for the build; said aloud."""
+                       say: Callable[[str], None], asked: bool = True) -> BuildRequest:
+    """The request with the image to layer over, held by a use lock for the build; said aloud. `asked`: --layered
+    given (else the default, which squashes the whole tree without a note where no stored image fits)."""
     store_root = Path(request.facts.cache_dir)
     parent = find_squash_parent(store_root, env_entry=layers.env_entry, env_parent=request.env_parent,
                                 image_entry=layers.image_entry, compression=request.options.compression,
                                 all_root=not request.options.as_root)
     if parent is None:
-        say("note: --layered: no stored image with a tree manifest to layer over; squashing the whole tree")
+        if asked:
+            say("note: --layered: no stored image with a tree manifest to layer over; squashing the whole tree")
         return request
     use(store_root, "image", parent)
     if not os.path.exists(EntryPaths(str(kind_dir(store_root, "image") / parent)).complete):
         return request  # removed between choosing and locking it
-    say(f"--layered: writing only the difference, as a SIF overlay partition over image {parent}")
+    say(f"{'--layered' if asked else 'layered'}: writing only the difference, as a SIF overlay partition over image "
+        f"{parent} (--full: squash the whole tree)")
     return replace(request, squash_parent=parent)
