@@ -182,7 +182,7 @@ def _def_section(builder: SpecBuilder, section: str, rest: str, number: int, bod
     if section == "post":
         _def_post(builder, number, body)
     elif section == "test":
-        builder.tests.append(script)
+        _def_test(builder, body)
     elif section == "environment":
         _def_environment(builder, number, body)
     elif section == "labels":
@@ -209,12 +209,93 @@ def _files_dest(words: list[str]) -> str:
 
 
 def _def_post(builder: SpecBuilder, number: int, body: list[str]) -> None:
-    """%post as written (here-document bodies keep their indentation), each line noted at its own number."""
+    """%post as written (here-document bodies keep their indentation), each line noted at its own number. A
+    `(` ... `)` block (what export writes for each post entry) is a post entry of its own while nothing kept in
+    post comes before it in the section: a subshell then starts from the state a post command of its own starts
+    from. From the first command kept in post on, the rest of the section is one post entry with it, as before
+    (its cd, exports and variables may reach what follows)."""
     first = next(index for index, line in enumerate(body) if line.strip())
     lines = body[first:]
     if lines[0].strip() == "set -e":  # envbuild runs post with sh -e anyway
         lines, first = lines[1:], first + 1
-    builder.shell(number + 1 + first, "\n".join(lines).rstrip("\n"))
+    joined_from: int | None = None  # the entry the rest of the section belongs to, once a command is kept
+    for offset, segment, entry in _subshell_segments(lines):
+        before = len(builder.post)
+        if entry is not None and joined_from is None:
+            builder.post.append(entry)
+            builder.post_started = True
+            continue
+        builder.shell(number + 1 + first + offset, "\n".join(segment).rstrip("\n"))
+        if len(builder.post) > before and joined_from is None:
+            joined_from = before
+        if joined_from is not None and len(builder.post) > joined_from + 1:
+            builder.post[joined_from:] = ["\n".join(builder.post[joined_from:])]
+
+
+def _def_test(builder: SpecBuilder, body: list[str]) -> None:
+    """%test: its leading `(` ... `)` blocks (what export writes for each test) are tests of their own; the rest
+    of the section is one test, as written."""
+    lines = _dedent(body)
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    if lines and lines[0].strip() == "set -e":  # envbuild runs tests with sh -e anyway
+        lines = lines[1:]
+    segments = _subshell_segments(lines)
+    while segments and segments[0][2] is not None:
+        builder.tests.append(str(segments.pop(0)[2]))
+    rest = "\n".join(line for _, segment, _ in segments for line in segment).strip("\n")
+    if rest.strip():
+        builder.tests.append(rest)
+
+
+def _subshell_segments(lines: list[str]) -> list[tuple[int, list[str], str | None]]:
+    """`lines` cut into (offset of its first line, its lines, the block's script or None): runs of other lines,
+    and blocks of a `(` line, the script, and a `)` line indented as the `(` (here-document bodies read as
+    data). A block's script loses the indentation export gives it (the `(` line's and four more), its
+    here-document bodies none."""
+    segments: list[tuple[int, list[str], str | None]] = []
+    open_heredocs: list[tuple[bool, str]] = []
+    block: tuple[int, str] | None = None  # (offset of the `(` line, its indentation)
+    start = 0
+    for index, line in enumerate(lines):
+        if open_heredocs:
+            strips_tabs, marker = open_heredocs[0]
+            if (line.lstrip("\t") if strips_tabs else line).strip() == marker:
+                open_heredocs.pop(0)
+            continue
+        indent = line[:len(line) - len(line.lstrip())]
+        if block is None and line.strip() == "(":
+            if index > start:
+                segments.append((start, lines[start:index], None))
+            block, start = (index, indent), index
+        elif block is not None and line.strip() == ")" and indent == block[1]:
+            segments.append((start, lines[start:index + 1], _block_script(lines[start + 1:index], len(indent) + 4)))
+            block, start = None, index + 1
+        else:
+            open_heredocs = [(match[1] == "-", match[3]) for match in HEREDOC.finditer(line)]
+    if start < len(lines):  # lines after the last block (or a `(` never closed): not a block
+        segments.append((start, lines[start:], None))
+    return segments
+
+
+def _block_script(lines: list[str], cut: int) -> str:
+    """A block's lines as the script they were: the block's indentation taken off (at most `cut`, the same from
+    every line), here-document bodies and end markers as written."""
+    body_lines: set[int] = set()
+    open_heredocs: list[tuple[bool, str]] = []
+    for index, line in enumerate(lines):
+        if open_heredocs:
+            body_lines.add(index)
+            strips_tabs, marker = open_heredocs[0]
+            if (line.lstrip("\t") if strips_tabs else line) == marker:
+                open_heredocs.pop(0)
+            continue
+        open_heredocs = [(match[1] == "-", match[3]) for match in HEREDOC.finditer(line)]
+    indents = [len(line) - len(line.lstrip(" ")) for index, line in enumerate(lines)
+               if index not in body_lines and line.strip()]
+    cut = min([cut, *indents])
+    return "\n".join(line if index in body_lines else line[cut:].rstrip() if line.strip() else ""
+                     for index, line in enumerate(lines))
 
 
 def _dedent(lines: list[str]) -> list[str]:
@@ -292,26 +373,32 @@ def export_def(data: ExportInput) -> str:
     out += ["", "%post", "    set -e"] + [f"    {line}" for line in install_lines(data)]
     out += [f"    chmod {f.mode} {shlex.quote(f.dest)}" for f in spec.files if f.mode]
     for command in spec.post:
-        out += _section_lines(command)
+        out += _subshell_lines(command)
     if spec.tests:
         out += ["", "%test", "    set -e"]
         for command in spec.tests:
-            out += _section_lines(command)
+            out += _subshell_lines(command)
     return "\n".join(out) + "\n"
 
 
-def _section_lines(command: str) -> list[str]:
+def _subshell_lines(command: str) -> list[str]:
+    """A post command or test in a subshell of its own: its cd, exports and variables end with it, as they end
+    with the separate shell envbuild runs each one in (import reads each block back as one)."""
+    return ["    (", *_section_lines(command, "        "), "    )"]
+
+
+def _section_lines(command: str, indent: str = "    ") -> list[str]:
     """A script's lines indented for a def section, except a here-document's body and end marker: those are
     data the shell reads as written (an indented `EOF` would never close it)."""
     lines: list[str] = []
     open_heredocs: list[tuple[bool, str]] = []  # (<<- strips leading tabs, end marker), first to close first
-    for line in command.splitlines():
+    for line in command.split("\n"):  # not splitlines: a trailing newline is part of the command
         if open_heredocs:
             lines.append(line)
             strips_tabs, marker = open_heredocs[0]
             if (line.lstrip("\t") if strips_tabs else line) == marker:
                 open_heredocs.pop(0)
             continue
-        lines.append("    " + line if line else "")
+        lines.append(indent + line if line else "")
         open_heredocs = [(match[1] == "-", match[3]) for match in HEREDOC.finditer(line)]
     return lines

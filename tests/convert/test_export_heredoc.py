@@ -1,5 +1,6 @@
 """`envbuild export --format def` keeps a post here-document working: its body and end marker are not
-indented (an indented `EOF` never closes it), and the exported %post runs under sh as the spec's post does."""
+indented (an indented `EOF` never closes it), and the exported %post runs under sh as the spec's post does, each
+post command in a subshell of its own."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def test_exported_post_here_documents_close_and_run(tmp_path: Path) -> None:
     syntax = subprocess.run(["sh", "-n"], input=post, capture_output=True, text=True, timeout=30)
     assert syntax.returncode == 0, syntax.stderr
     # run only the spec's own commands (the venv line before them would write to /opt)
-    own = post[post.index('    mkdir -p "$OUT/etc"'):]
+    own = post[post.index('    (\n        mkdir -p "$OUT/etc"'):]
     ran = subprocess.run(["sh", "-ec", own], capture_output=True, text=True, timeout=30, env={"OUT": str(tmp_path), "HOME": "/nowhere"})
     assert ran.returncode == 0, ran.stderr
     assert (tmp_path / "etc/app.conf").read_text() == "  indented = kept\nliteral = $HOME\nafter\n"
@@ -48,4 +49,4 @@ def test_exported_post_here_documents_close_and_run(tmp_path: Path) -> None:
 def test_a_def_exported_with_here_documents_imports_back_to_the_same_post() -> None:
     spec = load_spec_text(SPEC).spec
     back = load_spec_text(import_def(export_def(ExportInput(spec, "heredocs.yaml")), "heredocs").render("heredocs.def")).spec
-    assert back.post == ("\n".join(spec.post),)  # a definition file has one %post: the steps joined, in order
+    assert back.post == spec.post  # each step in its own ( ... ) block of the one %post, read back as one step

@@ -296,3 +296,86 @@ def test_env_shell_has_no_dockerfile_form() -> None:
     with pytest.raises(UsageError, match="env_shell has no Dockerfile form") as caught:
         export_dockerfile(ExportInput(spec, "c.yaml"))
     assert "--format def" in caught.value.render().split("fix:")[1]
+
+
+# Specs in the new shapes, through a definition file and back: each post command and test in a subshell of its
+# own, so one's cd, exports and variables do not reach the next (as envbuild runs them, each in its own shell),
+# and each read back as one, pip installs in them included.
+ROUND_TRIP_DEF_SPECS = {
+    "post commands that change the shell's state": """\
+name: rt
+base: docker://ubuntu:24.04
+post:
+  - |-
+    export GCC_VERSION=11
+    cd /workspace
+    apt-get install -y gcc-$GCC_VERSION
+  - pip install --no-cache-dir flash-attn
+  - |-
+    if [ -z "${GCC_VERSION:-}" ]; then
+      echo "not set" > /opt/marker
+    fi
+    cat > /opt/app.conf <<'EOF'
+      indented = kept
+    EOF
+tests:
+  - cd /opt && test -f marker
+  - test "$(pwd)" = /
+""",
+    "python.target base": """\
+name: rt
+base: docker://nvcr.io/nvidia/pytorch:24.05-py3
+python: {target: base, packages: [six]}
+env_shell: |-
+  if [ -n "${SLURM_JOB_ID:-}" ]; then export OMP_NUM_THREADS=1; fi
+post:
+  - pip install flash-attn
+  - python -c 'import torch'
+""",
+    "venv over the base": """\
+name: rt
+base: docker://rocm/pytorch:latest
+python: {target: venv-over-base, packages: [six]}
+post: ["cd /opt\\n", "  echo indented"]
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TRIP_DEF_SPECS))
+def test_def_export_import_keeps_each_post_command_and_test(name: str) -> None:
+    spec = load_spec_text(ROUND_TRIP_DEF_SPECS[name]).spec
+    back = load_spec_text(import_def(export_def(ExportInput(spec, "rt.yaml")), "rt").render("rt.def")).spec
+    assert back.model_dump() == spec.model_dump()
+
+
+def test_a_dockerfile_imported_then_exported_as_a_def_reads_back_the_same() -> None:
+    for text, build_args in ROUND_TRIP_DOCKERFILES.values():
+        first = load_spec_text(import_dockerfile(text, "rt", build_args=build_args).render("Dockerfile")).spec
+        again = load_spec_text(import_def(export_def(ExportInput(first, "rt.yaml")), "rt").render("rt.def")).spec
+        assert again.model_dump() == first.model_dump()
+
+
+def test_the_exported_post_runs_each_command_as_envbuild_does(tmp_path: Path) -> None:
+    """The %post of the export, run by sh, leaves what the spec's post commands leave when each runs in its own
+    shell: the first one's cd and export do not reach the second."""
+    post = ["export X=set-by-first\ncd /\necho \"first: $X $(pwd)\"", 'echo "second: ${X:-unset} $(pwd)"']
+    spec = load_spec_text("name: rt\nbase: docker://ubuntu:24.04\npost:\n"
+                          + "".join(f"  - {json_string}\n" for json_string in map(repr_yaml, post))).spec
+    exported = export_def(ExportInput(spec, "rt.yaml")).split("\n%post\n", 1)[1]
+    own = exported[exported.index("    (\n"):]
+    as_def = subprocess.run(["sh", "-ec", own], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    each = "".join(subprocess.run(["sh", "-ec", command], cwd=tmp_path, capture_output=True, text=True,
+                                  check=True).stdout for command in spec.post)
+    assert as_def == each == f"first: set-by-first /\nsecond: unset {tmp_path}\n"
+
+
+def repr_yaml(text: str) -> str:
+    return yaml.safe_dump(text, default_style='"').strip()
+
+
+def test_a_subshell_block_after_a_command_kept_in_post_stays_with_it() -> None:
+    """Only a block nothing kept comes before starts from a fresh shell's state: after `cd /src` it may read the
+    directory (a subshell inherits it), so it is not a post command of its own."""
+    text = ("Bootstrap: docker\nFrom: ubuntu:24.04\n\n%post\n    (\n        echo alone\n    )\n    cd /src\n"
+            "    (\n        make\n    )\n    echo end\n")
+    assert import_def(text, "b").spec["post"] == ["echo alone", "cd /src\n(\nmake\n)\necho end"]
