@@ -1,7 +1,8 @@
 """`envrun sbatch --check` rules on how the job starts its processes (srun lines, with the job's #SBATCH
 options where srun does not override them): per-task GPU options a site forbids, a per-task launch whose tasks
 do not match the GPUs, torchrun started several times per node or on one node of many, srun options the site's
-srun does not inherit, fixed core masks on shared nodes. One function per rule, `(Context) -> list[Finding]`."""
+srun does not inherit, fixed core masks on shared nodes, a task's own variables ($SLURM_NODEID) that the batch
+shell expands on an srun line. One function per rule, `(Context) -> list[Finding]`."""
 
 from __future__ import annotations
 
@@ -503,3 +504,116 @@ def _bind_options(options: tuple[str, ...]) -> list[tuple[str, str]]:
 
 def _container_binds(options: tuple[str, ...]) -> list[str]:
     return [spec.strip() for _flag, value in _bind_options(options) for spec in value.split(",") if spec.strip()]
+
+
+# srun sets these in each task (srun(1) OUTPUT ENVIRONMENT VARIABLES); the batch shell has its own, task 0 on the
+# first node (sbatch(1) OUTPUT ENVIRONMENT VARIABLES): the step's value of each, and what differs when it is
+# expanded too early
+_TASK_VARIABLES = {
+    "SLURM_NODEID": ("the node's index in the step", "node"),
+    "SLURM_PROCID": ("the task's rank", "task"),
+    "SLURM_LOCALID": ("the task's index on its node", "task"),
+}
+_TASK_VARIABLE = re.compile(r"\$\{?(SLURM_(?:NODEID|PROCID|LOCALID))\b")
+_SRUN_COMMAND_WORD = re.compile(r"(?:[^\s;&|()'\"]*/)?srun(?=\s|$)")
+_SIMPLE_LINE = re.compile(r"[^'\"\\#;&|<>()`]*")
+
+
+def _expanded_task_variables(lines: list[str], first: int) -> list[tuple[int, int, str, bool]]:
+    """Where the batch shell expands $SLURM_NODEID, $SLURM_PROCID or $SLURM_LOCALID in the srun command that starts
+    on line `first`: (line, column of the `$`, variable, inside double quotes), read as bash quotes (not in single
+    quotes, not after a backslash), through continuations and open quotes, in the part of the line (between ; & |)
+    that holds the srun word. $(...) is read as plain text."""
+    found: list[tuple[int, int, str, bool]] = []
+    single = double = seen_srun = False
+    index = first - 1
+    while index < len(lines):
+        text, column, continued = lines[index], 0, False
+        while column < len(text):
+            char = text[column]
+            if single:
+                single = char != "'"
+            elif char == "\\":
+                continued = column == len(text) - 1
+                column += 2
+                continue
+            elif char == "'" and not double:
+                single = True
+            elif char == '"':
+                double = not double
+            elif double:
+                if char == "$" and (match := _TASK_VARIABLE.match(text, column)):
+                    found.append((index + 1, column, match.group(1), True))
+            elif char == "#" and (column == 0 or text[column - 1] in " \t"):
+                break
+            elif char in ";&|":
+                if seen_srun:
+                    return found
+                found = []
+            elif char == "$" and (match := _TASK_VARIABLE.match(text, column)):
+                found.append((index + 1, column, match.group(1), False))
+            elif (column == 0 or text[column - 1] in " \t;&|(") and _SRUN_COMMAND_WORD.match(text, column):
+                seen_srun = True
+            column += 1
+        if not (single or double or continued):
+            break
+        index += 1
+    return found if seen_srun else []
+
+
+def task_variables_in_batch_shell(ctx: Context) -> list[Finding]:
+    """$SLURM_NODEID, $SLURM_PROCID or $SLURM_LOCALID written where the batch shell expands it on an srun line
+    (`srun accelerate launch --machine_rank $SLURM_NODEID`, `srun bash -c "torchrun --node_rank=$SLURM_NODEID"`):
+    the batch shell runs as task 0 on the first node and expands it once, before srun starts the tasks, so every
+    node or task gets 0. Only where the step has more than one node (NODEID), task (PROCID) or task per node
+    (LOCALID); a count that is not known counts as more. Reported once per srun line."""
+    found: list[Finding] = []
+    for srun, step in ctx.steps():
+        places = _expanded_task_variables(ctx.script.lines, srun.line)
+        tasks, nodes = step.tasks_per_node(), step.nodes
+        several = {"SLURM_NODEID": nodes is None or nodes > 1,
+                   "SLURM_LOCALID": tasks is None or tasks > 1,
+                   "SLURM_PROCID": tasks is None or nodes is None or tasks * nodes > 1}
+        places = [place for place in places if several[place[2]]]
+        if not places:
+            continue
+        names = list(dict.fromkeys(place[2] for place in places))
+        first = names[0]
+        meaning, unit = _TASK_VARIABLES[first]
+        listed = ", ".join(f"${name}" for name in names)
+        what = (f"{listed} on the srun line {'is' if len(names) == 1 else 'are'} expanded by the batch shell, once: "
+                f"every {unit} gets 0" + (", so every node claims rank 0" if first == "SLURM_NODEID" else ""))
+        why = (f"the batch script runs as task 0 on the first node, where ${first} is 0; srun sets it in each task "
+               f"({meaning}), but the words of its command line were expanded before it started them")
+        fix = (f"let each task expand it: srun ... bash -c '... ${first} ...' (single quotes), or \\${first} inside "
+               "a double-quoted bash -c string or in a wrapper script the batch script writes with an unquoted "
+               "here-document")
+        found.append(Finding(srun.line, what, why, f"{SRUN_DOC} and {SBATCH_DOC}, OUTPUT ENVIRONMENT VARIABLES", fix,
+                             _task_variable_edit(ctx, srun, places)))
+    return found
+
+
+def _task_variable_edit(ctx: Context, srun: SrunLine, places: list[tuple[int, int, str, bool]]) \
+        -> tuple[int, str] | None:
+    """One line's new text that leaves the variables to each task: `\\$` before each inside a bash -c string in
+    double quotes; or, for a line of plain words, the program wrapped in bash -c "..." with `\\$` before each."""
+    lines = ctx.script.lines
+    line = places[0][0]
+    if any(place[0] != line for place in places):
+        return None
+    text = lines[line - 1]
+    if all(in_double for *_rest, in_double in places):
+        if "-c" not in srun.program.via.split(", ")[-1].split():
+            return None  # a double-quoted argument of another program: escaping would hand it the text $NAME
+        for _line, column, _name, _double in sorted(places, key=lambda place: -place[1]):
+            text = text[:column] + "\\" + text[column:]
+        return line, text
+    if line != srun.line or any(in_double for *_rest, in_double in places) or not _SIMPLE_LINE.fullmatch(text):
+        return None
+    tokens = list(re.finditer(r"\S+", text))
+    start = len(srun.prefix) + 1 + len(srun.written)
+    if [token.group(0) for token in tokens] != list(srun.words) or start >= len(tokens) or \
+            tuple(srun.words[len(srun.prefix) + 1:start]) != srun.written or places[0][1] < tokens[start].start():
+        return None  # a variable in srun's own options or before srun: bash -c around the program does not help
+    program = _TASK_VARIABLE.sub(lambda match: "\\" + match.group(0), text[tokens[start].start():].rstrip())
+    return line, f'{text[:tokens[start].start()]}bash -c "{program}"'
