@@ -1,11 +1,15 @@
 """What a command line of a batch script runs, decided from its words (never from substrings: `python train.py
 --deepspeed` runs python): torchrun, accelerate, deepspeed (in every spelling envbuild.launch.args.launcher_of
 knows, such as `python -m torch.distributed.run`, as envrun's own launch plan reads them), a plain Python
-program, something else, or a program that cannot be known from the text (`$CMD`, `mpirun`, `eval`). Seen
-through: `env VAR=1`, `time`, `nice`, `timeout`, `numactl`, `taskset`, `singularity|apptainer
+program, something else, or a program that cannot be known from the text, each with the reason: `$CMD`, `eval`,
+the MPI launchers that start their own processes (`mpirun`, `mpiexec`, TACC's `ibrun`), `deepspeed --hostfile`
+or `--launcher` (DeepSpeed starts the ranks on the hostfile's nodes itself, from a file written when the job
+runs), and a wrapper or runtime that names a launcher or Python later on its line (`podman-hpc run IMAGE python
+...`, a project's `my_launch python ...`) or by its own name (IDRIS's `idr_accelerate`). Seen through: `env
+VAR=1`, `time`, `nice`, `nohup`, `stdbuf`, `ionice`, `timeout`, `numactl`, `taskset`, `singularity|apptainer
 exec|run [options] IMAGE`, CSC's `apptainer_wrapper exec` / `singularity_wrapper exec` (the image comes from
-$SING_IMAGE), `bash -c "..."` strings (read as bash reads them), wrapper scripts such as LUMI's
-`./select_gpu python ...`. Pure."""
+$SING_IMAGE), `uv run`, NERSC's `shifter`, `bash -c "..."` strings (read as bash reads them), wrapper scripts
+such as LUMI's `./select_gpu python ...`. Pure."""
 
 from __future__ import annotations
 
