@@ -228,12 +228,35 @@ def test_envrun_with_a_recipe_file_imports_no_heavy_module(tmp_path: Path) -> No
                                            "python", "x.py"])
 
 
-def dry_run_loads_nothing_heavy(tmp_path: Path, argv: list[str]) -> None:
+# What only some launches need, kept off the others: srun's version and the image's torch (a recipe's newer
+# binding), accelerate/deepspeed's node launchers, the step time limit, the report's sampler and supervision.
+SRUN_ONLY_MODULES = ("envbuild.launch.nodelaunchers", "envbuild.launch.steptime", "envbuild.shared.durations",
+                     "envbuild.host.pythonstart", "envbuild.launch.supervise", "envbuild.report.stepreport")
+BINDING_FACTS_MODULES = ("envbuild.launch.bindingfacts",)
+
+
+def test_envrun_without_srun_loads_only_what_its_launch_uses(tmp_path: Path) -> None:
+    """A launch on this node (no srun) on a recipe without the newer binding loads neither the step's modules
+    (report sampler, time limit, supervision, node launchers) nor the binding facts."""
+    for command in (["python", "x.py"], ["torchrun", "x.py"]):
+        dry_run_loads_nothing_heavy(tmp_path, ["--system", "local", "--image", "/etc/hostname", "--dry-run", *command],
+                                    heavy=(*HEAVY_MODULES, *SRUN_ONLY_MODULES, *BINDING_FACTS_MODULES))
+
+
+def test_envrun_under_srun_reads_binding_facts_only_for_a_recipe_that_needs_them(tmp_path: Path) -> None:
+    """srun's version and the image's torch are read for lumi-g's binding choice only: on other recipes their
+    module is not even loaded."""
+    for command in (["srun", "python", "x.py"], ["srun", "torchrun", "x.py"]):
+        dry_run_loads_nothing_heavy(tmp_path, ["--system", "local", "--image", "/etc/hostname", "--dry-run", *command],
+                                    heavy=(*HEAVY_MODULES, *BINDING_FACTS_MODULES))
+
+
+def dry_run_loads_nothing_heavy(tmp_path: Path, argv: list[str], heavy: tuple[str, ...] = HEAVY_MODULES) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache"),
            "ENVBUILD_CACHE_DIR": str(tmp_path / "cache" / "envbuild"), "PYTHONPATH": str(REPO)}
     reports = []
     for _ in range(2):  # the first run fills the recipe cache (pydantic may load); the second must not need it
-        done = subprocess.run([sys.executable, "-c", DRY_RUN_LAUNCH, ",".join(HEAVY_MODULES), json.dumps(argv)],
+        done = subprocess.run([sys.executable, "-c", DRY_RUN_LAUNCH, ",".join(heavy), json.dumps(argv)],
                               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
         reports.append(json.loads(done.stderr.strip().splitlines()[-1]))
     assert reports[1]["code"] in (0, None), reports
