@@ -1,39 +1,76 @@
-"""Turn inventories of several images into rows, a table, a packages-by-images matrix, or JSON (pure)."""
+"""Turn inventories of several images into rows, a table, a packages-by-images matrix, or JSON (pure).
+
+Light at import (no dataclasses, json, re or typing): `envbuild packages` answering from its index
+(envbuild.inventory.inventorycache) renders through here with nothing of the reader loaded. An image's
+inventory is either an Inventory (read just now) or the plain dict the index stores
+(inventorycache.inventory_to_dict): both are shown alike."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from dataclasses import dataclass
-from typing import Any
 
-from envbuild.inventory.inventorycache import inventory_to_dict
 from envbuild.inventory.pkgmeta import canonical_name
-from envbuild.inventory.pyenvs import Inventory
 from envbuild.shared.terminaltext import printable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Iterator
+    from typing import Any
+
+    from envbuild.inventory.pyenvs import Inventory
 
 ABSENT = "-"
 
 
-@dataclass(frozen=True)
 class ImageResult:
-    """One image as given on the command line: its inventory, or why it could not be read."""
+    """One image as given on the command line: its inventory (an Inventory, or the index's plain dict of one),
+    or why it could not be read. `arch`: x86_64, aarch64 (envbuild.inventory.image.image_arch); "" unknown, or
+    an overlay alone."""
 
-    path: str
-    inventory: Inventory | None = None
-    error: str = ""
-    arch: str = ""  # x86_64, aarch64 (envbuild.inventory.image.image_arch); "" unknown, or an overlay alone
+    __slots__ = ("arch", "error", "inventory", "path")
+
+    def __init__(self, path: str, inventory: Inventory | dict[str, Any] | None = None, error: str = "",
+                 arch: str = "") -> None:
+        self.path = path
+        self.inventory = inventory
+        self.error = error
+        self.arch = arch
+
+    def __repr__(self) -> str:
+        return f"ImageResult({self.path!r}, error={self.error!r}, arch={self.arch!r})"
 
 
-@dataclass(frozen=True, order=True)
-class Row:
-    image: str
-    environment: str
-    package: str
-    version: str
-    source: str
-    arch: str = ""
+class Row(tuple):  # type: ignore[type-arg]  # a named tuple by hand: collections' namedtuple costs an import
+    """One package of one environment of one image; rows compare and sort as their fields in this order."""
+
+    __slots__ = ()
+
+    def __new__(cls, image: str, environment: str, package: str, version: str, source: str, arch: str = "") -> Row:
+        return tuple.__new__(cls, (image, environment, package, version, source, arch))
+
+    image = property(lambda self: self[0])
+    environment = property(lambda self: self[1])
+    package = property(lambda self: self[2])
+    version = property(lambda self: self[3])
+    source = property(lambda self: self[4])
+    arch = property(lambda self: self[5])
+
+    def __repr__(self) -> str:
+        return f"Row{tuple.__repr__(self)}"
+
+
+def _packages(inventory: Inventory | dict[str, Any]) -> Iterator[tuple[str, str, str, str]]:
+    """(environment, name, version, source) of each package, from an Inventory or the index's dict."""
+    if type(inventory) is dict:
+        return ((p["environment"], p["name"], p["version"], p["source"]) for p in inventory["packages"])
+    return ((p.environment, p.name, p.version, p.source) for p in inventory.packages)  # type: ignore[union-attr]
+
+
+def _problems(inventory: Inventory | dict[str, Any]) -> list[tuple[str, str]]:
+    if type(inventory) is dict:
+        return [(p["path"], p["message"]) for p in inventory["problems"]]
+    return [(p.path, p.message) for p in inventory.problems]  # type: ignore[union-attr]
 
 
 def package_rows(results: list[ImageResult], pattern: re.Pattern[str] | None = None) -> list[Row]:
@@ -43,9 +80,9 @@ def package_rows(results: list[ImageResult], pattern: re.Pattern[str] | None = N
         if result.inventory is None:
             continue
         image_rows = [
-            Row(result.path, p.environment, p.name, p.version, p.source, result.arch)
-            for p in result.inventory.packages
-            if pattern is None or pattern.search(p.name)
+            Row(result.path, environment, name, version, source, result.arch)
+            for environment, name, version, source in _packages(result.inventory)
+            if pattern is None or pattern.search(name)
         ]
         rows += sorted(image_rows, key=lambda r: (r.environment, canonical_name(r.package), r.source))
     return rows
@@ -106,11 +143,17 @@ def render_matrix(rows: list[Row], images: list[str]) -> str:
 
 
 def render_json(results: list[ImageResult], rows: list[Row], *, with_matrix: bool) -> str:
+    import json
+
     images: list[dict[str, Any]] = []
     for result in results:
         entry: dict[str, Any] = {"path": result.path, "error": result.error or None, "architecture": result.arch or None}
         if result.inventory is not None:
-            data = inventory_to_dict(result.inventory)
+            data = result.inventory
+            if not isinstance(data, dict):
+                from envbuild.inventory.inventorycache import inventory_to_dict
+
+                data = inventory_to_dict(data)
             entry["environments"] = data["environments"]
             entry["problems"] = data["problems"]
             if data["overlay"] is not None:
@@ -127,8 +170,7 @@ def render_json(results: list[ImageResult], rows: list[Row], *, with_matrix: boo
     return json.dumps(document, indent=2) + "\n"
 
 
-def problem_warnings(label: str, inventory: Inventory) -> str:
+def problem_warnings(label: str, inventory: Inventory | dict[str, Any]) -> str:
     """What went wrong reading the image labelled `label`, one warning line per problem (its paths and messages
     come from the image: escaped)."""
-    return "".join(printable(f"warning: {label}: {problem.path}: {problem.message}") + "\n"
-                   for problem in inventory.problems)
+    return "".join(printable(f"warning: {label}: {path}: {message}") + "\n" for path, message in _problems(inventory))

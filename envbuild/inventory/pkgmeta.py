@@ -4,14 +4,14 @@
   `*.egg-info` file), an e-mail style header that ends at the first blank line.
 - conda: `conda-meta/<name>-<version>-<build>.json`; conda names the file from the record, and names
   may hold dashes while versions and builds may not, so the last two dashes split it.
+
+Light at import (no json, no re): `envbuild packages` answering from its index sorts by canonical_name and
+loads nothing else of the reader.
 """
 
 from __future__ import annotations
 
-import json
-import re
-
-_NAME_SEPARATORS = re.compile(r"[-_.]+")
+_SEPARATORS_TO_DASH = str.maketrans("_.", "--")
 
 # Name and Version are the first fields every build backend writes; 8 KiB holds them with room to spare.
 HEAD_BYTES = 8 * 1024
@@ -59,6 +59,8 @@ def parse_conda_meta_filename(filename: str) -> tuple[str, str] | None:
 
 def parse_conda_meta_json(data: bytes) -> tuple[str, str] | None:
     """(name, version) from a conda-meta record, for files not named the way conda names them."""
+    import json  # only for a record conda did not name: rare
+
     try:
         record = json.loads(data)
     except ValueError:
@@ -73,7 +75,11 @@ def parse_conda_meta_json(data: bytes) -> tuple[str, str] | None:
 
 def canonical_name(name: str) -> str:
     """PEP 503 normalised name, under which `Foo_Bar`, `foo-bar` and `foo.bar` are one package."""
-    return _NAME_SEPARATORS.sub("-", name).lower()
+    # Each run of "-", "_" and "." becomes one "-" (PEP 503's re.sub(r"[-_.]+", "-", name)), without re.
+    dashed = name.translate(_SEPARATORS_TO_DASH)
+    while "--" in dashed:
+        dashed = dashed.replace("--", "-")
+    return dashed.lower()
 
 
 def parse_pin(line: str) -> tuple[str, str] | None:

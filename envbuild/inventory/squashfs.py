@@ -74,13 +74,26 @@ class Superblock:
     export_table_start: int
 
 
-@dataclass(frozen=True)
 class Entry:
-    """One name in a directory listing: its inode reference and what kind of file it is."""
+    """One name in a directory listing: its inode reference and what kind of file it is. A plain class with
+    slots, not a frozen dataclass: a walk makes one per name it lists, and a frozen dataclass is several times
+    slower to make."""
 
-    name: str
-    ref: int
-    kind: str  # dir | file | symlink | other
+    __slots__ = ("kind", "name", "ref")
+
+    def __init__(self, name: str, ref: int, kind: str) -> None:
+        self.name = name
+        self.ref = ref
+        self.kind = kind  # dir | file | symlink | other
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Entry) and (self.name, self.ref, self.kind) == (other.name, other.ref, other.kind)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.ref, self.kind))
+
+    def __repr__(self) -> str:
+        return f"Entry({self.name!r}, {self.ref}, {self.kind!r})"
 
 
 @dataclass(frozen=True)
@@ -331,6 +344,8 @@ class Squashfs:
             return cached[0]
         if size > self.superblock.block_size:
             raise ImageFormatError(self.path, f"data block of {size} bytes at squashfs byte {position}", "the image is damaged")
+        if cached is not None:  # asked again for more of it: a fragment block that several small files share
+            wanted = self.superblock.block_size  # all of it, rather than its start once more for each file
         raw = self._read(position, size)
         if word & _DATA_UNCOMPRESSED:
             data, whole = raw, True
