@@ -33,8 +33,9 @@ NEVER_A_NOOP = frozenset({"--dry-run", "--upgrade", "-h", "--help", "--version"}
 # Variables that change between shells but not what a build reads (the working directory is keyed itself).
 NOT_READ_BY_A_BUILD = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
 # The kinds of input a record holds, each digested by _digest: a file's bytes, a directory tree's content, a
-# directory's names, a file's status (an image: its bytes would cost what the check saves).
-INPUT_KINDS = ("content", "tree", "listing", "status")
+# directory's names, a file's status (an image: its bytes would cost what the check saves), whether a directory
+# may be written (the output's: the full path refuses one it cannot write).
+INPUT_KINDS = ("content", "tree", "listing", "status", "access")
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _pending: list[str] = []  # the invocation key of this process's command, when the light check missed
@@ -53,9 +54,24 @@ def invocation_key(argv: list[str], environ: Mapping[str, str] | None = None) ->
         if name not in NOT_READ_BY_A_BUILD:
             digest.update(f"{name}={environ[name]}".encode("utf-8", "surrogateescape") + b"\0")
     digest.update(b"\1")
-    for entry in _code_files(_PACKAGE_DIR):
+    for entry in [*_code_files(_PACKAGE_DIR), *_import_directories()]:
         digest.update(entry.encode("utf-8", "surrogateescape") + b"\0")
     return digest.hexdigest()
+
+
+def _import_directories() -> list[str]:
+    """The directories Python imports from, with their times: a package installed, removed or upgraded there
+    (pydantic, PyYAML: what validates the spec) changes the directory."""
+    found = []
+    for directory in sys.path:
+        if directory in ("", "."):  # the working directory (python -c): keyed by its path, and outputs go there
+            continue
+        try:
+            status = os.stat(directory)
+        except OSError:
+            continue
+        found.append(f"{directory}:{status.st_ino}:{status.st_mtime_ns}:{status.st_ctime_ns}")
+    return found
 
 
 def _code_files(directory: str) -> list[str]:
@@ -144,6 +160,9 @@ def _digest(kind: str, path: str) -> str:
             return tree_digest(path) if os.path.isdir(path) else file_digest(path)
         if kind == "listing":
             return "\0".join(sorted(os.listdir(path)))
+        if kind == "access":
+            status = os.stat(path)
+            return f"{os.access(path, os.W_OK)}:{status.st_mode}:{status.st_uid}:{status.st_gid}"
         if kind == "status":
             status, link = os.stat(path), os.lstat(path)
             return ":".join(str(value) for value in (

@@ -3,7 +3,8 @@
 envbuild code are the same, these are every file the verdict read, so the same digests mean the same verdict.
 
 Kinds: "content" (a file's bytes; an absent file counts as such), "tree" (a directory's or file's content),
-"listing" (a directory's names), "status" (a file's identity and times: the output image, programs)."""
+"listing" (a directory's names), "status" (a file's identity and times: the output image, programs), "access"
+(whether a directory may be written, its mode and owner)."""
 
 from __future__ import annotations
 
@@ -26,14 +27,22 @@ def noop_inputs(loaded: LoadedSpec, request: BuildRequest, base_entry: EntryPath
         ("content", str(loaded.path.absolute())),
         *_lock_inputs(loaded),
         *_recipe_inputs(loaded),
-        *(("tree", str(loaded.resolve_host_path(item.src))) for item in loaded.spec.files),
+        *(("tree", _as_written(loaded, item.src)) for item in loaded.spec.files),
         *_base_inputs(loaded),
         *_host_inputs(),
         # The store's base: its digest decides the keys; an entry without its marker is built again.
         ("content", base_entry.digest), ("content", base_entry.complete),
         ("status", output),  # the image key inside it: any rewrite changes its inode or times
+        ("access", str(Path(output).parent)),  # a directory the full path cannot write is an error there
         *_project_file_inputs(output),
     ]
+
+
+def _as_written(loaded: LoadedSpec, relative: str) -> str:
+    """A path of the spec as written, beside the spec, its links not resolved: a link pointed elsewhere is
+    followed again by the light check, as the full path would."""
+    candidate = Path(relative).expanduser()
+    return str(candidate if candidate.is_absolute() else loaded.directory.absolute() / candidate)
 
 
 def _lock_inputs(loaded: LoadedSpec) -> Iterator[tuple[str, str]]:
@@ -53,14 +62,14 @@ def _recipe_inputs(loaded: LoadedSpec) -> Iterator[tuple[str, str]]:
         yield "content", str(directory / name)
     system = loaded.spec.system
     if is_recipe_path(system):
-        yield "content", str(loaded.resolve_host_path(system))
+        yield "content", _as_written(loaded, system)
         yield "content", os.path.abspath(os.path.expanduser(system))
 
 
 def _base_inputs(loaded: LoadedSpec) -> Iterator[tuple[str, str]]:
     if loaded.spec.base.kind == "localimage":  # its fingerprint: a tree's digest, or an image's size and time
-        base = loaded.resolve_host_path(loaded.spec.base.ref)
-        yield ("tree" if base.is_dir() else "status"), str(base)
+        base = _as_written(loaded, loaded.spec.base.ref)
+        yield ("tree" if os.path.isdir(base) else "status"), base
 
 
 def _host_inputs() -> Iterator[tuple[str, str]]:
