@@ -239,6 +239,7 @@ def plan_job(request: SbatchRequest, recipe: SystemRecipe) -> BatchJob:
         output=request.output or DEFAULT_OUTPUT, stages=stages, requeue=requeue, envrun=_envrun_command(), cwd=cwd,
         regenerate=request.regenerate, time_step=request.time_step, binds=request.binds, report=request.report,
         config_binds=_config_binds(recipe.name, environment), host_paths=HostPaths(),
+        slurm=preview_slurm_version(recipe, os.environ),
     )
     runtime = find_runtime(probe=False) or Runtime("apptainer", "apptainer")
     host = read_host_node(os.environ) if recipe.node is None else None
@@ -330,3 +331,20 @@ def forward_signal(signal_name: str, directory: str) -> int:
     from envbuild.slurm.batch.forward import signal_ranks
 
     return signal_ranks(signal_name, directory)
+
+
+def preview_slurm_version(recipe: SystemRecipe, environ: Mapping[str, str]) -> tuple[str, str]:
+    """srun's version here, where the script is written, for the script's preview of the step's GPU binding:
+    read (through the user's cache, as envrun reads it) only for a recipe whose binding depends on it
+    (launch.gpu_bind). Without an srun here (a script written away from the cluster) the preview says the step
+    decides; the step's envrun reads the version again where it starts either way."""
+    from envbuild.launch.bindstyle import SLURM_NOT_READ
+
+    if recipe.launch.gpu_bind is None:
+        return SLURM_NOT_READ
+    from envbuild.launch.bindingfacts import slurm_version
+
+    version, source = slurm_version(environ)
+    if not version:
+        return SLURM_NOT_READ
+    return version, f"{source}, where this script was written; the step's envrun reads it again when it starts"

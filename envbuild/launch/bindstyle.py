@@ -79,12 +79,16 @@ class GpuBindChoice:
     """srun's GPU binding for a one-task-per-GPU launch on a whole node: the options envrun adds (none when the
     CPU masks stay) and why."""
 
-    __slots__ = ("options", "reason", "task_gpus")
+    __slots__ = ("deferred", "options", "reason", "task_gpus")
 
-    def __init__(self, options: tuple[str, ...], reason: str, task_gpus: tuple[int, ...] = ()) -> None:
+    def __init__(self, options: tuple[str, ...], reason: str, task_gpus: tuple[int, ...] = (),
+                 deferred: bool = False) -> None:
         self.options = options
         self.reason = reason
         self.task_gpus = task_gpus  # local task i -> its GPU, when srun binds them
+        # the plan did not read srun's version (SLURM_NOT_READ): the step's envrun chooses when it starts, and the
+        # CPU masks the plan shows are what it gets with an older srun
+        self.deferred = deferred
 
 
 def choose_gpu_bind(recipe: SystemRecipe, opts: tuple[str, ...], tasks: int, gpus: int,
@@ -105,6 +109,10 @@ def choose_gpu_bind(recipe: SystemRecipe, opts: tuple[str, ...], tasks: int, gpu
         return GpuBindChoice((), f"not {new_form} ({cite}): your srun --gres-flags={flags} has no {TASK_SHARING}, "
                                  "and envrun does not change your flags")
     version, source = slurm
+    if flags is None and slurm == SLURM_NOT_READ:
+        return GpuBindChoice((), f"{new_form} ({cite}) where srun is Slurm {bind.task_sharing_since} or newer, else "
+                                 "the CPU masks below: envrun reads srun's version when it starts the step",
+                             deferred=True)
     if flags is not None:
         support = f"your srun --gres-flags={flags}"
     elif not version:
@@ -134,6 +142,10 @@ def choose_numa_binding(recipe: SystemRecipe, torch: tuple[str, str, bool]) -> t
     version, source, numactl = torch
     cite = recipe.cite("launch.numa_binding")
     option = f"--numa-binding={numa.mode}"
+    if torch == TORCH_NOT_READ:
+        return "", (f"torchrun {option} ({cite}) where the image's torch is {numa.torch_since} or newer and the image "
+                    "has numactl, else envrun pins each rank itself (below): envrun reads the image's torch when it "
+                    "starts the step")
     if not version:
         return "", (f"not torchrun {option} ({cite}): the image's torch version is unknown ({source}); envrun "
                     "pins each rank itself")

@@ -278,7 +278,7 @@ class _Sizer:
             self.note(f"{choice.reason}; {why}")
             return
         if choice is not None:
-            self.note(choice.reason + "; the CPU masks instead, as before")
+            self.note(choice.reason + ("" if choice.deferred else "; the CPU masks instead, as before"))
         if cores:
             out.task_cores = cores
             masks = ",".join(cores_to_mask(c, self.node.mask_width) for c in cores)

@@ -3,7 +3,7 @@
 # --ntasks-per-node=1: torchrun starts the training processes itself, one launcher per node
 # --cpus-per-task=112: the job's CPUs per node (SLURM_JOB_CPUS_PER_NODE=112(x4)), for torchrun's processes
 # --nproc-per-node=8: one process per GPU (SLURM_GPUS_ON_NODE=8)
-# not torchrun --numa-binding=exclusive (recipes/lumi-g.yaml:106 launch.numa_binding): the image's torch version is unknown (not read for this plan: envrun reads it from the image when it starts the step); envrun pins each rank itself
+# torchrun --numa-binding=exclusive (recipes/lumi-g.yaml:106 launch.numa_binding) where the image's torch is 2.11 or newer and the image has numactl, else envrun pins each rank itself (below): envrun reads the image's torch when it starts the step
 # each rank on the cores closest to its GPU(s) (recipes/lumi-g.yaml:56 node.gpu_cores); partition standard-g gives whole nodes (recipes/lumi-g.yaml:66 partitions.standard-g)
 # OMP_NUM_THREADS=7: the 7 cores each rank is pinned to
 # --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging

@@ -26,7 +26,7 @@
 # The training step. envrun reads this job's allocation at run time and (envrun --explain):
 #   --ntasks-per-node=8: the job's tasks per node (SLURM_NTASKS_PER_NODE=8)
 #   --cpus-per-task=7: the job's CPUs per task (SLURM_CPUS_PER_TASK=7); srun does not pass it on to steps by itself
-#   not --gpu-bind=map:4,5,2,3,6,7,0,1 --gres-flags=allow-task-sharing (recipes/lumi-g.yaml:101 launch.gpu_bind): this Slurm's version is unknown (not read for this plan: envrun reads srun's version when it starts the step), and srun has --gres-flags=allow-task-sharing only from Slurm 23.11.4; the CPU masks instead, as before
+#   --gpu-bind=map:4,5,2,3,6,7,0,1 --gres-flags=allow-task-sharing (recipes/lumi-g.yaml:101 launch.gpu_bind) where srun is Slurm 23.11.4 or newer, else the CPU masks below: envrun reads srun's version when it starts the step
 #   --cpu-bind=mask_cpu:...: each task on the cores closest to its 1 GPU(s) (recipes/lumi-g.yaml:56 node.gpu_cores); partition standard-g gives whole nodes (recipes/lumi-g.yaml:66 partitions.standard-g)
 #   OMP_NUM_THREADS=7: the 7 CPUs of each task
 #   --kill-on-bad-exit=1: a crashed rank ends the whole step instead of leaving the others hanging

@@ -57,12 +57,20 @@ def test_new_form_only_where_srun_has_allow_task_sharing() -> None:
     assert "ROCR_VISIBLE_DEVICES" not in host_shim(new.argv)  # srun gives each task its GCD
     assert "srun is Slurm 24.05.8 (`srun --version`, /usr/bin/srun)" in reasons(new)
     assert dict(new.env)["OMP_NUM_THREADS"] == "7"
-    for facts in (SLURM_23_02, {}):  # an older srun, or one whose version is unknown: the masks, as before
+    unknown = {"slurm": ("", "no srun on PATH")}
+    for facts in (SLURM_23_02, unknown, {}):  # an older srun, an unknown version, not read: the masks, as before
         old = plan("srun", "python", "train.py", system="lumi-g", environ=LUMI_FULL_NODE, **facts)
         assert MAP not in old.argv and SHARING not in old.argv
         assert any(word.startswith(MASKS + "0x00fe000000000000,") for word in old.argv)
         assert 'export ROCR_VISIBLE_DEVICES="$SLURM_LOCALID"' in host_shim(old.argv)
-        assert f"not {MAP} {SHARING}" in reasons(old) and "23.11.4" in reasons(old)
+        if facts:
+            assert f"not {MAP} {SHARING}" in reasons(old) and "23.11.4" in reasons(old)
+    # a plan made without reading the version (a batch script's preview) says that the step decides, not that the
+    # masks were chosen
+    preview = reasons(plan("srun", "python", "train.py", system="lumi-g", environ=LUMI_FULL_NODE))
+    assert f"{MAP} {SHARING} (recipes/lumi-g.yaml:" in preview and f"not {MAP}" not in preview
+    assert ("where srun is Slurm 23.11.4 or newer, else the CPU masks below: envrun reads srun's version when it "
+            "starts the step") in preview and "as before" not in preview
 
 
 def test_new_form_needs_one_task_per_gpu_on_a_whole_node() -> None:
@@ -114,6 +122,11 @@ def test_torchrun_numa_binding_only_with_a_new_enough_torch_and_numactl() -> Non
         kept = plan("srun", "torchrun", "train.py", system="lumi-g", environ=LUMI_4_NODES, torch=torch)
         assert "--numa-binding=exclusive" not in kept.argv and "ENVRUN_RANK_CORES" in dict(kept.env)
         assert why in reasons(kept)
+    preview = plan("srun", "torchrun", "train.py", system="lumi-g", environ=LUMI_4_NODES)  # the image not read
+    assert "ENVRUN_RANK_CORES" in dict(preview.env)
+    assert ("torchrun --numa-binding=exclusive (recipes/lumi-g.yaml:" in reasons(preview) and "where the image's torch "
+            "is 2.11 or newer and the image has numactl, else envrun pins each rank itself (below): envrun reads the "
+            "image's torch when it starts the step" in reasons(preview))
 
 
 def test_the_users_torchrun_options_win() -> None:

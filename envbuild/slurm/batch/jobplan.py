@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from envbuild.launch.allocation import read_allocation
 from envbuild.launch.args import launcher_of
+from envbuild.launch.bindstyle import SLURM_NOT_READ
 from envbuild.launch.launchplan import LaunchRequest, plan_launch
 from envbuild.launch.shims import CHECKPOINT_SIGNAL
 from envbuild.recipes.ops import system_argument
@@ -62,6 +63,9 @@ class BatchRequest:
     config_binds: tuple[str, ...] = ()
     host_paths: HostPaths | None = field(default=None, compare=False)
     report: bool = True  # the step's job report (envbuild.report), written next to the job's output
+    # srun's version where the script is written and where it was read, for the preview of the step's GPU binding
+    # on a site whose binding depends on it (launch.gpu_bind); SLURM_NOT_READ: the preview says the step decides
+    slurm: tuple[str, str] = SLURM_NOT_READ
 
 
 @dataclass
@@ -101,7 +105,7 @@ def plan_batch(recipe: SystemRecipe, request: BatchRequest, runtime: Runtime, ho
         command=("srun", *step), image=request.image, recipe=recipe, runtime=runtime, cwd=request.cwd,
         environ=job_environment(recipe, resources), allocation=read_allocation(job_environment(recipe, resources)),
         overlays=request.overlays, binds=(*request.config_binds, *request.binds), host_paths=request.host_paths,
-        report_sampler=REPORT_SAMPLER_SHOWN if report else (),
+        report_sampler=REPORT_SAMPLER_SHOWN if report else (), slurm=request.slurm,
     ))
     job.explain = [reason for reason in launch.reasons if not reason.startswith("system ")]
     if report:
