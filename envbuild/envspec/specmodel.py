@@ -226,7 +226,8 @@ class PythonEnv(StrictModel):
         "first on PATH (for plain OS bases: debootstrap, docker://debian, ubuntu); venv-over-base: that venv made "
         "with --system-site-packages from the base's Python, so the base's packages (its torch) stay importable "
         "and added packages win; base: no venv, packages installed with the base's own Python (the interpreter or "
-        "conda env first on the base's PATH, found inside the base at build time), PATH left as the base sets it "
+        "conda env first on the base's PATH, after the base's $WITH_CONDA where it sets one, as its users get it; "
+        "found inside the base at build time), PATH left as the base sets it "
         "(NGC, conda, TensorFlow and LUMI framework images). With venv-over-base and base the lock resolves against "
         "the base's installed distributions and keeps its torch family",
     )

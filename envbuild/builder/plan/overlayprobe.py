@@ -18,14 +18,16 @@ The Python, in order (LUMI AI guide, laifs-container-recipes):
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 
+from envbuild.builder.plan.pythontarget import WITH_CONDA_LOOKUP
 from envbuild.envspec.specmodel import VENV_PREFIX
 from envbuild.shared.errors import EnvbuildError
 
 # $1: the spec's overlay.python or "", $2: where to write the JSON (inside the container), $3: PROBE_PYTHON,
 # $4 (optional): why $1 was given. A $1 without a slash is looked up on the image's PATH (else `python`): the Python
-# the base puts first on its PATH, for python.target: base / venv-over-base.
+# the base puts first on its PATH, for python.target: base / venv-over-base (TARGET_PROBE_SHELL).
 PROBE_SHELL = f"""\
 override=$1; out=$2; probe=$3; activation=
 if [ -n "$override" ]; then
@@ -54,6 +56,19 @@ if [ -n "$activation" ]; then
 fi
 exec "$python" -c "$probe" "$python" "$why" "$activation" "$out"
 """
+
+# PROBE_SHELL for the lock of a python.target that uses the base's Python: the interpreter ($1, a name) is looked up
+# as the build looks it up (envbuild.builder.plan.pythontarget.locate_base_python): after the image's $WITH_CONDA
+# where it sets one, and run by its path, as the build runs it.
+TARGET_PROBE_SHELL = f"""\
+case $1 in */*) ;; *)
+    if [ -n "${{WITH_CONDA:-}}" ]; then
+        found=$(bash -c {shlex.quote(WITH_CONDA_LOOKUP)} "$1" python) || {{
+            echo "no $1 or python on the PATH the image's \\$WITH_CONDA ($WITH_CONDA) gives" >&2; exit 3; }}
+        set -- "$found" "$2" "$3" "$4, after the image's \\$WITH_CONDA ($WITH_CONDA)"
+    fi ;;
+esac
+""" + PROBE_SHELL
 
 # Runs with the chosen Python (any 3.x that has importlib.metadata, i.e. 3.8+).
 PROBE_PYTHON = """\

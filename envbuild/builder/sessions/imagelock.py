@@ -173,7 +173,7 @@ def _resolve_in_base(loaded: LoadedSpec, request: BuildRequest, rootfs: str, pre
     from envbuild.builder.execute.executor import BuildExecutor
     from envbuild.builder.plan.actions import MakeDirs, Remove, Step
     from envbuild.builder.plan.overlayplan import base_family, plan_resolve_in_base, split_requirements
-    from envbuild.builder.plan.overlayprobe import PROBE_PYTHON, PROBE_SHELL, parse_probe
+    from envbuild.builder.plan.overlayprobe import PROBE_PYTHON, TARGET_PROBE_SHELL, parse_probe
     from envbuild.builder.plan.sandbox import HOST_MOUNT, Bind, sandbox_exec
     from envbuild.builder.sessions.overlaylock import _kept_pins, parse_pip_report
     from envbuild.envspec.specmodel import VENV_PREFIX
@@ -189,7 +189,7 @@ def _resolve_in_base(loaded: LoadedSpec, request: BuildRequest, rootfs: str, pre
     why = f"python.target: {target}: {spec.python.interpreter} first on the base's PATH"
     probe_step = Step("base-python", "find the base's Python and what it has installed", (
         Remove((work,)), MakeDirs((work,)),
-        sandbox_exec(request, rootfs, ["/bin/sh", "-c", PROBE_SHELL, "envbuild-probe", spec.python.interpreter,
+        sandbox_exec(request, rootfs, ["/bin/sh", "-c", TARGET_PROBE_SHELL, "envbuild-probe", spec.python.interpreter,
                                        f"{HOST_MOUNT}/probe.json", PROBE_PYTHON, why],
                      writable=False, binds=[Bind(work, HOST_MOUNT, read_only=False)])),
         cleanup=(Remove((work,)),))
