@@ -120,3 +120,20 @@ def test_a_recipe_file_given_with_system_is_compared_with_its_cluster(tmp_path: 
     code, data = check(tmp_path, "#SBATCH --time=00:05:00\n", "--system", str(tmp_path / "other.yaml"))
     assert not [rule for rule, _what in rules(data) if rule.startswith(("recipe_vs", "cluster_"))]
     assert any("were not checked" in note for note in data["notes"])  # type: ignore[union-attr]
+
+
+def test_options_newer_than_this_clusters_slurm(tmp_path: Path) -> None:
+    """The test cluster's Slurm 22.05 has no --gres-flags=allow-task-sharing (23.11.4): on the srun line an error
+    naming both releases, in #SBATCH one on any release, and sbatch --test-only refuses the script too."""
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n#SBATCH --ntasks=2\n#SBATCH --time=00:05:00\n"
+                                     "#SBATCH --gres-flags=allow-task-sharing\n\n"
+                                     "srun --gres-flags=allow-task-sharing hostname\n")
+    result = run_cli([ENVRUN, "sbatch", "--check", "job.sh", "--json", "--test-only"], cwd=tmp_path, timeout=120,
+                     env_extra={"SBATCH_ACCOUNT": ""})
+    assert result.returncode == 1, result.stdout + result.stderr
+    found = {(f["rule"], f["line"]): f for f in json.loads(result.stdout)["findings"]}
+    newer = found[("option_newer_than_slurm", 6)]
+    assert newer["level"] == "error" and "this cluster's Slurm is 22.05" in newer["what"] and "23.11.4" in newer["what"]
+    assert newer["source"].startswith("scontrol --version on envbuild-local")
+    assert found[("srun_option_in_sbatch", 4)]["level"] == "error"
+    assert any(rule == "sbatch_test_only" and "gres-flags" in f["what"] for (rule, _line), f in found.items())
