@@ -263,6 +263,41 @@ def dry_run_loads_nothing_heavy(tmp_path: Path, argv: list[str], heavy: tuple[st
     assert reports[1]["heavy"] == [], f"envrun --dry-run loaded {reports[1]['heavy']}"
 
 
+# `envbuild packages` answered from its index must not load the CLI framework or the image reader either: the
+# listing is meant to cost a stat per image (envbuild.cli.packages_entry, envbuild.inventory.inventorycache).
+WARM_LISTING_HEAVY = (*HEAVY_MODULES, "json", "re", "hashlib", "envbuild.inventory.image", "envbuild.inventory.squashfs",
+                      "envbuild.sif.reader", "envbuild.inventory.parallelread")
+
+WARM_LISTING = """
+import sys
+HEAVY = sys.argv.pop(1).split(",")
+sys.argv[0] = "envbuild"
+from envbuild.cli.envbuild_entry import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+print(repr({"code": code, "heavy": sorted(m for m in HEAVY if m in sys.modules)}), file=sys.stderr)
+"""
+
+
+def test_a_warm_envbuild_packages_imports_no_heavy_module(tmp_path: Path) -> None:
+    images = [str(REPO / "tests/fixtures/inventory/layout-a.gzip.sif"), str(REPO / "tests/fixtures/inventory/layout-a.zstd.sif")]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    reports = []
+    for _ in range(2):  # the first run reads the images and fills the index; the second answers from it
+        done = subprocess.run([sys.executable, "-c", WARM_LISTING, ",".join(WARM_LISTING_HEAVY), "packages", "--grep",
+                               "torch", *images],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+        reports.append(ast.literal_eval(done.stderr.strip().splitlines()[-1]))
+        assert "torch" in done.stdout, done.stderr
+    assert "envbuild.inventory.image" in reports[0]["heavy"]  # the guard sees the reader when it is loaded
+    assert reports[1]["code"] in (0, None), reports
+    assert reports[1]["heavy"] == [], f"a warm envbuild packages loaded {reports[1]['heavy']}"
+
+
 # --- the planners do no I/O ------------------------------------------------------------------------------------
 # The pure side of the one-way flow (spec -> validated model -> pure plan -> thin executors): what these modules
 # compute is data and text, golden-tested; reading the host and writing files is the executors' part.
