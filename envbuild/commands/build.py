@@ -54,6 +54,11 @@ def build_spec(spec: Path, *, output: Path | None, locked: bool, frozen: bool, u
         quiet=quiet, heartbeat_s=heartbeat_s, compression=compression, layered=layered,
         cache_dir=cache_dir.absolute() if cache_dir else None, log_path=log_path, source_date_epoch=source_date_epoch,
     )
+    if not dry_run:
+        from envbuild.commands.uptodate import note_lock_before
+        from envbuild.lock.lockmodel import lock_path_for
+
+        note_lock_before(str(lock_path_for(loaded.path).absolute()))
     text = run_build(loaded, options, out, dry_run=dry_run)
     if text is None:
         return None

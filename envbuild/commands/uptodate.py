@@ -38,7 +38,9 @@ NOT_READ_BY_A_BUILD = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
 INPUT_KINDS = ("content", "tree", "listing", "status", "access")
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_pending: list[str] = []  # the invocation key of this process's command, when the light check missed
+# The invocation key of this process's command, when the light check missed; then the lock file and its digest
+# as the full path found it (note_lock_before).
+_pending: list[str] = []
 
 
 def invocation_key(argv: list[str], environ: Mapping[str, str] | None = None) -> str:
@@ -133,6 +135,13 @@ def _is_record(value: Any) -> bool:
                     and all(type(part) is str for part in item) for item in value["inputs"]))
 
 
+def note_lock_before(lock: str) -> None:
+    """The spec's lock file as the command found it, before a stale one is resolved again and rewritten: a
+    verdict after that printed the resolution, which the next command would not, so it is not recorded."""
+    if _pending:
+        _pending[1:] = [lock, _digest("content", lock)]
+
+
 def remember_verdict(inputs: Iterable[tuple[str, str]], said: str, result: str) -> None:
     """After the full path found the output up to date: record its inputs' digests now, what it printed
     before its result line, and that line without its time, for the next identical command. Only a command
@@ -142,6 +151,8 @@ def remember_verdict(inputs: Iterable[tuple[str, str]], said: str, result: str) 
     from envbuild.host.usercache import write_cached
 
     key = _pending[0]
+    if len(_pending) == 3 and _digest("content", _pending[1]) != _pending[2]:
+        return  # this command rewrote the lock (and said so)
     unique = dict.fromkeys((kind, os.path.abspath(path)) for kind, path in inputs)
     record = {"said": said, "result": result,
               "inputs": [[kind, path, _digest(kind, path)] for kind, path in unique]}

@@ -141,3 +141,24 @@ def test_an_output_in_the_working_directory_records_the_project_file(setup: tupl
     assert light(argv) is not None
     (here / "envrun.yaml").write_text((here / "envrun.yaml").read_text() + "# mine\n")
     assert light(argv) is None
+
+
+def test_a_verdict_after_the_lock_was_rewritten_is_not_recorded(setup: tuple[Path, Path]) -> None:
+    """A stale lock resolved again and written before the verdict: that command printed the resolution, the next
+    one will not, so its lines are no answer for the next one."""
+    directory, output = setup
+    lock = directory / "tiny.lock"
+    assert not uptodate.answer_if_up_to_date(ARGV, io.StringIO())
+    uptodate.note_lock_before(str(lock))
+    lock.write_text("version: 1\n")  # as envbuild.builder.sessions.buildlock writes a resolved lock
+    from envbuild.envspec.loadspec import load_spec
+
+    said = _Said(io.StringIO())
+    session = BuildSession(load_spec(directory / "tiny.yaml", check_host=False),
+                           BuildOptions(output=output, cache_dir=directory / "store"), out=cast("io.StringIO", said))
+    session.build()
+    assert session.up_to_date is not None
+    _remember_if_up_to_date(session, said)
+    assert light() is None
+    full_path(directory, output)  # the next command, with the lock as it is now: recorded
+    assert light() is not None

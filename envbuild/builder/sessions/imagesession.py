@@ -161,7 +161,8 @@ class BuildSession(Session):
 
             refuse_linked_entry(store_root, "image", layers.image_entry)  # never written through a member's link
             if image_key_of(output) == layers.image_key:
-                self._finish_up_to_date(request, layers, started, base_entry)
+                # Not remembered: this command made the base first, and printed so.
+                self._finish_up_to_date(request, layers, started, None)
                 return output
             image_entry = store.image(layers.image_entry)
             # Before planning: a build that takes the stored image uses no env layer, so it checks none.
@@ -245,12 +246,16 @@ class BuildSession(Session):
         executor.execute_steps((copy, wrappers_step(request, plan.output)), None, "cached")
         executor.finish(f"image unchanged, taken from the store: {plan.output}")
 
-    def _finish_up_to_date(self, request: BuildRequest, layers: Layers, started: float, base_entry: EntryPaths) -> None:
-        from envbuild.builder.sessions.noopinputs import noop_inputs
-
+    def _finish_up_to_date(self, request: BuildRequest, layers: Layers, started: float,
+                           base_entry: EntryPaths | None) -> None:
+        """The result line; with the `base_entry` the verdict read (not when this command made it), what it was
+        made from, for the light check's record (envbuild.commands.uptodate)."""
         result = f"{request.options.output} is up to date (image {layers.image_entry}); nothing to build"
         self._say(f"{result} ({time.monotonic() - started:.2f} s)", result=True)
-        self.up_to_date = (result, noop_inputs(self.loaded, request, base_entry))
+        if base_entry is not None:
+            from envbuild.builder.sessions.noopinputs import noop_inputs
+
+            self.up_to_date = (result, noop_inputs(self.loaded, request, base_entry))
         note_project_file(self.loaded, Path(request.options.output), image=request.options.output, overlays=(), say=self._say)
 
     def _note_compression(self) -> None:
