@@ -1,17 +1,22 @@
 """`envbuild packages` against the shell loop users run today, side by side on the same images:
 
     for f in IMAGES; do apptainer exec $f /bin/bash -c 'eval "$WITH_CONDA"; pip list' | grep lightning; done
-    envbuild packages --no-cache --grep lightning IMAGES      (cold: reads every SIF)
-    envbuild packages --grep lightning IMAGES                 (index cache warm)
+    envbuild packages --grep lightning IMAGES                 (cold: an empty index, every SIF read, the index written)
+    envbuild packages --no-cache --grep lightning IMAGES      (every SIF read, the index neither read nor written)
+    envbuild packages --grep lightning IMAGES                 (warm: the index knows every image)
 
 The images are N variants of the reference image (build/local-cpu-pytorch.sif, made by
 examples/run_main.sh): its root file system is unpacked once, and each variant gets a marker package
 of its own and a squashfs compression of its own (gzip, zstd, lz4 in turn), then `apptainer build`.
-Or pass your own images with --images. Each method runs --repeat times; the median is reported, with
-the ratio to the loop. The answers are compared too: the loop's and envbuild's lightning lines must agree.
-The OS page cache is warm for all methods alike (the images were just written or read).
+Or pass your own images with --images. Each method runs --repeat times, the methods taking turns, so a
+noisy machine weighs on all alike; the median is reported with the range, and the ratio to the loop.
+Every cold run starts from an index directory of its own, so each run measures the same thing however
+often the script is run. The answers are compared too: the loop's and envbuild's lightning lines must
+agree. The OS page cache is warm for all methods alike (the images were just written or read).
+With --compare OTHER_CHECKOUT the other checkout's `bin/envbuild` takes its turn beside this one's.
 
-    .venv/bin/python bench/packages_vs_loop.py [-n 5] [--images A.sif B.sif ...] [--workdir DIR] [--keep]
+    .venv/bin/python bench/packages_vs_loop.py [-n 20] [--images A.sif B.sif ...] [--workdir DIR] [--keep]
+        [--repeat 3] [--compare OTHER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,16 +76,13 @@ def make_variants(reference: Path, count: int, work: Path) -> list[Path]:
     return images
 
 
-def timed(argv: list[str], env: dict[str, str], repeat: int) -> tuple[float, str]:
-    times, output = [], ""
-    for _ in range(repeat):
-        started = time.perf_counter()
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-        times.append(time.perf_counter() - started)
-        if proc.returncode not in (0, 1):  # grep's 1 (no match) is an answer too
-            raise SystemExit(f"{argv[:3]} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-        output = proc.stdout
-    return statistics.median(times), output
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    started = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    seconds = time.perf_counter() - started
+    if proc.returncode not in (0, 1):  # grep's 1 (no match) is an answer too
+        raise SystemExit(f"{argv[:3]} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return seconds, proc.stdout
 
 
 def loop_answer(output: str) -> set[tuple[str, str, str]]:
@@ -115,6 +118,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the temporary work directory")
     parser.add_argument("--repeat", type=int, default=3, help="runs per method; the median is reported (default 3)")
     parser.add_argument("--grep", default="lightning")
+    parser.add_argument("--compare", type=Path, metavar="CHECKOUT", help="another checkout's bin/envbuild, taking turns")
     args = parser.parse_args()
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="envbuild-bench-packages-", dir="/var/tmp"))
@@ -127,49 +131,73 @@ def main() -> None:
                 raise SystemExit(f"no reference image at {args.reference}: run examples/run_main.sh, or pass --images")
             images = make_variants(args.reference, args.count, work)
         paths = [str(p) for p in images]
-        env = dict(os.environ, ENVBUILD_CACHE_DIR=str(work / "envbuild-cache"), XDG_CACHE_HOME=str(work / "envbuild-cache"),
-                   PYTHONPATH=str(REPO))  # XDG: the inventory cache is the user's own (~/.cache/envrun)
-        shutil.rmtree(work / "envbuild-cache", ignore_errors=True)
+        base_env = dict(os.environ, ENVBUILD_CACHE_DIR=str(work / "envbuild-cache"), PYTHONPATH=str(REPO))
+
+        def index_env(name: str) -> dict[str, str]:  # XDG: the inventory index is the user's own (~/.cache/envrun)
+            shutil.rmtree(work / name, ignore_errors=True)
+            return dict(base_env, XDG_CACHE_HOME=str(work / name))
+
         loop = ('for f in "$@"; do apptainer exec "$f" /bin/bash -c \'eval "$WITH_CONDA"; pip list 2>/dev/null\' '
                 f'| grep -i {args.grep} | sed "s|^|$f |"; done')
         grep = re.escape(args.grep)
         size = sum(p.stat().st_size for p in images) / 2**30
-        print(f"\n{len(images)} images, {size:.1f} GiB; --grep {args.grep}; median of {args.repeat} runs; "
-              f"{os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M %Z')}", flush=True)
+        print(f"\n{len(images)} images, {size:.1f} GiB; --grep {args.grep}; median of {args.repeat} runs, the methods "
+              f"taking turns; {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M %Z')}", flush=True)
 
-        results: list[tuple[str, float]] = []
-        startup, _ = timed([ENVBUILD, "--version"], env, args.repeat)
-        loop_time, loop_out = timed(["bash", "-c", loop, "loop", *paths], env, args.repeat)
-        results.append(("shell loop: apptainer exec ... pip list | grep", loop_time))
-        cold_runs = []
-        for _ in range(args.repeat):  # --no-cache reads every image each time, never touching the cache
-            cold, cold_out = timed([ENVBUILD, "packages", "--no-cache", "--grep", grep, *paths], env, 1)
-            cold_runs.append(cold)
-        results.append(("envbuild packages --no-cache (reads the SIFs)", statistics.median(cold_runs)))
-        timed([ENVBUILD, "packages", "--grep", grep, *paths], env, 1)  # fills the index cache
-        cached, cached_out = timed([ENVBUILD, "packages", "--grep", grep, *paths], env, args.repeat)
-        results.append(("envbuild packages (index cache warm)", cached))
-        # The same command without the start-up of the whole envbuild CLI (which imports the build
-        # planner and pydantic): what `packages` itself costs.
-        alone = [sys.executable, "-c", "import sys; from envbuild.cli.inventory_cmds import packages_command; "
-                 "packages_command(sys.argv[1:], prog_name='envbuild packages')"]
-        own_cold, own_out = timed([*alone, "--no-cache", "--grep", grep, *paths], env, args.repeat)
-        results.append(("  the packages command alone, --no-cache", own_cold))
-        own_cached, _ = timed([*alone, "--grep", grep, *paths], env, args.repeat)
-        results.append(("  the packages command alone, cache warm", own_cached))
-        via, via_out = timed([ENVBUILD, "packages", "--via-runtime", "--grep", grep, *paths], env, 1)
-        results.append(("envbuild packages --via-runtime (1 run)", via))
+        checkouts = {"": REPO}
+        if args.compare:
+            checkouts[f" [{args.compare}]"] = args.compare.resolve()
+        # (label, argv, environment per run): the cold runs get an empty index each time.
+        methods: list[tuple[str, list[str], Callable[[], dict[str, str]]]] = [
+            ("shell loop: apptainer exec ... pip list | grep", ["bash", "-c", loop, "loop", *paths], lambda: base_env)]
+        counter = iter(range(1_000_000))
+        for suffix, checkout in checkouts.items():
+            envbuild = str(checkout / "bin" / "envbuild")
+            warm_env = index_env(f"index-warm{len(methods)}")
+            timed([envbuild, "packages", "--grep", grep, *paths], warm_env)  # fills the warm index
+            methods += [
+                (f"envbuild packages, empty index (cold){suffix}", [envbuild, "packages", "--grep", grep, *paths],
+                 lambda: index_env(f"index-cold-{next(counter)}")),
+                (f"envbuild packages --no-cache (reads the SIFs){suffix}",
+                 [envbuild, "packages", "--no-cache", "--grep", grep, *paths], lambda: base_env),
+                (f"envbuild packages (index warm){suffix}", [envbuild, "packages", "--grep", grep, *paths],
+                 lambda env=warm_env: env),
+            ]
+        times: dict[str, list[float]] = {label: [] for label, _, _ in methods}
+        outputs: dict[str, str] = {}
+        python_start = []
+        for _ in range(args.repeat):
+            for label, argv, environment in methods:
+                seconds, outputs[label] = timed(argv, environment())
+                times[label].append(seconds)
+            python_start.append(timed([sys.executable, "-I", "-c", "pass"], base_env)[0])
+        via_label = "envbuild packages --via-runtime (1 run)"
+        via, outputs[via_label] = timed([str(REPO / "bin" / "envbuild"), "packages", "--via-runtime", "--grep", grep, *paths],
+                                        base_env)
+        times[via_label] = [via]
 
-        print(f"\n{'method':<50} {'total s':>8} {'per image s':>12} {'loop / this':>12}")
-        for label, seconds in results:
-            print(f"{label:<50} {seconds:8.3f} {seconds / len(images):12.3f} {loop_time / seconds:11.1f}x")
-        print(f"(of which envbuild's Python start-up, `envbuild --version`: {startup:.3f} s per call)")
+        loop_time = statistics.median(times[methods[0][0]])
+        width = max(map(len, times))
+        print(f"\n{'method':<{width}} {'total s':>8} {'per image s':>12} {'loop / this':>12}  range s")
+        for label, values in times.items():
+            seconds = statistics.median(values)
+            print(f"{label:<{width}} {seconds:8.3f} {seconds / len(images):12.3f} {loop_time / seconds:11.1f}x  "
+                  f"{min(values):.3f}-{max(values):.3f}")
+        print(f"(Python's own start-up, `python -I -c pass`: {statistics.median(python_start):.3f} s per call)")
+        cold, warm = (statistics.median(times[methods[index][0]]) for index in (1, 3))
+        print(f"side by side: cold {loop_time / cold:.1f}x, warm {loop_time / warm:.1f}x the loop's speed "
+              "(issue 39's goal: >= 100x cold, >= 500x warm over 20 images)")
+        if args.compare:
+            other_cold, other_warm = (statistics.median(times[methods[index][0]]) for index in (4, 6))
+            print(f"this / other checkout: cold {cold / other_cold:.2f}x, warm {warm / other_warm:.2f}x the time")
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
-        same = (loop_answer(loop_out) == envbuild_answer(cold_out) == envbuild_answer(cached_out) == envbuild_answer(via_out)
-                == envbuild_answer(own_out))
-        print(f"\nanswers agree: {'yes' if same else 'NO'} ({len(envbuild_answer(cold_out))} matching packages)")
+        answers = {label: (loop_answer if label == methods[0][0] else envbuild_answer)(text) for label, text in outputs.items()}
+        same = len(set(map(frozenset, answers.values()))) == 1
+        print(f"\nanswers agree: {'yes' if same else 'NO'} ({len(answers[methods[1][0]])} matching packages)")
         if not same:
-            print("loop:", sorted(loop_answer(loop_out)), "\nenvbuild:", sorted(envbuild_answer(cold_out)))
+            for label, answer in answers.items():
+                print(f"{label}: {sorted(answer)}")
             raise SystemExit(1)
     finally:
         if not (args.keep or args.workdir):
