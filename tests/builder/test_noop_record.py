@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
 
@@ -25,6 +25,13 @@ from tests.conftest import REPO
 from tests.support.plan_fixtures import session_store
 
 ARGV = ["build", "tiny.yaml", "-o", "out/tiny.sif"]
+
+
+@pytest.fixture(autouse=True)
+def _no_key_left() -> Iterator[None]:
+    """The command key the light check keeps for the full path: not left for the next test's CliRunner build."""
+    yield
+    uptodate._pending.clear()
 
 
 @pytest.fixture

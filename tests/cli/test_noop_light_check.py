@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,13 @@ from tests.conftest import REPO
 from tests.test_architecture import HEAVY_MODULES
 
 RESULT = "/x/out.sif is up to date (image demo-0123456789abcdef); nothing to build"
+
+
+@pytest.fixture(autouse=True)
+def _no_key_left() -> Iterator[None]:
+    """The command key the light check keeps for the full path: not left for the next test's CliRunner build."""
+    yield
+    uptodate._pending.clear()
 
 
 @pytest.fixture
