@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 
 def noop_inputs(loaded: LoadedSpec, request: BuildRequest, base_entry: EntryPaths) -> list[tuple[str, str]]:
+    """Every file the up-to-date verdict read. A new input of the layer keys (envbuild.builder.plan.layers) or of
+    the host facts they take is named here too, or the light check would answer past a change of it."""
     output = str(request.options.output)
     return [
         ("content", str(loaded.path.absolute())),
