@@ -50,6 +50,9 @@ class FamilyCheck(Protocol):
     @property
     def where(self) -> str: ...
 
+    @property
+    def sys_path_file(self) -> str | None: ...
+
 
 _PTH_BYTES = 64 * 1024
 _VERSION_PY_BYTES = 256 * 1024
@@ -115,7 +118,12 @@ def check_locked_family(packages: Iterable[Pinned], where: str, *, then: str,
 def check_torch_family(action: FamilyCheck) -> str:
     """One line for the log saying what was found; an EnvbuildError naming each mismatch when the family
     does not follow torch's variant."""
-    builds = env_family(DirectoryTree(action.root), action.prefix)
+    if action.sys_path_file:  # the directories the environment imports from, as its Python listed them
+        tree = ReadBudget(DirectoryTree(action.root))
+        listed = (tree.read(action.sys_path_file, _PTH_BYTES) or b"").decode("utf-8", errors="replace")
+        builds = family_in_site_dirs(tree, [line for line in listed.splitlines() if line.startswith("/")])
+    else:
+        builds = env_family(DirectoryTree(action.root), action.prefix)
     builds += builds_from_pins([pin for pin in map(parse_pin, action.given) if pin])
     mismatches = family_mismatches(builds)
     if mismatches:

@@ -67,3 +67,35 @@ def test_an_overlay_is_checked_against_the_torch_of_its_base(tmp_path: Path) -> 
     assert check_torch_family(check) == "torch family: torch 2.6.0+rocm6.2.4 (rocm6.2.4), torchvision 0.21.0+rocm6.2.4 (rocm6.2.4)"
     assert check_torch_family(CheckTorchFamily(str(tmp_path / "empty"), "/", "x")) == \
         "torch family: no torch, torchvision or torchaudio installed"
+
+
+def test_the_bases_own_python_is_checked_where_its_sys_path_says(tmp_path: Path) -> None:
+    """python.target: base: the packages went into the base's Python, whose prefix (/usr, dist-packages under
+    /usr/local, a PYTHONPATH directory) is known only inside the container; the install step listed its sys.path
+    (BASE_SYS_PATH), and the check reads the family from those directories, the first of each name first."""
+    from envbuild.builder.plan.install import BASE_SYS_PATH
+
+    entry = tmp_path / "store/envs/ngc-0123"
+    partial = entry / "rootfs.partial"
+    dist = "/usr/local/lib/python3.12/dist-packages"
+    install(partial, dist, "torch", "2.13.0+cpu", "cuda = None\nhip = None\n")
+    install(partial, dist, "torchvision", "0.28.0", "from torchvision.extension import _check_cuda_version\n")
+    listing = partial / BASE_SYS_PATH.lstrip("/")
+    listing.parent.mkdir(parents=True)
+    listing.write_text(f"/usr/lib/python312.zip\n{dist}\n")
+    executor = BuildExecutor(tmp_path / "log", store_root=tmp_path / "store", out=io.StringIO())
+    check = CheckTorchFamily(str(partial), "/", "the base's own Python in ngc (just installed into)",
+                             sys_path_file=BASE_SYS_PATH)
+    assert "of the Python whose sys.path is listed in /.envbuild-host/base-sys-path.txt" in check.describe()
+    with pytest.raises(EnvbuildError) as caught:
+        executor.execute_steps((env_step(entry, check),), None, "build")
+    assert caught.value.message.startswith("torch family mismatch in the base's own Python in ngc (just installed into):")
+    assert "torchvision 0.28.0 is PyPI's default build" in caught.value.message
+    assert not partial.exists() and not (entry / "complete").exists()
+    # the family as it should be: checked and logged; a listing that names nothing with torch: none installed
+    install(partial, dist, "torch", "2.13.0+cpu", "cuda = None\nhip = None\n")
+    listing.parent.mkdir(parents=True, exist_ok=True)
+    listing.write_text(f"{dist}\n")
+    assert check_torch_family(check) == "torch family: torch 2.13.0+cpu (cpu)"
+    listing.write_text("/usr/lib/python3/dist-packages\n")
+    assert check_torch_family(check) == "torch family: no torch, torchvision or torchaudio installed"

@@ -85,6 +85,31 @@ def test_base_target_makes_no_venv_and_leaves_path_alone(tmp_path) -> None:
     assert plan.installer == "pip"
 
 
+def test_base_target_checks_the_torch_family_of_the_bases_python_and_wraps_its_commands(tmp_path) -> None:
+    """python.target: base: after installing, the base's Python lists its sys.path (inside the container, where it
+    is known) and the torch family check reads the family from there; the wrappers step names what it wraps, the
+    base's own Python's commands, not a venv's bin/ the image does not have."""
+    from envbuild.builder.plan.actions import CheckTorchFamily, WriteRunWrappers
+    from envbuild.builder.plan.install import BASE_SYS_PATH
+
+    plan = fixed_plan(target_spec_file(tmp_path, "base"))
+    actions = all_actions(plan)
+    install = next(index for index, a in enumerate(actions) if isinstance(a, Run) and '"$py" -m pip install' in " ".join(a.argv))
+    assert BASE_SYS_PATH in " ".join(actions[install].argv) and "sys.path" in " ".join(actions[install].argv)
+    check = next(a for a in actions[install:] if isinstance(a, CheckTorchFamily))
+    assert (check.sys_path_file, check.where) == (BASE_SYS_PATH, "the base's own Python in ngc-extras (just installed into)")
+    wrappers = next(a for a in actions if isinstance(a, WriteRunWrappers))
+    assert wrappers.venv_bin is None and wrappers.extra_commands == ("python", "python3", "pip", "torchrun")
+    assert wrappers.describe() == ("write run wrappers for python python3 pip torchrun (the base's own Python, first on "
+                                   "its PATH in the image) to /out/bin/ (system local)")
+    from dataclasses import replace
+
+    from envbuild.builder.execute.wrapperfiles import write_run_wrappers
+
+    written, kept = write_run_wrappers(replace(wrappers, dest=str(tmp_path / "out/bin")))
+    assert sorted(written) == ["pip", "python", "python3", "torchrun"] and kept == []
+
+
 def test_venv_over_base_sees_the_base_packages(tmp_path) -> None:
     """python.target: venv-over-base: the venv is made with --system-site-packages from the base's Python, first
     on PATH at run time, and installed into with pip (uv would not count the base's packages)."""

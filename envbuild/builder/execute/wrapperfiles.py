@@ -87,7 +87,7 @@ def write_run_wrappers(action: WriteRunWrappers) -> tuple[list[str], list[str]]:
     from envbuild.recipes.loadrecipe import load_recipe
     from envbuild.shared.safefiles import open_below, write_file
 
-    entries = [*venv_commands(action.venv_bin, action.venv_root), *action.extra_commands]
+    entries = [*(venv_commands(action.venv_bin, action.venv_root) if action.venv_bin else ()), *action.extra_commands]
     recipe = load_recipe(action.system)
     out_dir, bin_name = os.path.split(os.path.normpath(action.dest))
     fd = open_below(out_dir or ".", (bin_name,), create=True)

@@ -199,9 +199,10 @@ class Rename:
 @dataclass(frozen=True)
 class WriteRunWrappers:
     """Write `dest/<command>` wrapper scripts for the executables found in `venv_bin` (known only once
-    the packages are installed), each exec'ing into `image` like envrun does on system `system`."""
+    the packages are installed; None where the packages went into the base's own Python, which has no venv:
+    `extra_commands` only), each exec'ing into `image` like envrun does on system `system`."""
 
-    venv_bin: str
+    venv_bin: str | None
     dest: str
     image: str
     system: str
@@ -215,6 +216,9 @@ class WriteRunWrappers:
 
     def describe(self) -> str:
         over = "".join(f" with overlay {path} at {mount}" for path, mount in self.overlays)
+        if self.venv_bin is None:
+            return (f"write run wrappers for {' '.join(self.extra_commands)} (the base's own Python, first on its PATH "
+                    f"in the image) to {self.dest}/ (system {self.system}{over})")
         return f"write run wrappers for the commands in {self.venv_bin} to {self.dest}/ (system {self.system}{over})"
 
 
@@ -286,16 +290,20 @@ class CheckTorchFamily:
     """Stop when torchvision/torchaudio in the environment at `prefix` of the tree `root` were built for
     another variant than torch (envbuild.envspec.torchfamily). Read from the files, nothing imported or run.
     `given`: name==version of members the environment gets from elsewhere (an overlay's base), used for
-    those not installed under `root`. `where` names the environment in the message."""
+    those not installed under `root`. `where` names the environment in the message. `sys_path_file`: a file of
+    the tree (a path inside it) that lists, one a line, the directories the environment imports from, in order,
+    where `prefix` cannot tell them (the base's own Python, whose sys.path is known only inside the container)."""
 
     root: str
     prefix: str
     where: str
     given: tuple[str, ...] = ()
+    sys_path_file: str | None = None
 
     def describe(self) -> str:
         base = f" (with the base's {' '.join(self.given)})" if self.given else ""
-        return f"check that the torch family in {shlex.quote(self.root)} follows torch's variant{base}"
+        python = f" of the Python whose sys.path is listed in {self.sys_path_file}" if self.sys_path_file else ""
+        return f"check that the torch family in {shlex.quote(self.root)}{python} follows torch's variant{base}"
 
 
 @dataclass(frozen=True)

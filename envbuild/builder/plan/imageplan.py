@@ -31,7 +31,7 @@ from envbuild.builder.plan.actions import (
     WriteFile,
     WriteRunWrappers,
 )
-from envbuild.builder.plan.install import PackageSources, install_actions, venv_actions
+from envbuild.builder.plan.install import BASE_SYS_PATH, PackageSources, install_actions, venv_actions
 from envbuild.builder.plan.layers import base_cache_key, choose_installer, plan_layers
 from envbuild.builder.plan.plandata import BasePlan, BuildPlan, BuildRequest, Layers
 from envbuild.builder.plan.postcommands import post_step
@@ -190,9 +190,10 @@ def wrappers_step(request: BuildRequest, venv_bin: str, *, root: str | None = No
     """`root`: the tree `venv_bin` lies in (read inside it); None where `venv_bin` is an image file. Without a
     venv (python.target: base) the base's Python commands are wrapped instead."""
     out_dir = str(PurePosixPath(request.options.output).parent)
-    extra = BASE_TARGET_COMMANDS if installs_into_base(request.spec.python) else ()
+    into_base = installs_into_base(request.spec.python)
+    extra = BASE_TARGET_COMMANDS if into_base else ()
     return Step("wrappers", f"write run wrappers to {out_dir}/bin",
-                (WriteRunWrappers(venv_bin, f"{out_dir}/bin", request.options.output, request.spec.system,
+                (WriteRunWrappers(None if into_base else venv_bin, f"{out_dir}/bin", request.options.output, request.spec.system,
                                   request.facts.runtime.name, venv_root=root, extra_commands=extra),))
 
 
@@ -293,8 +294,11 @@ def env_step(request: BuildRequest, layers: Layers, store: StorePaths, installer
         actions += install_actions(request, partial, installer, requirements, sources, then=freeze_argv)
         # Before the layer is renamed complete: a mismatch leaves no env layer in the store (the cleanup
         # removes the partial tree), so the next build installs and checks again instead of reusing it.
-        # (The base's own environment is found only inside the container: pip keeps its torch there.)
-        if not installs_into_base(request.spec.python):
+        # The base's own Python is found only inside the container: the install step listed its sys.path.
+        if installs_into_base(request.spec.python):
+            actions.append(CheckTorchFamily(partial, "/", f"the base's own Python in {request.spec.name} (just "
+                                                          "installed into)", sys_path_file=BASE_SYS_PATH))
+        else:
             actions.append(CheckTorchFamily(partial, VENV_PREFIX, f"the Python environment of {request.spec.name} "
                                                                    f"({VENV_PREFIX}, just installed)"))
     actions.append(GuardTree(start, snapshot, store.env(layers.env_parent).complete if layers.env_parent else

@@ -31,6 +31,14 @@ BASE_PTH_SCRIPT = (
 )
 
 
+# Where the base's own Python lists the directories it imports from (its sys.path, as its users get it: the
+# base's environment, PYTHONPATH included), once the packages are installed into it, for the torch family check
+# (CheckTorchFamily.sys_path_file); in the sandbox's host mount, never in the image.
+BASE_SYS_PATH = f"{HOST_MOUNT}/base-sys-path.txt"
+SYS_PATH_SCRIPT = ("import os, sys; open(sys.argv[1], 'w').write(''.join(p + chr(10) for p in sys.path "
+                   "if p.startswith('/') and os.path.isdir(p)))")
+
+
 def venv_actions(request: BuildRequest, sandbox: str) -> list[Action]:
     """The venv of python.target made in the sandbox (none for a base target) and, with a lock, the target Python's
     version checked against the lock's."""
@@ -246,7 +254,8 @@ def install_actions(request: BuildRequest, sandbox: str, installer: str, require
         lines = [locate_base_python(python),
                  f'"${BASE_PYTHON_VAR}" -c "import pip" 2>/dev/null || {{ echo "envbuild: the Python of the base '
                  f'${BASE_PYTHON_VAR} has no pip to install with" >&2; echo {shlex.quote(no_pip)} >&2; exit 3; }}',
-                 *(f'"${BASE_PYTHON_VAR}" {shlex.join(command[1:])}' for command in (argv, then) if command)]
+                 *(f'"${BASE_PYTHON_VAR}" {shlex.join(command[1:])}' for command in (argv, then) if command),
+                 f'"${BASE_PYTHON_VAR}" -c {shlex.quote(SYS_PATH_SCRIPT)} {BASE_SYS_PATH}']
         argv = ["/bin/sh", "-ec", "\n".join(lines)]
     elif then:
         argv = ["/bin/sh", "-ec", f"{shlex.join(argv)}\n{shlex.join(then)}"]
