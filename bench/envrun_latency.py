@@ -1,7 +1,10 @@
 """envrun's added start-up latency over a bare `apptainer exec IMG true`, side by side in one run.
 
 Alternates the variants run by run (so drifting machine load hits both alike) and prints medians,
-the added latency and the ratio. Goal (issue 3): envrun adds under 50 ms median.
+the added latency and the ratio. Goal (issue 3): envrun adds under 50 ms median; issue 39: 20 ms.
+Beside the wall time, each variant's CPU time (user + system of the process and all it waited for): on a
+shared machine whose load comes and goes it moves far less than the wall time, so it tells two
+versions apart where the wall time cannot.
 
     .venv/bin/python bench/envrun_latency.py [IMAGE] [--runs 21]
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import time
@@ -18,12 +22,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def timed(argv: list[str]) -> float:
+def timed(argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     # From / : `python -c`/`-m` put the working directory first on sys.path (a checkout's directory would
     # import its own envbuild instead of the one the compared script runs).
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def main() -> None:
@@ -46,22 +54,28 @@ def main() -> None:
         variants["run wrapper bin/python -c pass"] = [str(wrapper), "-c", "pass"]
         variants["apptainer exec IMG python -c pass"] = ["apptainer", "exec", image, "python", "-c", "pass"]
     times: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     for argv in variants.values():  # warm the page cache once
         timed(argv)
     for _ in range(args.runs):
         for name, argv in variants.items():
-            times[name].append(timed(argv))
+            wall, used = timed(argv)
+            times[name].append(wall)
+            cpu[name].append(used)
     medians = {name: statistics.median(values) for name, values in times.items()}
-    print(f"{'variant':<40}{'median (ms)':>12}{'p90 (ms)':>10}")
+    cpu_medians = {name: statistics.median(values) for name, values in cpu.items()}
+    print(f"{'variant':<40}{'median (ms)':>12}{'p90 (ms)':>10}{'CPU median (ms)':>17}")
     for name, values in times.items():
         p90 = sorted(values)[int(0.9 * (len(values) - 1))]
-        print(f"{name:<40}{medians[name] * 1000:>12.1f}{p90 * 1000:>10.1f}")
+        print(f"{name:<40}{medians[name] * 1000:>12.1f}{p90 * 1000:>10.1f}{cpu_medians[name] * 1000:>17.1f}")
     base = medians["apptainer exec IMG true"]
+    cpu_base = cpu_medians["apptainer exec IMG true"]
     for name in ("envrun --image IMG true", "installed envrun (.venv/bin/envrun)", "other checkout's bin/envrun"):
         if name not in medians:
             continue
         added = (medians[name] - base) * 1000
         print(f"{name}: +{added:.1f} ms over bare apptainer exec ({medians[name] / base:.2f}x)")
+        print(f"{name}: CPU +{(cpu_medians[name] - cpu_base) * 1000:.1f} ms over bare apptainer exec")
     if "run wrapper bin/python -c pass" in medians:
         added = (medians["run wrapper bin/python -c pass"] - medians["apptainer exec IMG python -c pass"]) * 1000
         print(f"run wrapper: +{added:.1f} ms over bare apptainer exec IMG python")
