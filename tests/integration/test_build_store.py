@@ -95,7 +95,8 @@ def test_user_layer_change_reuses_the_env_layer(tmp_path: Path, store: Path) -> 
     build(write_spec(tmp_path, ["six"], flavour="one"), image, store)
     [env] = [e for e in store_entries(store) if e["kind"] == "env"]
     before = tree_digest(f"{env['path']}/rootfs")
-    changed = build(write_spec(tmp_path, ["six"], flavour="two"), image, store)
+    # --full: the sandbox over the env layer (a default build as root layers the user layer without one)
+    changed = build(write_spec(tmp_path, ["six"], flavour="two"), image, store, "--full")
     assert "Python env layer" in changed.stderr and ": cached" in changed.stderr
     assert "hard-link the env layer" in changed.stderr
     assert len([e for e in store_entries(store) if e["kind"] == "env"]) == 1
@@ -114,6 +115,7 @@ def test_added_package_installs_only_the_difference_on_the_parent_env(tmp_path: 
     before = tree_digest(f"{parent['path']}/rootfs")
     bigger = build(write_spec(tmp_path, ["six", "idna"]), image, store)
     assert f"reusing env layer {parent['name']}" in bigger.stderr
+    assert "layered: writing only the difference" in bigger.stderr  # the default over the first image
     # The child shared the parent's files by hard links; the parent is intact and still valid.
     assert "wrote through hard links" not in bigger.stderr
     assert tree_digest(f"{parent['path']}/rootfs") == before and Path(parent["path"], "complete").exists()
