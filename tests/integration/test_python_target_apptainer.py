@@ -3,7 +3,8 @@ AI Factory recipes (`Bootstrap: localimage` on the framework image, `pip install
 and built on stand-ins of those images in their layout (tests/support/framework_bases.py: the torch there is a
 small stand-in distribution, not the real one). The import installs into the base's own Python (python.target:
 base); the image's `python` imports the base's torch and the added package; the lock keeps the base's torch.
-A spec with python.target: venv-over-base on the NGC-style stand-in gets a venv that sees the base's torch."""
+A spec with python.target: venv-over-base on the NGC-style stand-in gets a venv that sees the base's torch; one
+with python.target: base on a stand-in of LUMI's older images installs into the conda env $WITH_CONDA activates."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import yaml
 
 from tests.conftest import run_cli
 from tests.support.build_faults import ENVBUILD
-from tests.support.framework_bases import TORCH_VERSION, framework_base
+from tests.support.framework_bases import TORCH_VERSION, WITH_CONDA, framework_base
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.slow]
 
@@ -117,3 +118,32 @@ def test_a_venv_over_an_ngc_style_base_sees_its_torch_and_the_lock_keeps_it(tmp_
     assert six_file.startswith("/opt/envbuild/venv/") and prefix == "/opt/envbuild/venv"
     verified = run_cli([ENVBUILD, "verify", str(image), str(spec)])
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_base_target_on_a_with_conda_base_installs_where_with_conda_leads(tmp_path: Path, debootstrap_base: Path) -> None:
+    """LUMI's older PyTorch images: the framework's Python is the conda env that $WITH_CONDA activates, the system
+    python3 comes first without it. python.target: base locks against that env (its torch kept) and installs into
+    it, as a user who runs $WITH_CONDA first (envrun does) gets it; the system Python is left alone."""
+    base = framework_base("lumi-conda", debootstrap_base, tmp_path)
+    spec = tmp_path / "lumi.yaml"
+    spec.write_text(f"name: lumi\nbase: localimage:{base}\npython:\n  target: base\n  packages: [six]\n")
+    store = {"ENVBUILD_CACHE_DIR": str(tmp_path / "store")}
+    locked = run_cli([ENVBUILD, "lock", str(spec)], env_extra=store, timeout=600)
+    assert locked.returncode == 0, locked.stdout + locked.stderr[-4000:]
+    assert yaml.safe_load(spec.with_suffix(".lock").read_text())["kept-from-base"] == {"torch": TORCH_VERSION}
+    image = tmp_path / "lumi.sif"
+    built = run_cli([ENVBUILD, "build", str(spec), "-o", str(image), "--compression", "zstd", "--locked"],
+                    env_extra=store, timeout=900)
+    assert built.returncode == 0, built.stdout + built.stderr[-4000:]
+    shown = subprocess.run(["apptainer", "exec", "--cleanenv", str(image), "bash", "-c",
+                            'eval "$WITH_CONDA" && python -c "import torch, six, sys; print(six.__file__, sys.prefix)"'],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    six_file, prefix = shown.stdout.split()
+    assert prefix == "/opt/miniconda3/envs/pytorch" and six_file.startswith(prefix + "/lib/")
+    system = subprocess.run(["apptainer", "exec", "--cleanenv", str(image), "python3", "-c", "import six"],
+                            capture_output=True, text=True, timeout=120)
+    assert system.returncode != 0  # the system Python, first without $WITH_CONDA, got nothing
+    assert WITH_CONDA in subprocess.run(["apptainer", "exec", "--cleanenv", str(image), "sh", "-c", 'echo "$WITH_CONDA"'],
+                                        capture_output=True, text=True, check=True).stdout
+

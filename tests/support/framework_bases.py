@@ -4,7 +4,10 @@
          pip there too, `python` on PATH;
   conda  like a conda image (continuumio/miniconda3): a prefix /opt/conda with conda-meta/, its bin/ first on PATH
          (the image's environment sets it, as a Dockerfile's ENV PATH does), torch in lib/python3.X/site-packages;
-  lumi   like the LUMI AI Factory images: Python in /opt/venv, on PATH through the image's environment.
+  lumi   like the LUMI AI Factory images: Python in /opt/venv, on PATH through the image's environment;
+  lumi-conda  like LUMI's older PyTorch images: a conda env /opt/miniconda3/envs/pytorch that the image's
+         $WITH_CONDA (`source /opt/miniconda3/bin/activate pytorch`) puts first on PATH; without it the system
+         python3 comes first.
 
 Their torch is a small stand-in distribution (a dist-info and a package whose __init__ sets __version__, no
 binaries): the tests check where packages go and what the lock keeps, not what torch computes. The conda and
@@ -22,13 +25,16 @@ import zipfile
 from pathlib import Path
 
 TORCH_VERSION = "2.5.0"
-DIR_NAMES = {"ngc": "nvidia-pytorch-like", "conda": "miniconda3-like", "lumi": "lumi-multitorch-like"}
-PREFIX = {"conda": "/opt/conda", "lumi": "/opt/venv"}
+DIR_NAMES = {"ngc": "nvidia-pytorch-like", "conda": "miniconda3-like", "lumi": "lumi-multitorch-like",
+             "lumi-conda": "lumi-pytorch-rocm-like"}
+PREFIX = {"conda": "/opt/conda", "lumi": "/opt/venv", "lumi-conda": "/opt/miniconda3/envs/pytorch"}
+WITH_CONDA = "source /opt/miniconda3/bin/activate pytorch"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def framework_base(kind: str, debootstrap_rootfs: Path, parent: Path) -> Path:
-    """The stand-in `kind` (ngc | conda | lumi) as a directory under `parent`, for a `localimage:` base."""
+    """The stand-in `kind` (ngc | conda | lumi | lumi-conda) as a directory under `parent`, for a `localimage:`
+    base."""
     root = parent / DIR_NAMES[kind]
     subprocess.run(["cp", "-al", str(debootstrap_rootfs), str(root)], check=True)
     version = Path(sorted(glob.glob(str(root / "usr/bin/python3.*[0-9]")))[-1]).name.removeprefix("python")
@@ -46,7 +52,14 @@ def framework_base(kind: str, debootstrap_rootfs: Path, parent: Path) -> Path:
             (prefix / "conda-meta").mkdir()
             (prefix / "conda-meta/history").write_text("# stand-in for a conda prefix\n")
         env = root / ".singularity.d/env/10-docker2singularity.sh"
-        env.write_text(f'export PATH="{PREFIX[kind]}/bin:{DEFAULT_PATH}"\n')
+        if kind == "lumi-conda":  # the env is first on PATH only once $WITH_CONDA ran
+            activate = root / "opt/miniconda3/bin/activate"
+            activate.parent.mkdir(parents=True)
+            activate.write_text(f'[ "$1" = pytorch ] || {{ echo "no conda env $1" >&2; return 1; }}\n'
+                                f'export PATH="{PREFIX[kind]}/bin:$PATH" CONDA_PREFIX={PREFIX[kind]}\n')
+            env.write_text(f"export PATH=\"{DEFAULT_PATH}\"\nexport WITH_CONDA='{WITH_CONDA}'\n")
+        else:
+            env.write_text(f'export PATH="{PREFIX[kind]}/bin:{DEFAULT_PATH}"\n')
         env.chmod(0o755)
     site.mkdir(parents=True, exist_ok=True)
     _fake_torch(site)
