@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 import sys
 
@@ -237,7 +236,7 @@ def replace_with_new_file(dir_fd: int, name: str, fill: Callable[[int], None]) -
     """Fill a new file with an unpredictable name beside `name` (O_EXCL, never through a link), then rename it
     over `name` within the directory's descriptor. A failed fill leaves nothing behind and the old file, if any,
     untouched."""
-    partial = f".{name}.{secrets.token_hex(6)}.partial"
+    partial = f".{name}.{os.urandom(6).hex()}.partial"  # secrets.token_hex without importing secrets (hmac, random)
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
         try:
