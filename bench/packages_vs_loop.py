@@ -147,17 +147,16 @@ def main() -> None:
         checkouts = {"": REPO}
         if args.compare:
             checkouts[f" [{args.compare}]"] = args.compare.resolve()
-        # (label, argv, environment per run): the cold runs get an empty index each time.
+        # (label, argv, environment per run): the cold runs get an empty index each time (index_env empties it).
         methods: list[tuple[str, list[str], Callable[[], dict[str, str]]]] = [
             ("shell loop: apptainer exec ... pip list | grep", ["bash", "-c", loop, "loop", *paths], lambda: base_env)]
-        counter = iter(range(1_000_000))
         for suffix, checkout in checkouts.items():
             envbuild = str(checkout / "bin" / "envbuild")
             warm_env = index_env(f"index-warm{len(methods)}")
             timed([envbuild, "packages", "--grep", grep, *paths], warm_env)  # fills the warm index
             methods += [
                 (f"envbuild packages, empty index (cold){suffix}", [envbuild, "packages", "--grep", grep, *paths],
-                 lambda: index_env(f"index-cold-{next(counter)}")),
+                 lambda: index_env("index-cold")),  # emptied before each run
                 (f"envbuild packages --no-cache (reads the SIFs){suffix}",
                  [envbuild, "packages", "--no-cache", "--grep", grep, *paths], lambda: base_env),
                 (f"envbuild packages (index warm){suffix}", [envbuild, "packages", "--grep", grep, *paths],
