@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -35,6 +36,14 @@ from bench.quick import TEST_STORE, seed_caches, seed_store, write_quick_spec  #
 SPEC = REPO / "envs/local-cpu-pytorch.yaml"
 
 
+_STEP = re.compile(r"^\s+(?:overlay|base) \d+/\d+\s+(.*?)\s+(\d+\.\d) s$")
+
+
+def overlay_steps(log: str) -> list[tuple[str, float]]:
+    """The steps of an overlay build as its summary lists them (name, seconds)."""
+    return [(m.group(1)[:28], float(m.group(2))) for m in map(_STEP.match, log.splitlines()) if m]
+
+
 def build(spec: Path, output: Path, store: Path, compression: str, *extra: str) -> float:
     env = dict(os.environ, ENVBUILD_CACHE_DIR=str(store))
     started = time.monotonic()
@@ -44,7 +53,11 @@ def build(spec: Path, output: Path, store: Path, compression: str, *extra: str) 
     elapsed = time.monotonic() - started
     if proc.returncode != 0:
         raise SystemExit(f"build of {spec} failed:\n{proc.stderr[-4000:]}")
+    STEPS[output] = overlay_steps(proc.stderr)
     return elapsed
+
+
+STEPS: dict[Path, list[tuple[str, float]]] = {}
 
 
 def squashfs_files(path: Path) -> int:
@@ -101,6 +114,9 @@ def main() -> None:
         files.append(squashfs_files(output))
         print(f"{package:>12}: image rebuild (--full) {image_times[-1]:6.1f} s   overlay {overlay_times[-1]:5.1f} s   "
               f"ratio {overlay_times[-1] / image_times[-1]:.3f}   overlay venv: {files[-1]} files -> 1 .sqsh", flush=True)
+        steps = STEPS.get(output, [])
+        print(f"{'':>12}  overlay steps: " + "; ".join(f"{name} {seconds:.1f} s" for name, seconds in steps)
+              + f"; the rest (start-up, spec, lock, store) {overlay_times[-1] - sum(t for _, t in steps):.1f} s", flush=True)
     ratio = statistics.median(o / i for o, i in zip(overlay_times, image_times, strict=True))
     print(f"median ratio overlay / image rebuild: {ratio:.3f} (goal <= 0.05); "
           f"median files: {statistics.median(files):.0f} in a venv vs 1 overlay file; compression {args.compression}; "

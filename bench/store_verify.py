@@ -147,7 +147,7 @@ def main() -> None:
     parser.add_argument("--spec", type=Path, default=REPO / "envs/local-cpu-pytorch.yaml")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--plus-one-runs", type=int, default=5, help="0: no +1 builds")
-    parser.add_argument("--plus-one-args", default="--layered", help="options of the +1 builds ('' for a full one)")
+    parser.add_argument("--plus-one-args", default="--layered", help="options of the +1 builds ('--full' for a full one)")
     parser.add_argument("--work", type=Path, default=Path("/var/tmp/envbuild-bench-verify"))
     parser.add_argument("--envbuild", default=str(REPO / "bin/envbuild"),
                         help="the envbuild timed (another checkout's bin/envbuild: the same runs with that code)")

@@ -130,9 +130,10 @@ def run_cli(args: list[str], *, env_extra: dict[str, str] | None = None, timeout
 
 @pytest.fixture(scope="session")
 def reference_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> Path:
-    """The reference image built from envs/local-cpu-pytorch.yaml, once per test session."""
+    """The reference image built from envs/local-cpu-pytorch.yaml, once per test session: --full, so that it is
+    one squashfs whatever images the shared store already holds (a default build may layer over one)."""
     image = tmp_path_factory.mktemp("reference") / "local-cpu-pytorch.sif"
-    result = run_cli([str(REPO / "bin/envbuild"), "build", str(REPO / "envs/local-cpu-pytorch.yaml"), "-o", str(image)],
+    result = run_cli([str(REPO / "bin/envbuild"), "build", str(REPO / "envs/local-cpu-pytorch.yaml"), "-o", str(image), "--full"],
                      env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)}, timeout=2400)
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     return image

@@ -63,7 +63,9 @@ def small_image(tmp_path_factory: pytest.TempPathFactory, build_cache: Path
     (work / "out" / "bin").mkdir(parents=True)
     (work / "out" / "bin" / "pip").write_text(USERS_OWN_PIP)
     started = time.time()
-    result = run_cli([ENVBUILD, "build", str(spec), "-o", str(image)], env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
+    # --full: a whole squash, whatever image of the same env layer an interrupted earlier run left in the store
+    result = run_cli([ENVBUILD, "build", str(spec), "-o", str(image), "--full"],
+                     env_extra={"ENVBUILD_CACHE_DIR": str(build_cache)})
     assert result.returncode == 0, result.stdout + result.stderr
     yield spec, image, result
     # Each run's spec is new (the {run} id), so its image entry would pile up in the shared test cache
