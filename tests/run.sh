@@ -15,24 +15,42 @@ ENVBUILD_CACHE_DIR="${ENVBUILD_TEST_CACHE:-/var/tmp/envbuild-test-cache}" bin/en
 if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest --durations=30 "$@"
 fi
-# The whole suite: the ~3,100 tests that need no container and no cluster (about 3 minutes of one core) run
-# beside the ~190 that build images and run jobs, which spend much of their time waiting on Slurm's timers,
-# apptainer and PyPI. Two pytest processes, each with its own temporary directory; both must pass.
+# The whole suite in two lanes, one per core. Lane 1: the ~90 tests that need the Slurm test cluster, one at a
+# time (a two-node test restarts the cluster, so nothing else may use it meanwhile); they spend much of their time
+# waiting on Slurm's timers. Lane 2, beside it: the ~3,500 tests that need no container and no cluster (about
+# 4 minutes of one core), then the ~130 that build and run images without the cluster (the build store is shared
+# and safe for concurrent builds: tests/integration/test_concurrent_builds.py). Each pytest has its own temporary
+# directory; every one must pass.
 FAST_MARKERS="not slow and not apptainer and not slurm"
-fast_dir=$(mktemp -d /tmp/envbuild-fast-tests.XXXXXX)
+IMAGE_MARKERS="(slow or apptainer) and not slurm"
+lane_dir=$(mktemp -d /tmp/envbuild-lane2-tests.XXXXXX)
 # `trap -`: a background job of a non-interactive shell would start with SIGINT and SIGQUIT ignored, and so
 # would every process the tests start (envrun keeps an ignored signal ignored: tests/launch/test_supervise.py)
-(trap - INT QUIT; exec .venv/bin/python -m pytest -p no:cacheprovider -m "$FAST_MARKERS" --basetemp="$fast_dir/tmp") \
-    >"$fast_dir/log" 2>&1 </dev/null &
-fast_pid=$!
-trap 'kill "$fast_pid" 2>/dev/null || true' INT TERM
+(
+    trap - INT QUIT
+    set +e
+    .venv/bin/python -m pytest -p no:cacheprovider -m "$FAST_MARKERS" --basetemp="$lane_dir/fast" >"$lane_dir/fast.log" 2>&1
+    echo $? >"$lane_dir/fast.status"
+    .venv/bin/python -m pytest -p no:cacheprovider --durations=20 -m "$IMAGE_MARKERS" --basetemp="$lane_dir/images" \
+        >"$lane_dir/images.log" 2>&1
+    echo $? >"$lane_dir/images.status"
+) </dev/null &
+lane_pid=$!
+trap 'kill "$lane_pid" 2>/dev/null || true' INT TERM
 set +e
-.venv/bin/python -m pytest --durations=30 -m "not ($FAST_MARKERS)"
-slow_status=$?
-wait "$fast_pid"
-fast_status=$?
+.venv/bin/python -m pytest --durations=30 -m "slurm"
+slurm_status=$?
+wait "$lane_pid"
 set -e
-echo "=== the tests that need no container and no cluster (-m \"$FAST_MARKERS\"), run beside the others: exit $fast_status ==="
-if [ "$fast_status" -eq 0 ]; then tail -n 5 "$fast_dir/log"; else cat "$fast_dir/log"; fi
-rm -rf "$fast_dir"
-[ "$slow_status" -eq 0 ] && [ "$fast_status" -eq 0 ]
+fast_status=$(cat "$lane_dir/fast.status" 2>/dev/null || echo 1)
+image_status=$(cat "$lane_dir/images.status" 2>/dev/null || echo 1)
+for lane in fast images; do
+    status=$(cat "$lane_dir/$lane.status" 2>/dev/null || echo 1)
+    case $lane in
+        fast) echo "=== the tests that need no container and no cluster (-m \"$FAST_MARKERS\"), run beside the cluster's: exit $status ===" ;;
+        images) echo "=== the tests that build and run images without the cluster (-m \"$IMAGE_MARKERS\"), run beside the cluster's: exit $status ===" ;;
+    esac
+    if [ "$status" -eq 0 ]; then tail -n 25 "$lane_dir/$lane.log"; else cat "$lane_dir/$lane.log"; fi
+done
+rm -rf "$lane_dir"
+[ "$slurm_status" -eq 0 ] && [ "$fast_status" -eq 0 ] && [ "$image_status" -eq 0 ]
