@@ -13,8 +13,10 @@ from __future__ import annotations
 
 _SEPARATORS_TO_DASH = str.maketrans("_.", "--")
 
-# Name and Version are the first fields every build backend writes; 8 KiB holds them with room to spare.
-HEAD_BYTES = 8 * 1024
+# Name and Version are the first fields every build backend writes; 2 KiB holds them with room to spare. Kept
+# small because a small file sits inside a shared fragment block, which decompresses from its start up to the
+# last byte asked for.
+HEAD_BYTES = 2 * 1024
 # When a header is longer than that (many Requires-Dist lines before Version: seen in old setuptools)
 # the reader asks again for this much.
 LONG_HEAD_BYTES = 512 * 1024

@@ -148,16 +148,19 @@ def _python_version(site_dir: str) -> str:
 def pip_distributions(tree: Tree, env: Environment, problems: list[Problem]) -> list[Package]:
     packages = []
     for site in env.site_dirs:
+        records = []
         for name, kind in sorted((tree.children(site) or {}).items()):
             if name.endswith(".dist-info") and kind == "dir":
-                metadata = f"{site}/{name}/METADATA"
+                records.append(f"{site}/{name}/METADATA")
             elif name.endswith(".egg-info") and kind == "dir":
-                metadata = f"{site}/{name}/PKG-INFO"
+                records.append(f"{site}/{name}/PKG-INFO")
             elif name.endswith(".egg-info") and kind == "file":
-                metadata = f"{site}/{name}"
-            else:
-                continue
-            parsed = read_name_version(tree, metadata)
+                records.append(f"{site}/{name}")
+        # Read in the tree's cheapest order (a squashfs: each shared block decompressed once), reported in name order.
+        order = getattr(tree, "read_order", None)
+        found = {metadata: read_name_version(tree, metadata) for metadata in (records if order is None else order(records))}
+        for metadata in records:
+            parsed = found[metadata]
             if parsed is None:
                 problems.append(Problem(metadata, "missing or without Name/Version; pip does not list it either"))
                 continue

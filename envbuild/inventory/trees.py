@@ -34,6 +34,9 @@ class Tree(Protocol):
         ...
 
 
+_UNPLACED = 1 << 32  # after every fragment index, the files without one (0xFFFFFFFF) included
+
+
 class SquashfsTree:
     """Walks a squashfs; listings are kept by path so that a walk from the root decodes each once."""
 
@@ -74,6 +77,21 @@ class SquashfsTree:
         if inode is None or inode.kind != "dir" or inode.size <= 3:
             return None
         return inode.start, inode.offset
+
+    def read_order(self, paths: list[str]) -> list[str]:
+        """`paths` in the order that decompresses each data block once. Small files share fragment blocks, and a
+        block decompresses only from its start: reading its farthest file first leaves the whole prefix the
+        others need in the reader's block cache, where reading them in name order decompresses it again."""
+
+        def place(path: str) -> tuple[int, int]:
+            parent, name = posixpath.split(path)
+            entry = (self._listing(parent) or {}).get(name)
+            if entry is None or entry.kind != "file":
+                return (_UNPLACED, 0)  # behind a symlink or missing: read resolves it, last
+            inode = self.fs.inode(entry.ref)
+            return (inode.fragment, -inode.offset)
+
+        return sorted(paths, key=place)
 
     def read(self, path: str, limit: int) -> bytes | None:
         parent, name = posixpath.split(path)

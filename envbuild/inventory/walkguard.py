@@ -106,6 +106,11 @@ class ReadBudget:
     def directory_key(self, path: str) -> Hashable | None:
         return self.tree.directory_key(path)
 
+    def read_order(self, paths: list[str]) -> list[str]:
+        """The tree's cheapest order to read `paths` in (as given when it has none); the reads still count here."""
+        order = getattr(self.tree, "read_order", None)
+        return paths if order is None else list(order(paths))
+
     def read(self, path: str, limit: int) -> bytes | None:
         data = self.tree.read(path, min(limit, self.max_bytes - self.bytes + 1))
         if data is not None:
