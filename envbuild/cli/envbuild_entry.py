@@ -16,7 +16,9 @@ def main() -> None:
     from envbuild.commands.uptodate import answer_if_up_to_date, may_be_a_noop
 
     if may_be_a_noop(sys.argv[1:]) and answer_if_up_to_date(sys.argv[1:], sys.stderr):
-        raise SystemExit(0)
+        from envbuild.shared.errors import EXIT_CLEAN
+
+        raise SystemExit(EXIT_CLEAN)
     from envbuild.cli.envbuild_main import main as click_main
 
     click_main()

@@ -52,7 +52,7 @@ def answer_packages(argv: Sequence[str]) -> bool:
     line = simple_packages_line(argv)
     if line is None:
         return False
-    from envbuild.shared.errors import reporting_errors
+    from envbuild.shared.errors import EXIT_PROBLEMS, reporting_errors
 
     def listing() -> int:
         from envbuild.commands.packages import list_packages
@@ -65,7 +65,7 @@ def answer_packages(argv: Sequence[str]) -> bool:
         sys.stdout.flush()
     except BrokenPipeError:  # `envbuild packages ... | head`: as click ends then, quietly
         sys.stdout = _FlushQuietly(sys.stdout)
-        sys.exit(1)
+        sys.exit(EXIT_PROBLEMS)
     sys.exit(status)
 
 

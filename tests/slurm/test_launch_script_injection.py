@@ -163,9 +163,14 @@ def test_a_run_wrapper_passes_every_value_through(text: str, tmp_path: Path) -> 
     assert f"{overlay}:/user-software:image-src=/,ro" in argv
 
 
+def fake_spec(name: str, env: dict[str, str]) -> SimpleNamespace:
+    """What env_script reads of a spec: its name, env, env_shell and where its packages go (envbuild's venv)."""
+    return SimpleNamespace(name=name, env=env, env_shell=None, python=SimpleNamespace(target="envbuild-venv"))
+
+
 @pytest.mark.parametrize("text", CASES, ids=lambda text: repr(text)[:40])
 def test_the_image_env_script_sets_each_value_literally(text: str, tmp_path: Path) -> None:
-    spec = SimpleNamespace(name=text, env={"HOSTILE": text, "OTHER": "x"})
+    spec = fake_spec(name=text, env={"HOSTILE": text, "OTHER": "x"})
     script = tmp_path / "90-envbuild.sh"
     script.write_text(env_script(spec, "1", "0" * 64))  # type: ignore[arg-type]
     out = tmp_path / "value"
@@ -180,7 +185,7 @@ def test_the_image_env_script_sets_each_value_literally(text: str, tmp_path: Pat
 @pytest.mark.parametrize("name", ["FOO\n", "A;B", "A B", "1X", "A-B"])
 def test_the_image_env_script_refuses_a_name_that_is_not_a_variable(name: str) -> None:
     with pytest.raises(UsageError, match=r"env: .* is not a variable name"):
-        env_script(SimpleNamespace(name="x", env={name: "v"}), "1", "0" * 64)  # type: ignore[arg-type]
+        env_script(fake_spec(name="x", env={name: "v"}), "1", "0" * 64)  # type: ignore[arg-type]
 
 
 CLI_CASES = [f"$(touch {MARKER})", f"`touch {MARKER}`", "a'b\"c\\d", "${IFS}*~", "-n", "", "é\u202e", "a\nb"]
