@@ -231,8 +231,8 @@ def test_python_modules_in_the_working_directory_never_run_on_the_host(scene: Sc
 def test_the_report_sampler_starts_isolated_from_the_working_directory(scene: Scene) -> None:
     from envbuild.commands.launch import RunRequest, report_sampler
 
-    command = report_sampler(RunRequest(command=["python", "train.py"], image="env.sif"), {})
-    assert command, "the report is on by default"
+    command = report_sampler(RunRequest(command=["srun", "python", "train.py"], image="env.sif"), {})
+    assert command, "the report is on by default for an srun step"
     mark = plant_modules(scene)
     scene.run(["timeout", "3", *command], timeout=30)  # it starts, imports, and waits for its key on stdin
     assert not mark.exists(), f"the attacker's module ran in the sampler: {mark.read_text()!r}"
