@@ -115,6 +115,34 @@ def test_output_with_the_same_image_key_is_up_to_date(tmp_path: Path, store: Pat
     assert not output.with_name("tiny.sif.build.log").exists(), "an up-to-date output starts no build log"
 
 
+@pytest.mark.parametrize(("output_form", "asked", "up_to_date"), [
+    ("whole", None, True),       # a default build takes the image --full made of the same inputs
+    ("layered", None, True),     # and its own (layered where a stored image fitted)
+    ("whole", False, True),      # --full, its own
+    ("layered", False, False),   # --full never takes a layered image: fewer runtimes read one
+    ("whole", True, False),      # --layered asked for a layered image
+])
+def test_which_image_form_each_build_takes_as_up_to_date(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         output_form: str, asked: bool | None, up_to_date: bool) -> None:
+    loaded = write_spec(tmp_path, ["six"])
+    output = tmp_path / "out" / "tiny.sif"
+    output.parent.mkdir()
+    request = request_for(loaded, store, output)
+    complete_base(request)
+    form = replace(request, options=replace(request.options, layered=output_form == "layered"))
+    write_sif(tmp_path / "tree", output, {"layers": {"image": plan_layers(form).image_key}})
+    stop_at_build(monkeypatch)
+    out = io.StringIO()
+    session = BuildSession(loaded, BuildOptions(output=output, cache_dir=store, layered=asked), out=out)
+    if up_to_date:
+        assert session.build() == output
+        assert f"{output} is up to date (image tiny-" in out.getvalue()
+    else:
+        with pytest.raises(BuildStarted):
+            session.build()
+        assert "is up to date" not in out.getvalue()
+
+
 @pytest.mark.parametrize("change", ["packages", "key", "base-incomplete"])
 def test_output_is_rebuilt_when_anything_differs(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch,
                                                  change: str) -> None:

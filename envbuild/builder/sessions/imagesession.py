@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from envbuild.builder.sessions.prefetch import ParentPrefetch
     from envbuild.envspec.loadspec import LoadedSpec
     from envbuild.lock.lockmodel import LoadedLock
-    from envbuild.store.layout import EntryPaths
+    from envbuild.store.layout import EntryPaths, StorePaths
 
 
 def image_key_of(path: Path) -> str | None:
@@ -98,7 +98,7 @@ class BuildSession(Session):
                                           on_wait=self._say))
 
     def _build(self) -> Path:
-        from envbuild.builder.plan.layers import base_cache_key, plan_layers
+        from envbuild.builder.plan.layers import base_cache_key
         from envbuild.builder.sessions.outputpath import ensure_can_write
         from envbuild.host.buildhost import gather_host_facts
         from envbuild.store.entries import touch_used
@@ -121,7 +121,7 @@ class BuildSession(Session):
         self._use(store_root, "base", base_entry.dir)
         digest = read_digest_file(base_entry.digest)
         if digest and os.path.exists(base_entry.complete):
-            layers = plan_layers(request.with_base_digest(digest))
+            request, layers = self._take_whole_image_where_stored(request.with_base_digest(digest), store, output)
             if image_key_of(output) == layers.image_key:
                 self._finish_up_to_date(request, layers, started, base_entry)
                 return output
@@ -151,8 +151,7 @@ class BuildSession(Session):
             self._say(f"note: the base's content differs from the one {lock[2].name} was made with "
                       f"({lock[0].base_digest[:19]} vs {digest[:19]}); every Python package is still pinned. "
                       f"Run `envbuild lock {self.loaded.path}` to record the new base.")
-        request = request.with_base_digest(digest)
-        layers = plan_layers(request)
+        request, layers = self._take_whole_image_where_stored(request.with_base_digest(digest), store, output)
         self._use(store_root, "env", store.env(layers.env_entry).dir)
         touch_used(Path(base.entry))
         # One build per image: concurrent builds of the same spec wait here, then reuse the result.
@@ -189,6 +188,25 @@ class BuildSession(Session):
                 touch_used(Path(entry.dir))
         note_project_file(self.loaded, output, image=str(output), overlays=(), say=self._say)
         return output
+
+    def _take_whole_image_where_stored(self, request: BuildRequest, store: StorePaths,
+                                       output: Path) -> tuple[BuildRequest, Layers]:
+        """The request and its layers, in the form the image is taken in. A default build may layer (its key says
+        so: a layered image is never reused for --full); where the output or the store already holds the image of
+        the same inputs squashed whole (--full, which every runtime reads), the default takes that one instead of
+        building again."""
+        from envbuild.builder.plan.layers import plan_layers
+
+        layers = plan_layers(request)
+        if self.options.layered is not None or not request.options.layered:
+            return request, layers  # --layered or --full as asked, or a default that does not layer
+        whole = replace(request, options=replace(request.options, layered=False))
+        whole_layers = plan_layers(whole)
+        if image_key_of(output) == whole_layers.image_key or (
+                not os.path.exists(store.image(layers.image_entry).complete)
+                and os.path.exists(store.image(whole_layers.image_entry).complete)):
+            return whole, whole_layers
+        return request, layers
 
     def _plan(self, request: BuildRequest, layers: Layers, *, use: Callable[[Path, str, str], None],
               say: Callable[[str], None], verify: bool = True, check_env: bool = True) -> BuildPlan:
