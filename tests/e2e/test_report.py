@@ -216,6 +216,7 @@ TRUTH_CASES = {
 }
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("case", sorted(TRUTH_CASES))
 def test_the_report_agrees_with_each_ranks_own_getrusage(case: str, reference_image: Path, tmp_path: Path) -> None:
     words, idle = TRUTH_CASES[case]
@@ -235,6 +236,7 @@ def test_the_report_agrees_with_each_ranks_own_getrusage(case: str, reference_im
     assert "found nothing" not in text or not idle
 
 
+@pytest.mark.quiet
 def test_the_report_agrees_with_sstat_while_the_step_runs(reference_image: Path, tmp_path: Path) -> None:
     """Slurm's own accounting (jobacct_gather/linux, provision/cluster.sh) read by `sstat` during the step is a
     lower bound of the step's CPU seconds the report gives at its end, and not far below it. sstat counts in whole
