@@ -9,8 +9,17 @@ bash provision/all.sh
 .venv/bin/ruff check .
 .venv/bin/mypy  # strict on envbuild/ (pyproject.toml's [tool.mypy])
 # The tests share one build store across runs (bases, env layers, the reference image); keep it from
-# growing without bound on a machine that runs CI often.
-ENVBUILD_CACHE_DIR="${ENVBUILD_TEST_CACHE:-/var/tmp/envbuild-test-cache}" bin/envbuild cache prune --older-than 3d >/dev/null || true
+# growing without bound on a machine that runs CI often (a fresh run fills about 6 GB of it).
+ENVBUILD_CACHE_DIR="${ENVBUILD_TEST_CACHE:-/var/tmp/envbuild-test-cache}" bin/envbuild cache prune --older-than 3d --max-size 12G >/dev/null || true
+# A run needs about 25 GB free (the store, the images the tests build under /tmp, pytest's temporary files);
+# say so at once rather than as a build's "does not have room" twenty minutes in.
+for dir in /tmp /var/tmp; do
+    free_kb=$(df -Pk "$dir" | awk 'NR == 2 {print $4}')
+    if [ "${free_kb:-0}" -lt 25000000 ]; then
+        echo "warning: $dir has $((free_kb / 1024)) MB free; the tests need about 25 GB (images, the build store, pytest's" \
+             "temporary files): free space there (old /tmp/pytest-of-*/ runs, \$ENVBUILD_TEST_CACHE) first" >&2
+    fi
+done
 # --durations: the slowest tests in every CI log, to keep the whole run under its 45-minute budget
 if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest --durations=30 "$@"
