@@ -18,6 +18,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envbuild.shared.errors import EnvbuildError
+from envbuild.shared.versionnumbers import release_numbers
 
 # Every package whose binaries belong to one torch build. triton and pytorch-triton(-rocm) are pinned
 # exactly by torch's own metadata (Requires-Dist), so the resolver already picks the matching one.
@@ -113,7 +114,7 @@ def _admits(spec: Specifier, matching: str) -> bool:
 
 
 def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    return (release_numbers(version) or ())[:2]
 
 
 @dataclass(frozen=True)

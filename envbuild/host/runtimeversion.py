@@ -26,6 +26,7 @@ import os
 import zlib
 
 from envbuild.shared.errors import UsageError
+from envbuild.shared.versionnumbers import release_numbers
 
 MINIMUM = {"apptainer": (1, 2, 0), "singularity-ce": (3, 11, 0)}
 LABELS = {"apptainer": "Apptainer", "singularity-ce": "SingularityCE", "singularity": "Singularity"}
@@ -38,19 +39,8 @@ def parse_version_line(line: str) -> tuple[str, tuple[int, int, int]] | None:
     words = line.strip().split()
     if len(words) < 3 or words[1] != "version" or words[0] not in LABELS:
         return None
-    numbers: list[int] = []
-    for part in words[2].lstrip("v").split(".")[:3]:
-        digits = ""
-        for char in part:
-            if not char.isdigit():
-                break
-            digits += char
-        if not digits:
-            break
-        numbers.append(int(digits))
-        if len(digits) < len(part):  # "5-rc.1", "0-jammy": the numbers end here
-            break
-    if not numbers:
+    numbers = release_numbers(words[2])
+    if numbers is None:
         return None
     major, minor, patch = [*numbers, 0, 0][:3]
     return words[0], (major, minor, patch)

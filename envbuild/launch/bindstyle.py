@@ -10,6 +10,7 @@ repeats or contradicts them."""
 from __future__ import annotations
 
 from envbuild.launch.args import has_option, option_value
+from envbuild.shared.versionnumbers import at_least, release_numbers
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -25,37 +26,10 @@ NO_GPU_BINDING = frozenset({"", "none", "verbose", "quiet"})
 TASK_SHARING = "allow-task-sharing"
 
 
-def version_numbers(text: str) -> tuple[int, ...] | None:
-    """The release numbers a version starts with: '23.11.10' -> (23, 11, 10), '2.11.0+rocm7.0' -> (2, 11, 0),
-    '2.12.0a0+git1234' -> (2, 12, 0); None when it starts with no number."""
-    numbers: list[int] = []
-    for part in text.strip().split("."):
-        digits = ""
-        for char in part:
-            if not char.isdigit():
-                break
-            digits += char
-        if not digits:
-            break
-        numbers.append(int(digits))
-        if len(digits) < len(part):  # '0a0', '0+rocm7': the release part ends here
-            break
-    return tuple(numbers) or None
-
-
-def at_least(found: str, minimum: str) -> bool:
-    """Whether version `found` is `minimum` or newer (both as version_numbers reads them; missing parts are 0)."""
-    have, need = version_numbers(found), version_numbers(minimum)
-    if have is None or need is None:
-        return False
-    width = max(len(have), len(need))
-    return have + (0,) * (width - len(have)) >= need + (0,) * (width - len(need))
-
-
 def slurm_version_in(line: str) -> str:
     """The version `srun --version` prints ('slurm 23.11.10', 'slurm-wlm 22.05.8'): '23.11.10'; '' for another line."""
     words = line.split()
-    if len(words) == 2 and words[0].startswith("slurm") and version_numbers(words[1]):
+    if len(words) == 2 and words[0].startswith("slurm") and release_numbers(words[1]):
         return words[1]
     return ""
 

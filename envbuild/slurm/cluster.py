@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from envbuild.shared.durations import parse_slurm_time
 from envbuild.shared.errors import UsageError
+from envbuild.shared.versionnumbers import release_in, version_word
 
 SCONTROL_TIMEOUT_S = 15  # slurmctld answers in well under a second; a hung one must not hang the check
 TEST_ONLY_TIMEOUT_S = 30
@@ -111,8 +112,8 @@ class Associations:
 
 def slurm_release(version: str) -> tuple[int, int] | None:
     """(major, minor) of a Slurm version as its tools print it ("slurm 23.11.4", "slurm-wlm 22.05.8", "24.05")."""
-    match = re.search(r"(\d+)\.(\d+)", version)
-    return (int(match.group(1)), int(match.group(2))) if match else None
+    numbers = release_in(version)
+    return (numbers[0], numbers[1]) if numbers is not None and len(numbers) >= 2 else None
 
 
 def parse_oneliners(text: str) -> list[dict[str, str]]:
@@ -219,8 +220,7 @@ def read_slurm_version(run: object = subprocess.run) -> str:
                    timeout=SCONTROL_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    match = re.search(r"\d+\.\d+(?:\.\d+)?", done.stdout) if done.returncode == 0 else None
-    return match.group(0) if match else ""
+    return version_word(done.stdout) if done.returncode == 0 else ""
 
 
 def read_associations(user: str, cluster: str, run: object = subprocess.run) -> Associations:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.launch.bindingfacts import image_torch, slurm_version
-from envbuild.launch.bindstyle import at_least, slurm_version_in, user_gpu_binding, version_numbers
+from envbuild.launch.bindstyle import slurm_version_in, user_gpu_binding
 from tests.launch.test_plan import SLURM_23_02, SLURM_24_05, TORCH_2_11, plan, program_words
 from tests.support.launch_allocations import LUMI_4_NODES, LUMI_FULL_NODE, LUMI_FULL_NODE_4_TASKS
 
@@ -27,21 +27,6 @@ def host_shim(argv: tuple[str, ...]) -> str:
 
 def reasons(p) -> str:
     return "\n".join(p.reasons)
-
-
-@pytest.mark.parametrize(("text", "numbers"), [
-    ("23.11.10", (23, 11, 10)), ("2.11.0+rocm7.1", (2, 11, 0)), ("2.12.0a0+git1234", (2, 12, 0)),
-    ("24.05", (24, 5)), ("slurm", None), ("", None),
-])
-def test_version_numbers(text: str, numbers: tuple[int, ...] | None) -> None:
-    assert version_numbers(text) == numbers
-
-
-def test_at_least_compares_release_numbers() -> None:
-    assert at_least("23.11.4", "23.11.4") and at_least("24.05.8", "23.11.4") and at_least("23.11.10", "23.11.4")
-    assert not at_least("23.11.3", "23.11.4") and not at_least("23.02.7", "23.11.4")
-    assert at_least("2.11.0+rocm7.1", "2.11") and at_least("2.12.0a0+git", "2.11")
-    assert not at_least("2.10.0+rocm7.0", "2.11") and not at_least("", "2.11")
 
 
 def test_srun_version_lines() -> None:

@@ -3,13 +3,13 @@ environment, and the helpers that word a fix in the system's own terms. Pure."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from math import ceil
 
 from envbuild.launch.allocation import gres_gpus
 from envbuild.shared.durations import format_duration, parse_slurm_time
 from envbuild.shared.errors import UsageError
+from envbuild.shared.versionnumbers import release_in
 from envbuild.slurm.batch.resources import JobRequest, plan_resources
 from envbuild.slurm.check.shape import JobShape, StepShape
 
@@ -86,7 +86,6 @@ def newer_slurm_option(written: str) -> SlurmOption | None:
     return next((entry for entry in NEWER_SLURM_OPTIONS if entry.given_in([written])), None)
 
 
-_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 @dataclass(frozen=True)
@@ -162,11 +161,11 @@ class Context:
         """The Slurm version of the cluster the check runs on as (major, minor, micro), as scontrol wrote it, and
         where that was read; None where it is not known (the check runs away from the cluster, or no answer)."""
         cluster = self.cluster
-        match = _VERSION.search(cluster.slurm_version) if cluster is not None else None
-        if cluster is None or match is None:
+        numbers = release_in(cluster.slurm_version) if cluster is not None else None
+        if cluster is None or numbers is None or len(numbers) < 2:
             return None
-        major, minor, micro = match.groups()
-        return (int(major), int(minor), int(micro or 0)), cluster.slurm_version, cluster.version_source
+        major, minor, micro = [*numbers, 0][:3]
+        return (major, minor, micro), cluster.slurm_version, cluster.version_source
 
     def too_old_for(self, entry: SlurmOption) -> bool:
         """The cluster's Slurm is known, and older than the release that brought `entry`."""
