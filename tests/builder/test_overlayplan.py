@@ -19,6 +19,7 @@ from envbuild.builder.plan.overlayplan import (
     OverlayPlan,
     _check_mount,
     check_torch,
+    overlay_installer,
     overlay_key,
     overlay_record,
     overlay_wrappers_step,
@@ -132,7 +133,7 @@ def test_plan_is_deterministic() -> None:
 def test_conda_base_runs_every_command_after_with_conda() -> None:
     plan = plan_overlay(overlay_request(), LUMI_CONDA_PROBE)
     runs = [a for s in plan.steps if s.name in ("venv", "install", "record", "test") for a in s.actions if isinstance(a, Run)]
-    assert len(runs) == 3  # the venv and its .pth in one start, pip and the record in one, the test
+    assert len(runs) == 3  # the venv and its .pth in one start, the installer and the record in one, the test
     for run in runs:
         image_at = run.argv.index(BASE_SIF)
         assert run.argv[image_at + 1:image_at + 5] == ("bash", "-c", 'eval "$WITH_CONDA" >&2 || exit 3; exec "$@"',
@@ -189,6 +190,44 @@ def test_pip_and_the_record_of_what_it_added_share_one_container_start() -> None
     assert writes.index(run) > max(i for i, a in enumerate(writes) if isinstance(a, WriteFile))  # the record before pip
 
 
+def test_uv_installs_what_a_dry_run_against_the_base_says_it_lacks_in_one_container_start() -> None:
+    plan = plan_overlay(overlay_request(), LUMI_CONDA_PROBE)
+    install = step_named(plan, "install")
+    (run,) = [a for a in install.actions if isinstance(a, Run)]
+    assert run.argv[run.argv.index(BASE_SIF) + 1] == "bash"  # after $WITH_CONDA, as every command in this base
+    lines = run.argv[-1].splitlines()
+    dry_run = shlex.split(lines[0].split(" 2>")[0])
+    # the base's own environment, read-only, decides what is missing (uv ignores a venv's system site packages)
+    assert dry_run[:6] == ["/.envbuild-host/uv", "pip", "install", "--dry-run", "--break-system-packages", "--python"]
+    assert dry_run[6] == LUMI_CONDA_PROBE.python
+    assert dry_run[-2:] == ["accelerate[testing]", "peft==0.15.2"]
+    assert dry_run[dry_run.index("--constraint") + 1] == "/.envbuild-host/constraints.txt"
+    install_line = next(line for line in lines if line.startswith("if [ -s /.envbuild-host/added.txt ]"))
+    words = shlex.split(install_line.removeprefix("if [ -s /.envbuild-host/added.txt ]; then ").removesuffix("; fi"))
+    assert words[words.index("--python") + 1] == f"{plan.mount}/bin/python"
+    assert {"--no-deps", "--compile-bytecode", "--link-mode=copy"} <= set(words)
+    assert words[-2:] == ["-r", "/.envbuild-host/added.txt"]
+    record = "\n".join(lines[lines.index(install_line) + 1:])
+    assert shlex.split(record)[:3] == ["exec", f"{plan.mount}/bin/python", "-c"]
+    assert "uv install" in install.title
+    assert written_record(plan)["installer"] == {"name": "uv", "version": FIXED_FACTS.uv_version}
+
+
+@pytest.mark.parametrize(("why", "probe", "overrides"), [
+    ("no uv beside envbuild", LUMI_CONDA_PROBE, {"facts": replace(FIXED_FACTS, uv=None)}),
+    ("a lock", LUMI_CONDA_PROBE, {"locked_requirements": "peft==0.15.2 --hash=sha256:" + "e" * 64 + "\n",
+                                  "lock_text": "peft==0.15.2\n", "lock_sha256": "d" * 64, "lock_python": "3.12"}),
+    ("site directories outside the base's environment", LUMI_VENV_PROBE, {"spec": "lumi-venv-overlay"}),
+    ("a distribution's own Python", replace(LUMI_CONDA_PROBE, python="/usr/bin/python3", prefix="/usr",
+                                            site_dirs=("/usr/lib/python3/dist-packages",), activation=""), {}),
+])
+def test_pip_installs_where_uv_cannot_see_what_the_base_has(why: str, probe: BaseProbe,
+                                                             overrides: dict[str, object]) -> None:
+    request = overlay_request(**overrides)  # type: ignore[arg-type]
+    assert overlay_installer(request, probe) == "pip", why
+    assert written_record(plan_overlay(request, probe))["installer"]["name"] == "pip"  # type: ignore[index]
+
+
 def test_with_nothing_to_install_the_record_has_its_own_step() -> None:
     probe = replace(LUMI_VENV_PROBE, packages=(*LUMI_VENV_PROBE.packages, "rich==14.0.0"))
     plan = plan_overlay(overlay_request("lumi-venv-overlay"), probe)
@@ -212,7 +251,7 @@ def test_squash_uses_the_spec_processors_and_is_reused_from_the_store() -> None:
 
 
 def test_installing_needs_envbuilds_own_pip() -> None:
-    request = overlay_request(facts=replace(FIXED_FACTS, pip_module=None))
+    request = overlay_request(facts=replace(FIXED_FACTS, pip_module=None, uv=None))
     with pytest.raises(EnvbuildError, match="envbuild's own environment has no pip") as info:
         plan_overlay(request, LUMI_CONDA_PROBE)
     assert info.value.hint is not None and "ensurepip" in info.value.hint
@@ -432,7 +471,8 @@ def test_key_is_stable_for_equal_inputs() -> None:
     ("source date epoch", LUMI_CONDA_PROBE, {"source_date_epoch": 1_700_000_000}),
     ("lock", LUMI_CONDA_PROBE, {"lock_sha256": "a" * 64}),
     ("pip sources", LUMI_CONDA_PROBE, {"facts": replace(FIXED_FACTS, pip=PipSettings(index_url="https://pypi.site/simple"))}),
-    ("pip version", LUMI_CONDA_PROBE, {"facts": replace(FIXED_FACTS, pip_version="26.0")}),
+    ("uv version", LUMI_CONDA_PROBE, {"facts": replace(FIXED_FACTS, uv_version="0.14.0")}),
+    ("installer", LUMI_CONDA_PROBE, {"facts": replace(FIXED_FACTS, uv=None)}),
     ("envbuild version", LUMI_CONDA_PROBE, {"facts": replace(FIXED_FACTS, envbuild_version="9.9.9")}),
     ("probe packages", replace(LUMI_CONDA_PROBE, packages=(*LUMI_CONDA_PROBE.packages, "six==1.17.0")), {}),
     ("probe python", replace(LUMI_CONDA_PROBE, version="3.12.10"), {}),
@@ -441,6 +481,14 @@ def test_key_is_stable_for_equal_inputs() -> None:
 ])
 def test_key_changes_with_what_decides_the_overlay(what: str, probe: BaseProbe, overrides: dict[str, object]) -> None:
     assert key_of(probe, **overrides) != key_of(), what
+
+
+def test_key_follows_the_installer_it_uses() -> None:
+    pip_facts = replace(FIXED_FACTS, uv=None)
+    assert key_of(facts=replace(pip_facts, pip_version="26.0")) != key_of(facts=pip_facts)
+    assert key_of(LUMI_VENV_PROBE, facts=replace(FIXED_FACTS, pip_version="26.0")) != key_of(LUMI_VENV_PROBE)
+    # uv installs this one: pip's version does not change its bytes
+    assert key_of(facts=replace(FIXED_FACTS, pip_version="26.0")) == key_of()
 
 
 def test_key_names_the_store_entry() -> None:
@@ -472,7 +520,7 @@ def test_record_describes_the_build() -> None:
     assert record["python"] == LUMI_CONDA_PROBE.as_record()
     assert record["requirements"] == ["torch==2.6.0", "transformers>=4.50", "numpy<3", "accelerate[testing]", "peft==0.15.2"]
     assert record["packages"] == {"kept": list(plan.kept), "added": []}
-    assert record["installer"] == {"name": "pip", "version": "25.2"}
+    assert record["installer"] == {"name": "uv", "version": "0.13.9"}
     assert record["lock"] is None
     assert record["spec"] == {"name": "lumi-conda-overlay", "sha256": request.source.sha256}
 

@@ -5,10 +5,14 @@ the base's own Python makes a venv with --system-site-packages at the mount poin
 bound there, so the base stays read-only and is never unpacked), pip installs only what the base lacks,
 the venv is squashed into one file and copied out. Running it: envrun --image BASE --overlay NAME.sqsh.
 
-pip, not uv: the overlay must count what the base provides as installed. pip in the overlay's venv sees
-every package on its sys.path; uv 0.13.9 looks only at the venv's own site directory and reinstalled a
-package the base venv had (measured here with typing-extensions). envbuild's own pip is bound in, so a
-base without pip works the same.
+The overlay must count what the base provides as installed. pip in the overlay's venv sees every package
+on its sys.path; uv looks only at the environment it installs into, and in the overlay's venv reinstalled a
+package the base venv had. So uv (where envbuild has one, the faster installer) is used in two steps: a dry
+run against the base's own environment says what the base lacks, as pip would decide it, then exactly those
+distributions go into the venv without resolving again. That holds only where the base's Python has all its
+packages in its own environment (one site directory, under its prefix: an envbuild image's venv, a conda
+env); a base that inherits directories from elsewhere, or a build from a lock, installs with pip, and
+envbuild's own pip is bound in, so a base without pip works the same.
 """
 
 from __future__ import annotations
@@ -178,6 +182,23 @@ def plan_overlay_base(request: BuildRequest) -> OverlayBasePlan:
     return OverlayBasePlan(entry=entry.dir, digest_file=entry.digest, probe_file=probe_file, steps=(digest, probe))
 
 
+def overlay_installer(request: BuildRequest, probe: BaseProbe) -> str:
+    """"uv" where a dry run of uv against the base's environment sees everything the base's Python imports
+    (see the module's docstring) and the overlay resolves (no lock); else "pip"."""
+    # A distribution's own Python (prefix /usr) is left to pip: Debian's keeps its packages where its sysconfig
+    # does not say, and uv may not see them.
+    own_site = (len(probe.site_dirs) == 1 and probe.prefix.rstrip("/") not in ("", "/usr", "/usr/local")
+                and probe.site_dirs[0].startswith(probe.prefix.rstrip("/") + "/"))
+    return "uv" if request.facts.uv and own_site and request.lock.requirements is None else "pip"
+
+
+def installer_label(request: BuildRequest, probe: BaseProbe) -> str:
+    """The installer and its version, as the overlay's key holds it."""
+    if overlay_installer(request, probe) == "uv":
+        return f"uv {request.facts.uv_version or 'unknown'}"
+    return f"pip {request.facts.pip_version or 'unknown'}"
+
+
 def overlay_key(request: BuildRequest, probe: BaseProbe) -> str:
     """Everything that decides the overlay's bytes: same inputs, same key, on any machine."""
     pip = request.facts.pip
@@ -188,7 +209,7 @@ def overlay_key(request: BuildRequest, probe: BaseProbe) -> str:
         # name it): the same base at another path gets its own overlay (a few seconds to build).
         "base_path": request.base.path,
         "python": probe.as_record(), "base_packages": list(probe.packages),
-        "installer": f"pip {request.facts.pip_version or 'unknown'}",
+        "installer": installer_label(request, probe),
         "sources": sources_identity(pip),
         "compression": request.options.compression, "epoch": request.options.source_date_epoch,
     }
@@ -209,7 +230,8 @@ def overlay_record(request: BuildRequest, probe: BaseProbe, split: RequirementSp
                  "sif_id": request.base.sif_id, "size": request.base.size},
         "python": probe.as_record(), "requirements": spec.python.requirements(),
         "packages": {"kept": list(split.kept), "added": []},
-        "installer": {"name": "pip", "version": facts.pip_version},
+        "installer": {"name": overlay_installer(request, probe),
+                      "version": facts.uv_version if overlay_installer(request, probe) == "uv" else facts.pip_version},
         "compression": request.options.compression, "build_host": dict(facts.host_info),
     }
 
@@ -266,6 +288,9 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
                                    sources, run, writable_venv, host, host_bind, python,
                                    files={f"{host}/lock.txt": request.lock.requirements}, check=check,
                                    record=(record_files, record_added)))
+    elif split.added and overlay_installer(request, probe) == "uv":
+        steps.append(_uv_install_step(request, probe, split.added, constraints, sources, run, writable_venv, venv, host,
+                                      host_bind, python, check=check, record=(record_files, record_added)))
     elif split.added:
         steps.append(_install_step(request, split.added, constraints, sources, run, writable_venv, host, host_bind, python,
                                    check=check, record=(record_files, record_added)))
@@ -353,6 +378,53 @@ def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: 
     what = "exactly the lock" if "--require-hashes" in targets else " ".join(targets) + " (what the base lacks)"
     recorded = ", then record how the overlay was made and what it added" if record else ""
     return Step("install", title or f"pip install {what}{recorded}", tuple(actions))
+
+
+def _uv_install_step(request: BuildRequest, probe: BaseProbe, targets: tuple[str, ...], constraints: tuple[str, ...],
+                     sources: PackageSources, run: Callable[..., Run], writable_venv: Bind, venv: str, host: str,
+                     host_bind: Bind, python: str, *, check: CheckTorchFamily,
+                     record: tuple[list[Action], tuple[str, ...]]) -> Step:
+    """uv in the base with the overlay's venv, in one container start: a dry run against the base's environment
+    (read-only) lists what it lacks for `targets`, uv installs exactly that into the venv (no resolution, no
+    dependencies), then the record's command adds what is there to the record."""
+    facts = request.facts
+    assert facts.uv is not None
+    cache = StorePaths(str(facts.cache_dir)).download_cache("uv")
+    uv = f"{HOST_MOUNT}/uv"
+    binds = [writable_venv, host_bind, Bind(facts.uv, uv, is_file=True), Bind(cache, f"{HOST_MOUNT}/cache", read_only=False),
+             *sources.binds]
+    common = ["--cache-dir", f"{HOST_MOUNT}/cache", *sources.uv_args()]
+    plan_file, added_file = f"{HOST_MOUNT}/uv-plan.txt", f"{HOST_MOUNT}/added.txt"
+    # --break-system-packages: a dry run only; a conda env or a distribution's Python may be marked as managed.
+    dry_run = [uv, "pip", "install", "--dry-run", "--break-system-packages", "--python", probe.python, *common,
+               "--constraint", f"{HOST_MOUNT}/constraints.txt", *targets]
+    # Compile now: in a read-only overlay Python would recompile on every start.
+    install = [uv, "pip", "install", "--python", python, "--no-deps", "--compile-bytecode", "--link-mode=copy", *common,
+               "-r", added_file]
+    script = "\n".join([
+        f"{shlex.join(dry_run)} 2>{plan_file} || {{ status=$?; cat {plan_file} >&2; exit $status; }}",
+        f"cat {plan_file} >&2",
+        # uv lists what it would install as " + name==version" (or " + name @ url")
+        f"sed -n 's/^ + //p' {plan_file} >{added_file}",
+        f"if [ -s {added_file} ]; then {shlex.join(install)}; fi",
+        shlex.join(["exec", *record[1]]),
+    ])
+    mount_points = [f"{host}/cache", *(f"{host}{b.inside[len(HOST_MOUNT):]}" for b in sources.binds if not b.is_file)]
+    bound_files = [f"{host}/uv", *(f"{host}{b.inside[len(HOST_MOUNT):]}" for b in sources.binds if b.is_file)]
+    env = [*sources.credential_env("uv"), *((("SSL_CERT_FILE", sources.cert),) if sources.cert else ()),
+           *((("SSL_CLIENT_CERT", sources.client_cert),) if sources.client_cert else ())]
+    actions: list[Action] = [
+        MakeDirs((cache,)), MakeDirs(tuple(mount_points), root=host),
+        WriteFile(f"{host}/constraints.txt", "".join(c + "\n" for c in constraints), root=host),
+        *(WriteFile(path, "", root=host) for path in bound_files),  # mount points of bound files
+        *record[0],
+        run(["/bin/sh", "-ec", script], binds, env=env),
+        # uv's lock file for the venv, world-writable by design (for shared caches); no part of the overlay.
+        Remove((f"{venv}/.lock",), root=venv),
+        check,
+    ]
+    return Step("install", f"uv install {' '.join(targets)} (what the base lacks), then record how the overlay was made "
+                           "and what it added", tuple(actions))
 
 
 def _squash_step(request: BuildRequest, entry: EntryPaths, key: str, venv: str, processors: int) -> Step:
