@@ -132,8 +132,8 @@ def test_plan_is_deterministic() -> None:
 
 def test_conda_base_runs_every_command_after_with_conda() -> None:
     plan = plan_overlay(overlay_request(), LUMI_CONDA_PROBE)
-    runs = [a for s in plan.steps if s.name in ("venv", "install", "record", "test") for a in s.actions if isinstance(a, Run)]
-    assert len(runs) == 3  # the venv and its .pth in one start, the installer and the record in one, the test
+    runs = [a for s in plan.steps if s.name in ("work", "install", "record", "test") for a in s.actions if isinstance(a, Run)]
+    assert len(runs) == 2  # the venv, its .pth, the installer and the record in one start; the test
     for run in runs:
         image_at = run.argv.index(BASE_SIF)
         assert run.argv[image_at + 1:image_at + 5] == ("bash", "-c", 'eval "$WITH_CONDA" >&2 || exit 3; exec "$@"',
@@ -142,14 +142,16 @@ def test_conda_base_runs_every_command_after_with_conda() -> None:
 
 def test_venv_base_runs_commands_directly() -> None:
     plan = plan_overlay(overlay_request("lumi-venv-overlay"), LUMI_VENV_PROBE)
-    (venv,) = [a for a in step_named(plan, "venv").actions if isinstance(a, Run)]
-    shell, flags, script = venv.argv[venv.argv.index(BASE_SIF) + 1:]
+    assert not [a for a in step_named(plan, "work").actions if isinstance(a, Run)]
+    (install,) = [a for a in step_named(plan, "install").actions if isinstance(a, Run)]
+    shell, flags, script = install.argv[install.argv.index(BASE_SIF) + 1:]
     assert (shell, flags) == ("/bin/sh", "-ec")
-    words = shlex.split(script)
-    assert words[:6] == ["/opt/venv/bin/python", "-m", "venv", "--system-site-packages", "--without-pip",
-                         "/opt/my-project"]
-    # the base venv's site directories go into the overlay's .pth file, in the same container start
-    assert words[6:8] == ["exec", "/opt/my-project/bin/python"]
+    make_venv, write_pth = script.split("\n/opt/my-project/bin/python -m pip")[0].split("\n", 1)
+    assert shlex.split(make_venv) == ["/opt/venv/bin/python", "-m", "venv", "--system-site-packages", "--without-pip",
+                                      "/opt/my-project"]
+    # the base venv's site directories go into the overlay's .pth file, in the same container start as pip
+    words = shlex.split(write_pth)
+    assert words[:2] == ["/opt/my-project/bin/python", "-c"]
     assert tuple(words[-3:]) == LUMI_VENV_PROBE.site_dirs
 
 
@@ -161,7 +163,7 @@ def test_plan_summary() -> None:
     assert plan.constraints == ("torch==2.6.0+rocm6.2.4", "torchvision==0.21.0+rocm6.2.4", "pytorch-triton-rocm==3.2.0")
     assert plan.entry == f"lumi-conda-overlay-{plan.key[:16]}"
     assert plan.store_overlay == f"/cache/envbuild/overlays/{plan.entry}/overlay.sqsh"
-    assert [s.name for s in plan.steps] == ["venv", "install", "test", "squash", "output", "wrappers", "clean"]
+    assert [s.name for s in plan.steps] == ["work", "install", "test", "squash", "output", "wrappers", "clean"]
 
 
 def test_constraints_file_holds_the_base_torch() -> None:
@@ -182,7 +184,8 @@ def test_nothing_to_install_leaves_out_the_install_step() -> None:
 def test_pip_and_the_record_of_what_it_added_share_one_container_start() -> None:
     plan = plan_overlay(overlay_request("lumi-venv-overlay"), LUMI_VENV_PROBE)
     (run,) = [a for a in step_named(plan, "install").actions if isinstance(a, Run)]
-    words = shlex.split(run.argv[-1])
+    after_venv = run.argv[-1].index(f"\n{plan.mount}/bin/python -m pip install ") + 1  # after the venv and its .pth
+    words = shlex.split(run.argv[-1][after_venv:])
     assert words[1:4] == ["-m", "pip", "install"]
     assert words[words.index("exec") + 1:words.index("exec") + 3] == [f"{plan.mount}/bin/python", "-c"]
     assert words[-1] == f"{plan.mount}/{RECORD_FILE}"
@@ -196,7 +199,9 @@ def test_uv_installs_what_a_dry_run_against_the_base_says_it_lacks_in_one_contai
     (run,) = [a for a in install.actions if isinstance(a, Run)]
     assert run.argv[run.argv.index(BASE_SIF) + 1] == "bash"  # after $WITH_CONDA, as every command in this base
     lines = run.argv[-1].splitlines()
-    dry_run = shlex.split(lines[0].split(" 2>")[0])
+    assert shlex.split(lines[0])[1:4] == ["-m", "venv", "--system-site-packages"]  # the venv first, in the same start
+    (dry_run_line,) = [line for line in lines if line.startswith("/.envbuild-host/uv pip install --dry-run")]
+    dry_run = shlex.split(dry_run_line.split(" 2>")[0])
     # the base's own environment, read-only, decides what is missing (uv ignores a venv's system site packages)
     assert dry_run[:6] == ["/.envbuild-host/uv", "pip", "install", "--dry-run", "--break-system-packages", "--python"]
     assert dry_run[6] == LUMI_CONDA_PROBE.python
@@ -232,7 +237,9 @@ def test_with_nothing_to_install_the_record_has_its_own_step() -> None:
     probe = replace(LUMI_VENV_PROBE, packages=(*LUMI_VENV_PROBE.packages, "rich==14.0.0"))
     plan = plan_overlay(overlay_request("lumi-venv-overlay"), probe)
     (run,) = [a for a in step_named(plan, "record").actions if isinstance(a, Run)]
-    assert run.argv[-1] == f"{plan.mount}/{RECORD_FILE}"
+    script = run.argv[-1]
+    assert shlex.split(script.split("\n", 1)[0])[1:3] == ["-m", "venv"]  # the venv in the same start
+    assert script.endswith(f" {plan.mount}/{RECORD_FILE}")
 
 
 def test_keep_work_leaves_out_the_clean_step() -> None:

@@ -16,7 +16,7 @@ from envbuild.envspec.loadspec import load_spec_text
 from envbuild.host.pip import PipSettings
 from envbuild.lock.fileformat import render_lock
 from envbuild.lock.lockmodel import Lock, LockedPackage, LockTarget, lock_inputs
-from tests.builder.test_overlayplan import LUMI_VENV_PROBE, overlay_request
+from tests.builder.test_overlayplan import LUMI_CONDA_PROBE, LUMI_VENV_PROBE, overlay_request
 from tests.support.plan_fixtures import FIXED_FACTS, fixed_plan, fixed_request
 
 SECRET = "pw-CANARY-1"
@@ -38,12 +38,14 @@ def runs(steps) -> list[Run]:
 
 
 def install_run(steps) -> Run:
-    """The installer's run; one wrapped in `sh -ec` with the package list after it, as its own words."""
+    """The installer's run; one wrapped in `sh -ec` (an overlay's venv before it, the package list after it), as
+    its own words."""
     for run in runs(steps):
         if "install" in run.argv:
             return run
-        if tuple(run.argv[-3:-1]) == ("/bin/sh", "-ec") and " install " in run.argv[-1].split("\n")[0]:
-            return replace(run, argv=(*run.argv[:-3], *shlex.split(run.argv[-1].split("\n")[0])))
+        line = next((x for x in run.argv[-1].split("\n") if " install " in x), None)
+        if tuple(run.argv[-3:-1]) == ("/bin/sh", "-ec") and line:
+            return replace(run, argv=(*run.argv[:-3], *shlex.split(line)))
     raise AssertionError("no installer run")
 
 
@@ -94,6 +96,19 @@ def test_overlay_installs_take_credentials_from_the_environment_and_key_without_
     assert SECRET not in render_steps("overlay", plan.steps)
     rotated = overlay_request("lumi-venv-overlay", facts=facts_with(OTHER_SECRET))
     assert overlay_key(request, LUMI_VENV_PROBE) == overlay_key(rotated, LUMI_VENV_PROBE)
+
+
+def test_overlay_installs_with_uv_take_credentials_and_the_certificate_from_the_environment() -> None:
+    request = overlay_request(facts=facts_with())
+    plan = plan_overlay(request, LUMI_CONDA_PROBE)
+    assert not [r.argv for r in runs(plan.steps) if any(SECRET in arg for arg in r.argv)]
+    run = install_run(plan.steps)
+    env = dict(run.env)
+    assert "--dry-run" in run.argv  # uv's dry run against the base, then its install: both read these
+    assert env["APPTAINERENV_UV_INDEX_URL"] == f"https://idx:{SECRET}@pypi.site/simple"
+    assert env["APPTAINERENV_UV_EXTRA_INDEX_URL"].endswith(f"https://x:{SECRET}@extra.site/simple")
+    assert env["APPTAINERENV_SSL_CERT_FILE"] == "/.envbuild-host/ca-bundle.pem"
+    assert SECRET not in render_steps("overlay", plan.steps)
 
 
 def test_lock_resolution_passes_credentials_by_environment() -> None:

@@ -259,13 +259,14 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
         return sandbox_exec(request, base, in_base(probe, argv), writable=False, binds=binds, env=env)
 
     # The venv is the overlay's root directory: 0755 whatever the umask, as what the tools write in it.
-    # The venv and its .pth in one container start (each start mounts the base image again).
-    make_venv = shlex.join([probe.python, "-m", "venv", "--system-site-packages", "--without-pip", mount])
-    write_pth = shlex.join(["exec", python, "-c", BASE_PTH_SCRIPT, *probe.site_dirs])
-    steps = [Step("venv", f"make the venv at {mount} with the base's {probe.python} (Python {probe.version})", (
-        Remove((work,)), MakeDirs((host,)), MakeDirs((venv,), IMAGE_DIR_MODE),
-        run(["/bin/sh", "-ec", f"{make_venv}\n{write_pth}"], [writable_venv]),
-    ))]
+    # The venv, its .pth, the install and the record in one container start (each start mounts the base image
+    # again): the directories are made on the host first, the venv by the first lines of the install's script.
+    # (The venv writes into the directory the record's files are already in: `venv` without --clear keeps them.)
+    work_dirs: list[Action] = [Remove((work,)), MakeDirs((host,)), MakeDirs((venv,), IMAGE_DIR_MODE)]
+    make_venv = (shlex.join([probe.python, "-m", "venv", "--system-site-packages", "--without-pip", mount]) + "\n"
+                 + shlex.join([python, "-c", BASE_PTH_SCRIPT, *probe.site_dirs]) + "\n")
+    made = f"make the venv at {mount} with the base's {probe.python} (Python {probe.version}), "
+    steps = [Step("work", f"make the build's work directories (the venv's at {venv})", tuple(work_dirs))]
     record = overlay_record(request, probe, split, key)
     record_file = f"{venv}/{RECORD_FILE}"
     # The venv was written by the base's Python: inside it, every path is resolved as in the overlay's tree.
@@ -287,16 +288,17 @@ def plan_overlay(request: BuildRequest, probe: BaseProbe, *, spec_path: str = "t
         steps.append(_install_step(request, ("--require-hashes", "--no-deps", "-r", f"{HOST_MOUNT}/lock.txt"), constraints,
                                    sources, run, writable_venv, host, host_bind, python,
                                    files={f"{host}/lock.txt": request.lock.requirements}, check=check,
-                                   record=(record_files, record_added)))
+                                   record=(record_files, record_added), before=make_venv, title_before=made))
     elif split.added and overlay_installer(request, probe) == "uv":
         steps.append(_uv_install_step(request, probe, split.added, constraints, sources, run, writable_venv, venv, host,
-                                      host_bind, python, check=check, record=(record_files, record_added)))
+                                      host_bind, python, check=check, record=(record_files, record_added),
+                                      before=make_venv, title_before=made))
     elif split.added:
         steps.append(_install_step(request, split.added, constraints, sources, run, writable_venv, host, host_bind, python,
-                                   check=check, record=(record_files, record_added)))
+                                   check=check, record=(record_files, record_added), before=make_venv, title_before=made))
     else:
-        steps.append(Step("record", "record how the overlay was made and what it added",
-                          (*record_files, run(list(record_added), [writable_venv]))))
+        steps.append(Step("record", f"{made}record how the overlay was made and what it added", (
+            *record_files, run(["/bin/sh", "-ec", make_venv + shlex.join(["exec", *record_added])], [writable_venv]))))
     if spec.tests:
         read_only = Bind(venv, mount)
         steps.append(Step("test", f"run {len(spec.tests)} test(s) with the overlay on the base", tuple(
@@ -348,9 +350,11 @@ def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: 
                   files: dict[str, str] | None = None, pip_options: tuple[str, ...] = ("install",),
                   title: str = "", check: CheckTorchFamily | None = None,
                   env: tuple[tuple[str, str], ...] = (),
-                  record: tuple[list[Action], tuple[str, ...]] | None = None) -> Step:
+                  record: tuple[list[Action], tuple[str, ...]] | None = None, before: str = "",
+                  title_before: str = "") -> Step:
     """pip in the base with the overlay's venv. `record`: the overlay's record files, written before, and the
-    command that adds what pip installed to the record, run after pip in the same container start."""
+    command that adds what pip installed to the record, run after pip in the same container start; `before`,
+    shell lines run first in that start (with `record`), and `title_before` what they do, for the title."""
     facts = request.facts
     if not facts.pip_module:
         raise EnvbuildError("envbuild's own environment has no pip, which overlays install with",
@@ -371,22 +375,23 @@ def _install_step(request: BuildRequest, targets: tuple[str, ...], constraints: 
         *(WriteFile(path, "", root=host) for path in bound_files),  # mount points of bound files
         *(WriteFile(path, text, root=host) for path, text in (files or {}).items()),
         *(record[0] if record else ()),
-        run(argv if record is None else ["/bin/sh", "-ec", f"{shlex.join(argv)}\n{shlex.join(['exec', *record[1]])}"],
+        run(argv if record is None else ["/bin/sh", "-ec", f"{before}{shlex.join(argv)}\n{shlex.join(['exec', *record[1]])}"],
             binds, env=[("PYTHONPATH", f"{HOST_MOUNT}/pylib"), *env, *sources.credential_env("pip")]),
         *((check,) if check else ()),
     ]
     what = "exactly the lock" if "--require-hashes" in targets else " ".join(targets) + " (what the base lacks)"
     recorded = ", then record how the overlay was made and what it added" if record else ""
-    return Step("install", title or f"pip install {what}{recorded}", tuple(actions))
+    return Step("install", title or f"{title_before}pip install {what}{recorded}", tuple(actions))
 
 
 def _uv_install_step(request: BuildRequest, probe: BaseProbe, targets: tuple[str, ...], constraints: tuple[str, ...],
                      sources: PackageSources, run: Callable[..., Run], writable_venv: Bind, venv: str, host: str,
                      host_bind: Bind, python: str, *, check: CheckTorchFamily,
-                     record: tuple[list[Action], tuple[str, ...]]) -> Step:
-    """uv in the base with the overlay's venv, in one container start: a dry run against the base's environment
-    (read-only) lists what it lacks for `targets`, uv installs exactly that into the venv (no resolution, no
-    dependencies), then the record's command adds what is there to the record."""
+                     record: tuple[list[Action], tuple[str, ...]], before: str = "", title_before: str = "") -> Step:
+    """uv in the base with the overlay's venv, in one container start: `before` (shell lines: the venv), a dry
+    run against the base's environment (read-only) that lists what it lacks for `targets`, uv installing exactly
+    that into the venv (no resolution, no dependencies), then the record's command adding what is there to the
+    record. `title_before`: what `before` does, for the step's title."""
     facts = request.facts
     assert facts.uv is not None
     cache = StorePaths(str(facts.cache_dir)).download_cache("uv")
@@ -401,7 +406,7 @@ def _uv_install_step(request: BuildRequest, probe: BaseProbe, targets: tuple[str
     # Compile now: in a read-only overlay Python would recompile on every start.
     install = [uv, "pip", "install", "--python", python, "--no-deps", "--compile-bytecode", "--link-mode=copy", *common,
                "-r", added_file]
-    script = "\n".join([
+    script = before + "\n".join([
         f"{shlex.join(dry_run)} 2>{plan_file} || {{ status=$?; cat {plan_file} >&2; exit $status; }}",
         f"cat {plan_file} >&2",
         # uv lists what it would install as " + name==version" (or " + name @ url")
@@ -423,7 +428,7 @@ def _uv_install_step(request: BuildRequest, probe: BaseProbe, targets: tuple[str
         Remove((f"{venv}/.lock",), root=venv),
         check,
     ]
-    return Step("install", f"uv install {' '.join(targets)} (what the base lacks), then record how the overlay was made "
+    return Step("install", f"{title_before}uv install {' '.join(targets)} (what the base lacks), then record how the overlay was made "
                            "and what it added", tuple(actions))
 
 
