@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = REPO / "envbuild"
 
@@ -261,6 +263,68 @@ def dry_run_loads_nothing_heavy(tmp_path: Path, argv: list[str], heavy: tuple[st
         reports.append(json.loads(done.stderr.strip().splitlines()[-1]))
     assert reports[1]["code"] in (0, None), reports
     assert reports[1]["heavy"] == [], f"envrun --dry-run loaded {reports[1]['heavy']}"
+
+
+# The installed `envrun` (scripts/envrun, pyproject.toml's shared-scripts) runs as its installer writes it: the
+# environment's Python, with site. Nothing of its own may load `re` (what pip's entry-point launcher imports)
+# or a heavy module on the way to exec; what site loaded before the script's first line is not its doing.
+INSTALLED_SCRIPT = REPO / "scripts" / "envrun"
+INSTALLED_LAUNCH = """
+import os, sys
+HEAVY = sys.argv.pop(1).split(",")
+before = set(sys.modules)  # json would load re: the words come as arguments and the report goes as repr
+sys.argv = sys.argv[1:]
+reached = []
+def stop_at_exec(program, argv, env):  # what is loaded when envrun would exec the runtime
+    reached.append(program)
+    raise SystemExit(0)
+os.execvpe = stop_at_exec
+with open(sys.argv[0], encoding="utf-8") as handle:
+    code = compile(handle.read(), sys.argv[0], "exec")
+try:
+    exec(code, {"__name__": "__main__", "__file__": sys.argv[0]})
+except SystemExit as exc:
+    exit_code = exc.code
+else:
+    exit_code = 0
+print(repr({"code": exit_code, "reached": reached,
+            "heavy": sorted(m for m in HEAVY if m in sys.modules and m not in before)}), file=sys.stderr)
+"""
+
+
+def test_the_installed_envrun_script_loads_no_re_and_nothing_heavy(tmp_path: Path) -> None:
+    assert installed_script_loads(tmp_path, INSTALLED_SCRIPT) == []
+    # the check sees `re` where a launcher loads it
+    launcher = tmp_path / "entry-point-launcher"
+    launcher.write_text("import re\nimport sys\nfrom envbuild.cli.envrun_main import main\nsys.exit(main())\n")
+    assert installed_script_loads(tmp_path, launcher) == ["re"]
+
+
+def installed_script_loads(tmp_path: Path, script: Path) -> list[str]:
+    """Of `re` and HEAVY_MODULES, what `script` loads on its way to a launch (the second, with the caches filled)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "ENVBUILD_CACHE_DIR": str(tmp_path / "cache" / "envbuild"), "PYTHONPATH": str(REPO)}
+    argv = ["--image", "/etc/hostname", "--system", "local", "python", "x.py"]
+    reports = []
+    for _ in range(2):  # the first run fills the recipe cache (pydantic may load); the second must not need it
+        done = subprocess.run([sys.executable, "-c", INSTALLED_LAUNCH, ",".join(("re", *HEAVY_MODULES)), str(script),
+                               *argv], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+        reports.append(ast.literal_eval(done.stderr.strip().splitlines()[-1]))
+    assert reports[1]["code"] in (0, None) and reports[1]["reached"], reports  # planned up to the exec
+    heavy: list[str] = reports[1]["heavy"]
+    return heavy
+
+
+def test_the_installed_envrun_is_the_script_not_an_entry_point() -> None:
+    """pyproject.toml installs scripts/envrun as `envrun` with a Python shebang that hatchling rewrites (to
+    `#!python`, then the installer to the environment's interpreter), and no entry point of that name."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "envrun" not in project["project"]["scripts"]
+    assert project["tool"]["hatch"]["build"]["targets"]["wheel"]["shared-scripts"] == {"scripts/envrun": "envrun"}
+    first_line = INSTALLED_SCRIPT.read_text(encoding="utf-8").splitlines()[0]
+    assert first_line == "#!/usr/bin/env python3"  # hatchling's rewrite matches `#!...python[0-9.]*`
+    assert INSTALLED_SCRIPT.stat().st_mode & 0o111, "scripts/envrun must be executable"
 
 
 # `envbuild packages` answered from its index must not load the CLI framework or the image reader either: the
