@@ -14,7 +14,8 @@ tests/test_architecture.py fails when a raw write, rename, unlink or rmtree appe
 - Removal walks descriptors and never crosses a link: a link is removed, never its target.
 - Owner and mode are judged on the descriptor (`fstat`), never on a path looked up again.
 
-Imports only the standard library and the shared leaf `envbuild.shared.errors`: envrun's launch path uses it.
+Imports only the standard library and the shared leaves `envbuild.shared.errors` and `envbuild.shared.treecopy`:
+envrun's launch path uses it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import stat
 import sys
 
 from envbuild.shared.errors import EnvbuildError
+from envbuild.shared.treecopy import copy_tree_argv
 
 TYPE_CHECKING = False  # typing is not imported on envrun's launch path (tests/test_architecture.py)
 if TYPE_CHECKING:
@@ -302,6 +304,35 @@ def copy_file(src: str | os.PathLike[str], dest: str | os.PathLike[str], *, mode
             os.close(source)
     finally:
         os.close(dir_fd)
+
+
+def may_link_files_of(tree: str | os.PathLike[str]) -> bool:
+    """Whether this user may hard-link the files of `tree` (a store entry: one owner for all its files). The
+    kernel's fs.protected_hardlinks (on by default) refuses a link to a file one neither owns nor may read and
+    write, so in a group store an entry another member made is copied, not linked; root links anything."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        return os.stat(tree).st_uid == os.geteuid()
+    except OSError:
+        return True  # the copy says what is wrong with it
+
+
+def linked_copy_argv(src: str, dest: str) -> tuple[str, ...]:
+    """A hard-linked copy of the tree `src` where this user may link its files, else a full copy: what runs
+    wherever a build asks for a linked copy of a store tree."""
+    return copy_tree_argv(src, dest, linked=may_link_files_of(src))
+
+
+def link_or_copy(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+    """`dest` (a new name in a directory of this build's own) as a hard link to the regular file `src`, or a
+    copy of it (copy_file) where the kernel refuses the link: another user's file, another file system."""
+    try:
+        os.link(src, dest, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EACCES, errno.EXDEV, errno.EMLINK):
+            raise
+        copy_file(src, dest)
 
 
 def _copy_data(source: int, out: int, size: int) -> None:

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from envbuild.shared.safefiles import link_or_copy, linked_copy_argv
 from envbuild.sif.compression import checked_epoch, mksquashfs_argv
 from envbuild.sif.format import (
     ARCH_CODES,
@@ -100,7 +101,7 @@ def stage_delta(tree: TreeView, delta: Delta, staging: str, *, epoch: int | None
         if stat.S_ISDIR(info.st_mode):
             ensure_dir(rel)
         elif stat.S_ISREG(info.st_mode):
-            os.link(source, target)
+            link_or_copy(source, target)
         elif stat.S_ISLNK(info.st_mode):
             os.symlink(os.readlink(source), target)
             _copy_attrs(info, target)
@@ -236,7 +237,7 @@ def merge_upper(lower: str, upper: str, merged: str) -> None:
     step does), then `upper`'s files put in place of the lower ones (replaced, never written through a
     shared link) and its directories' attributes kept where lower has none."""
     shutil.rmtree(merged, ignore_errors=True)
-    subprocess.run(["cp", "-al", lower, merged], check=True)
+    subprocess.run(linked_copy_argv(lower, merged), check=True)
     for rel, info in walk(upper).items():  # parents first: every directory on the way is a real one by then
         target = _host(merged, rel)
         if stat.S_ISDIR(info.st_mode):

@@ -114,28 +114,14 @@ def check_links_inside(executor: FileActionExecutor, step: Step, action: CheckLi
                 f"make {link} a directory or file of the tree itself (not a link out of it), or use another base")
 
 
-def may_link_files_of(tree: str) -> bool:
-    """Whether this user may hard-link the files of `tree` (a store entry: one owner for all its files). The
-    kernel's fs.protected_hardlinks (on by default) refuses a link to a file one neither owns nor may read and
-    write, so in a group store an entry another member made is copied, not linked; root links anything."""
-    if os.geteuid() == 0:
-        return True
-    try:
-        return os.stat(tree).st_uid == os.geteuid()
-    except OSError:
-        return True  # cp says what is wrong with it
-
-
-def copy_tree_argv(action: CopyTree) -> tuple[str, ...]:
+def planned_copy_argv(action: CopyTree) -> tuple[str, ...]:
     """The copy that runs: a hard-linked copy where this user may link the source's files, else a full one."""
-    if action.hardlink and not may_link_files_of(action.src):
-        return CopyTree(action.src, action.dest).argv()
-    return action.argv()
+    return safefiles.linked_copy_argv(action.src, action.dest) if action.hardlink else action.argv()
 
 
 def copy_tree(executor: FileActionExecutor, step: Step, action: CopyTree) -> None:
     snapshot = action.snapshot
-    argv = copy_tree_argv(action)
+    argv = planned_copy_argv(action)
     if argv != action.argv():
         executor._log.write(f"  {action.src} belongs to another user, whose files the kernel lets no one else hard-link "
                             f"(fs.protected_hardlinks): copied instead\n")

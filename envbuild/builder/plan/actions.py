@@ -9,6 +9,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from envbuild.shared.treecopy import copy_tree_argv
+
 
 def _quote_all(argv: tuple[str, ...]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
@@ -96,7 +98,7 @@ class CopyTree:
     snapshot: str | None = None
 
     def argv(self) -> tuple[str, ...]:
-        return ("cp", "-al", self.src, self.dest) if self.hardlink else ("cp", "-a", "--reflink=auto", self.src, self.dest)
+        return copy_tree_argv(self.src, self.dest, linked=self.hardlink)
 
     def describe(self) -> str:
         copy = " ".join(shlex.quote(a) for a in self.argv())

@@ -76,7 +76,7 @@ class ParentPrefetch:
         def copy() -> None:
             recorder = threading.Thread(target=self._record, args=(source,), name="envbuild-prefetch-snapshot", daemon=True)
             recorder.start()
-            result = subprocess.run(["cp", "-al", source, self.tree], capture_output=True, text=True, check=False)
+            result = subprocess.run(safefiles.linked_copy_argv(source, self.tree), capture_output=True, text=True, check=False)
             recorder.join()
             if result.returncode != 0:
                 self._failure.append(result.stderr.strip()[-300:] or f"cp exited with {result.returncode}")
