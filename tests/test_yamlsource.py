@@ -11,6 +11,7 @@ import pytest
 
 from envbuild.shared.errors import SpecError, UsageError
 from envbuild.shared.yamlsource import Position, load_yaml_file, parse_yaml_text
+from tests.support.cputime import cpu_seconds
 
 TEXT = """\
 name: demo
@@ -133,15 +134,14 @@ def test_unreadable_files_are_a_usage_error_with_a_fix(tmp_path: Path, make: Cal
 
 
 def test_alias_bomb_is_refused_quickly() -> None:
-    import time
 
     lines = ['a: &a ["x","x","x","x","x","x","x","x","x","x"]']
     for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
         lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 10) + "]")
-    start = time.monotonic()
+    start = cpu_seconds()
     with pytest.raises(SpecError) as caught:
         parse_yaml_text("\n".join(lines) + "\n", "bomb.yaml")
-    assert time.monotonic() - start < 5
+    assert cpu_seconds() - start < 5
     assert "expands to more than 100000 values through aliases" in caught.value.render()
 
 

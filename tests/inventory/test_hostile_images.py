@@ -32,6 +32,7 @@ from envbuild.inventory.walkguard import WalkGuard
 from envbuild.shared.errors import ImageFormatError
 from envbuild.shared.terminaltext import printable, printable_lines
 from tests.conftest import REPO
+from tests.support.cputime import cpu_seconds
 from tests.support.inventory_layout import dist_info
 
 ENVBUILD = str(REPO / "bin" / "envbuild")
@@ -263,10 +264,10 @@ def test_many_links_to_one_huge_record_stop_at_the_read_budget(tmp_path: Path, s
             os.link(big, site / f"p{index}-1.dist-info/METADATA")
     image = squash(root, tmp_path / "bomb.sqsh")
     assert image.stat().st_size < 1 << 20
-    start = time.perf_counter()
+    start = cpu_seconds()
     with pytest.raises(ImageFormatError, match="reading the image's records passed 128 MiB"):
         read_inventory(str(image))
-    assert time.perf_counter() - start < 2
+    assert cpu_seconds() - start < 2
 
 
 @needs_mksquashfs
@@ -278,10 +279,10 @@ def test_thousands_of_start_scripts_stop_at_the_read_budget_of_inspect(tmp_path:
     for index in range(1000):  # 1 GiB of start scripts to read and print, in a few KiB
         os.link(big, env / f"{index:04d}-x.sh")
     image = squash(tmp_path / "root", tmp_path / "scripts.sqsh")
-    start = time.perf_counter()
+    start = cpu_seconds()
     with pytest.raises(ImageFormatError, match="reading the image's records passed 32 MiB"):
         read_image_facts(str(image))
-    assert time.perf_counter() - start < 2
+    assert cpu_seconds() - start < 2
 
 
 def test_a_walk_past_its_budget_is_an_error_naming_the_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

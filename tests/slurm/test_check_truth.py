@@ -18,6 +18,7 @@ from envbuild.slurm.check.pitfalls import check_script, check_script_file, rende
 from envbuild.slurm.check.programs import classify_program
 from envbuild.slurm.check.rulebase import Finding
 from envbuild.slurm.check.shape import JobShape
+from tests.support.cputime import cpu_seconds
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "batch"
 
@@ -266,10 +267,10 @@ def test_long_scripts_are_read_in_linear_time() -> None:
 def test_a_10_mb_file_is_answered_in_under_2_seconds(tmp_path: Path) -> None:
     path = tmp_path / "job.sh"
     path.write_text("#!/bin/bash\n" + "echo 'x\n" * 1_250_000)
-    started = time.perf_counter()
+    started = cpu_seconds()
     with pytest.raises(Exception, match="not a batch script"):
         check_script_file(str(path), load_recipe("puhti"), io.StringIO(), {})
-    assert time.perf_counter() - started < 2
+    assert cpu_seconds() - started < 2
 
 
 # --- the report: JSON, edits ---------------------------------------------------------------------------------------
