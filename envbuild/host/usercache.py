@@ -29,7 +29,7 @@ from envbuild import __version__
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
 DIR_MODE = 0o700
@@ -100,9 +100,18 @@ def write_cached(name: str, key: str, value: Any) -> None:
     """Store `value` (plain data) as `name` under `key`: written 0600 beside the others and renamed into
     place, in a 0700 directory. Best effort: an unwritable cache only costs speed. A directory that is not
     the user's is never written into; the user's own one that others may write is closed first."""
-    try:
-        data = marshal.dumps((key, value))
-    except ValueError:
+    write_cached_many([(name, key, value)])
+
+
+def write_cached_many(entries: Sequence[tuple[str, str, Any]]) -> None:
+    """write_cached of each (name, key, value), the directory opened and checked once for all of them."""
+    payloads = []
+    for name, key, value in entries:
+        try:
+            payloads.append((name, marshal.dumps((key, value))))
+        except ValueError:
+            continue
+    if not payloads:
         return
     path = user_cache_dir()
     try:
@@ -118,23 +127,31 @@ def write_cached(name: str, key: str, value: Any) -> None:
         return
     from envbuild.shared.safefiles import replace_with_new_file  # a cache miss only: not on every launch
 
-    def fill(handle: int) -> None:
-        os.fchmod(handle, FILE_MODE)  # exactly 0600, whatever the umask took away
-        view = memoryview(data)
-        while view:
-            view = view[os.write(handle, view):]
-
     try:
         status = os.fstat(directory)
         if status.st_uid != os.geteuid():
             return
         if status.st_mode & 0o777 != DIR_MODE:
             os.fchmod(directory, DIR_MODE)
-        replace_with_new_file(directory, name, fill)
+        for name, data in payloads:
+            try:
+                replace_with_new_file(directory, name, _filler(data))
+            except OSError:
+                pass
     except OSError:
         pass
     finally:
         os.close(directory)
+
+
+def _filler(data: bytes) -> Callable[[int], None]:
+    def fill(handle: int) -> None:
+        os.fchmod(handle, FILE_MODE)  # exactly 0600, whatever the umask took away
+        view = memoryview(data)
+        while view:
+            view = view[os.write(handle, view):]
+
+    return fill
 
 
 def is_plain(value: Any) -> bool:

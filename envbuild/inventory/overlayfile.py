@@ -8,7 +8,6 @@ way to exec. What the inventory needs beyond the record is in overlayvenv.py.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from envbuild.shared.errors import ImageFormatError
@@ -35,6 +34,8 @@ def record_in_tree(tree: Tree, path: str) -> dict[str, Any] | None:
     data = tree.read("/" + RECORD_FILE, _RECORD_LIMIT)
     if data is None:
         return None
+    import json  # an overlay's record only: a SIF's listing needs none
+
     try:
         return check_record(json.loads(data), path)
     except ValueError as exc:

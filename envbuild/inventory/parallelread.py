@@ -7,7 +7,11 @@ The workers are forked (no interpreter to start, nothing to import again) and se
 (marshal, as the index stores it): per image its inventory as inventorycache.inventory_to_dict makes it, with
 "arch", or the ImageFormatError that says why it could not be read. An image a worker could not answer for
 (any other exception, a worker that died) is read again in this process, so it fails exactly as it would
-have alone."""
+have alone.
+
+A worker sends its answers first and only then writes them to the index, while this process shows them:
+the listing is on the screen before the index is written. This process still waits for its workers before it
+exits (wait_for_index_writes, also at exit), so a command that ended has written its index."""
 
 from __future__ import annotations
 
@@ -26,15 +30,25 @@ if TYPE_CHECKING:
 _READ_SIZE = 1 << 16
 
 
+_writing: list[int] = []  # workers that sent their answers and may still be writing the index
+
+
 def read_listing(path: str, cache: InventoryCache) -> dict[str, Any] | ImageFormatError:
     """The inventory of the image at `path` as plain data with its architecture under "arch", remembered in
     `cache`; or the ImageFormatError that says why it could not be read."""
+    entry = cache.entry_name(path)
+    answer = _read(path)
+    if entry is not None and not isinstance(answer, ImageFormatError):
+        cache.store_listings([(entry, answer)])
+    return answer
+
+
+def _read(path: str) -> dict[str, Any] | ImageFormatError:
     try:
         data = inventory_to_dict(read_inventory(path))
     except ImageFormatError as exc:
         return exc
     data["arch"] = image_arch(path)
-    cache.store(path, data)
     return data
 
 
@@ -78,9 +92,13 @@ def _read_in_workers(paths: list[str], cache: InventoryCache, workers: int) -> d
             _work(paths[index::workers], cache, write_end)
         os.close(write_end)
         children.append((pid, read_end))
-    sent = _collect([fd for _, fd in children])
-    for pid, _ in children:
-        os.waitpid(pid, 0)
+    sent = _collect([fd for _, fd in children])  # each pipe to its end: a worker closes it before its index writes
+    if not _writing:  # none left to wait for: wait_for_index_writes is registered at most once
+        import atexit
+
+        atexit.unregister(wait_for_index_writes)
+        atexit.register(wait_for_index_writes)
+    _writing.extend(pid for pid, _ in children)
     answers: dict[str, dict[str, Any] | ImageFormatError] = {}
     for data in sent:
         try:
@@ -96,23 +114,39 @@ def _read_in_workers(paths: list[str], cache: InventoryCache, workers: int) -> d
     return answers
 
 
+def wait_for_index_writes() -> None:
+    """Wait for the workers of read_listings to finish writing the index (at exit at the latest)."""
+    while _writing:
+        pid = _writing.pop()
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
 def _work(paths: list[str], cache: InventoryCache, write_end: int) -> None:
     status = 1
     try:
         answers: list[tuple[str, str, Any]] = []
+        to_store: list[tuple[tuple[str, str], dict[str, Any]]] = []
         for path in paths:
             try:
-                answer = read_listing(path, cache)
+                entry = cache.entry_name(path)
+                answer = _read(path)
             except Exception:  # noqa: BLE001, S112 - the parent reads it again, and fails as it would alone
                 continue
             if isinstance(answer, ImageFormatError):
                 answers.append((path, "error", (answer.message, answer.hint, answer.reason)))
             else:
                 answers.append((path, "read", answer))
+                if entry is not None:
+                    to_store.append((entry, answer))
         view = memoryview(marshal.dumps(answers))
         while view:
             view = view[os.write(write_end, view):]
+        os.close(write_end)  # the parent has its answers: it shows them while this worker writes the index
         status = 0
+        cache.store_listings(to_store)
     finally:
         os._exit(status)
 

@@ -34,6 +34,7 @@ _SYMLINK_INODE = struct.Struct("<2I")  # nlink, target length
 _DIR_HEADER = struct.Struct("<3I")  # entries - 1, inode block, base inode number
 _DIR_ENTRY = struct.Struct("<HhHH")  # inode offset, inode number delta, type, name length - 1
 _FRAGMENT_ENTRY = struct.Struct("<QII")
+_METADATA_HEADER = struct.Struct("<H")
 
 METADATA_SIZE = 8192
 _METADATA_UNCOMPRESSED = 0x8000
@@ -41,6 +42,7 @@ _DATA_UNCOMPRESSED = 1 << 24
 _NO_FRAGMENT = 0xFFFFFFFF
 _FLAG_COMPRESSOR_OPTIONS = 0x0400
 _METADATA_CACHE_BLOCKS = 4096  # 32 MiB
+_INODE_CACHE_ENTRIES = 1 << 16
 _MAX_LISTING = 64 << 20  # a directory of a million entries takes about 40 MiB
 _MAX_BLOCK = 1 << 20  # squashfs blocks are at most 1 MiB
 
@@ -179,6 +181,7 @@ class Squashfs:
         self._metadata_cache: dict[int, tuple[bytes, int]] = {}
         self._data_cache: dict[int, tuple[bytes, bool]] = {}  # position -> (bytes, whole block?)
         self._fragment_index: tuple[int, ...] | None = None
+        self._inodes: dict[int, Inode] = {}
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -215,11 +218,14 @@ class Squashfs:
         cached = self._metadata_cache.get(position)
         if cached is not None:
             return cached
-        (word,) = struct.unpack("<H", self._read(position, 2))
+        # The header and the largest block it can announce in one read (a system call each costs more than the
+        # few KiB read past a short block); near the partition's end, only what is there.
+        chunk = self._read(position, max(2, min(2 + METADATA_SIZE, self._length - position)))
+        (word,) = _METADATA_HEADER.unpack_from(chunk)
         size = word & ~_METADATA_UNCOMPRESSED
         if not 0 < size <= METADATA_SIZE:
             raise ImageFormatError(self.path, f"bad metadata block header at squashfs byte {position}", "the image is damaged")
-        data = self._read(position + 2, size)
+        data = chunk[2:2 + size] if 2 + size <= len(chunk) else self._read(position + 2, size)
         if not word & _METADATA_UNCOMPRESSED:
             data = self._decompress(data, METADATA_SIZE + 1, position)
         result = (data, position + 2 + size)
@@ -250,7 +256,16 @@ class Squashfs:
         return self.superblock.root_inode
 
     def inode(self, ref: int) -> Inode:
-        """Decode the inode that the reference (block << 16 | offset, relative to the inode table) points at."""
+        """Decode the inode that the reference (block << 16 | offset, relative to the inode table) points at
+        (each once: the walk asks again for a file it ordered its reads by)."""
+        inode = self._inodes.get(ref)
+        if inode is None:
+            if len(self._inodes) >= _INODE_CACHE_ENTRIES:  # a walk decodes a few hundred; bound a crafted image
+                self._inodes.clear()
+            inode = self._inodes[ref] = self._decode_inode(ref)
+        return inode
+
+    def _decode_inode(self, ref: int) -> Inode:
         position = self.superblock.inode_table_start + (ref >> 16)
         raw, position, offset = self._metadata(position, ref & 0xFFFF, _INODE_BASE.size)
         inode_type, mode, _uid, _gid, mtime, _number = _INODE_BASE.unpack(raw)
@@ -303,7 +318,11 @@ class Squashfs:
         if directory.size > _MAX_LISTING:
             raise ImageFormatError(self.path, f"a directory listing of {directory.size} bytes", "the image is damaged")
         raw, _, _ = self._metadata(self.superblock.directory_table_start + directory.start, directory.offset, directory.size - 3)
-        entries = []
+        entries: list[Entry] = []
+        append = entries.append
+        kinds = _KINDS
+        unpack_entry = _DIR_ENTRY.unpack_from  # names bound once: a walk decodes a few thousand entries
+        entry_size = _DIR_ENTRY.size
         position = 0
         end = len(raw)
         while position < end:
@@ -311,12 +330,13 @@ class Squashfs:
             position += _DIR_HEADER.size
             if count >= 256:  # mksquashfs writes at most 256 entries per header
                 raise ImageFormatError(self.path, "bad directory header", "the image is damaged")
+            block <<= 16
             for _ in range(count + 1):
-                offset, _delta, entry_type, name_length = _DIR_ENTRY.unpack_from(raw, position)
-                position += _DIR_ENTRY.size
-                name = raw[position:position + name_length + 1].decode("utf-8", errors="surrogateescape")
-                position += name_length + 1
-                entries.append(Entry(name, block << 16 | offset, _KINDS.get(entry_type, "other")))
+                offset, _delta, entry_type, name_length = unpack_entry(raw, position)
+                start = position + entry_size
+                position = start + name_length + 1
+                append(Entry(raw[start:position].decode("utf-8", errors="surrogateescape"), block | offset,
+                             kinds.get(entry_type, "other")))
         return entries
 
     def lookup(self, path: str, *, follow_last: bool = True) -> Inode | None:

@@ -11,11 +11,13 @@ import os
 import posixpath
 import stat
 from collections.abc import Hashable
-from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from envbuild.imagetree.inroot import Link, resolve_in_root
 from envbuild.inventory.squashfs import Entry, Inode, Squashfs
+
+if TYPE_CHECKING:
+    from pathlib import Path  # a sandbox's path may be given as one; pathlib's import is not paid for it
 
 
 class Tree(Protocol):

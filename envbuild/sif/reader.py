@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from envbuild.shared.errors import ImageFormatError
 from envbuild.sif.format import (
@@ -20,6 +19,10 @@ from envbuild.sif.format import (
     PARTITION_EXTRA,
     VERSION,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path  # callers may pass one; pathlib's import is not paid on `envbuild packages`' way
 
 
 @dataclass(frozen=True)
