@@ -93,7 +93,7 @@ def live_cluster(system: str | None, environ: Mapping[str, str],
     import getpass
     from dataclasses import replace
 
-    from envbuild.slurm.cluster import read_associations
+    from envbuild.slurm.cluster import read_associations, read_enforcement
 
     # the accounts of the user who will submit: sacctmgr answers for the user named, whoever runs the check
     try:
@@ -101,7 +101,10 @@ def live_cluster(system: str | None, environ: Mapping[str, str],
     except (OSError, KeyError):  # no name for this uid: accounting cannot be asked about it
         user = ""
     if user:
-        facts = replace(facts, associations=read_associations(user, facts.name))
+        associations = read_associations(user, facts.name)
+        if associations.answered:  # whether sbatch refuses an account without an association
+            associations = replace(associations, enforce=read_enforcement())
+        facts = replace(facts, associations=associations)
     accounting = (f"{user}'s accounts from sacctmgr" if facts.associations is not None and facts.associations.answered
                   else "accounting (sacctmgr) did not answer")
     return facts, (f"checked against {facts.name or 'this cluster'} as scontrol describes it now: "

@@ -85,6 +85,12 @@ class ClusterFacts:
         return [self.nodes[name] for name in partition.nodes if name in self.nodes]
 
 
+# The AccountingStorageEnforce words that make sbatch refuse a job without an association (slurm.conf(5): "If
+# limits, qos, or wckeys are set, associations will automatically be set. If safe is set, limits and associations
+# will automatically be set"; all sets them all)
+ENFORCING_ASSOCIATIONS = frozenset({"associations", "limits", "qos", "wckeys", "safe", "all"})
+
+
 @dataclass(frozen=True)
 class Associations:
     """What accounting says of the user's associations now (`sacctmgr show assoc user=USER`): the accounts they
@@ -96,6 +102,16 @@ class Associations:
     answered: bool
     pairs: tuple[tuple[str, str], ...] = ()  # (account, partition), lower case as slurmdbd stores them
     why: str = ""
+    enforce: str = ""  # AccountingStorageEnforce as `scontrol show config` prints it (read_enforcement); "": unknown
+
+    def enforced(self) -> bool | None:
+        """Whether sbatch refuses a job charged to an account the user has no association with: slurm.conf(5)'s
+        AccountingStorageEnforce names associations, or limits, qos, wckeys, safe or all, which each set it;
+        None where the setting is not known."""
+        if not self.enforce:
+            return None
+        words = {word.strip().lower() for word in self.enforce.split(",")}
+        return bool(words & ENFORCING_ASSOCIATIONS)
 
     @property
     def source(self) -> str:
@@ -243,6 +259,23 @@ def read_associations(user: str, cluster: str, run: object = subprocess.run) -> 
         return Associations(user, read_at, answered=False,
                             why=f"sacctmgr: {said}" if said else f"sacctmgr exit status {done.returncode}")
     return Associations(user, read_at, answered=True, pairs=parse_associations(done.stdout))
+
+
+def read_enforcement(run: object = subprocess.run) -> str:
+    """AccountingStorageEnforce as `scontrol show config` prints it ("associations,limits,qos,safe", "none"); ""
+    where scontrol does not answer or does not say."""
+    try:
+        done = run(["scontrol", "show", "config"], capture_output=True, text=True,  # type: ignore[operator]
+                   timeout=SCONTROL_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    if done.returncode != 0:
+        return ""
+    for line in done.stdout.splitlines():
+        key, equals, value = line.partition("=")
+        if equals and key.strip() == "AccountingStorageEnforce":
+            return value.strip()
+    return ""
 
 
 def parse_associations(text: str) -> tuple[tuple[str, str], ...]:

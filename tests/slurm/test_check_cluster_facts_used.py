@@ -21,6 +21,7 @@ from envbuild.slurm.cluster import (
     parse_nodes,
     parse_partitions,
     read_associations,
+    read_enforcement,
     read_slurm_version,
     slurm_release,
 )
@@ -285,3 +286,38 @@ def test_a_step_of_one_task_per_node_keeps_the_jobs_cpus() -> None:
     assert findings(one, load_recipe("juwels-booster"), None, rule="srun_inherits") == []
     several = one.replace("srun torchrun", "srun --ntasks-per-node=2 torchrun")
     assert findings(several, None, site(slurm_version="22.05.8"), rule="srun_inherits")
+
+
+@pytest.mark.parametrize(("enforce", "enforced"), [
+    ("associations,limits,qos,safe", True), ("limits", True), ("qos", True), ("wckeys", True), ("safe", True),
+    ("all", True), ("none", False), ("0", False), ("nojobs,nosteps", False), ("", None),
+])
+def test_which_enforcement_refuses_an_account_without_association(enforce: str, enforced: bool | None) -> None:
+    """slurm.conf(5): limits, qos, wckeys and safe each set associations; nojobs and nosteps do not."""
+    assert Associations("ci", "now", True, enforce=enforce).enforced() is enforced
+
+
+def test_the_enforcement_scontrol_prints() -> None:
+    config = "Configuration data as of 2026-11-28T10:00:00\nAccountingStorageBackupHost = (null)\n" \
+             "AccountingStorageEnforce = associations,limits,qos\nAccountingStorageHost   = db1\n"
+    assert read_enforcement(run=_answers(config)) == "associations,limits,qos"
+    assert read_enforcement(run=_answers("AccountingStorageEnforce = none\n")) == "none"
+    assert read_enforcement(run=_answers("", 1, "slurm_load_ctl_conf error")) == ""
+
+
+def test_an_account_without_association_where_associations_are_not_enforced() -> None:
+    """sbatch accepts the job there: an info that says so, never the error."""
+    facts = with_accounts()
+    assert facts.associations is not None
+    unenforced = site(associations=replace(facts.associations, enforce="none"))
+    script = "#SBATCH --account=project_2009999\nsrun hostname\n"
+    assert findings(script, None, unenforced, rule="cluster_account") == []
+    (found,) = findings(script, None, unenforced, rule="account_not_enforced")
+    assert found == (2, "info", "--account=project_2009999: ci has no association with account project_2009999; this "
+                                "cluster does not enforce associations, so sbatch accepts the job")
+    enforced = site(associations=replace(facts.associations, enforce="associations,limits"))
+    assert findings(script, None, enforced, rule="account_not_enforced") == []
+    assert [f[1] for f in findings(script, None, enforced, rule="cluster_account")] == ["error"]
+    # an account of the user's own says nothing either way
+    assert findings("#SBATCH --account=project_2001234\nsrun hostname\n", None, unenforced,
+                    rule="account_not_enforced") == []

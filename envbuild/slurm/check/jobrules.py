@@ -761,6 +761,26 @@ def accounting_unanswered(ctx: Context) -> list[Finding]:
                     "accounting runs")]
 
 
+def account_not_enforced(ctx: Context) -> list[Finding]:
+    """Applies where the check runs on the script's cluster, accounting answered, the cluster does not enforce
+    associations (AccountingStorageEnforce without associations, limits, qos, wckeys or safe) and the script names
+    an account the user has no association with: sbatch accepts the job, so this is said, not refused."""
+    associations = ctx.cluster.associations if ctx.cluster is not None else None
+    named = _named_account(ctx)
+    if associations is None or not associations.answered or associations.enforced() is not False or named is None:
+        return []
+    line, written, account = named
+    if account.lower() in associations.accounts():
+        return []
+    return [Finding(line, f"{written}: {associations.user} has no association with account {account}; this cluster "
+                    "does not enforce associations, so sbatch accepts the job",
+                    f"AccountingStorageEnforce={associations.enforce}: a job runs without an association, and its "
+                    "usage is recorded against an account accounting does not know the user in",
+                    f"{associations.source}; scontrol show config",
+                    "nothing, if the account is meant; else one of yours: " + ", ".join(associations.accounts())
+                    if associations.accounts() else "nothing, if the account is meant")]
+
+
 def cluster_account(ctx: Context) -> list[Finding]:
     """Applies where the check runs on the script's cluster, accounting answered (`sacctmgr show assoc`) and the
     script (or $SBATCH_ACCOUNT, which sbatch prefers to the script's line) names an account: an account the user
@@ -771,6 +791,8 @@ def cluster_account(ctx: Context) -> list[Finding]:
         return []
     line, written, account = named
     mine = associations.accounts()
+    if associations.enforced() is False:
+        return []  # sbatch takes any account here: account_not_enforced says so
     if account.lower() not in mine:
         return [Finding(line, f"{written}: {associations.user} has no association with account {account}",
                         "sbatch refuses a job charged to an account the user is not associated with (Invalid account "

@@ -55,6 +55,7 @@ RULES: tuple[tuple[Callable[[Context], list[Finding]], str, bool], ...] = (
     (checkjob.cluster_partition, "error", False),
     (checkjob.cluster_limits, "error", False),
     (checkjob.cluster_account, "error", False),
+    (checkjob.account_not_enforced, "info", False),
     (checkjob.accounting_unanswered, "info", False),
     (checkjob.recipe_vs_cluster, "info", True),
     (checkjob.sbatch_test_only, "error", False),
