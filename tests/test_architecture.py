@@ -235,14 +235,20 @@ def test_envrun_with_a_recipe_file_imports_no_heavy_module(tmp_path: Path) -> No
 SRUN_ONLY_MODULES = ("envbuild.launch.nodelaunchers", "envbuild.launch.steptime", "envbuild.shared.durations",
                      "envbuild.host.pythonstart", "envbuild.launch.supervise", "envbuild.report.stepreport")
 BINDING_FACTS_MODULES = ("envbuild.launch.bindingfacts",)
+# What a launch without overlays has no use for: the overlays' records and checks.
+OVERLAY_MODULES = ("envbuild.launch.overlays",)
+# What an exec without a failure has no use for besides: the escaping of an image's text for a terminal (an image's
+# error message; a runscript verdict, cached once made). The dry run's script text needs it.
+FAILURE_MODULES = ("envbuild.shared.terminaltext",)
 
 
 def test_envrun_without_srun_loads_only_what_its_launch_uses(tmp_path: Path) -> None:
     """A launch on this node (no srun) on a recipe without the newer binding loads neither the step's modules
-    (report sampler, time limit, supervision, node launchers) nor the binding facts."""
+    (report sampler, time limit, supervision, node launchers) nor the binding facts, and one without overlays
+    nothing of them."""
     for command in (["python", "x.py"], ["torchrun", "x.py"]):
         dry_run_loads_nothing_heavy(tmp_path, ["--system", "local", "--image", "/etc/hostname", "--dry-run", *command],
-                                    heavy=(*HEAVY_MODULES, *SRUN_ONLY_MODULES, *BINDING_FACTS_MODULES))
+                                    heavy=(*HEAVY_MODULES, *SRUN_ONLY_MODULES, *BINDING_FACTS_MODULES, *OVERLAY_MODULES))
 
 
 def test_envrun_under_srun_reads_binding_facts_only_for_a_recipe_that_needs_them(tmp_path: Path) -> None:
@@ -301,13 +307,15 @@ def test_the_installed_envrun_script_loads_no_re_and_nothing_heavy(tmp_path: Pat
 
 
 def installed_script_loads(tmp_path: Path, script: Path) -> list[str]:
-    """Of `re` and HEAVY_MODULES, what `script` loads on its way to a launch (the second, with the caches filled)."""
+    """Of `re`, HEAVY_MODULES and what a plain launch has no use for, what `script` loads on its way to exec (the
+    second time, with the caches filled)."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache"),
            "ENVBUILD_CACHE_DIR": str(tmp_path / "cache" / "envbuild"), "PYTHONPATH": str(REPO)}
     argv = ["--image", "/etc/hostname", "--system", "local", "python", "x.py"]
     reports = []
     for _ in range(2):  # the first run fills the recipe cache (pydantic may load); the second must not need it
-        done = subprocess.run([sys.executable, "-c", INSTALLED_LAUNCH, ",".join(("re", *HEAVY_MODULES)), str(script),
+        unused = ("re", *HEAVY_MODULES, *SRUN_ONLY_MODULES, *BINDING_FACTS_MODULES, *OVERLAY_MODULES, *FAILURE_MODULES)
+        done = subprocess.run([sys.executable, "-c", INSTALLED_LAUNCH, ",".join(unused), str(script),
                                *argv], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
         reports.append(ast.literal_eval(done.stderr.strip().splitlines()[-1]))
     assert reports[1]["code"] in (0, None) and reports[1]["reached"], reports  # planned up to the exec

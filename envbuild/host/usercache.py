@@ -30,7 +30,9 @@ from envbuild import __version__
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
-    from typing import Any
+    from typing import Any, TypeVar
+
+    Value = TypeVar("Value")
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -152,6 +154,27 @@ def _filler(data: bytes) -> Callable[[int], None]:
             view = view[os.write(handle, view):]
 
     return fill
+
+
+# Bump when what is kept per file changes (an overlay's record as read, an image digest's form, a runscript verdict).
+PER_FILE_FORMAT = 2
+
+
+def cached_per_file(path: str, kind: str, compute: Callable[[str], Value], check: Callable[[Any], bool]) -> Value:
+    """compute(path), kept in this cache per (absolute path, size, mtime_ns) when it is plain data; `kind` starts
+    the cache file's name (what is kept: "records", "digests", "runscripts-1"). The file name is a crc32 of that
+    key (zlib is imported already; hashlib is not, and costs a launch); the key is stored with the value and
+    compared on reading, and `check` (value -> bool) must accept what is read back."""
+    status = os.stat(path)
+    key = f"{PER_FILE_FORMAT}\0{os.path.abspath(path)}\0{status.st_size}\0{status.st_mtime_ns}"
+    name = f"{kind}-{zlib.crc32(key.encode()):08x}{len(key):x}.marshal"
+    stored = read_cached(name, key, check)
+    if stored is not MISS:
+        found: Value = stored  # plain data that `check` accepted
+        return found
+    value = compute(path)
+    write_cached(name, key, value)
+    return value
 
 
 def is_plain(value: Any) -> bool:

@@ -55,7 +55,7 @@ def image_torch(image: str, overlays: tuple[tuple[str, str], ...]) -> tuple[str,
 def _facts(path: str) -> tuple[str, str, bool]:
     if os.path.isdir(path):
         return _read_torch(path)
-    from envbuild.launch.overlays import cached_per_file
+    from envbuild.host.usercache import cached_per_file
 
     try:
         found: tuple[str, str, bool] = cached_per_file(path, "imagetorch-1", _read_torch, _is_facts)

@@ -12,17 +12,14 @@ header directly, without the full SIF reader.
 from __future__ import annotations
 
 import os
-import zlib
 
-from envbuild.host.usercache import MISS, read_cached, write_cached
+from envbuild.host.usercache import cached_per_file
 from envbuild.shared.errors import ImageFormatError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-    from typing import Any, TypeVar
-
-    Value = TypeVar("Value")
+    from collections.abc import Sequence
+    from typing import Any
 
 
 class Overlay:
@@ -46,7 +43,7 @@ def read_overlays(paths: Sequence[str]) -> list[Overlay]:
             raise UsageError(f"overlay {path} does not exist",
                              "build it with `envbuild build SPEC` (a spec with an overlay: section), or fix the path")
         try:
-            overlays.append(Overlay(path, _cached(path, "records", _read_record, _is_record)))
+            overlays.append(Overlay(path, cached_per_file(path, "records", _read_record, _is_record)))
         except ImageFormatError as exc:
             raise UsageError(f"overlay {exc.message}", exc.hint) from None
     return overlays
@@ -141,7 +138,7 @@ def _sif_id(path: str) -> str | None:
 
 def file_digest(path: str) -> str:
     """"sha256:<hex>" of the file, computed once per (absolute path, size, mtime_ns)."""
-    return _cached(path, "digests", _sha256, _is_digest)
+    return cached_per_file(path, "digests", _sha256, _is_digest)
 
 
 def _is_digest(value: Any) -> bool:
@@ -156,29 +153,6 @@ def _sha256(path: str) -> str:
         for block in iter(lambda: handle.read(4 << 20), b""):
             digest.update(block)
     return f"sha256:{digest.hexdigest()}"
-
-
-def _cached(path: str, kind: str, compute: Callable[[str], Value], check: Callable[[Any], bool]) -> Value:
-    """compute(path), kept in the user's cache per (absolute path, size, mtime_ns) when it is plain data.
-    The file name is a crc32 of that key (zlib is imported already; hashlib is not, and costs a launch); the key is stored with the value
-    and compared on reading, and `check` (value -> bool) must accept what is read back."""
-    status = os.stat(path)
-    key = f"{CACHE_FORMAT}\0{os.path.abspath(path)}\0{status.st_size}\0{status.st_mtime_ns}"
-    name = f"{kind}-{zlib.crc32(key.encode()):08x}{len(key):x}.marshal"
-    stored = read_cached(name, key, check)
-    if stored is not MISS:
-        found: Value = stored  # plain data that `check` accepted
-        return found
-    value = compute(path)
-    write_cached(name, key, value)
-    return value
-
-
-# Bump when what is cached changes (the record's layout as read, the digest's form).
-CACHE_FORMAT = 2
-
-# For other per-file facts on envrun's path (envbuild.launch.runscript); `kind` names their cache directory.
-cached_per_file = _cached
 
 
 def checked_overlays(overlays: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:

@@ -17,15 +17,13 @@ envrun reads the image's /.singularity.d/runscript without starting a container 
         (a fixed program, an entrypoint such as `python`): `exec` as before; --explain says why.
 
 On every launch envrun runs this, so the verdict is cached per (image path, size, mtime) like the overlay
-records (envbuild.launch.overlays): a cache hit costs a stat and a small read; a miss reads two small files
+records (envbuild.host.usercache.cached_per_file): a cache hit costs a stat and a small read; a miss reads two small files
 through the SIF reader (whose imports alone would weigh on every launch). Sandbox directories are read directly, uncached.
 """
 
 from __future__ import annotations
 
 import os
-
-from envbuild.shared.terminaltext import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,7 +48,7 @@ def image_runscript(image: str) -> tuple[str, str] | None:
     cannot be read is left to the container runtime, which says what is wrong with it."""
     if os.path.isdir(image):
         return classify_runscript(_read_dir(image, RUNSCRIPT), lambda path: _read_dir(image, path))
-    from envbuild.launch.overlays import cached_per_file
+    from envbuild.host.usercache import cached_per_file
 
     try:
         return cached_per_file(image, "runscripts-1", _read_sif_verdict, _is_verdict)
@@ -90,6 +88,8 @@ def classify_runscript(text: str | None, read: Callable[[str], str | None]) -> t
     """The verdict for a runscript's text; `read(path)` gives another file of the image (the OCI entrypoint).
     Its words come from the image (paths, an entrypoint), so control characters in them are escaped: the
     verdict is printed by --explain and written into the comments of scripts."""
+    from envbuild.shared.terminaltext import printable  # the verdict is cached: not on envrun's every launch
+
     verdict = _verdict(text, read)
     return None if verdict is None else (verdict[0], printable(verdict[1]))
 

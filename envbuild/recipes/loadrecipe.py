@@ -66,16 +66,20 @@ def _cache_name(name: str, content: bytes) -> str:
 
 def detection_table(directory: Path | str | None = None) -> list[tuple[str, dict[str, Any]]]:
     """(name, `detect` data) of every recipe, for envrun's detection of the site: one cache file for all of them,
-    keyed by every recipe file's content: one small read, where each recipe's whole cache was read before."""
+    keyed by every recipe file's path, size, modification time and inode: a stat per recipe file and one small read
+    on every launch, not a read of every recipe file. The recipe a launch uses is still read, and its data cached by
+    its content (load_recipe_data)."""
     directory = str(directory or _recipes_dir_path())
     names = available_recipes(directory)
-    keys = []
+    keys = [content_cache_name("detect", b"", CACHE_FORMAT)]  # envbuild's version, the recipes' cache format, Python's
     for name in names:
+        path = os.path.join(directory, f"{name}.yaml")
         try:
-            with open(os.path.join(directory, f"{name}.yaml"), "rb") as handle:
-                keys.append(_cache_name(name, handle.read()))
+            status = os.stat(path)
         except OSError:
             keys.append(name)
+            continue
+        keys.append(f"{path}:{status.st_size}:{status.st_mtime_ns}:{status.st_ino}")
     joined = "|".join(keys).encode()
     cache = f"detect-{zlib.crc32(joined):08x}-{len(joined):x}.marshal"
     cached = read_cached(cache, "|".join(keys), lambda table: _is_detection_table(table, names))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from envbuild.shared.terminaltext import printable
-
 TYPE_CHECKING = False  # typing is not imported on envrun's launch path (tests/test_architecture.py)
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -141,6 +139,8 @@ class ImageFormatError(EnvbuildError):
     command prints it."""
 
     def __init__(self, path: str, message: str, hint: str | None = None) -> None:
+        from envbuild.shared.terminaltext import printable  # a failure's import: not on envrun's every launch
+
         super().__init__(printable(f"{path}: {message}"), None if hint is None else printable(hint))
         self.path = path
         self.reason = printable(message)

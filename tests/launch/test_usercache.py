@@ -101,6 +101,21 @@ def test_is_plain_looks_all_the_way_down() -> None:
     assert not is_plain({"a": [{"b": ("c", {1, 2})}]})
 
 
+@pytest.mark.parametrize("hidden", [b"bytes", {1}, frozenset(), (lambda: 0).__code__, 1j, ...])
+def test_is_plain_finds_what_marshal_makes_besides_plain_data(hidden: object) -> None:
+    """Anything marshal can make that is not plain data, at any depth and in any place: a value, a key, an item."""
+    assert not is_plain(hidden)
+    assert not is_plain([hidden])
+    assert not is_plain(("a", [1, {"b": [hidden]}]))
+    assert not is_plain({"a": {"b": hidden}})
+    assert not is_plain({"a": [["x", ("y", hidden)]], "c": "d"})
+    if isinstance(hidden, (bytes, frozenset, complex)) or hidden is ...:
+        assert not is_plain({hidden: 1})  # a key that is not text
+    assert not is_plain({1: "a"})
+    assert is_plain([]) and is_plain({}) and is_plain("text") and is_plain(None)
+    assert is_plain({"lines": {"node.gpus": 1, "env.A": 2}, "binds": ["/a", "/b"], "env": {"A": "1"}, "nested": [[[()]]]})
+
+
 def test_a_value_its_reader_refuses_is_a_miss(cache: Path) -> None:
     write_cached("thing", "key", {"binds": "not a list"})
     assert read_cached("thing", "key", lambda v: isinstance(v["binds"], list)) is MISS
