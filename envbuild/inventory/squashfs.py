@@ -19,6 +19,7 @@ import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from envbuild.imagetree.inroot import Link, resolve_in_root
 from envbuild.shared.errors import ImageFormatError
@@ -138,7 +139,8 @@ def _decompressor(name: str, where: str) -> tuple[Decompress, tuple[type[Excepti
     shorter); where the codec can stop early it does, because a file's first bytes are often all the
     inventory needs of a 128 KiB block."""
     if name == "gzip":
-        return (lambda data, wanted: zlib.decompressobj().decompress(data, wanted)), (zlib.error,)
+        inflate = gzip_inflater()
+        return (lambda data, wanted: inflate.decompressobj().decompress(data, wanted)), (inflate.error,)
     if name in ("xz", "lzma"):
         form = lzma.FORMAT_XZ if name == "xz" else lzma.FORMAT_ALONE
         return (lambda data, wanted: lzma.LZMADecompressor(form).decompress(data, max_length=wanted)), (lzma.LZMAError,)
@@ -159,6 +161,17 @@ def _decompressor(name: str, where: str) -> tuple[Decompress, tuple[type[Excepti
         return (lambda data, _wanted: lz4.block.decompress(data, uncompressed_size=_MAX_BLOCK)), (lz4.block.LZ4BlockError,)
     raise ImageFormatError(where, f"uses {name} compression, which envbuild cannot read",
                            "use --via-runtime, or rebuild with gzip, xz, lz4 or zstd (apptainer build --mksquashfs-args)")
+
+
+def gzip_inflater() -> Any:
+    """The module that inflates gzip (deflate) blocks: zlib-ng's binding where it is installed (a dependency of
+    envbuild; it inflates the same bytes in well under zlib's time, and apptainer squashes with gzip by
+    default), else the standard library's zlib. Both have zlib's decompressobj and error."""
+    try:
+        from zlib_ng import zlib_ng
+    except ImportError:
+        return zlib
+    return zlib_ng
 
 
 class Squashfs:
