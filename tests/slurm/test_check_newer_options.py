@@ -108,3 +108,41 @@ def test_allow_task_sharing_in_sbatch_is_refused_on_every_release() -> None:
         assert found(text + "srun python train.py\n", "option_newer_than_slurm", cluster) == []
     (moved,) = found(text + SHARING, "srun_option_in_sbatch")
     assert moved.edit == (5, "#SBATCH")  # every srun has it: the #SBATCH line need not
+
+
+# --- options srun takes from its input variables (srun(1): "SLURM_GRES_FLAGS  Same as --gres-flags") ----------------
+
+
+def test_an_exported_input_variable_is_srun_s_option() -> None:
+    """`export SLURM_GRES_FLAGS=allow-task-sharing` gives every later srun the option: too new for 22.05, and on
+    LUMI-G it is the `unless` of the forbidden --gpus-per-task (no finding there)."""
+    text = HEAD + "export SLURM_GRES_FLAGS=allow-task-sharing\nsrun --gpus-per-task=1 python train.py\n"
+    (finding,) = found(text, "option_newer_than_slurm", on("22.05.8"))
+    assert finding.line == 8 and finding.what.startswith(
+        "srun SLURM_GRES_FLAGS=allow-task-sharing (line 7): this cluster's Slurm is 22.05.8, older than the 23.11.4")
+    assert finding.edit is None
+    assert found(text, "option_newer_than_slurm", on("24.05.1")) == []
+    lumi = LUMI_HEAD.replace("#SBATCH --gpus-per-task=1\n", "#SBATCH --gpus-per-node=8\n")
+    shared = lumi + "export SLURM_GRES_FLAGS=allow-task-sharing\nsrun --gpus-per-task=1 python train.py\n"
+    assert found(shared, "forbidden_options", system="lumi-g") == []
+    alone = lumi + "srun --gpus-per-task=1 python train.py\n"
+    assert [f.line for f in found(alone, "forbidden_options", system="lumi-g")] == [9]
+
+
+def test_a_variable_set_on_the_line_counts_and_the_lines_own_option_wins() -> None:
+    inline = HEAD + "SLURM_GRES_FLAGS=allow-task-sharing srun python train.py\n"
+    (finding,) = found(inline, "option_newer_than_slurm", on("23.02.7"))
+    assert finding.what.startswith("srun SLURM_GRES_FLAGS=allow-task-sharing: this cluster's Slurm is 23.02.7")
+    overridden = HEAD + "export SLURM_GRES_FLAGS=allow-task-sharing\nsrun --gres-flags=enforce-binding python x.py\n"
+    assert found(overridden, "option_newer_than_slurm", on("22.05.8")) == []
+    # not exported: a shell variable of the batch script, which srun never sees
+    unexported = HEAD + "SLURM_GRES_FLAGS=allow-task-sharing\nsrun python train.py\n"
+    assert found(unexported, "option_newer_than_slurm", on("22.05.8")) == []
+    later = HEAD + "SLURM_GRES_FLAGS=allow-task-sharing\nexport SLURM_GRES_FLAGS\nsrun python train.py\n"
+    assert [f.line for f in found(later, "option_newer_than_slurm", on("22.05.8"))] == [9]
+
+
+def test_an_option_in_two_words_is_the_same_option() -> None:
+    (finding,) = found(HEAD + "srun --gres-flags allow-task-sharing python train.py\n", "option_newer_than_slurm",
+                       on("22.05.8"))
+    assert finding.what.startswith("srun --gres-flags=allow-task-sharing: this cluster's Slurm is 22.05.8")

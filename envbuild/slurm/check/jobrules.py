@@ -343,12 +343,20 @@ def _newer_options(ctx: Context) -> list[tuple[str, int, str, SlurmOption, tuple
                 uses.append(("sbatch", directive.line, directive.written, entry, edit))
     for srun in ctx.script.sruns:
         for entry in NEWER_SLURM_OPTIONS:
+            if not entry.given_in(srun.options):
+                continue
             raw = next((word for word in srun.written if word.startswith("--") and entry.given_in(srun_options((word,)))),
                        None)
-            if raw is None:
-                continue  # given in two words (--gres-flags allow-task-sharing) or not at all
-            alone = entry.value is None or raw.partition("=")[2].strip().lower() == entry.value
-            uses.append(("srun", srun.line, raw, entry, ctx.replace_in_line(srun.line, f" {raw}", "") if alone else None))
+            if raw is not None:
+                alone = entry.value is None or raw.partition("=")[2].strip().lower() == entry.value
+                uses.append(("srun", srun.line, raw, entry,
+                             ctx.replace_in_line(srun.line, f" {raw}", "") if alone else None))
+                continue
+            # from an input variable srun reads (export SLURM_GRES_FLAGS=...), or in two words (--gres-flags X)
+            variable = next((f"{assignment} (line {at})" if at != srun.line else assignment
+                             for assignment, at, option in srun.from_environment if entry.given_in([option])), None)
+            uses.append(("srun", srun.line, variable or next(o for o in srun.options if entry.given_in([o])), entry,
+                         None))
     return uses
 
 

@@ -65,6 +65,19 @@ _WANTED = re.compile(r"srun|torch|accelerate|deepspeed|python|mpirun|mpiexec|eva
 SRUN_PREFIXES = {"time", "exec", "nohup", "env", "command", "builtin", "if", "then", "else", "elif", "do", "while",
                  "until", "!", "{", "nice"}
 _DECLARATIONS = ("export", "declare", "typeset", "readonly", "local")
+# srun's input environment variables that stand for an option (srun(1), INPUT ENVIRONMENT VARIABLES: "Same as
+# --gres-flags", ...), for the options the rules reason on. Options on the srun line override them, as srun
+# documents ("command line options will override any environment variables"). Only what the script itself
+# exports or sets before srun counts: inside a job, SLURM_NTASKS and its kind are sbatch's output variables, which
+# srun reads for the allocation, not options the user chose.
+SRUN_INPUT_OPTIONS = {
+    "SLURM_GRES_FLAGS": "gres-flags", "SLURM_GPUS_PER_TASK": "gpus-per-task", "SLURM_NTASKS_PER_GPU": "ntasks-per-gpu",
+    "SLURM_CPUS_PER_GPU": "cpus-per-gpu", "SRUN_CPUS_PER_TASK": "cpus-per-task", "SLURM_CPU_BIND": "cpu-bind",
+    "SLURM_GPU_BIND": "gpu-bind", "SLURM_MEM_BIND": "mem-bind", "SLURM_DISTRIBUTION": "distribution",
+    "SLURM_HINT": "hint", "SLURM_GPUS_PER_NODE": "gpus-per-node", "SLURM_NTASKS_PER_NODE": "ntasks-per-node",
+    "SLURM_EXACT": "exact", "SLURM_OVERLAP": "overlap", "SLURM_TRES_PER_TASK": "tres-per-task",
+}
+_FLAG_INPUTS = frozenset({"SLURM_EXACT", "SLURM_OVERLAP"})  # set at all: the flag
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,9 @@ class SrunLine:
     program: Program
     words: tuple[str, ...]  # the command's words, quotes removed
     written: tuple[str, ...] = ()  # srun's options as written
+    # the options srun takes from input variables the script exports before the line or sets on it, as
+    # (variable=value as written, the line that sets it, --name=value), where the line does not give the option
+    from_environment: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def text(self) -> str:
@@ -117,6 +133,7 @@ class BatchScript:
     sruns: list[SrunLine] = field(default_factory=list)
     commands: list[Command] = field(default_factory=list)
     exports: dict[str, int] = field(default_factory=dict)  # variable -> the first line that exports it
+    environment: dict[str, int] = field(default_factory=dict)  # variable -> the last line that put it in the environment
     interpreter: str | None = None  # what the #! first line names; None without one (sbatch refuses the script)
     lines: list[str] = field(default_factory=list)  # the text's lines, for fixes that rewrite one
     open_quote_line: int | None = None  # a command whose quote or $( never closes (bash -n fails there)
@@ -314,6 +331,9 @@ def _read_command(command: SimpleCommand, variables: dict[str, str], script: Bat
                 _assign(variables, name, value)
             if texts[0] == "export" or name not in script.exports:
                 script.exports.setdefault(name, line)
+            if texts[0] == "export" or any(flag.startswith("-") and "x" in flag for flag in texts[1:]
+                                           if flag.startswith("-")):
+                script.environment[name] = line
         return
     if all(_ASSIGNMENT.match(word) for word in texts):
         for word in texts:
@@ -328,9 +348,11 @@ def _read_command(command: SimpleCommand, variables: dict[str, str], script: Bat
             options, program = split_srun(srun_words)
         except UsageError:
             options, program = srun_words[1:], ()
+        given = srun_options(options)
+        from_environment = _options_from_environment(texts[:srun_at], given, variables, script, line)
         script.sruns.append(SrunLine(
-            line=line, prefix=texts[:srun_at], options=srun_options(options), program=classify_program(program),
-            words=texts, written=options,
+            line=line, prefix=texts[:srun_at], options=given + tuple(option for _, _, option in from_environment),
+            program=classify_program(program), words=texts, written=options, from_environment=from_environment,
         ))
         return
     words = expand_words(command, 0, variables)
@@ -343,6 +365,28 @@ def _read_command(command: SimpleCommand, variables: dict[str, str], script: Bat
         script.modules += [(line, word) for word in words[1:] if not word.startswith("-") and
                            word not in ("load", "add", "purge", "use", "unload", "rm", "swap", "restore", "list")]
     script.commands.append(Command(line, classify_program(words)))
+
+
+def _options_from_environment(prefix: tuple[str, ...], given: tuple[str, ...], variables: dict[str, str],
+                              script: BatchScript, line: int) -> tuple[tuple[str, int, str], ...]:
+    """The options srun takes from SRUN_INPUT_OPTIONS variables set on its line (`SLURM_GPU_BIND=none srun`) or
+    exported before it with a value the script gives, where its own options do not give them."""
+    inline = {name: value for name, eq, value in (word.partition("=") for word in prefix) if eq}
+    found: list[tuple[str, int, str]] = []
+    for variable, option in SRUN_INPUT_OPTIONS.items():
+        if variable in inline:
+            value, at = expand(inline[variable], variables), line
+        elif variable in script.environment and variable in variables:
+            value, at = variables[variable], script.environment[variable]
+        else:
+            continue
+        if any(word == f"--{option}" or word.startswith(f"--{option}=") for word in given):
+            continue  # the line's own option wins
+        if variable in _FLAG_INPUTS:
+            found.append((f"{variable}={value}", at, f"--{option}"))
+        elif value:
+            found.append((f"{variable}={value}", at, f"--{option}={value}"))
+    return tuple(found)
 
 
 def _assign(variables: dict[str, str], name: str, value: str) -> None:
