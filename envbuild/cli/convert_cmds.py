@@ -22,19 +22,23 @@ from envbuild.convert.formats import format_names, sorted_formats
 @click.option("--build-arg", "build_arg", multiple=True, metavar="NAME=VALUE",
               help="a value for a build argument (%arguments / {{ NAME }} of a definition file, ARG of a "
                    "Dockerfile), over the file's default; one the file does not have is refused; repeat for more")
+@click.option("--offline", is_flag=True,
+              help="do not read a Dockerfile's FROM image's config (WORKDIR, ENV) from its registry")
 @reports_errors
 def import_command(build_file: Path, output: Path | None, fmt: str | None, system: str,
-                   build_arg: tuple[str, ...]) -> None:
+                   build_arg: tuple[str, ...], offline: bool) -> None:
     """Write a spec from an Apptainer/Singularity definition file or a Dockerfile.
 
     What a spec cannot express (runscripts, CMD, USER...) is listed in a comment at the top of the spec;
     pip installs a spec cannot express stay in post as written. Build arguments are substituted (a used one
     without a value is an error: give it with --build-arg); of a multi-stage file the last stage is imported,
-    and copies from an earlier stage are refused."""
+    and copies from an earlier stage are refused. A Dockerfile's FROM image's config is read from its registry
+    (a few seconds at most; anonymous, through HTTPS_PROXY), so that its commands start in the base's WORKDIR
+    and read the base's ENV as in Docker; where it cannot be read, a note says why."""
     from envbuild.commands.convert import import_build_file
 
     output = _file_or_stdout(output)
-    imported = import_build_file(build_file, output, fmt=fmt, system=system, build_args=build_arg)
+    imported = import_build_file(build_file, output, fmt=fmt, system=system, build_args=build_arg, offline=offline)
     if output is None:
         click.echo(imported.text, nl=False)
         return

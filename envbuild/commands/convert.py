@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from envbuild.inventory.registryconfig import ConfigReader
 
 
 class ImportedSpec(NamedTuple):
@@ -15,10 +18,11 @@ class ImportedSpec(NamedTuple):
 
 
 def import_build_file(build_file: Path, output: Path | None, *, fmt: str | None, system: str,
-                      build_args: Iterable[str]) -> ImportedSpec:
+                      build_args: Iterable[str], offline: bool = False) -> ImportedSpec:
     """`build_file` (in `fmt`, or the format detected) as a spec for `system`, written to `output` (None: only
     returned). The spec's files[] sources are written relative to the spec's directory (the current one for
-    None)."""
+    None). A Dockerfile's FROM image's config is read from its registry for the platform of `system`'s nodes,
+    unless `offline`."""
     from envbuild.convert.buildargs import parse_build_args
     from envbuild.convert.formats import detect_format, format_named
     from envbuild.envspec.loadspec import load_spec_text
@@ -34,7 +38,7 @@ def import_build_file(build_file: Path, output: Path | None, *, fmt: str | None,
     prefix = os.path.relpath(build_file.absolute().parent, (output.absolute().parent if output else Path.cwd()))
     prefix = "" if prefix == "." else prefix
     result = kind.import_text(text, name, src_prefix=prefix, build_args=parse_build_args(build_args),
-                              source=str(build_file))
+                              source=str(build_file), read_base=None if offline else _config_reader(system))
     result.spec["system"] = system
     rendered = result.render(str(build_file))
     load_spec_text(rendered, str(output or "<imported spec>"))  # a spec envbuild cannot load is a bug here, not the user's
@@ -43,6 +47,22 @@ def import_build_file(build_file: Path, output: Path | None, *, fmt: str | None,
 
         write_file(output, rendered)  # a link planted at the name is replaced; a device (/dev/null) written in place
     return ImportedSpec(rendered, result.notes)
+
+
+def _config_reader(system: str) -> ConfigReader:
+    """read_image_config for the platform `system`'s nodes run (linux/amd64 where the system is not known)."""
+    from functools import partial
+
+    from envbuild.host.arch import go_arch, host_arch, system_arch
+    from envbuild.inventory.registryconfig import DEFAULT_PLATFORM, read_image_config
+    from envbuild.recipes.loadrecipe import load_recipe
+    from envbuild.shared.errors import UsageError
+
+    try:
+        arch = go_arch(system_arch(load_recipe(system), host_arch()))
+    except UsageError:  # the spec's check names an unknown system; the reading goes on for the common platform
+        arch = ""
+    return partial(read_image_config, platform=f"linux/{arch}" if arch else DEFAULT_PLATFORM)
 
 
 def export_spec_file(spec: Path, fmt: str, output: Path | None, *, use_lock: bool) -> str:

@@ -9,6 +9,7 @@ import itertools
 import posixpath
 import re
 import shlex
+from typing import TYPE_CHECKING
 
 from envbuild.convert.buildargs import (
     build_file_error,
@@ -30,6 +31,9 @@ from envbuild.convert.specexport import ExportInput, header_lines, install_lines
 from envbuild.envspec.specmodel import VENV_PREFIX, env_assignments
 from envbuild.shared.errors import UsageError
 
+if TYPE_CHECKING:
+    from envbuild.inventory.registryconfig import ConfigReader
+
 # --- import -------------------------------------------------------------------------------------------------
 
 _DEF_NOT_EXPRESSIBLE = {
@@ -41,7 +45,9 @@ _DEF_NOT_EXPRESSIBLE = {
 
 
 def import_def(text: str, name: str, *, src_prefix: str = "", build_args: dict[str, str] | None = None,
-               source: str = "<definition file>") -> ImportResult:
+               source: str = "<definition file>", read_base: ConfigReader | None = None) -> ImportResult:
+    """The definition file `text` as the spec `name`; `read_base` (the base image's config, which a Dockerfile's
+    commands start from) is not used: the table of formats gives every importer the same arguments."""
     builder = SpecBuilder(name)
     refuse_unknown_build_args(build_args or {}, def_build_arguments(text), source, kind="build argument")
     written = text.splitlines()  # as written, before the build arguments: what an empty value came from

@@ -9,6 +9,7 @@ import json
 import posixpath
 import re
 import shlex
+from typing import TYPE_CHECKING
 
 from envbuild.convert.buildargs import (
     build_file_error,
@@ -17,7 +18,7 @@ from envbuild.convert.buildargs import (
     substitute_docker_args,
     substitute_run_args,
 )
-from envbuild.convert.envassign import carry_each_assignment, split_assignments
+from envbuild.convert.envassign import carry_each_assignment, edited_value, split_assignments
 from envbuild.convert.shellscript import HEREDOC, heredoc_delimiters, split_words
 from envbuild.convert.specbuilder import (
     ImportResult,
@@ -27,7 +28,11 @@ from envbuild.convert.specbuilder import (
 )
 from envbuild.convert.specexport import ExportInput, header_lines, install_lines, venv_on_path
 from envbuild.envspec.specmodel import VENV_PREFIX, env_assignments
+from envbuild.inventory.registryconfig import ConfigNotRead, ImageConfig
 from envbuild.shared.errors import UsageError
+
+if TYPE_CHECKING:
+    from envbuild.inventory.registryconfig import ConfigReader
 
 # --- import -------------------------------------------------------------------------------------------------
 
@@ -101,7 +106,11 @@ _PIP_SETTINGS = ("PIP_", "UV_", "PYTHON")
 
 
 def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args: dict[str, str] | None = None,
-                      source: str = "Dockerfile") -> ImportResult:
+                      source: str = "Dockerfile", read_base: ConfigReader | None = None) -> ImportResult:
+    """The Dockerfile `text` as the spec `name`. `read_base` reads the FROM image's config (the command hands
+    in envbuild.inventory.registryconfig.read_image_config; the importer does no I/O), whose WorkingDir is
+    where the RUN, COPY and ADD before the file's own WORKDIR run and whose Env gives `$NAME` its value, as in
+    Docker; None (envbuild import --offline): not read, which a note says."""
     builder = SpecBuilder(name)
     build_args = build_args or {}
     instructions = _docker_instructions(text)
@@ -131,27 +140,28 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
     _check_stages(builder, instructions, froms, source)
     scope: dict[str, str | None] = {}  # an ARG before FROM is seen in FROM only, unless declared again in the stage
     workdir = "/"
+    base_env: dict[str, str] = {}  # the FROM image's Env, where it was read
+    base_read = False
     for number, word, rest in instructions[start:]:
         if word == "ARG":
             scope.update(_declared_args(rest, build_args, global_args, source, number))
             continue
-        arguments = _arguments_seen(scope, builder)
+        arguments = _arguments_seen(scope, builder, base_env)
         if word not in ("FROM", "RUN") and "\n" not in rest:  # a COPY here-document is data, not expanded here
             rest = substitute_docker_args(rest, arguments, source, number)
+            if word != "ENV":  # an ENV line reads the environment itself, keeping a reference to its own name
+                rest = substitute_docker_args(rest, _env_values(builder, base_env), source, number)
         if word == "FROM":
             _docker_from(builder, number, rest, global_args, source, template_line)
-            if _runs_before_a_workdir(instructions[start + 1:]):
-                builder.note(number, f"FROM {rest}: the base's WORKDIR and ENV were not read (envbuild import does "
-                                     "not pull docker:// images): RUN, COPY and ADD before the file's own WORKDIR run "
-                                     "in /, where Docker runs them in the base's WORKDIR; add WORKDIR <the base's "
-                                     "directory> before them if the base sets one")
+            base_env, workdir, base_read = _base_config(builder, number, rest, read_base, instructions[start + 1:])
         elif word == "RUN":
             _docker_run(builder, number, rest, workdir, arguments, source,
-                        {key: value for key, value in scope.items() if value is not None and key not in builder.env})
+                        {key: value for key, value in scope.items()
+                         if value is not None and key not in builder.env and key not in base_env})
         elif word == "WORKDIR":
             workdir = _docker_workdir(builder, number, rest, workdir, source)
         elif word == "ENV":
-            _docker_env(builder, number, rest)
+            _docker_env(builder, number, rest, base_env, base_read)
         elif word == "MAINTAINER":
             add_label(builder, number, "maintainer", rest.strip("\"'"))
         elif word == "LABEL":
@@ -161,13 +171,54 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
             _docker_copy_heredoc(builder, number, word, rest, workdir, source)
         elif word in ("COPY", "ADD"):
             if "$" in rest:
-                raise build_file_error(source, number, f"{word} {rest} uses a variable that import cannot resolve (only "
-                                       "build arguments are substituted)", f"write the paths into the {word} line")
+                raise build_file_error(source, number, f"{word} {rest} uses a variable that import cannot resolve "
+                                       f"({_SUBSTITUTED})", f"write the paths into the {word} line")
             _docker_copy(builder, number, word, rest, src_prefix, workdir, source)
         else:
             why = _DOCKER_NOT_EXPRESSIBLE.get(word, "not an instruction envbuild knows")
             builder.note(number, f"{word} {rest[:80]} ({why})".replace("  ", " "))
     return builder.result()
+
+
+# What import writes in place of a `$NAME` outside RUN, as Docker expands it.
+_SUBSTITUTED = "only build arguments, the file's ENV values and the base image's ENV, where it was read, are substituted"
+
+
+def _base_config(builder: SpecBuilder, number: int, rest: str, read_base: ConfigReader | None,
+                 stage: list[tuple[int, str, str]]) -> tuple[dict[str, str], str, bool]:
+    """The FROM image's Env, the directory its commands start in ("/" where it sets none) and whether they were
+    read, as `read_base` reads them; what was read, and from where, is a note; so is why not and what that changes."""
+    image = (builder.base or "").removeprefix("docker://")
+    if image in ("", "scratch"):
+        return {}, "/", True
+    config = read_base(image) if read_base else ConfigNotRead(
+        "not asked for: envbuild import --offline", "import without --offline where the registry is reachable")
+    if isinstance(config, ImageConfig):
+        names = ", ".join(name for name, _ in config.env) or "none"
+        where = f"{config.reference.registry}/{config.reference.repository}@{config.digest}"
+        workdir = posixpath.normpath(posixpath.join("/", config.working_dir)) if config.working_dir else "/"
+        builder.note(number, f"FROM {rest}: the base's config was read from {where} ({config.platform}): WORKDIR "
+                             f"{config.working_dir or '(none: /)'}, ENV {names}; RUN, COPY and ADD before the file's "
+                             f"own WORKDIR run in {workdir} and $NAME of the base's ENV reads its value, as in Docker")
+        return dict(config.env), workdir, True
+    if _runs_before_a_workdir(stage) or any(word == "ENV" and "$" in text for _, word, text in stage):
+        builder.note(number, f"FROM {rest}: the base's WORKDIR and ENV were not read ({config.why}): RUN, COPY and "
+                             "ADD before the file's own WORKDIR run in /, where Docker runs them in the base's WORKDIR, "
+                             f"and $NAME of the base's ENV has no value here; fix: {config.fix}, or add WORKDIR <the "
+                             "base's directory> before them if the base sets one")
+    return {}, "/", False
+
+
+def _env_values(builder: SpecBuilder, base_env: dict[str, str]) -> dict[str, str | None]:
+    """The values of the environment an instruction other than RUN and ENV expands, as far as import knows them:
+    the file's ENV over the base's; a name the file adds to without the base's value known is left as it is."""
+    values: dict[str, str | None] = dict(base_env)
+    for key, entry in builder.env.items():
+        if isinstance(entry, str):
+            values[key] = entry
+        elif key in base_env:
+            values[key] = edited_value(entry, base_env[key])
+    return values
 
 
 def _runs_before_a_workdir(stage: list[tuple[int, str, str]]) -> bool:
@@ -211,16 +262,20 @@ def _docker_from(builder: SpecBuilder, number: int, rest: str, global_args: dict
     builder.base = "docker://" + image.removeprefix("docker://")
 
 
-def _arguments_seen(scope: dict[str, str | None], builder: SpecBuilder) -> dict[str, str | None]:
-    """The stage's ARGs as the next instruction sees them: an ENV of the same name set earlier wins (Docker's
-    rule), with its value where the spec holds one, else the name is left to the environment."""
+def _arguments_seen(scope: dict[str, str | None], builder: SpecBuilder,
+                    base_env: dict[str, str]) -> dict[str, str | None]:
+    """The stage's ARGs as the next instruction sees them: an ENV of the same name, the file's set earlier or
+    the base image's, wins (Docker's rule), with its value where import knows it, else the name is left to the
+    environment."""
     seen: dict[str, str | None] = {}
     for key, value in scope.items():
         env = builder.env.get(key)
         if env is None:
-            seen[key] = value
+            seen[key] = base_env.get(key, value)
         elif isinstance(env, str):
             seen[key] = env
+        elif key in base_env:
+            seen[key] = edited_value(env, base_env[key])
     return seen
 
 
@@ -327,7 +382,7 @@ def _docker_workdir(builder: SpecBuilder, number: int, rest: str, workdir: str, 
     """WORKDIR: the directory is created (as Docker does) and later RUNs start there (a cd before them)."""
     if "$" in rest:
         raise build_file_error(source, number, f"WORKDIR {rest} uses a variable that import cannot resolve "
-                               "(only build arguments are substituted)", "write the directory into the WORKDIR line")
+                               f"({_SUBSTITUTED})", "write the directory into the WORKDIR line")
     path = posixpath.normpath(posixpath.join(workdir, rest.strip().strip("\"'")))
     builder.post.append(f"mkdir -p {shlex.quote(path)}")
     builder.note(number, f"WORKDIR {rest}: post steps after it run there; envrun runs commands in the caller's "
@@ -335,24 +390,27 @@ def _docker_workdir(builder: SpecBuilder, number: int, rest: str, workdir: str, 
     return path
 
 
-def _docker_env(builder: SpecBuilder, number: int, rest: str) -> None:
+def _docker_env(builder: SpecBuilder, number: int, rest: str, base_env: dict[str, str], base_read: bool) -> None:
     """ENV A=x B=$A:y (or the old `ENV NAME value with spaces`), with the values' shell meaning kept
-    (importenv; build arguments are substituted before)."""
+    (envbuild.convert.envassign; build arguments are substituted before, the base image's Env where it was read)."""
     if rest.strip() == f"PATH={VENV_PREFIX}/bin:$PATH":
         return  # envbuild's venv (an exported Dockerfile): implied by the spec
     name, _, value = rest.strip().partition(" ")
     if "=" not in name and value.strip() and '"' not in value:
         rest = f'{name}="{value.strip()}"'  # the old form: the rest of the line is the value
-    for name, problem in carry_each_assignment(builder.env, rest, {}):  # Docker: every $NAME from before the line
+    for name, problem in carry_each_assignment(builder.env, rest, {}, base_env):  # Docker: every $NAME from before
         if not name:
             builder.note(number, f"ENV {rest[:80]} (not imported: {problem})")
             continue
         names = [assigned for assigned, _ in split_assignments(rest)]
         read = re.match(r"^\$(\w+) ", problem)
+        base_value = "it sets none: empty" if base_read else "empty where it sets none; not read: see the note at FROM"
         if read and read[1] in names:
             problem = (f"${read[1]} is read from before this line, as Docker reads it, not from the {read[1]}= beside "
-                       "it: the base's value (empty where it sets none), which import does not read; write the value "
-                       "in its place")
+                       f"it: the base's value ({base_value}); write the value in its place")
+        elif read and problem.startswith(f"${read[1]} is not set earlier in this file"):
+            problem = f"${read[1]} is not set earlier in this file; Docker gives it the base's value ({base_value}); " \
+                      "write the value in its place"
         others = "; the line's other assignments are" if len(names) > 1 else ""
         builder.note(number, f"ENV {rest[:80]}: {name} not imported ({problem}){others}")
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 EnvEntry = str | dict[str, str]
+_NOTHING: Mapping[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -121,17 +122,32 @@ def _reference(text: str, position: int) -> tuple[str | _Ref, int]:
     return "$", position + 1  # a lone $ (end of the value, `$ `) is literal to the shell too
 
 
-def env_entry(name: str, parts: list[str | _Ref], earlier: Mapping[str, EnvEntry], known: Mapping[str, str]) -> EnvEntry | None:
-    """The `env:` entry for `name=parts` after `earlier` entries of the same file and `known` values (build
-    arguments): a literal value, {prepend:, append:}, None when it changes nothing (`PATH=$PATH`); an
-    EnvProblem where a part's value is not known here. Only the names the value refers to are looked up (a
-    copy of all earlier entries per assignment made a file of many ENV lines take quadratic time)."""
+def env_entry(name: str, parts: list[str | _Ref], earlier: Mapping[str, EnvEntry], known: Mapping[str, str],
+              base: Mapping[str, str] = _NOTHING) -> EnvEntry | None:
+    """The `env:` entry for `name=parts` after `earlier` entries of the same file, `known` values (build
+    arguments) and `base`, the values the variables have before the file (a Dockerfile's FROM image's Env): a
+    literal value, {prepend:, append:}, None when it changes nothing (`PATH=$PATH`); an EnvProblem where a
+    part's value is not known here. A reference to `name` itself stays a prepend or append where it can (the
+    image keeps the base's value at run time), else the base's value is written in. Only the names the value
+    refers to are looked up (a copy of all earlier entries per assignment made a file of many ENV lines take
+    quadratic time)."""
+    try:
+        return _env_entry(name, parts, earlier, known, base)
+    except EnvProblem:
+        if name not in base or name in earlier or not any(isinstance(p, _Ref) and p.name == name for p in parts):
+            raise
+    with_base: Mapping[str, EnvEntry] = ChainMap({name: base[name]}, dict(earlier))
+    return _env_entry(name, parts, with_base, known, base)  # `FOO=${FOO}bar`: Docker's value, written in
+
+
+def _env_entry(name: str, parts: list[str | _Ref], earlier: Mapping[str, EnvEntry], known: Mapping[str, str],
+               base: Mapping[str, str]) -> EnvEntry | None:
     before = earlier.get(name)
     pieces: list[str | _Ref] = []  # literal text joined, between the references to `name` itself
     literal: list[str] = []
     for part in parts:
         if isinstance(part, _Ref) and part.name != name:
-            value = _value_of(part.name, earlier, known)
+            value = _value_of(part.name, earlier, known, base)
             if value is None:
                 why = "is added to, not set, in this file" if part.name in earlier else "is not set earlier in this file"
                 raise EnvProblem(f"${part.name} {why}, so its value is not known here; write the value in its place")
@@ -159,10 +175,21 @@ def env_entry(name: str, parts: list[str | _Ref], earlier: Mapping[str, EnvEntry
     return _combined(before, edit)
 
 
-def _value_of(name: str, earlier: Mapping[str, EnvEntry], known: Mapping[str, str]) -> str | None:
-    """The value `name` has here: set earlier in the file (a literal value), else a known build argument."""
+def _value_of(name: str, earlier: Mapping[str, EnvEntry], known: Mapping[str, str],
+              base: Mapping[str, str] = _NOTHING) -> str | None:
+    """The value `name` has here: set earlier in the file (a literal value, or an edit of the base's value), else
+    a known build argument, else the base's value."""
     entry = earlier.get(name)
-    return entry if isinstance(entry, str) else known.get(name)
+    if isinstance(entry, str):
+        return entry
+    if entry is not None:
+        return edited_value(entry, base[name]) if name in base else None
+    return known.get(name, base.get(name))
+
+
+def edited_value(edit: dict[str, str], value: str) -> str:
+    """What {prepend:, append:} makes of `value`, as the environment script makes it (no empty entry)."""
+    return ":".join(part for part in (edit.get("prepend"), value, edit.get("append")) if part)
 
 
 def _edit(name: str, self_ref: _Ref, head: str, tail: str) -> dict[str, str]:
@@ -213,9 +240,11 @@ def carry_assignments(env: dict[str, EnvEntry], text: str, known: dict[str, str]
     return None
 
 
-def carry_each_assignment(env: dict[str, EnvEntry], text: str, known: dict[str, str]) -> list[tuple[str, str]]:
+def carry_each_assignment(env: dict[str, EnvEntry], text: str, known: dict[str, str],
+                          base: Mapping[str, str] = _NOTHING) -> list[tuple[str, str]]:
     """A Dockerfile ENV line into `env`, one assignment at a time, every `$NAME` taking its value from before the
-    line (Docker's rule): those that can be carried are, and (name, why not) is returned for each of the others.
+    line (Docker's rule; `base`: the FROM image's Env, where it was read): those that can be carried are, and
+    (name, why not) is returned for each of the others.
     One not carried leaves no older value of its name behind (the image's value is not that one any more). A line
     that is not NAME=value pairs at all is one ("", why)."""
     try:
@@ -226,7 +255,7 @@ def carry_each_assignment(env: dict[str, EnvEntry], text: str, known: dict[str, 
     left: list[tuple[str, str]] = []
     for name, parts in pairs:
         try:
-            changes[name] = env_entry(name, parts, env, known)
+            changes[name] = env_entry(name, parts, env, known, base)
         except EnvProblem as problem:
             changes[name] = None
             left.append((name, str(problem)))

@@ -18,11 +18,12 @@ from envbuild.shared.errors import UsageError
 if TYPE_CHECKING:
     from envbuild.convert.specbuilder import ImportResult
     from envbuild.convert.specexport import ExportInput
+    from envbuild.inventory.registryconfig import ConfigReader
 
 
 class ImportFunction(Protocol):
     def __call__(self, text: str, name: str, *, src_prefix: str = "", build_args: dict[str, str] | None = None,
-                 source: str = ...) -> ImportResult: ...
+                 source: str = ..., read_base: ConfigReader | None = None) -> ImportResult: ...
 
 
 class ExportFunction(Protocol):
@@ -41,11 +42,12 @@ class BuildFileFormat(NamedTuple):
     exporter: str  # "module:function", an ExportFunction
 
     def import_text(self, text: str, name: str, *, src_prefix: str, build_args: dict[str, str],
-                    source: str) -> ImportResult:
+                    source: str, read_base: ConfigReader | None = None) -> ImportResult:
         """`text`, read from `source`, as the spec `name`; `src_prefix` leads the spec's files[] sources to the
-        file's directory from the spec's."""
+        file's directory from the spec's; `read_base` reads a base image's config from its registry (None: not
+        read, envbuild import --offline)."""
         function = cast("ImportFunction", _function(self.importer))
-        return function(text, name, src_prefix=src_prefix, build_args=build_args, source=source)
+        return function(text, name, src_prefix=src_prefix, build_args=build_args, source=source, read_base=read_base)
 
     def export_text(self, data: ExportInput) -> str:
         return cast("ExportFunction", _function(self.exporter))(data)

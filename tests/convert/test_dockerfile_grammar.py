@@ -290,7 +290,7 @@ def test_cli_imports_a_file_with_no_telling_name(tmp_path: Path, monkeypatch: py
     (tmp_path / "containerfiles" / "torch" / "Venv_Torch").write_text(LAIF_TEMPLATE)
     runner = CliRunner()
     args = ["import", "containerfiles/torch/Venv_Torch", "--build-arg", "BASE_IMAGE=rocm/dev-ubuntu-24.04",
-            "--build-arg", "BASE_IMAGE_TAG=6.4", "--build-arg", "TORCH_URL=torch", "-o", "venv-torch.yaml"]
+            "--build-arg", "BASE_IMAGE_TAG=6.4", "--build-arg", "TORCH_URL=torch", "-o", "venv-torch.yaml", "--offline"]
     done = runner.invoke(main, args)
     assert done.exit_code == 0, done.output
     assert "base: docker://rocm/dev-ubuntu-24.04:6.4" in (tmp_path / "venv-torch.yaml").read_text()
@@ -316,8 +316,8 @@ RUN python3 -m pip install --no-cache-dir ./transformers
 def test_the_bases_workdir_is_noted_where_it_cannot_be_read_and_the_files_own_applies() -> None:
     result = import_dockerfile(HF_SHAPE, "hf")
     notes = "\n".join(result.notes)
-    assert ("line 1: FROM nvcr.io/nvidia/pytorch:24.05-py3: the base's WORKDIR and ENV were not read (envbuild import "
-            "does not pull docker:// images): RUN, COPY and ADD before the file's own WORKDIR run in /") in notes
+    assert ("line 1: FROM nvcr.io/nvidia/pytorch:24.05-py3: the base's WORKDIR and ENV were not read (not asked for: "
+            "envbuild import --offline): RUN, COPY and ADD before the file's own WORKDIR run in /") in notes
     assert result.spec["post"][0] == ("export REF=main\ngit clone https://github.com/huggingface/transformers && "
                                       "cd transformers && git checkout main")
     assert result.spec["post"][2].startswith("export REF=main\ncd /workspace/app\n")

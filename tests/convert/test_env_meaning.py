@@ -97,14 +97,15 @@ def test_dockerfile_env_reads_every_variable_from_before_the_instruction() -> No
     same_line = import_dockerfile("FROM debian\nENV APP=/app PYTHONPATH=$APP/src\n", "d")
     # $APP is the base's (not known here), not /app: PYTHONPATH cannot be carried, APP can, exactly
     assert same_line.spec["env"] == {"APP": "/app"}
-    assert same_line.notes == ["line 2: ENV APP=/app PYTHONPATH=$APP/src: PYTHONPATH not imported ($APP is read from "
-                               "before this line, as Docker reads it, not from the APP= beside it: the base's value "
-                               "(empty where it sets none), which import does not read; write the value in its place); "
-                               "the line's other assignments are"]
+    assert same_line.notes[0].startswith("line 1: FROM debian: the base's WORKDIR and ENV were not read")
+    assert same_line.notes[1:] == ["line 2: ENV APP=/app PYTHONPATH=$APP/src: PYTHONPATH not imported ($APP is read "
+                                   "from before this line, as Docker reads it, not from the APP= beside it: the base's "
+                                   "value (empty where it sets none; not read: see the note at FROM); write the value "
+                                   "in its place); the line's other assignments are"]
     # a name set again from what is not known keeps no older value: the image's is not that one any more
     again = import_dockerfile("FROM debian\nENV FOO=1 BAR=2\nENV FOO=$UNSET BAR=$BAR:x\n", "d")
     assert again.spec["env"] == {"BAR": "2:x"}
-    assert "line 3: ENV FOO=$UNSET BAR=$BAR:x: FOO not imported ($UNSET is not set earlier" in again.notes[0]
+    assert "line 3: ENV FOO=$UNSET BAR=$BAR:x: FOO not imported ($UNSET is not set earlier" in again.notes[1]
     edits = import_dockerfile("FROM debian\nENV P=/a\nENV P=/b:$P Q=$P\n", "d").spec["env"]
     assert edits == {"P": "/b:/a", "Q": "/a"}
 

@@ -34,7 +34,7 @@ def test_every_format_module_is_in_the_table() -> None:
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda fmt: fmt.name)
 def test_each_entry_names_functions_that_exist_in_one_module(fmt: BuildFileFormat) -> None:
     assert _module_of(fmt.importer) == _module_of(fmt.exporter), "a format's import and export live in one module"
-    for target, parameters in ((fmt.importer, ["text", "name", "src_prefix", "build_args", "source"]),
+    for target, parameters in ((fmt.importer, ["text", "name", "src_prefix", "build_args", "source", "read_base"]),
                                (fmt.exporter, ["data"])):
         module, _, attribute = target.partition(":")
         function = getattr(importlib.import_module(module), attribute, None)

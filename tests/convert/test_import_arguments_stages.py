@@ -211,9 +211,12 @@ def test_dockerfile_run_heredoc_kept_byte_for_byte() -> None:
     assert import_dockerfile(text, "h").spec["post"] == ["set -e\n  if true; then\n    echo '  spaced'\n  fi"]
 
 
-def test_workdir_from_an_env_value_is_refused_at_its_line() -> None:
+def test_workdir_from_an_env_value_takes_it_and_an_unknown_one_is_refused_at_its_line() -> None:
+    """Docker expands the file's ENV in WORKDIR; a variable import has no value for is refused, not written."""
+    post = import_dockerfile("FROM debian\nENV APP_HOME=/app\nWORKDIR $APP_HOME\nRUN make\n", "w").spec["post"]
+    assert post == ["mkdir -p /app", "cd /app\nmake"]
     with pytest.raises(UsageError, match=r"Dockerfile:3: WORKDIR \$APP_HOME"):
-        import_dockerfile("FROM debian\nENV APP_HOME=/app\nWORKDIR $APP_HOME\nRUN make\n", "w")
+        import_dockerfile("FROM debian\nENV APP=/app\nWORKDIR $APP_HOME\nRUN make\n", "w")
 
 
 def test_scif_sections_are_refused_at_their_line() -> None:
@@ -226,7 +229,7 @@ def test_cli_build_arg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "Dockerfile").write_text("ARG TAG\nFROM python:${TAG}\nRUN echo hi\n")
     runner = CliRunner()
-    done = runner.invoke(main, ["import", "Dockerfile", "--build-arg", "TAG=3.12-slim"])
+    done = runner.invoke(main, ["import", "Dockerfile", "--build-arg", "TAG=3.12-slim", "--offline"])
     assert done.exit_code == 0, done.output
     assert "base: docker://python:3.12-slim" in done.output
     refused = runner.invoke(main, ["import", "Dockerfile"])
@@ -236,9 +239,11 @@ def test_cli_build_arg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         parse_build_args(["TAG"])
 
 
-def test_copy_to_an_env_value_is_refused_not_copied_to_a_literal_path() -> None:
+def test_copy_to_an_unknown_variable_is_refused_not_copied_to_a_literal_path() -> None:
     with pytest.raises(UsageError, match=r"Dockerfile:3: COPY app.py \$APP_HOME/ uses a variable"):
-        import_dockerfile("FROM debian\nENV APP_HOME=/app\nCOPY app.py $APP_HOME/\n", "c")
+        import_dockerfile("FROM debian\nENV APP=/app\nCOPY app.py $APP_HOME/\n", "c")
+    from_env = import_dockerfile("FROM debian\nENV APP_HOME=/app\nCOPY app.py $APP_HOME/\n", "c")
+    assert [(f["src"], f["dest"]) for f in from_env.spec["files"]] == [("app.py", "/app/app.py")]
     copied = import_dockerfile("FROM debian\nARG HOME_DIR=/app\nCOPY app.py ${HOME_DIR}/\n", "c")
     assert [(f["src"], f["dest"]) for f in copied.spec["files"]] == [("app.py", "/app/app.py")]
 
