@@ -195,3 +195,12 @@ def test_remove_tree_of_a_very_deep_tree_needs_no_recursion(tmp_path: Path) -> N
     os.close(fd)
     safefiles.remove_tree(top)
     assert not top.exists()
+
+
+def test_remove_file_of_a_name_whose_directory_is_not_there_yet(tmp_path: Path) -> None:
+    """`envbuild build --log logs/build/x.log` removes the previous log first: before logs/ exists, there is
+    nothing to remove (it crashed with FileNotFoundError); without missing_ok the error stays."""
+    safefiles.remove_file(tmp_path / "logs/build/x.log")
+    assert not (tmp_path / "logs").exists()
+    with pytest.raises(FileNotFoundError):
+        safefiles.remove_file(tmp_path / "logs/build/x.log", missing_ok=False)

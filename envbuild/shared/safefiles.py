@@ -502,9 +502,15 @@ def read_file_nofollow(dir_fd: int, name: str, *, limit: int = 16 << 20) -> tupl
 # --- removing ---------------------------------------------------------------------------------------------
 
 def remove_file(path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
-    """Remove the name `path` (a link is removed itself, never its target)."""
+    """Remove the name `path` (a link is removed itself, never its target). With `missing_ok`, a directory
+    on the way that is not there means the name is not there either (`--log logs/x.log` before logs/ exists)."""
     directory, name = os.path.split(os.fspath(path))
-    fd = open_dir(directory or ".")
+    try:
+        fd = open_dir(directory or ".")
+    except FileNotFoundError:
+        if missing_ok:
+            return
+        raise
     try:
         unlink_at(fd, name, missing_ok=missing_ok)
     finally:
