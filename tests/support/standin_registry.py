@@ -161,7 +161,7 @@ def ngc_like(registry: StandinRegistry, repository: str = "nvidia/pytorch", tag:
 def serving(registry: StandinRegistry) -> Iterator[StandinRegistry]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), registry.handler())
     registry.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield registry
