@@ -5,7 +5,8 @@ image rebuild), side by side in one run, plus the files each puts on the file sy
 For each package in --packages (small, pure Python, none of them in the reference image), alternately:
     image    the reference spec plus the package, built into a new .sif with --full: the store reuses the
              base and the parent env layer, installs the difference, and squashes the whole image again
-    overlay  an overlay spec on the reference image with the package: venv, pip, squash of the venv
+    overlay  an overlay spec on the reference image with the package: venv, install (uv, or pip where uv
+             cannot see what the base has), squash of the venv
 Both start from a warm store (the reference image is built first, untimed) and use the same --compression.
 Every run measures the same thing: the store is a fresh one of the run's own, seeded from --store with
 hard links of its bases and its uv and pip download caches only (so the reference build is not a debootstrap
