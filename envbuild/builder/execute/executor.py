@@ -107,8 +107,10 @@ class BuildExecutor:
         """Run `steps` in order; a failure or an interruption (Interrupted, KeyboardInterrupt) runs the
         step's cleanup and removes `work_dir` (unless keep_work). While a work directory exists, the build
         holds its `work` lock: a work directory whose lock is free belongs to a build that was killed."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        # The log lies beside the output, in what may be a group project: never appended through a planted link.
+        # The log lies beside the output or in the store, either maybe a group's: its directories are made without
+        # following a link another member planted on the way (a plain mkdir -p made them in the link's target), and
+        # it is never appended through a planted link.
+        safefiles.make_dirs(self.log_path.parent)
         with open(safefiles.open_append(self.log_path), "a", encoding="utf-8") as log, self._work_lock(work_dir):
             self._log = log
             total = len(steps)

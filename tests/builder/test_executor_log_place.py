@@ -1,0 +1,41 @@
+"""The build executor's log (beside the output, or the store's logs/ for `envbuild lock`) in a group directory:
+its directories are never made through a link another member planted there."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from envbuild.builder.execute.executor import BuildExecutor
+from envbuild.shared.safefiles import UnsafePlaceError
+
+
+def test_the_log_directory_is_never_made_through_a_strangers_link(tmp_path: Path) -> None:
+    """`envbuild lock --cache-dir /project/store`: another member made `store` a link to the victim's files; the
+    log's directories (store/logs) were made in the link's target by a plain mkdir -p."""
+    from tests.support.trust_accounts import stranger
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant another user's link")
+    victim = tmp_path / "Documents"
+    victim.mkdir()
+    project = tmp_path / "project"
+    project.mkdir()
+    project.chmod(0o2770)
+    (project / "store").symlink_to(victim)
+    os.lchown(project / "store", stranger().pw_uid, stranger().pw_gid)
+    executor = BuildExecutor(project / "store/logs/lock-tiny.log", store_root=project / "store", quiet=True,
+                             out=io.StringIO())
+    with pytest.raises(UnsafePlaceError, match="symbolic link made by uid"):
+        executor.execute_steps((), None, "base")
+    assert list(victim.iterdir()) == []
+
+
+def test_the_log_directories_are_made_where_there_is_no_link(tmp_path: Path) -> None:
+    executor = BuildExecutor(tmp_path / "logs/build/tiny.log", store_root=tmp_path / "store", quiet=True,
+                             out=io.StringIO())
+    executor.execute_steps((), None, "build")
+    assert (tmp_path / "logs/build/tiny.log").is_file()
