@@ -243,11 +243,15 @@ class _Session:
         self.local = is_local_host(image.api_host)
         self.base = f"{'http' if self.local else 'https'}://{image.api_host}/v2/{image.repository}"
         self.token = ""
+        self.through = "" if self.local else _proxy_named(image.api_host)
         proxies = urllib.request.ProxyHandler({}) if self.local else urllib.request.ProxyHandler()
         self.opener = urllib.request.build_opener(proxies, urllib.request.HTTPSHandler(context=_ssl_context()),
                                                   _RedirectHandler())
 
     def manifest(self, reference: str, *, verify: bool = False) -> tuple[bytes, str]:
+        if verify and not _DIGEST.match(reference):
+            raise _Failure(f"the manifest list of {self.image} names no sha256 digest for its entry ({reference!r})",
+                           "use an image pushed as an OCI or Docker v2 image")
         body, media_type = self._get(f"{self.base}/manifests/{reference}", MANIFEST_LIMIT, ACCEPT)
         if verify or reference.startswith("sha256:"):
             _check_digest(body, reference, f"the manifest {reference} of {self.image}")
@@ -270,7 +274,7 @@ class _Session:
                 if answer.code == 401 and attempt == 0 and challenge.lower().startswith("bearer "):
                     self.token = self._anonymous_token(challenge)
                     continue
-                raise self._http_failure(answer, challenge) from None
+                raise self._http_failure(answer) from None
         raise _Failure(f"{self.image.api_host} refused the anonymous token it gave (401)", _LOGIN_FIX)
 
     def _fetch(self, url: str, limit: int, accept: str, *, with_token: bool = True) -> tuple[bytes, str]:
@@ -288,8 +292,8 @@ class _Session:
         except urllib.error.HTTPError:
             raise
         except OSError as problem:
-            raise _Failure(f"could not reach {self.image.api_host}: {_network_reason(problem, self.timeout_s)}",
-                           _unreachable_fix(self.image)) from None
+            raise _Failure(f"could not reach {self.image.api_host}{self.through}: "
+                           f"{_network_reason(problem, self.timeout_s)}", _unreachable_fix(self.image)) from None
         if len(body) > limit:
             raise _Failure(f"the answer of {url} is larger than {limit // 1024 // 1024} MiB, which no image's "
                            "manifest or config is", "check that the registry is an OCI registry")
@@ -316,7 +320,7 @@ class _Session:
             raise _Failure(f"{parsed.netloc} answered no token", _LOGIN_FIX)
         return token
 
-    def _http_failure(self, answer: Any, challenge: str) -> _Failure:
+    def _http_failure(self, answer: Any) -> _Failure:
         where = self.image.api_host
         detail = _registry_error(answer)
         if answer.code in (401, 403):
@@ -364,6 +368,16 @@ def _network_reason(problem: OSError, timeout_s: float) -> str:
     if isinstance(reason, ConnectionRefusedError):
         return "connection refused"
     return _one_line(getattr(reason, "strerror", None) or reason)
+
+
+def _proxy_named(host: str) -> str:
+    """` through the proxy http://proxy:3128` where the environment sends https to `host` through one (its
+    credentials left out), else ""."""
+    proxy = urllib.request.getproxies().get("https", "")
+    if not proxy or urllib.request.proxy_bypass(host):
+        return ""
+    parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return f" through the proxy {parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
 
 
 def _ssl_context() -> ssl.SSLContext:

@@ -118,7 +118,8 @@ def test_docker_hub_behind_a_proxy_that_refuses_is_noted_quickly(tmp_path: Path,
     _, notes = _import(tmp_path, "FROM python:3.11-slim\nRUN pip --version\n")
     assert time.monotonic() - started < TIMEOUT_S + 5
     assert notes[0].startswith("line 1: FROM python:3.11-slim: the base's WORKDIR and ENV were not read (could not "
-                               "reach registry-1.docker.io: "), notes
+                               f"reach registry-1.docker.io through the proxy http://127.0.0.1:{closed}: connection "
+                               "refused): "), notes
     assert "fix: import where registry-1.docker.io is reachable (a proxy: HTTPS_PROXY; a site's CA: SSL_CERT_FILE)" \
         in notes[0]
 
