@@ -218,6 +218,17 @@ def test_uv_installs_what_a_dry_run_against_the_base_says_it_lacks_in_one_contai
     assert written_record(plan)["installer"] == {"name": "uv", "version": FIXED_FACTS.uv_version}
 
 
+def test_uv_leaves_out_what_the_base_has_at_that_version_where_uv_did_not_look() -> None:
+    plan = plan_overlay(overlay_request(), LUMI_CONDA_PROBE)
+    install = step_named(plan, "install")
+    (base_list,) = [a for a in install.actions if isinstance(a, WriteFile) and a.path.endswith("/base-packages.txt")]
+    # canonical names, as uv prints them, and the versions the base has
+    assert "typing-extensions==4.12.2\n" in base_list.content and "torch==2.6.0+rocm6.2.4\n" in base_list.content
+    (run,) = [a for a in install.actions if isinstance(a, Run)]
+    assert ("| { grep -vixF -f /.envbuild-host/base-packages.txt || true; } >/.envbuild-host/added.txt"
+            in run.argv[-1])
+
+
 @pytest.mark.parametrize(("why", "probe", "overrides"), [
     ("no uv beside envbuild", LUMI_CONDA_PROBE, {"facts": replace(FIXED_FACTS, uv=None)}),
     ("a lock", LUMI_CONDA_PROBE, {"locked_requirements": "peft==0.15.2 --hash=sha256:" + "e" * 64 + "\n",

@@ -400,6 +400,7 @@ def _uv_install_step(request: BuildRequest, probe: BaseProbe, targets: tuple[str
              *sources.binds]
     common = ["--cache-dir", f"{HOST_MOUNT}/cache", *sources.uv_args()]
     plan_file, added_file = f"{HOST_MOUNT}/uv-plan.txt", f"{HOST_MOUNT}/added.txt"
+    base_file = f"{HOST_MOUNT}/base-packages.txt"
     # --break-system-packages: a dry run only; a conda env or a distribution's Python may be marked as managed.
     dry_run = [uv, "pip", "install", "--dry-run", "--break-system-packages", "--python", probe.python, *common,
                "--constraint", f"{HOST_MOUNT}/constraints.txt", *targets]
@@ -409,8 +410,9 @@ def _uv_install_step(request: BuildRequest, probe: BaseProbe, targets: tuple[str
     script = before + "\n".join([
         f"{shlex.join(dry_run)} 2>{plan_file} || {{ status=$?; cat {plan_file} >&2; exit $status; }}",
         f"cat {plan_file} >&2",
-        # uv lists what it would install as " + name==version" (or " + name @ url")
-        f"sed -n 's/^ + //p' {plan_file} >{added_file}",
+        # uv lists what it would install as " + name==version" (or " + name @ url"). One the base has at that very
+        # version lies where uv did not look (a directory on the image's PYTHONPATH): the base provides it.
+        f"sed -n 's/^ + //p' {plan_file} | {{ grep -vixF -f {base_file} || true; }} >{added_file}",
         f"if [ -s {added_file} ]; then {shlex.join(install)}; fi",
         shlex.join(["exec", *record[1]]),
     ])
@@ -421,6 +423,8 @@ def _uv_install_step(request: BuildRequest, probe: BaseProbe, targets: tuple[str
     actions: list[Action] = [
         MakeDirs((cache,)), MakeDirs(tuple(mount_points), root=host),
         WriteFile(f"{host}/constraints.txt", "".join(c + "\n" for c in constraints), root=host),
+        WriteFile(f"{host}/base-packages.txt", "".join(f"{name}=={version}\n" for name, (_, version)
+                                                       in sorted(probe.installed().items())), root=host),
         *(WriteFile(path, "", root=host) for path in bound_files),  # mount points of bound files
         *record[0],
         run(["/bin/sh", "-ec", script], binds, env=env),
