@@ -9,6 +9,7 @@ import json
 import posixpath
 import re
 import shlex
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from envbuild.convert.buildargs import (
@@ -149,8 +150,8 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
         arguments = _arguments_seen(scope, builder, base_env)
         if word not in ("FROM", "RUN") and "\n" not in rest:  # a COPY here-document is data, not expanded here
             rest = substitute_docker_args(rest, arguments, source, number)
-            if word != "ENV":  # an ENV line reads the environment itself, keeping a reference to its own name
-                rest = substitute_docker_args(rest, _env_values(builder, base_env), source, number)
+            if word != "ENV" and "$" in rest:  # an ENV line reads the environment itself (a reference to its own
+                rest = substitute_docker_args(rest, _EnvValues(builder, base_env), source, number)  # name is kept)
         if word == "FROM":
             _docker_from(builder, number, rest, global_args, source, template_line)
             base_env, workdir, base_read = _base_config(builder, number, rest, read_base, instructions[start + 1:])
@@ -209,16 +210,27 @@ def _base_config(builder: SpecBuilder, number: int, rest: str, read_base: Config
     return {}, "/", False
 
 
-def _env_values(builder: SpecBuilder, base_env: dict[str, str]) -> dict[str, str | None]:
+class _EnvValues(Mapping[str, "str | None"]):
     """The values of the environment an instruction other than RUN and ENV expands, as far as import knows them:
-    the file's ENV over the base's; a name the file adds to without the base's value known is left as it is."""
-    values: dict[str, str | None] = dict(base_env)
-    for key, entry in builder.env.items():
+    the file's ENV over the base's; a name the file adds to without the base's value known is not in it. Looked
+    up one name at a time (a copy per instruction made a file of many ENV lines take quadratic time)."""
+
+    def __init__(self, builder: SpecBuilder, base_env: dict[str, str]) -> None:
+        self.env, self.base_env = builder.env, base_env
+
+    def __getitem__(self, key: str) -> str | None:
+        entry = self.env.get(key)
         if isinstance(entry, str):
-            values[key] = entry
-        elif key in base_env:
-            values[key] = edited_value(entry, base_env[key])
-    return values
+            return entry
+        if key in self.base_env:
+            return self.base_env[key] if entry is None else edited_value(entry, self.base_env[key])
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(key for key in {**self.base_env, **self.env} if key in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _runs_before_a_workdir(stage: list[tuple[int, str, str]]) -> bool:
