@@ -244,9 +244,12 @@ class _Session:
         self.base = f"{'http' if self.local else 'https'}://{image.api_host}/v2/{image.repository}"
         self.token = ""
         self.through = "" if self.local else _proxy_named(image.api_host)
-        proxies = urllib.request.ProxyHandler({}) if self.local else urllib.request.ProxyHandler()
-        self.opener = urllib.request.build_opener(proxies, urllib.request.HTTPSHandler(context=_ssl_context()),
-                                                  _RedirectHandler())
+        handlers: list[urllib.request.BaseHandler] = [_RedirectHandler()]
+        if self.local:  # as Docker: a registry on this machine is asked directly, over plain HTTP
+            handlers.append(urllib.request.ProxyHandler({}))
+        else:
+            handlers += [urllib.request.ProxyHandler(), urllib.request.HTTPSHandler(context=_ssl_context())]
+        self.opener = urllib.request.build_opener(*handlers)
 
     def manifest(self, reference: str, *, verify: bool = False) -> tuple[bytes, str]:
         if verify and not _DIGEST.match(reference):
@@ -383,10 +386,15 @@ def _proxy_named(host: str) -> str:
 def _ssl_context() -> ssl.SSLContext:
     for variable in CA_VARIABLES:
         location = os.environ.get(variable, "")
-        if location and os.path.isdir(location):
-            return ssl.create_default_context(capath=location)
-        if location and os.path.isfile(location):
+        if not location:
+            continue
+        try:
+            if os.path.isdir(location):
+                return ssl.create_default_context(capath=location)
             return ssl.create_default_context(cafile=location)
+        except (OSError, ssl.SSLError) as problem:
+            raise _Failure(f"the CA bundle {location} of {variable} cannot be used ({_one_line(problem)})",
+                           f"point {variable} at a PEM file of CA certificates, or unset it") from None
     return ssl.create_default_context()
 
 

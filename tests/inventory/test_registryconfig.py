@@ -10,6 +10,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -163,6 +164,17 @@ def test_the_proxy_of_the_environment_is_used(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("NO_PROXY", "docker.io")  # the proxy is not used for what NO_PROXY names
     bypassed = read_image_config("python:3.11")
     assert isinstance(bypassed, ConfigNotRead) and "through the proxy" not in bypassed.why
+
+
+def test_the_ca_bundle_of_the_environment_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """REQUESTS_CA_BUNDLE is read before anything is asked: one that holds no certificate is reported as such."""
+    bundle = tmp_path / "site-ca.pem"
+    bundle.write_text("not a certificate\n")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))
+    result = read_image_config("ghcr.io/org/image:1")
+    assert isinstance(result, ConfigNotRead)
+    assert result.why.startswith(f"the CA bundle {bundle} of REQUESTS_CA_BUNDLE cannot be used ("), result
+    assert result.fix == "point REQUESTS_CA_BUNDLE at a PEM file of CA certificates, or unset it"
 
 
 @pytest.mark.network
