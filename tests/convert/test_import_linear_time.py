@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import shlex
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 
@@ -18,6 +19,7 @@ from envbuild.convert.deffile import import_def
 from envbuild.convert.dockerfile import import_dockerfile
 from envbuild.convert.shellscript import split_words
 from envbuild.convert.specbuilder import ImportResult
+from envbuild.inventory.registryconfig import ImageConfig, parse_reference
 from tests.support.cputime import cpu_seconds
 
 BUDGET_S = 4.0  # each shape took under 1.5 s here; before, the 16 MB ones over 120 s, the 1 MB ones minutes
@@ -26,6 +28,10 @@ LINE = "echo a line of the body with some words $HOME\n"
 BODY = LINE * (16 * MB // len(LINE))  # 16 MB
 DOCKER = "FROM ubuntu:22.04\n"
 DEF = "Bootstrap: docker\nFrom: ubuntu:22.04\n"
+# A base whose config was read: its Env is what $NAME of a WORKDIR line is looked up in, after the file's ENV.
+WITH_BASE = partial(import_dockerfile, read_base=lambda reference: ImageConfig(
+    parse_reference(reference), "sha256:" + "1" * 64, "linux/amd64",
+    tuple((f"B{i}", f"/b{i}") for i in range(1000)), "/workspace"))
 
 SHAPES: dict[str, tuple[Callable[..., ImportResult], str]] = {
     "Dockerfile RUN <<EOF, 16 MB": (import_dockerfile, f"{DOCKER}RUN <<EOF\n{BODY}EOF\n"),
@@ -36,6 +42,8 @@ SHAPES: dict[str, tuple[Callable[..., ImportResult], str]] = {
     "ENV value, 1 MB": (import_dockerfile, f"{DOCKER}ENV A=" + "x" * MB + "\n"),
     "ENV quoted value, 1 MB": (import_dockerfile, f'{DOCKER}ENV A="' + 'x\\"' * (MB // 3) + '"\n'),
     "ENV of 40,000 lines": (import_dockerfile, DOCKER + "".join(f"ENV A{i}=x:$A{i}\n" for i in range(40_000))),
+    "ENV of 20,000 lines, each read by a WORKDIR, on a base read": (
+        WITH_BASE, DOCKER + "".join(f"ENV A{i}=/a{i}:$B{i % 1000}\nWORKDIR $A{i}\n" for i in range(20_000))),
     "LABEL value, 1 MB": (import_dockerfile, f'{DOCKER}LABEL a="' + "x " * (MB // 2) + '"\n'),
     "COPY source, 1 MB": (import_dockerfile, f"{DOCKER}COPY " + "a" * MB + " /opt/x\n"),
     "RUN with 4 MB of blanks": (import_dockerfile, f"{DOCKER}RUN echo a" + " " * (4 * MB) + "b\n"),
