@@ -122,6 +122,8 @@ def wait_for_index_writes() -> None:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
+        except KeyboardInterrupt:  # Ctrl-C after the listing: the workers, interrupted too, remove what they began
+            _writing.clear()
 
 
 def _work(paths: list[str], cache: InventoryCache, write_end: int) -> None:
