@@ -271,7 +271,8 @@ def read_enforcement(run: object = subprocess.run) -> str:
         return ""
     if done.returncode != 0:
         return ""
-    for line in done.stdout.splitlines():
+    output: str = done.stdout
+    for line in output.splitlines():
         key, equals, value = line.partition("=")
         if equals and key.strip() == "AccountingStorageEnforce":
             return value.strip()

@@ -106,3 +106,37 @@ def test_in_a_job_submitted_with_sbatch_here_document() -> None:
               "EOF\n")
     (finding,) = found(driver)
     assert finding.line == 10
+
+
+# --- through a variable of the batch shell ------------------------------------------------------------------------
+
+
+def test_a_variable_the_batch_shell_set_from_a_task_variable_holds_task_0s_value() -> None:
+    text = HEAD + "NODE_RANK=$SLURM_NODEID\nsrun torchrun --nnodes=2 --node_rank=$NODE_RANK --nproc_per_node=4 train.py\n"
+    (finding,) = found(text)
+    assert finding.line == 9 and finding.what == (
+        "$NODE_RANK on the srun line holds $SLURM_NODEID as the batch shell read it at line 8, once: every node gets 0, "
+        "so every node claims rank 0")
+    assert "bash -c 'NODE_RANK=$SLURM_NODEID; ...'" in finding.fix and finding.edit is None
+
+
+def test_an_exported_one_is_task_0s_value_in_single_quotes_too_and_chains_are_followed() -> None:
+    text = HEAD + "export RANK=${SLURM_NODEID}\nMY_RANK=\"$RANK\"\nsrun bash -c 'torchrun --node_rank=$RANK x.py'\n" \
+        "srun torchrun --node_rank=$MY_RANK x.py\n"
+    assert [(f.line, f.what.split(" on ")[0]) for f in found(text)] == [(10, "$RANK"), (11, "$MY_RANK")]
+
+
+@pytest.mark.parametrize("body", [
+    # set inside each task: its own value
+    "srun bash -c 'R=$SLURM_NODEID; torchrun --node_rank=$R x.py'\n",
+    # single quotes in the batch shell: the text, not task 0's value
+    "R='$SLURM_NODEID'\nsrun bash -c \"eval torchrun --node_rank=$R x.py\"\n",
+    # not exported and read by the tasks in single quotes: unset there, another matter
+    "R=$SLURM_NODEID\nsrun bash -c 'echo $R'\n",
+    # set again from something else before the srun line
+    "R=$SLURM_NODEID\nR=3\nsrun torchrun --node_rank=$R x.py\n",
+    # one task on one node: task 0's value is the only one
+    "R=$SLURM_NODEID\nsrun --nodes=1 --ntasks=1 torchrun --node_rank=$R x.py\n",
+])
+def test_what_is_not_task_0s_value_everywhere(body: str) -> None:
+    assert found(HEAD + body) == []

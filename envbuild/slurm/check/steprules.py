@@ -6,6 +6,7 @@ shell expands on an srun line. One function per rule, `(Context) -> list[Finding
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -519,11 +520,58 @@ _SRUN_COMMAND_WORD = re.compile(r"(?:[^\s;&|()'\"]*/)?srun(?=\s|$)")
 _SIMPLE_LINE = re.compile(r"[^'\"\\#;&|<>()`]*")
 
 
-def _expanded_task_variables(lines: list[str], first: int) -> list[tuple[int, int, str, bool]]:
+# NAME=... / export NAME=... / declare [-flags] NAME=... at the start of a command: a variable of the batch shell
+_ASSIGNED = re.compile(r"(?:^|[;&|]\s*)(?:(export|declare|typeset|local|readonly)\s+(?:-\w+\s+)*)?([A-Za-z_]\w*)=(\S*)")
+
+
+def _fixed_task_variables(lines: list[str], sruns: set[int]) -> dict[int, dict[str, tuple[str, int, bool]]]:
+    """For each srun line, the batch shell's own variables set from a task variable before it
+    (`NODE_RANK=$SLURM_NODEID`, `export RANK=${SLURM_PROCID}`, and variables set from those), outside srun lines:
+    NAME -> (the task variable, the line, exported). The batch shell gives each the value of task 0 once; every
+    task then sees that value. One pass over the script, whatever its number of srun lines."""
+    fixed: dict[str, tuple[str, int, bool]] = {}
+    at_srun: dict[int, dict[str, tuple[str, int, bool]]] = {}
+    for number, text in enumerate(lines, 1):
+        if number in sruns:
+            at_srun[number] = dict(fixed) if fixed else {}
+            continue
+        if ("=" not in text and "export" not in text) or text.lstrip().startswith("#"):
+            continue
+        for match in _ASSIGNED.finditer(text):
+            declaration, name, value = match.groups()
+            if value.startswith("'"):
+                continue  # single quotes: the text $SLURM_..., never expanded here
+            source = _TASK_VARIABLE.search(value)
+            derived = next((fixed[ref] for ref in re.findall(r"\$\{?([A-Za-z_]\w*)", value) if ref in fixed), None)
+            if source is not None:
+                fixed[name] = (source.group(1), number, declaration == "export")
+            elif derived is not None:
+                fixed[name] = (derived[0], number, declaration == "export" or derived[2])
+            elif name in fixed:
+                del fixed[name]  # set again from something else
+        exported = re.match(r"\s*export\s+([A-Za-z_][\w\s]*)$", text)
+        for name in (exported.group(1).split() if exported else ()):
+            if name in fixed:
+                fixed[name] = (fixed[name][0], fixed[name][1], True)
+    return at_srun
+
+
+@functools.lru_cache(maxsize=64)
+def _task_variable_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(name) for name in names)
+    return re.compile(r"\$\{?(SLURM_(?:NODEID|PROCID|LOCALID)|" + alternatives + r")\b")
+
+
+def _expanded_task_variables(lines: list[str], first: int, fixed: dict[str, tuple[str, int, bool]] | None = None) \
+        -> list[tuple[int, int, str, bool]]:
     """Where the batch shell expands $SLURM_NODEID, $SLURM_PROCID or $SLURM_LOCALID in the srun command that starts
     on line `first`: (line, column of the `$`, variable, inside double quotes), read as bash quotes (not in single
     quotes, not after a backslash), through continuations and open quotes, in the part of the line (between ; & |)
-    that holds the srun word. $(...) is read as plain text."""
+    that holds the srun word. $(...) is read as plain text. With `fixed` (_fixed_task_variables), also its
+    variables: where the batch shell expands them, and where an exported one is read by the tasks (in single
+    quotes too), since every task has task 0's value."""
+    fixed = fixed or {}
+    pattern = _task_variable_pattern(tuple(fixed)) if fixed else _TASK_VARIABLE
     found: list[tuple[int, int, str, bool]] = []
     single = double = seen_srun = False
     index = first - 1
@@ -533,6 +581,9 @@ def _expanded_task_variables(lines: list[str], first: int) -> list[tuple[int, in
             char = text[column]
             if single:
                 single = char != "'"
+                if char == "$" and (match := pattern.match(text, column)) and match.group(1) in fixed and \
+                        fixed[match.group(1)][2]:
+                    found.append((index + 1, column, match.group(1), False))
             elif char == "\\":
                 continued = column == len(text) - 1
                 column += 2
@@ -542,7 +593,7 @@ def _expanded_task_variables(lines: list[str], first: int) -> list[tuple[int, in
             elif char == '"':
                 double = not double
             elif double:
-                if char == "$" and (match := _TASK_VARIABLE.match(text, column)):
+                if char == "$" and (match := pattern.match(text, column)):
                     found.append((index + 1, column, match.group(1), True))
             elif char == "#" and (column == 0 or text[column - 1] in " \t"):
                 break
@@ -550,7 +601,7 @@ def _expanded_task_variables(lines: list[str], first: int) -> list[tuple[int, in
                 if seen_srun:
                     return found
                 found = []
-            elif char == "$" and (match := _TASK_VARIABLE.match(text, column)):
+            elif char == "$" and (match := pattern.match(text, column)):
                 found.append((index + 1, column, match.group(1), False))
             elif (column == 0 or text[column - 1] in " \t;&|(") and _SRUN_COMMAND_WORD.match(text, column):
                 seen_srun = True
@@ -568,15 +619,34 @@ def task_variables_in_batch_shell(ctx: Context) -> list[Finding]:
     node or task gets 0. Only where the step has more than one node (NODEID), task (PROCID) or task per node
     (LOCALID); a count that is not known counts as more. Reported once per srun line."""
     found: list[Finding] = []
+    fixed_at = _fixed_task_variables(ctx.script.lines, {srun.line for srun in ctx.script.sruns})
     for srun, step in ctx.steps():
-        places = _expanded_task_variables(ctx.script.lines, srun.line)
+        fixed = fixed_at.get(srun.line, {})
+        places = _expanded_task_variables(ctx.script.lines, srun.line, fixed)
         tasks, nodes = step.tasks_per_node(), step.nodes
         several = {"SLURM_NODEID": nodes is None or nodes > 1,
                    "SLURM_LOCALID": tasks is None or tasks > 1,
                    "SLURM_PROCID": tasks is None or nodes is None or tasks * nodes > 1}
-        places = [place for place in places if several[place[2]]]
+        places = [place for place in places if several[fixed[place[2]][0] if place[2] in fixed else place[2]]]
         if not places:
             continue
+        direct = [place for place in places if place[2] not in fixed]
+        if not direct:
+            names = list(dict.fromkeys(place[2] for place in places))
+            task_variable, set_at, _exported = fixed[names[0]]
+            meaning, unit = _TASK_VARIABLES[task_variable]
+            listed = ", ".join(f"${name}" for name in names)
+            found.append(Finding(
+                srun.line, f"{listed} on the srun line {'holds' if len(names) == 1 else 'hold'} ${task_variable} as the "
+                f"batch shell read it at line {set_at}, once: every {unit} gets 0"
+                + (", so every node claims rank 0" if task_variable == "SLURM_NODEID" else ""),
+                f"the batch script runs as task 0 on the first node, where ${task_variable} is 0, and set "
+                f"${names[0]} from it before srun started the tasks; srun sets ${task_variable} in each task "
+                f"({meaning})", f"{SRUN_DOC} and {SBATCH_DOC}, OUTPUT ENVIRONMENT VARIABLES",
+                f"set it in each task: srun ... bash -c '{names[0]}=${task_variable}; ...' (single quotes), or use "
+                f"${task_variable} there directly"))
+            continue
+        places = direct
         names = list(dict.fromkeys(place[2] for place in places))
         first = names[0]
         meaning, unit = _TASK_VARIABLES[first]
