@@ -257,6 +257,9 @@ class Command:
 COMMANDS = [
     Command("envbuild-build", for_build,
             lambda s: [ENVBUILD, "build", "tiny.yaml", "-o", "tiny.sif", "--cache-dir", str(s.shared / "store")]),
+    # -o into directories not there yet: the build makes them before anything slow runs
+    Command("envbuild-build-o-dirs", for_build,
+            lambda s: [ENVBUILD, "build", "tiny.yaml", "-o", "images/v1/tiny.sif", "--cache-dir", str(s.shared / "store")]),
     Command("cache-prune", store_with_debris,
             lambda s: [ENVBUILD, "cache", "prune", "--cache-dir", str(s.shared / "store")]),
     Command("cache-verify", store_with_debris,

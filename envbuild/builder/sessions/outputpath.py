@@ -9,10 +9,14 @@ from envbuild.shared.errors import EnvbuildError
 
 
 def ensure_can_write(path: Path) -> None:
-    """Make the output's directory and check that it is writable; a clear error otherwise."""
+    """Make the output's directory and check that it is writable; a clear error otherwise. The directories are
+    made without following a link another member planted on the way in a group project (a plain mkdir -p made
+    them in the link's target): such a link is refused (safefiles.UnsafePlaceError, with its fix)."""
+    from envbuild.shared.safefiles import make_dirs
+
     directory = path.parent
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(directory)
     except OSError as exc:
         raise EnvbuildError(f"cannot create output directory {directory}: {exc.strerror}", "choose another -o path") from None
     if not os.access(directory, os.W_OK):

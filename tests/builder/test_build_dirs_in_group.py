@@ -1,5 +1,6 @@
-"""The build executor's log (beside the output, or the store's logs/ for `envbuild lock`) in a group directory:
-its directories are never made through a link another member planted there."""
+"""The build's output directory (-o) and the executor's log (beside the output, or the store's logs/ for
+`envbuild lock`) in a group directory: their directories are never made through a link another member planted
+there."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.builder.execute.executor import BuildExecutor
+from envbuild.builder.sessions.outputpath import ensure_can_write
 from envbuild.shared.safefiles import UnsafePlaceError
 
 
@@ -39,3 +41,24 @@ def test_the_log_directories_are_made_where_there_is_no_link(tmp_path: Path) -> 
                              out=io.StringIO())
     executor.execute_steps((), None, "build")
     assert (tmp_path / "logs/build/tiny.log").is_file()
+
+
+def test_the_output_directories_are_never_made_through_a_strangers_link(tmp_path: Path) -> None:
+    """`envbuild build spec.yaml -o images/v1/env.sif` in a group project where another member made `images` a
+    link to the victim's files: the build made images/v1 in the link's target before anything slow ran."""
+    from tests.support.trust_accounts import stranger
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant another user's link")
+    victim = tmp_path / "Documents"
+    victim.mkdir()
+    project = tmp_path / "project"
+    project.mkdir()
+    project.chmod(0o2770)
+    (project / "images").symlink_to(victim)
+    os.lchown(project / "images", stranger().pw_uid, stranger().pw_gid)
+    with pytest.raises(UnsafePlaceError, match="symbolic link made by uid"):
+        ensure_can_write(project / "images/v1/env.sif")
+    assert list(victim.iterdir()) == []
+    ensure_can_write(project / "mine/v1/env.sif")
+    assert (project / "mine/v1").is_dir()
