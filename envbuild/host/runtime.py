@@ -119,12 +119,22 @@ STORE_ROOT_MODE = 0o770
 def ensure_store_root(path: str) -> None:
     """Create the store's root (and missing parents, as the umask says) when it does not exist, with
     STORE_ROOT_MODE less the umask. An existing directory keeps its mode: a project directory set up for
-    a group is the user's (or the site's) decision. Errors are left to the first write into the store."""
+    a group is the user's (or the site's) decision. Errors are left to the first write into the store, but
+    for a link another member planted on the way in a directory others may write (`--cache-dir
+    /project/stores/team` with `stores` made a link to the user's files): the parents are made through
+    safefiles.open_dir, which refuses it (UnsafePlaceError) instead of making the store in the link's target."""
+    from envbuild.shared.safefiles import open_dir
+
     if os.path.isdir(path):
         return
-    parent = os.path.dirname(os.path.abspath(path))
+    parent, name = os.path.split(os.path.abspath(path))
     try:
-        os.makedirs(parent, exist_ok=True)
-        os.mkdir(path, STORE_ROOT_MODE)  # less the umask, like every mkdir
+        parent_fd = open_dir(parent, create=True)
+    except OSError:
+        return  # not ours to make: the store's first write says why
+    try:
+        os.mkdir(name, STORE_ROOT_MODE, dir_fd=parent_fd)  # less the umask, like every mkdir
     except OSError:
         pass  # made meanwhile by another build, or not ours to make: the store's first write says why
+    finally:
+        os.close(parent_fd)

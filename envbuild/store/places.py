@@ -68,11 +68,11 @@ class OpenStore:
 
 
 def open_store_root(root: Path | str, *, create: bool = False) -> int:
-    """The descriptor of the store root `root`. The path is the user's and is resolved as given, but for its
-    last component: when it lies in a directory others may write (a group project's `store`), a link there
-    that the user did not make is refused, since a member could point it at the user's files. The user's own
-    link (~/.cache/envbuild to a scratch file system) is followed. FileNotFoundError when it is missing and
-    not `create`."""
+    """The descriptor of the store root `root`. The path is the user's and is resolved as given, but a link on
+    the way, or at its last component, that lies in a directory others may write (a group project's `store`)
+    and that the user did not make is refused, since a member could point it at the user's files. The user's
+    own link (~/.cache/envbuild to a scratch file system) is followed. FileNotFoundError when it is missing
+    and not `create`."""
     where = os.fspath(root)
     parent, name = os.path.split(where.rstrip("/"))
     if not name or name in (".", ".."):
@@ -101,15 +101,12 @@ def open_store_root(root: Path | str, *, create: bool = False) -> int:
 
 
 def _open_parent(path: str, *, create: bool) -> int:
-    # O_PATH: the store's parent may be one the user can only pass through (0711, as /var/tmp/x or a home),
-    # not list; looking up, making and opening a name in it needs no more.
-    try:
-        return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        if not create:
-            raise
-    safefiles.make_dirs(path)
-    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    # One component at a time (safefiles.open_dir): a link on the way is followed when it is the user's own or
+    # root's, or lies in a directory nobody else may write, never one another member planted in a group
+    # directory (`--cache-dir /project/stores/team` with `stores` a link to the user's files). A parent the user
+    # can only pass through (0711, as /var/tmp/x or a home) is opened O_PATH: looking up, making and opening a
+    # name in it needs no more.
+    return safefiles.open_dir(path, create=create)
 
 
 def open_store_dir(root_fd: int, root_info: os.stat_result, name: str, *, where: str,

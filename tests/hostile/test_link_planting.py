@@ -200,6 +200,12 @@ def for_build(scene: Scene) -> None:
     os.chown(scene.bin / "debootstrap", victim().pw_uid, victim().pw_gid)
 
 
+def for_build_in_a_new_store(scene: Scene) -> None:
+    """As for_build, with no store yet: the build makes it (and its parents) where --cache-dir says."""
+    scene.write_shared("tiny.yaml", SPEC)
+    stand_in(scene, "debootstrap", FAKE_DEBOOTSTRAP)
+
+
 def for_lock(scene: Scene) -> None:
     scene.write_shared("tiny.yaml", LOCK_SPEC)
 
@@ -260,6 +266,9 @@ COMMANDS = [
     # -o into directories not there yet: the build makes them before anything slow runs
     Command("envbuild-build-o-dirs", for_build,
             lambda s: [ENVBUILD, "build", "tiny.yaml", "-o", "images/v1/tiny.sif", "--cache-dir", str(s.shared / "store")]),
+    # a store not made yet, in directories not made yet: the build makes them
+    Command("envbuild-build-new-store", for_build_in_a_new_store,
+            lambda s: [ENVBUILD, "build", "tiny.yaml", "--cache-dir", str(s.shared / "stores/team")]),
     Command("cache-prune", store_with_debris,
             lambda s: [ENVBUILD, "cache", "prune", "--cache-dir", str(s.shared / "store")]),
     Command("cache-verify", store_with_debris,
