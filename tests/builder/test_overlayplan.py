@@ -225,8 +225,16 @@ def test_uv_leaves_out_what_the_base_has_at_that_version_where_uv_did_not_look()
     # canonical names, as uv prints them, and the versions the base has
     assert "typing-extensions==4.12.2\n" in base_list.content and "torch==2.6.0+rocm6.2.4\n" in base_list.content
     (run,) = [a for a in install.actions if isinstance(a, Run)]
-    assert ("| { grep -vixF -f /.envbuild-host/base-packages.txt || true; } >/.envbuild-host/added.txt"
-            in run.argv[-1])
+    assert ("{ grep -vixF -f /.envbuild-host/base-packages.txt /.envbuild-host/uv-wanted.txt || true; } "
+            ">/.envbuild-host/added.txt" in run.argv[-1])
+
+
+def test_uv_output_that_lists_nothing_in_a_known_form_stops_the_build() -> None:
+    plan = plan_overlay(overlay_request(), LUMI_CONDA_PROBE)
+    (run,) = [a for a in step_named(plan, "install").actions if isinstance(a, Run)]
+    (guard,) = [line for line in run.argv[-1].splitlines() if line.startswith("[ -s /.envbuild-host/uv-wanted.txt ]")]
+    assert "grep -q '^Would make no changes' /.envbuild-host/uv-plan.txt" in guard and guard.endswith("exit 3; }")
+    assert "fix:" in shlex.split(guard.split("|| { ", 1)[1])[1]
 
 
 @pytest.mark.parametrize(("why", "probe", "overrides"), [

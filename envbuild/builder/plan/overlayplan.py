@@ -65,6 +65,12 @@ print("added to the overlay: " + (" ".join(added) or "nothing"))
 """
 
 
+# Said by the install step when uv's dry run printed neither a package to install nor that it would change nothing.
+UNREADABLE_DRY_RUN = ("envbuild: uv's dry run against the base (above) lists no package to install in a form envbuild "
+                      "reads; fix: report it with uv's version; meanwhile `envbuild lock SPEC` then `envbuild build SPEC "
+                      "--locked` installs the overlay with pip")
+
+
 @dataclass(frozen=True)
 class RequirementSplit:
     kept: tuple[str, ...]  # "name==version" of the base's distributions that satisfy a requirement (the record's format)
@@ -400,7 +406,7 @@ def _uv_install_step(request: BuildRequest, probe: BaseProbe, targets: tuple[str
              *sources.binds]
     common = ["--cache-dir", f"{HOST_MOUNT}/cache", *sources.uv_args()]
     plan_file, added_file = f"{HOST_MOUNT}/uv-plan.txt", f"{HOST_MOUNT}/added.txt"
-    base_file = f"{HOST_MOUNT}/base-packages.txt"
+    base_file, wanted_file = f"{HOST_MOUNT}/base-packages.txt", f"{HOST_MOUNT}/uv-wanted.txt"
     # --break-system-packages: a dry run only; a conda env or a distribution's Python may be marked as managed.
     dry_run = [uv, "pip", "install", "--dry-run", "--break-system-packages", "--python", probe.python, *common,
                "--constraint", f"{HOST_MOUNT}/constraints.txt", *targets]
@@ -410,9 +416,14 @@ def _uv_install_step(request: BuildRequest, probe: BaseProbe, targets: tuple[str
     script = before + "\n".join([
         f"{shlex.join(dry_run)} 2>{plan_file} || {{ status=$?; cat {plan_file} >&2; exit $status; }}",
         f"cat {plan_file} >&2",
-        # uv lists what it would install as " + name==version" (or " + name @ url"). One the base has at that very
-        # version lies where uv did not look (a directory on the image's PYTHONPATH): the base provides it.
-        f"sed -n 's/^ + //p' {plan_file} | {{ grep -vixF -f {base_file} || true; }} >{added_file}",
+        # uv lists what it would install as " + name==version" (or " + name @ url"), else says it would make no
+        # changes; neither means its output is not what this reads, and the overlay would silently lack packages.
+        f"sed -n 's/^ + //p' {plan_file} >{wanted_file}",
+        f"[ -s {wanted_file} ] || grep -q '^Would make no changes' {plan_file} || {{ "
+        f"echo {shlex.quote(UNREADABLE_DRY_RUN)} >&2; exit 3; }}",
+        # One the base has at that very version lies where uv did not look (a directory on the image's
+        # PYTHONPATH): the base provides it.
+        f"{{ grep -vixF -f {base_file} {wanted_file} || true; }} >{added_file}",
         f"if [ -s {added_file} ]; then {shlex.join(install)}; fi",
         shlex.join(["exec", *record[1]]),
     ])
