@@ -7,19 +7,21 @@ name. A name with random parts (a partial file) cannot be planted in advance: th
 and a name that differs between the runs is planted at its parent directories and final name only; a name
 with a time stamp in it is planted for the next seconds.
 
-The commands: `envbuild build` (it sweeps a group store's abandoned entries, trash and work before building;
-the base's debootstrap is a stand-in that fails at once), `envbuild cache prune`/`verify` on the same store,
-`envbuild import -o`, `envbuild export -o`, the report files envrun's `--report DIR` writes (StepReport.finish,
-fed a recorded step), `envrun sbatch -o`, `envrun sbatch --submit` (its script in .envrun/jobs; sbatch is a
-stand-in that answers a job id), `envrun kernel install`/`remove` with a group --prefix (apptainer is a
-stand-in that answers the kernel's Python probe), `envbuild cache rm --all` on the group store, `envbuild lock`
-(the SPEC.lock beside the spec; the resolution, uv against PyPI, stands in), a build's outputs (the image copied
-from the store to -o, its .build.log, the run wrappers in bin/ and the project's envrun.yaml: the output steps through
-the build's executor, as the build session runs them), `envbuild build --log FILE`, `envbuild catalogue -o SITE`
-(a committed tiny SIF), `envrun recipe draft -o` (scontrol is a stand-in that answers the test cluster's recorded
-output) and `envrun sweep -o DIR` (sbatch and scontrol stand-ins: the job writes its output and completes at once).
-Each runs in well under a second or two. test_every_output_option_is_exercised keeps the list whole: each option of
-either tool that names where to write is one of the commands here or is excluded with its reason.
+The commands: `envbuild build` (it sweeps a group store's abandoned entries, trash and work before building; the
+base's debootstrap is a stand-in that fails at once; again with -o into directories not made yet, and with a
+--cache-dir store not made yet), `envbuild cache prune`/`verify` on the same store, `envbuild import -o`, `envbuild
+export -o`, the report files envrun's `--report DIR` writes (StepReport.finish, fed a recorded step), `envrun
+sbatch -o`, `envrun sbatch --submit` (its script in .envrun/jobs; sbatch is a stand-in that answers a job id),
+`envrun kernel install`/`remove` with a group --prefix (apptainer is a stand-in that answers the kernel's Python
+probe), `envbuild cache rm --all` and `envbuild lock --cache-dir` (its log in the store's logs/) on the group
+store, `envbuild lock` (the SPEC.lock beside the spec; the resolution, uv against PyPI, stands in), a build's
+outputs (the image copied from the store to -o, its .build.log, the run wrappers in bin/ and the project's
+envrun.yaml: the output steps through the build's executor, as the build session runs them), `envbuild build --log
+FILE`, `envbuild catalogue -o SITE` (a committed tiny SIF), `envrun recipe draft -o` (scontrol is a stand-in that
+answers the test cluster's recorded output) and `envrun sweep -o DIR` (sbatch and scontrol stand-ins: the job
+writes its output and completes at once). Each runs in well under a second or two.
+test_every_output_option_is_exercised keeps the list whole: each option of either tool that names where to write is
+one of the commands here or is excluded with its reason.
 """
 
 from __future__ import annotations
