@@ -154,7 +154,7 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
                 rest = substitute_docker_args(rest, _EnvValues(builder, base_env), source, number)  # name is kept)
         if word == "FROM":
             _docker_from(builder, number, rest, global_args, source, template_line)
-            base_env, workdir, base_read = _base_config(builder, number, rest, read_base, instructions[start + 1:])
+            base_env, workdir, base_read = _base_config(builder, number, read_base, instructions[start + 1:])
         elif word == "RUN":
             _docker_run(builder, number, rest, workdir, arguments, source,
                         {key: value for key, value in scope.items()
@@ -185,7 +185,7 @@ def import_dockerfile(text: str, name: str, *, src_prefix: str = "", build_args:
 _SUBSTITUTED = "only build arguments, the file's ENV values and the base image's ENV, where it was read, are substituted"
 
 
-def _base_config(builder: SpecBuilder, number: int, rest: str, read_base: ConfigReader | None,
+def _base_config(builder: SpecBuilder, number: int, read_base: ConfigReader | None,
                  stage: list[tuple[int, str, str]]) -> tuple[dict[str, str], str, bool]:
     """The FROM image's Env, the directory its commands start in ("/" where it sets none) and whether they were
     read, as `read_base` reads them; what was read, and from where, is a note; so is why not and what that changes."""
@@ -198,12 +198,12 @@ def _base_config(builder: SpecBuilder, number: int, rest: str, read_base: Config
         names = ", ".join(name for name, _ in config.env) or "none"
         where = f"{config.reference.registry}/{config.reference.repository}@{config.digest}"
         workdir = posixpath.normpath(posixpath.join("/", config.working_dir)) if config.working_dir else "/"
-        builder.note(number, f"FROM {rest}: the base's config was read from {where} ({config.platform}): WORKDIR "
+        builder.note(number, f"FROM {image}: the base's config was read from {where} ({config.platform}): WORKDIR "
                              f"{config.working_dir or '(none: /)'}, ENV {names}; RUN, COPY and ADD before the file's "
                              f"own WORKDIR run in {workdir} and $NAME of the base's ENV reads its value, as in Docker")
         return dict(config.env), workdir, True
     if _runs_before_a_workdir(stage) or any(word == "ENV" and "$" in text for _, word, text in stage):
-        builder.note(number, f"FROM {rest}: the base's WORKDIR and ENV were not read ({config.why}): RUN, COPY and "
+        builder.note(number, f"FROM {image}: the base's WORKDIR and ENV were not read ({config.why}): RUN, COPY and "
                              "ADD before the file's own WORKDIR run in /, where Docker runs them in the base's WORKDIR, "
                              f"and $NAME of the base's ENV has no value here; fix: {config.fix}, or add WORKDIR <the "
                              "base's directory> before them if the base sets one")
