@@ -507,19 +507,24 @@ def test_the_io_reader_sees_each_kind_of_io(tmp_path: Path) -> None:
 
 
 # --- one home for file effects (issue 40) --------------------------------------------------------------------
-# Every write, rename, unlink and rmtree in a place others may write goes through envbuild/shared/safefiles.py. A raw one
+# Every write, rename, unlink, rmtree and mkdir in a place others may write goes through envbuild/shared/safefiles.py. A raw one
 # anywhere else fails here, unless its module is listed below with the reason it is safe.
 FILE_EFFECT_HOME = "envbuild/shared/safefiles.py"
 FILE_EFFECTS_ALLOWED = {
     "envbuild/imagetree/intree.py": "writes inside an image tree only through descriptors resolved within its root, "
                                     "one O_NOFOLLOW component at a time (openat2's RESOLVE_IN_ROOT done by hand)",
     "envbuild/sif/writer.py": "runs as the build's helper process in the build's work directory (held under its work "
-                              "lock) and writes the output's partial, whose name carries the build's random id",
+                              "lock) and writes the output's partial, whose name carries the build's random id; the "
+                              "objects directory it makes is made before it runs by the plan's MakeDirs, from the "
+                              "store's work/ down by descriptor (a link planted there refused)",
     "envbuild/sif/layeredwriter.py": "as envbuild/sif/writer.py: the staging tree is the build's own work directory",
 }
-_OS_EFFECTS = {"replace", "rename", "renames", "unlink", "remove", "rmdir", "removedirs", "symlink", "link", "truncate"}
+# mkdir and makedirs too: a directory made by path follows a link another member planted on the way, and what the
+# build then writes in it lands in the link's target.
+_OS_EFFECTS = {"replace", "rename", "renames", "unlink", "remove", "rmdir", "removedirs", "symlink", "link", "truncate",
+               "mkdir", "makedirs"}
 _SHUTIL_EFFECTS = {"rmtree", "move", "copy", "copy2", "copyfile", "copytree"}
-_PATH_EFFECTS = {"write_text", "write_bytes", "unlink", "rmdir", "symlink_to", "hardlink_to", "touch"}
+_PATH_EFFECTS = {"write_text", "write_bytes", "unlink", "rmdir", "symlink_to", "hardlink_to", "touch", "mkdir"}
 
 
 def raw_file_effects(tree: ast.AST) -> list[tuple[int, str]]:
@@ -586,11 +591,13 @@ def test_the_file_effect_detector_sees_each_raw_form() -> None:
     source = "\n".join([
         "os.replace(a, b)", "os.unlink(a)", "shutil.rmtree(a)", "Path(a).write_text(t)", "p.unlink()",
         "p.rename(q)", "open(a, 'w')", "open(a, mode='ab')", "p.open('w')", "rmtree(a)", "os.symlink(a, b)",
-        "os.open(a, os.O_WRONLY | os.O_CREAT, 0o600)",
+        "os.open(a, os.O_WRONLY | os.O_CREAT, 0o600)", "os.makedirs(a, exist_ok=True)", "os.mkdir(a, 0o700)",
+        "Path(a).mkdir(parents=True)",
     ])
-    assert len(raw_file_effects(ast.parse(source))) == 12
+    assert len(raw_file_effects(ast.parse(source))) == 15
     safe = "\n".join(["safefiles.write_file(a, t)", "s.replace('a', 'b')", "open(a)", "open(a, 'rb')", "p.read_text()",
-                      "open(safefiles.open_append(a), 'a')", "os.open(a, os.O_RDONLY | os.O_NOFOLLOW)"])
+                      "open(safefiles.open_append(a), 'a')", "os.open(a, os.O_RDONLY | os.O_NOFOLLOW)",
+                      "safefiles.make_dirs(a)", "tempfile.mkdtemp()"])
     assert raw_file_effects(ast.parse(safe)) == []
 
 

@@ -123,7 +123,7 @@ def ensure_store_root(path: str) -> None:
     for a link another member planted on the way in a directory others may write (`--cache-dir
     /project/stores/team` with `stores` made a link to the user's files): the parents are made through
     safefiles.open_dir, which refuses it (UnsafePlaceError) instead of making the store in the link's target."""
-    from envbuild.shared.safefiles import open_dir
+    from envbuild.shared.safefiles import make_dir_at, open_dir
 
     if os.path.isdir(path):
         return
@@ -133,7 +133,7 @@ def ensure_store_root(path: str) -> None:
     except OSError:
         return  # not ours to make: the store's first write says why
     try:
-        os.mkdir(name, STORE_ROOT_MODE, dir_fd=parent_fd)  # less the umask, like every mkdir
+        make_dir_at(parent_fd, name, STORE_ROOT_MODE)  # less the umask, like every mkdir
     except OSError:
         pass  # made meanwhile by another build, or not ours to make: the store's first write says why
     finally:

@@ -115,20 +115,21 @@ def write_cached_many(entries: Sequence[tuple[str, str, Any]]) -> None:
             continue
     if not payloads:
         return
-    path = user_cache_dir()
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        os.mkdir(path, DIR_MODE)
-    except FileExistsError:
-        pass
-    except OSError:
-        return
-    try:
-        directory = os.open(path, _DIR_FLAGS)
-    except OSError:
-        return
-    from envbuild.shared.safefiles import replace_with_new_file  # a cache miss only: not on every launch
+    from envbuild.shared import safefiles  # a cache miss only: not on every launch
 
+    parent, cache_name = os.path.split(user_cache_dir())
+    try:
+        # Its parents (~/.cache) made as safefiles makes directories: never through a link someone else planted.
+        parent_fd = safefiles.open_dir(parent, create=True)
+    except (OSError, safefiles.UnsafePlaceError):
+        return
+    try:
+        safefiles.make_dir_at(parent_fd, cache_name, DIR_MODE)
+        directory = os.open(cache_name, _DIR_FLAGS, dir_fd=parent_fd)  # the user's own link is followed: judged below
+    except OSError:
+        return
+    finally:
+        os.close(parent_fd)
     try:
         status = os.fstat(directory)
         if status.st_uid != os.geteuid():
@@ -137,7 +138,7 @@ def write_cached_many(entries: Sequence[tuple[str, str, Any]]) -> None:
             os.fchmod(directory, DIR_MODE)
         for name, data in payloads:
             try:
-                replace_with_new_file(directory, name, _filler(data))
+                safefiles.replace_with_new_file(directory, name, _filler(data))
             except OSError:
                 pass
     except OSError:

@@ -101,29 +101,80 @@ def subdir(parent_fd: int, name: str, *, create: bool = False, mode: int = 0o777
     """A descriptor of the directory `name` in `parent_fd`, never through a link; with `create` it is made
     when missing. When the parent is writable by others, a subdirectory owned by a stranger (not the caller,
     root, or `also_trusted`) is refused: its owner could swap what we write there."""
-    _check_name(name)
     if create:
-        try:
-            os.mkdir(name, mode, dir_fd=parent_fd)
-        except FileExistsError:
-            pass
+        make_dir_at(parent_fd, name, mode)
+    fd = _open_subdir_nofollow(parent_fd, name, where=where or name)
+    info = os.fstat(fd)
+    if owned_by_stranger(info, also=also_trusted) and writable_by_others(os.fstat(parent_fd)):
+        os.close(fd)
+        raise _strangers_dir_error(where or name, info)
+    return fd
+
+
+def make_dir_at(parent_fd: int, name: str, mode: int = 0o777) -> bool:
+    """mkdir `name` in the held directory `parent_fd` (`mode` less the umask); False when the name is there in
+    any form (mkdir never follows a link planted at it)."""
+    _check_name(name)
     try:
-        fd = _open_dir_fd(name, os.O_NOFOLLOW, dir_fd=parent_fd)
+        os.mkdir(name, mode, dir_fd=parent_fd)
+    except FileExistsError:
+        return False
+    return True
+
+
+def make_dirs_at(dir_fd: int, relative: str, *, mode: int | None = None, where: str = "",
+                 trusted: Callable[[os.stat_result], bool] | None = None) -> int:
+    """`mkdir -p relative` beneath the held directory `dir_fd` (a store's own directory, an output's directory
+    the user named): each component made, or opened when there, without following a link, so a link another
+    member planted at one of them is refused (UnsafePlaceError), never made or written through. So is a
+    directory there whose owner `trusted` does not accept (default: subdir's rule, a stranger's in a directory
+    others may write). `mode`: the exact permission bits of each directory this makes (None: 0777 less the
+    umask); those already there keep theirs. `where`: the path of `dir_fd`, for the messages. Returns the
+    descriptor of the last directory (close it)."""
+    fd = os.dup(dir_fd)
+    try:
+        for part in relative.split("/"):
+            if part in ("", "."):
+                continue
+            where = os.path.join(where, part)
+            made = make_dir_at(fd, part, 0o700 if mode is not None else 0o777)
+            inner = _open_subdir_nofollow(fd, part, where=where)
+            try:
+                info = os.fstat(inner)
+                if not (trusted(info) if trusted is not None
+                        else not (owned_by_stranger(info) and writable_by_others(os.fstat(fd)))):
+                    raise _strangers_dir_error(where, info)
+                if made and mode is not None:
+                    os.fchmod(inner, mode)
+            except BaseException:
+                os.close(inner)
+                raise
+            os.close(fd)
+            fd = inner
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_subdir_nofollow(parent_fd: int, name: str, *, where: str) -> int:
+    _check_name(name)
+    try:
+        return _open_dir_fd(name, os.O_NOFOLLOW, dir_fd=parent_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             kind = "a symbolic link" if _is_link(parent_fd, name) else "not a directory"
             raise UnsafePlaceError(
-                f"{where or name} is {kind}: envbuild never follows a link it did not make in a place others may write",
-                f"check who made it (ls -l {where or name}) and remove it; envbuild makes the directory again") from None
+                f"{where} is {kind}: envbuild never follows a link it did not make in a place others may write",
+                f"check who made it (ls -l {where}) and remove it; envbuild makes the directory again") from None
         raise
-    info = os.fstat(fd)
-    if owned_by_stranger(info, also=also_trusted) and writable_by_others(os.fstat(parent_fd)):
-        os.close(fd)
-        raise UnsafePlaceError(
-            f"{where or name} belongs to another user (uid {info.st_uid}) in a directory others may write: "
-            "what is written there could be swapped",
-            f"check who made it (ls -ld {where or name}); remove it, or ask its owner to, and run again")
-    return fd
+
+
+def _strangers_dir_error(where: str, info: os.stat_result) -> UnsafePlaceError:
+    return UnsafePlaceError(
+        f"{where} belongs to another user (uid {info.st_uid}) in a directory others may write: "
+        "what is written there could be swapped",
+        f"check who made it (ls -ld {where}); remove it, or ask its owner to, and run again")
 
 
 def _open_dir_fd(path: str, extra: int, *, dir_fd: int | None = None) -> int:

@@ -133,6 +133,38 @@ def open_store_dir(root_fd: int, root_info: os.stat_result, name: str, *, where:
     return fd
 
 
+def below_store(root: Path | str, path: str) -> str | None:
+    """`path` relative to the store root `root` when it lies below it (compared as written, no link
+    resolved), else None."""
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    return None if relative == "." or relative == ".." or relative.startswith("../") else relative
+
+
+def make_store_dirs(root: Path | str, path: str, *, mode: int | None = None) -> None:
+    """`mkdir -p path` for a directory below the store root `root` (a build's work directory, an entry, an
+    image tree's root): the root opened the store's way, the store's own directory (work, envs, ...) with
+    OpenStore.dir's rules, and each component below it made or opened by descriptor, never through a link
+    (safefiles.make_dirs_at). In a group store every member may create names in a build's directories: a
+    link one of them planted where a directory goes is refused (UnsafePlaceError, with its fix), as is a
+    directory of someone the store does not trust; the build would otherwise make and write its files in the
+    link's target. `mode`: the exact bits of each directory made below the store's own (None: the umask's)."""
+    relative = below_store(root, path)
+    if relative is None:
+        raise ValueError(f"{path} is not below the store {root}")
+    own, _, rest = relative.partition("/")
+    with OpenStore(root, create=True) as store:
+        own_fd = store.dir(own, create=True)
+        if own_fd is None:
+            raise FileNotFoundError(errno.ENOENT, "removed while it was being made", str(Path(root) / own))
+        if rest:
+            info = store.info
+
+            def trusted(found: os.stat_result) -> bool:
+                return not safefiles.writable_by_others(info) or _acceptable_owner(found, info)
+
+            os.close(safefiles.make_dirs_at(own_fd, rest, mode=mode, where=str(Path(root) / own), trusted=trusted))
+
+
 def _acceptable_owner(info: os.stat_result, root_info: os.stat_result) -> bool:
     """The user, root, the store's owner (whoever the user chose to share a store with), or, in a group
     store, a member: a directory a member made first carries the store's group (the root is setgid)."""

@@ -38,13 +38,16 @@ def test_tool_environment_drops_what_the_runtime_would_carry_into_the_container(
     assert env == {"PATH": "/usr/bin", "HF_TOKEN": "t", "APPTAINER_CACHEDIR": "/c", "APPTAINERENV_https_proxy": "http://p:3128"}
 
 
+@pytest.mark.parametrize("in_store", [False, True], ids=["users-path", "store-path"])
 @pytest.mark.parametrize("mask", [0o007, 0o022, 0o077])
-def test_make_dirs_gives_every_new_directory_the_mode_and_leaves_existing_ones(tmp_path: Path, mask: int) -> None:
+def test_make_dirs_gives_every_new_directory_the_mode_and_leaves_existing_ones(tmp_path: Path, mask: int,
+                                                                                in_store: bool) -> None:
     existing = tmp_path / "root"
     existing.mkdir(mode=0o700)
+    store_root = tmp_path if in_store else None  # below a store: made from the store's own directory down
     with umask(mask):
-        make_host_dirs(str(existing / "a" / "b"), 0o755)
-        make_host_dirs(str(tmp_path / "plain"), None)
+        make_host_dirs(str(existing / "a" / "b"), 0o755, store_root=store_root)
+        make_host_dirs(str(tmp_path / "plain"), None, store_root=store_root)
     assert mode(existing) == 0o700
     assert mode(existing / "a") == mode(existing / "a" / "b") == 0o755
     assert mode(tmp_path / "plain") == 0o777 & ~mask

@@ -15,7 +15,8 @@ from tests.support.plan_fixtures import fixed_plan
 
 def _prefetch(tmp_path: Path) -> ParentPrefetch:
     work = tmp_path / "work/spec-1-abc-prefetch"
-    return ParentPrefetch(parent="env-parent", work_dir=str(work), tree=f"{work}/rootfs", snapshot=f"{work}/parent.snapshot")
+    return ParentPrefetch(parent="env-parent", store_root=str(tmp_path), work_dir=str(work), tree=f"{work}/rootfs",
+                          snapshot=f"{work}/parent.snapshot")
 
 
 def test_the_copy_shares_the_parents_files_and_records_the_guards_snapshot(tmp_path: Path) -> None:

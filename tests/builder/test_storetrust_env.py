@@ -262,7 +262,7 @@ def test_a_parent_checked_while_the_lock_was_resolved_is_not_digested_again(tmp_
     tamper(best)
     work = kind_dir(store, "work") / "tiny-prefetch"
     session = BuildSession(loaded, BuildOptions(output=output, cache_dir=store), out=io.StringIO())
-    session._prefetch = ParentPrefetch(parent=best.name, work_dir=str(work), tree=f"{work}/rootfs",
+    session._prefetch = ParentPrefetch(parent=best.name, store_root=str(store), work_dir=str(work), tree=f"{work}/rootfs",
                                        snapshot=f"{work}/parent.snapshot").check(str(best))
     with pytest.raises(BuildStarted):
         session.build()

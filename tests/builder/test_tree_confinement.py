@@ -8,6 +8,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -168,6 +169,7 @@ def test_mkdir_makes_a_missing_tree_root_as_mkdir_p_does(tmp_path: Path) -> None
     from envbuild.builder.plan.actions import MakeDirs
 
     root = tmp_path / "store" / "bases" / "entry" / "debootstrap.partial"
-    fsactions.make_dirs(None, None, MakeDirs((f"{root}/etc/dpkg/dpkg.cfg.d",), 0o755, root=str(root)))
+    executor = SimpleNamespace(store_root=tmp_path / "store")
+    fsactions.make_dirs(executor, None, MakeDirs((f"{root}/etc/dpkg/dpkg.cfg.d",), 0o755, root=str(root)))
     assert (root / "etc/dpkg/dpkg.cfg.d").is_dir()
     assert (root / "etc").stat().st_mode & 0o777 == 0o755

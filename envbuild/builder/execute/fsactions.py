@@ -41,9 +41,10 @@ from envbuild.shared.safefiles import atomic_write
 
 class FileActionExecutor(Protocol):
     """What the file actions use of the executor that runs them (envbuild.builder.execute.executor.BuildExecutor):
-    its step log, its tool runner, its lasting lines and the hard-link guards it joins."""
+    its step log, its tool runner, its lasting lines, the hard-link guards it joins and its store's root."""
 
     guards: list[tuple[threading.Thread, list[str]]]
+    store_root: Path
 
     @property
     def _log(self) -> TextIO: ...
@@ -218,15 +219,16 @@ def check_room(executor: FileActionExecutor, step: Step, src: str, dest: str) ->
 
 
 def make_dirs(executor: FileActionExecutor, step: Step, action: MakeDirs) -> None:
-    if action.root is not None and not os.path.lexists(action.root):
+    if action.root is not None:
         # `mkdir -p` makes the tree's root too, when it is not there yet (a debootstrap tree on a cold store):
-        # the root is a path of envbuild's (store, work dir), not of the image, so it is made by its host path.
-        os.makedirs(action.root, exist_ok=True)
+        # the root is a path of envbuild's (store, work dir), not of the image, so it is made by its host path,
+        # and a link planted there (whence the tree's writes would be resolved) is refused even when it is there.
+        make_host_dirs(action.root, None, store_root=executor.store_root)
     for path in action.paths:
         if action.root is not None:
             intree.make_dirs_in_tree(action.root, inside_of(action.root, path), action.mode)
         else:
-            make_host_dirs(path, action.mode)
+            make_host_dirs(path, action.mode, store_root=executor.store_root)
 
 
 def touch(executor: FileActionExecutor, step: Step, action: Touch) -> None:
@@ -325,18 +327,26 @@ def write_wrappers(executor: FileActionExecutor, step: Step, action: WriteRunWra
 # --- whole trees and directories -----------------------------------------------------------------
 
 
-def make_host_dirs(path: str, mode: int | None) -> None:
-    """os.makedirs(path, exist_ok=True); with `mode`, every directory it creates gets exactly `mode` (not
-    less the umask), the existing ones keep theirs."""
-    missing = []
-    probe = os.path.abspath(path)
-    while not os.path.lexists(probe):
-        missing.append(probe)
-        probe = os.path.dirname(probe)
-    os.makedirs(path, exist_ok=True)
-    if mode is not None:
-        for created in missing:
-            os.chmod(created, mode)
+def make_host_dirs(path: str, mode: int | None, *, store_root: Path | None) -> None:
+    """`mkdir -p path`; with `mode`, every directory it creates gets exactly `mode` (not less the umask), the
+    existing ones keep theirs. Never through a link someone else planted: below the store (a group store's
+    members may create names in its directories and in a build's), from the store's own directories down by
+    descriptor (envbuild.store.places.make_store_dirs); elsewhere (a directory of the user's), its existing
+    part resolved as safefiles.open_dir resolves a user's path, the rest made beneath it by descriptor."""
+    from envbuild.store.places import below_store, make_store_dirs
+
+    if store_root is not None and below_store(store_root, path) is not None:
+        make_store_dirs(store_root, path, mode=mode)
+        return
+    existing, missing = os.path.abspath(path), []
+    while not os.path.lexists(existing):
+        existing, name = os.path.split(existing)
+        missing.append(name)
+    fd = safefiles.open_dir(existing)
+    try:
+        os.close(safefiles.make_dirs_at(fd, "/".join(reversed(missing)), mode=mode, where=existing))
+    finally:
+        os.close(fd)
 
 
 def file_states(root: str) -> dict[str, tuple[int, int]]:

@@ -42,6 +42,7 @@ class ParentPrefetch:
     """A hard-linked copy of env layer `parent` being made at `tree`, with the guard's snapshot at `snapshot`."""
 
     parent: str
+    store_root: str
     work_dir: str
     tree: str
     snapshot: str
@@ -81,7 +82,11 @@ class ParentPrefetch:
             if result.returncode != 0:
                 self._failure.append(result.stderr.strip()[-300:] or f"cp exited with {result.returncode}")
 
-        os.makedirs(self.work_dir, exist_ok=True)
+        # The work directory lies in the store's work/, which every member of a group store may write: made by
+        # descriptor from there, so a link planted at its name is refused, never copied into.
+        from envbuild.store.places import make_store_dirs
+
+        make_store_dirs(self.store_root, self.work_dir)
         self._thread = threading.Thread(target=copy, name="envbuild-prefetch", daemon=True)
         self._thread.start()
         return self
@@ -143,7 +148,8 @@ def start_parent_prefetch(loaded: LoadedSpec, options: BuildOptions, previous: L
     work = store.work(name)
     uses.enter_context(entry_lock(store_root, "work", name))
     uses.callback(forget_lock, store_root, "work", name)
-    prefetch = ParentPrefetch(parent=parent, work_dir=work, tree=f"{work}/rootfs", snapshot=f"{work}/parent.snapshot")
+    prefetch = ParentPrefetch(parent=parent, store_root=str(store_root), work_dir=work, tree=f"{work}/rootfs",
+                              snapshot=f"{work}/parent.snapshot")
     uses.callback(prefetch.remove)  # after the work lock's release is registered: runs before it
     from envbuild.store.integrity import others_can_write
 
