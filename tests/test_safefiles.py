@@ -159,17 +159,9 @@ def test_a_directory_the_user_may_only_pass_through_still_works(tmp_path: Path) 
 
 def test_a_link_a_stranger_planted_in_a_group_directory_is_not_followed(tmp_path: Path) -> None:
     """`--report reports/job-1` in a group project: another member made `reports` a link to the victim's files."""
-    from tests.support.trust_accounts import stranger
+    from tests.support.attacker import group_dir_with_strangers_link
 
-    if os.geteuid() != 0:
-        pytest.skip("needs root to plant another user's link")
-    victim = tmp_path / "Documents"
-    victim.mkdir()
-    project = tmp_path / "project"
-    project.mkdir()
-    project.chmod(0o2770)
-    (project / "reports").symlink_to(victim)
-    os.lchown(project / "reports", stranger().pw_uid, stranger().pw_gid)
+    victim, project = group_dir_with_strangers_link(tmp_path, "reports")
     with pytest.raises(safefiles.UnsafePlaceError, match="symbolic link made by uid"):
         safefiles.write_file(project / "reports" / "summary.txt", "x")
     with pytest.raises(safefiles.UnsafePlaceError):

@@ -61,14 +61,22 @@ def open_dir(path: str | os.PathLike[str], *, create: bool = False, mode: int = 
     with `mode`, less the umask) and opened without following a link, so one planted meanwhile is refused."""
     path = os.fspath(path) or "."
     absolute = path.startswith("/")
-    fd = _open_dir_fd("/" if absolute else ".", 0)
-    where = "/" if absolute else ""
+
+    def open_one(fd: int, part: str, where: str) -> int:
+        return _open_component(fd, part, create=create, mode=mode, where=where)
+
+    return _descend(_open_dir_fd("/" if absolute else ".", 0), path, "/" if absolute else "", open_one)
+
+
+def _descend(fd: int, relative: str, where: str, open_one: Callable[[int, str, str], int]) -> int:
+    """The directory `relative` below the directory `fd` (consumed), each component opened by
+    `open_one(parent_fd, name, its path)` and each parent closed once its child is open: one held at a time."""
     try:
-        for part in path.split("/"):
+        for part in relative.split("/"):
             if part in ("", "."):
                 continue
             where = os.path.join(where, part)
-            inner = _open_component(fd, part, create=create, mode=mode, where=where)
+            inner = open_one(fd, part, where)
             os.close(fd)
             fd = inner
         return fd
@@ -131,30 +139,22 @@ def make_dirs_at(dir_fd: int, relative: str, *, mode: int | None = None, where: 
     others may write). `mode`: the exact permission bits of each directory this makes (None: 0777 less the
     umask); those already there keep theirs. `where`: the path of `dir_fd`, for the messages. Returns the
     descriptor of the last directory (close it)."""
-    fd = os.dup(dir_fd)
-    try:
-        for part in relative.split("/"):
-            if part in ("", "."):
-                continue
-            where = os.path.join(where, part)
-            made = make_dir_at(fd, part, 0o700 if mode is not None else 0o777)
-            inner = _open_subdir_nofollow(fd, part, where=where)
-            try:
-                info = os.fstat(inner)
-                if not (trusted(info) if trusted is not None
-                        else not (owned_by_stranger(info) and writable_by_others(os.fstat(fd)))):
-                    raise _strangers_dir_error(where, info)
-                if made and mode is not None:
-                    os.fchmod(inner, mode)
-            except BaseException:
-                os.close(inner)
-                raise
-            os.close(fd)
-            fd = inner
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+    def make_one(fd: int, part: str, where: str) -> int:
+        made = make_dir_at(fd, part, 0o700 if mode is not None else 0o777)
+        inner = _open_subdir_nofollow(fd, part, where=where)
+        try:
+            info = os.fstat(inner)
+            if not (trusted(info) if trusted is not None
+                    else not (owned_by_stranger(info) and writable_by_others(os.fstat(fd)))):
+                raise _strangers_dir_error(where, info)
+            if made and mode is not None:
+                os.fchmod(inner, mode)  # exactly `mode`: made 0700 first, so nobody else ever saw it open
+        except BaseException:
+            os.close(inner)
+            raise
+        return inner
+
+    return _descend(os.dup(dir_fd), relative, where, make_one)
 
 
 def _open_subdir_nofollow(parent_fd: int, name: str, *, where: str) -> int:
@@ -556,6 +556,12 @@ def remove_file(path: str | os.PathLike[str], *, missing_ok: bool = True) -> Non
     """Remove the name `path` (a link is removed itself, never its target). With `missing_ok`, a directory
     on the way that is not there means the name is not there either (`--log logs/x.log` before logs/ exists)."""
     directory, name = os.path.split(os.fspath(path))
+    _remove_in(directory, lambda fd: unlink_at(fd, name, missing_ok=missing_ok), missing_ok=missing_ok)
+
+
+def _remove_in(directory: str, remove: Callable[[int], None], *, missing_ok: bool) -> None:
+    """remove(the descriptor of `directory`); with `missing_ok`, a directory that is not there (or one on its
+    way) means that what was to be removed is not there either."""
     try:
         fd = open_dir(directory or ".")
     except FileNotFoundError:
@@ -563,7 +569,7 @@ def remove_file(path: str | os.PathLike[str], *, missing_ok: bool = True) -> Non
             return
         raise
     try:
-        unlink_at(fd, name, missing_ok=missing_ok)
+        remove(fd)
     finally:
         os.close(fd)
 
@@ -589,16 +595,7 @@ def remove_tree(path: str | os.PathLike[str], *, missing_ok: bool = True) -> Non
     directory below is opened with O_NOFOLLOW relative to its parent. Directories of ours without write
     permission (read-only trees from some packages) are made writable first."""
     directory, name = os.path.split(os.fspath(path).rstrip("/"))
-    try:
-        fd = open_dir(directory or ".")
-    except FileNotFoundError:
-        if missing_ok:
-            return
-        raise
-    try:
-        remove_tree_at(fd, name, missing_ok=missing_ok)
-    finally:
-        os.close(fd)
+    _remove_in(directory, lambda fd: remove_tree_at(fd, name, missing_ok=missing_ok), missing_ok=missing_ok)
 
 
 def remove_tree_at(parent_fd: int, name: str, *, missing_ok: bool = True) -> None:

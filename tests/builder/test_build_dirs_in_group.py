@@ -5,7 +5,6 @@ there."""
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 import pytest
@@ -13,22 +12,13 @@ import pytest
 from envbuild.builder.execute.executor import BuildExecutor
 from envbuild.builder.sessions.outputpath import ensure_can_write
 from envbuild.shared.safefiles import UnsafePlaceError
+from tests.support.attacker import group_dir_with_strangers_link
 
 
 def test_the_log_directory_is_never_made_through_a_strangers_link(tmp_path: Path) -> None:
     """`envbuild lock --cache-dir /project/store`: another member made `store` a link to the victim's files; the
     log's directories (store/logs) were made in the link's target by a plain mkdir -p."""
-    from tests.support.trust_accounts import stranger
-
-    if os.geteuid() != 0:
-        pytest.skip("needs root to plant another user's link")
-    victim = tmp_path / "Documents"
-    victim.mkdir()
-    project = tmp_path / "project"
-    project.mkdir()
-    project.chmod(0o2770)
-    (project / "store").symlink_to(victim)
-    os.lchown(project / "store", stranger().pw_uid, stranger().pw_gid)
+    victim, project = group_dir_with_strangers_link(tmp_path, "store")
     executor = BuildExecutor(project / "store/logs/lock-tiny.log", store_root=project / "store", quiet=True,
                              out=io.StringIO())
     with pytest.raises(UnsafePlaceError, match="symbolic link made by uid"):
@@ -46,17 +36,7 @@ def test_the_log_directories_are_made_where_there_is_no_link(tmp_path: Path) -> 
 def test_the_output_directories_are_never_made_through_a_strangers_link(tmp_path: Path) -> None:
     """`envbuild build spec.yaml -o images/v1/env.sif` in a group project where another member made `images` a
     link to the victim's files: the build made images/v1 in the link's target before anything slow ran."""
-    from tests.support.trust_accounts import stranger
-
-    if os.geteuid() != 0:
-        pytest.skip("needs root to plant another user's link")
-    victim = tmp_path / "Documents"
-    victim.mkdir()
-    project = tmp_path / "project"
-    project.mkdir()
-    project.chmod(0o2770)
-    (project / "images").symlink_to(victim)
-    os.lchown(project / "images", stranger().pw_uid, stranger().pw_gid)
+    victim, project = group_dir_with_strangers_link(tmp_path, "images")
     with pytest.raises(UnsafePlaceError, match="symbolic link made by uid"):
         ensure_can_write(project / "images/v1/env.sif")
     assert list(victim.iterdir()) == []

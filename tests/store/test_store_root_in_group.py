@@ -11,22 +11,12 @@ import pytest
 from envbuild.host.runtime import ensure_store_root
 from envbuild.shared.safefiles import UnsafePlaceError
 from envbuild.store.places import OpenStore
+from tests.support.attacker import group_dir_with_strangers_link
 
 
 def planted(tmp_path: Path) -> tuple[Path, Path]:
     """(the victim's directory, the group project) with `stores` in it a stranger's link to the victim's."""
-    from tests.support.trust_accounts import stranger
-
-    if os.geteuid() != 0:
-        pytest.skip("needs root to plant another user's link")
-    victim = tmp_path / "data"
-    victim.mkdir()
-    project = tmp_path / "project"
-    project.mkdir()
-    project.chmod(0o2770)
-    (project / "stores").symlink_to(victim)
-    os.lchown(project / "stores", stranger().pw_uid, stranger().pw_gid)
-    return victim, project
+    return group_dir_with_strangers_link(tmp_path, "stores", victims="data")
 
 
 def test_a_new_store_is_never_made_through_a_strangers_link(tmp_path: Path) -> None:

@@ -264,6 +264,23 @@ def plant_dir(scene: Scene, relative: str) -> Path:
     return scene.mkdir_shared(relative, owner=attacker())
 
 
+def group_dir_with_strangers_link(base: Path, name: str, *, victims: str = "Documents") -> tuple[Path, Path]:
+    """(the victim's directory, the group project) for a test run by the victim itself (root, as CI runs the
+    tests): `base/project`, 2770 as a group project is, holding at `name` the attacker's (the stranger's)
+    symbolic link to the victim's empty directory `base/<victims>`. Skips unless root, who alone can plant a
+    link that is another user's."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant another user's link")
+    victims_dir = base / victims
+    victims_dir.mkdir()
+    project = base / "project"
+    project.mkdir()
+    project.chmod(0o2770)
+    (project / name).symlink_to(victims_dir)
+    os.lchown(project / name, attacker().pw_uid, attacker().pw_gid)
+    return victims_dir, project
+
+
 # --- reading what a traced run did -------------------------------------------------------------------------
 
 _TOKEN = re.compile(r'(?:-?\d+|AT_FDCWD)<((?:[^>\\]|\\.)*)>|"((?:[^"\\]|\\.)*)"')
