@@ -37,7 +37,7 @@ RULES = {
     "launcher_tasks", "per_task_launch", "launcher_without_srun", "core_masks_on_shared_nodes",
     "gpu_partition_without_gpus", "partial_gpus_on_billed_node", "shell_syntax", "commands_above_directives",
     "program_not_visible", "program_unknown", "signal_without_trap", "container_without_gpu_flag", "placeholders",
-    "task_variables_in_batch_shell",
+    "task_variables_in_batch_shell", "task_variables_inherited",
 }
 SECONDS_PER_CHECK = 2.0
 

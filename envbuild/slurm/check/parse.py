@@ -14,6 +14,7 @@ import re
 import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from envbuild.convert.shellscript import split_words
 from envbuild.launch.args import SRUN_LONG_WITH_VALUE, SRUN_SHORT_WITH_VALUE, split_srun
@@ -60,7 +61,7 @@ _WHOLE_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za
 # Commands that may matter to a rule name one of these (srun, a launcher, Python, a program that cannot be
 # known, a variable); any other line is skipped unread (envbuild.slurm.check.shellwords, `wanted`).
 _WANTED = re.compile(r"srun|torch|accelerate|deepspeed|python|mpirun|mpiexec|eval|export|declare|typeset|readonly|"
-                     r"local|=|_wrapper|(?:^|[\s;&|(])(?:cd|pushd|module|ml)\s", re.MULTILINE)
+                     r"local|unset|=|_wrapper|(?:^|[\s;&|(])(?:cd|pushd|module|ml)\s", re.MULTILINE)
 # words that may come before srun without being a program of their own
 SRUN_PREFIXES = {"time", "exec", "nohup", "env", "command", "builtin", "if", "then", "else", "elif", "do", "while",
                  "until", "!", "{", "nice"}
@@ -76,6 +77,7 @@ SRUN_INPUT_OPTIONS = {
     "SLURM_GPU_BIND": "gpu-bind", "SLURM_MEM_BIND": "mem-bind", "SLURM_DISTRIBUTION": "distribution",
     "SLURM_HINT": "hint", "SLURM_GPUS_PER_NODE": "gpus-per-node", "SLURM_NTASKS_PER_NODE": "ntasks-per-node",
     "SLURM_EXACT": "exact", "SLURM_OVERLAP": "overlap", "SLURM_TRES_PER_TASK": "tres-per-task",
+    "SLURM_EXPORT_ENV": "export",
 }
 _FLAG_INPUTS = frozenset({"SLURM_EXACT", "SLURM_OVERLAP"})  # set at all: the flag
 
@@ -114,6 +116,17 @@ class SrunLine:
         return any(word.startswith(variable + "=") for word in self.prefix)
 
 
+class Assignment(NamedTuple):  # a tuple: a long script has many of them
+    """What the batch shell does to one of its variables at a line: `how` is "set" (NAME=value), "export"
+    (export NAME[=value], declare -x), "unexport" (export -n) or "unset"."""
+
+    line: int
+    name: str
+    value: str | None  # quotes removed, $NAME kept as written; None: no value given (export NAME, unset NAME)
+    expands: bool  # bash expands the value's $NAME (no part of it in single quotes or escaped)
+    how: str
+
+
 @dataclass(frozen=True)
 class Command:
     """A command of the body that is not an srun line (for torchrun started without srun)."""
@@ -139,6 +152,7 @@ class BatchScript:
     open_quote_line: int | None = None  # a command whose quote or $( never closes (bash -n fails there)
     directories: list[tuple[int, str | None]] = field(default_factory=list)  # `cd DIR` lines; None: not known
     modules: list[tuple[int, str]] = field(default_factory=list)  # `module load NAME` lines (a module may bind)
+    assignments: list[Assignment] = field(default_factory=list)  # the batch shell's own variables, in line order
 
     def directory_at(self, line: int) -> str | None:
         """The working directory at `line` where the script set it with `cd /absolute/path`; None: not known
@@ -322,11 +336,16 @@ def srun_options(written: tuple[str, ...]) -> tuple[str, ...]:
 def _read_command(command: SimpleCommand, variables: dict[str, str], script: BatchScript) -> None:
     texts = command.texts
     line = command.line
+    expands = [how[1] for how in command.quoting] if command.quoting is not None else [True] * len(texts)
     if texts[0] in _DECLARATIONS:
-        for word in texts[1:]:
+        flags = "".join(word[1:] for word in texts[1:] if word.startswith("-"))
+        how = ("unexport" if "n" in flags else "export") if texts[0] == "export" else \
+            "export" if "x" in flags else "set"
+        for index, word in enumerate(texts[1:], start=1):
             if word.startswith("-"):
                 continue
             name, eq, value = word.partition("=")
+            script.assignments.append(Assignment(line, name, value if eq else None, expands[index], how))
             if eq:
                 _assign(variables, name, value)
             if texts[0] == "export" or name not in script.exports:
@@ -336,10 +355,14 @@ def _read_command(command: SimpleCommand, variables: dict[str, str], script: Bat
                 script.environment[name] = line
         return
     if all(_ASSIGNMENT.match(word) for word in texts):
-        for word in texts:
+        for index, word in enumerate(texts):
             name, _, value = word.partition("=")
+            script.assignments.append(Assignment(line, name.rstrip("+"), value, expands[index], "set"))
             _assign(variables, name, value)
         return
+    if texts[0] == "unset":
+        script.assignments += [Assignment(line, name, None, True, "unset") for name in texts[1:]
+                               if not name.startswith("-")]
     srun_at = next((i for i, word in enumerate(texts) if word.rsplit("/", 1)[-1] == "srun"), None)
     if srun_at is not None and _is_srun_prefix(list(texts[:srun_at])):
         srun_words = ("srun", *[_usual_spelling(w) if w.startswith("--") else w

@@ -74,6 +74,7 @@ RULES: tuple[tuple[Callable[[Context], list[Finding]], str, bool], ...] = (
     (checksteps.container_without_gpu_flag, "warning", True),
     (checksteps.signal_without_trap, "warning", False),
     (checksteps.task_variables_in_batch_shell, "warning", False),
+    (checksteps.task_variables_inherited, "warning", False),
     (checksteps.program_not_visible, "error", False),
     (checksteps.program_missing, "error", False),
     (checksteps.program_unknown, "info", False),

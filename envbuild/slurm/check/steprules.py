@@ -14,11 +14,11 @@ from envbuild.launch.allocation import count_gpus
 from envbuild.launch.args import has_option, option_value
 from envbuild.slurm.check.parse import srun_options
 from envbuild.slurm.check.rulebase import SBATCH_DOC, SRUN_DOC, TORCHRUN_DOC, Context, Finding, newer_slurm_option
-from envbuild.slurm.check.shape import count
+from envbuild.slurm.check.shape import StepShape, count
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from envbuild.slurm.check.parse import SrunLine
+    from envbuild.slurm.check.parse import BatchScript, SrunLine
 
 
 def _unless_given(unless: str | None, options: tuple[str, ...]) -> bool:
@@ -687,3 +687,214 @@ def _task_variable_edit(ctx: Context, srun: SrunLine, places: list[tuple[int, in
         return None  # a variable in srun's own options or before srun: bash -c around the program does not help
     program = _TASK_VARIABLE.sub(lambda match: "\\" + match.group(0), text[tokens[start].start():].rstrip())
     return line, f'{text[:tokens[start].start()]}bash -c "{program}"'
+
+
+# Variables that launch frameworks read from the environment for a process's place in the job (and that torchrun
+# sets in each worker it starts): who reads each, and where that is documented
+TORCH_ENV_DOC = ("torch.distributed, Environment variable initialization, "
+                 "https://docs.pytorch.org/docs/stable/distributed.html#environment-variable-initialization")
+TORCHRUN_ENV_DOC = "torchrun, Environment Variables, https://docs.pytorch.org/docs/stable/elastic/run.html#environment-variables"
+LIGHTNING_ENV_DOC = ("Lightning's LightningEnvironment, https://lightning.ai/docs/pytorch/stable/api/"
+                     "lightning.pytorch.plugins.environments.LightningEnvironment.html")
+_RANK_VARIABLES = {
+    "RANK": ("torch.distributed's env:// init", (TORCH_ENV_DOC, TORCHRUN_ENV_DOC)),
+    "LOCAL_RANK": ("scripts written for torchrun, Lightning", (TORCHRUN_ENV_DOC, LIGHTNING_ENV_DOC)),
+    "NODE_RANK": ("Lightning", (LIGHTNING_ENV_DOC,)),
+    "GROUP_RANK": ("Lightning, scripts written for torchrun", (TORCHRUN_ENV_DOC, LIGHTNING_ENV_DOC)),
+}
+# Apptainer and Singularity set NAME in the container from APPTAINERENV_NAME / SINGULARITYENV_NAME, also with
+# --cleanenv; --cleanenv (-e) and --containall (-C) keep the rest of the host's environment out
+_CONTAINER_ENV_PREFIXES = ("APPTAINERENV_", "SINGULARITYENV_")
+_CLEAN_ENVIRONMENT = ("-e", "--cleanenv", "-C", "--containall")
+_TASK_VARIABLE_NAME = re.compile(r"\b(SLURM_(?:NODEID|PROCID|LOCALID))\b")
+_REFERENCES = re.compile(r"\$\{?([A-Za-z_]\w*)")
+_PROGRAM_SCRIPT = re.compile(r"(?:^|/)[^/]*(?:\.(?:sh|bash)|/[^/]*)$")
+
+
+def _task_sources(value: str, fixed: dict[str, tuple[tuple[str, ...], int, str]]) \
+        -> tuple[tuple[str, ...], str] | None:
+    """The task variables a value the batch shell expands comes from ($SLURM_PROCID, ${SLURM_LOCALID:-0},
+    $((SLURM_NODEID * 4 + SLURM_LOCALID)), or a variable in `fixed`), and the value as each task would compute
+    it; None: none."""
+    if "$" not in value:
+        return None
+    direct = _TASK_VARIABLE_NAME.findall(value)
+    if direct:
+        return tuple(dict.fromkeys(direct)), value
+    for reference in _REFERENCES.findall(value):
+        if reference in fixed:
+            sources, _line, expression = fixed[reference]
+            whole = value in (f"${reference}", f"${{{reference}}}")
+            return sources, expression if whole else f"${sources[0]}"
+    return None
+
+
+def _inherited_from_batch_shell(script: BatchScript) -> dict[int, dict[str, tuple[tuple[str, ...], int, str]]]:
+    """For each srun line, the variables of _RANK_VARIABLES (also as APPTAINERENV_NAME) that the batch shell has
+    exported there with task 0's value: set from $SLURM_PROCID, $SLURM_LOCALID or $SLURM_NODEID, directly or
+    through its other variables. Read from the parsed commands (a here-document's text is no command of the
+    batch shell), in one pass."""
+    fixed: dict[str, tuple[tuple[str, ...], int, str]] = {}
+    exported: set[str] = set()
+    at_srun: dict[int, dict[str, tuple[tuple[str, ...], int, str]]] = {}
+    sruns = sorted(srun.line for srun in script.sruns)
+    next_srun = 0
+    for assignment in [*script.assignments, None]:
+        until = assignment.line if assignment is not None else None
+        while next_srun < len(sruns) and (until is None or sruns[next_srun] < until):
+            at_srun[sruns[next_srun]] = {name: value for name, value in fixed.items() if name in exported and
+                                         _rank_name(name) is not None}
+            next_srun += 1
+        if assignment is None:
+            break
+        line, name, value, expands, how = assignment
+        if how == "unset":
+            fixed.pop(name, None)
+            exported.discard(name)
+            continue
+        if how == "unexport":
+            exported.discard(name)
+            continue
+        if how == "export":
+            exported.add(name)
+        if value is None:
+            continue
+        found = _task_sources(value, fixed) if expands else None
+        if found is not None:
+            fixed[name] = (found[0], line, found[1])
+        else:
+            fixed.pop(name, None)  # set again from something else, or single-quoted text
+    return at_srun
+
+
+def _rank_name(name: str) -> str | None:
+    """The variable of _RANK_VARIABLES that `name` gives the program: itself, or its APPTAINERENV_ form."""
+    for prefix in _CONTAINER_ENV_PREFIXES:
+        name = name.removeprefix(prefix)
+    return name if name in _RANK_VARIABLES else None
+
+
+def _passes_environment(ctx: Context, srun: SrunLine) -> tuple[bool, frozenset[str]]:
+    """Which of the batch shell's variables srun passes to the tasks: (all, the names listed). srun's --export
+    (also from SLURM_EXPORT_ENV the script exports), else the job's, which steps inherit (sbatch(1) --export:
+    "To avoid steps inheriting environment export settings (e.g. NONE) from sbatch command" ...); ALL without."""
+    value = option_value(srun.options, "--export")
+    if value is None:
+        value = ctx.job.value("export")
+    if value is None:
+        return True, frozenset()
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if any(item.upper() == "ALL" for item in items) or "$" in value:
+        return True, frozenset()  # a list the job builds when it runs: taken to pass them, as by default
+    return False, frozenset(item for item in items if "=" not in item and item.upper() not in ("NONE", "NIL"))
+
+
+def _step_wrapper(srun: SrunLine) -> str | None:
+    """A script between srun and the program that the check cannot read (`./select_gpu python ...`, `srun
+    ./run_rank.sh`, `srun bash job_step.sh`, `srun $CMD`): its name; it may set the variables for each task."""
+    program = srun.program
+    for part in program.via.split(", "):
+        first = part.split(" ", 1)[0]
+        if "/" in first or first.endswith((".sh", ".bash")):
+            return first.rsplit("/", 1)[-1]
+    words = program.words
+    if program.kind == "unknown":
+        return program.name
+    if program.kind != "other" or not words:
+        return None
+    first = words[0].rsplit("/", 1)[-1]
+    if first in ("bash", "sh", "zsh", "dash", "ksh") and len(words) > 1 and not words[1].startswith("-"):
+        return words[1].rsplit("/", 1)[-1]
+    return first if _PROGRAM_SCRIPT.search(words[0]) else None
+
+
+def _step_tasks(step: StepShape) -> int | None:
+    """The step's tasks in all: srun's -n, else the job's --ntasks where srun sets no other count, else its tasks
+    per node times its nodes; None: not known."""
+    given = step.option("-n", "--ntasks")
+    if given is not None:
+        return count(given)
+    job_total = step.job.value("ntasks")
+    if job_total is not None and not step.sets("--ntasks-per-node", "-N", "--nodes"):
+        return count(job_total)
+    tasks, nodes = step.tasks_per_node(), step.nodes
+    return tasks * nodes if tasks is not None and nodes is not None else None
+
+
+def task_variables_inherited(ctx: Context) -> list[Finding]:
+    """RANK, LOCAL_RANK, NODE_RANK or GROUP_RANK that the batch shell exported from $SLURM_PROCID, $SLURM_LOCALID
+    or $SLURM_NODEID (directly or through its other variables: `export RANK=$SLURM_PROCID`, `NODE_RANK=$SLURM_NODEID;
+    export NODE_RANK`) and an srun step inherits: the batch shell read task 0's value once, and srun passes its
+    environment to every task, setting only the SLURM_* variables per task, so every process that reads the
+    variable (torch.distributed's env:// init, scripts written for torchrun, Lightning) sees rank 0. Applies to a
+    step with more than one of what the variable counts (tasks, tasks per node, nodes; a count that is not known
+    counts as more) that runs Python, or a script the check cannot read (then said as a condition: unless that
+    script sets it per task). Not where the step sets the variable itself (`bash -c 'RANK=$SLURM_PROCID python
+    ...'`, `--env RANK=...`), runs torchrun, accelerate or deepspeed (they set these in every worker they start),
+    does not pass the variable (srun --export=NONE or a list without it, also from #SBATCH --export or
+    SLURM_EXPORT_ENV; a container with --cleanenv or --containall, unless exported as APPTAINERENV_NAME), or
+    names it on its own line (the task_variables_in_batch_shell rule's finding)."""
+    inherited_at = _inherited_from_batch_shell(ctx.script)
+    found: list[Finding] = []
+    for srun, step in ctx.steps():
+        variables = dict(inherited_at.get(srun.line, {}))
+        for word in srun.prefix:  # RANK=$SLURM_PROCID srun ...: the batch shell expands it for srun's environment
+            name, eq, value = word.partition("=")
+            computed = _task_sources(value, variables) if eq and _rank_name(name) else None
+            if computed is not None:
+                variables[name] = (computed[0], srun.line, computed[1])
+        program = srun.program
+        if not variables or program.per_node:
+            continue
+        wrapper = _step_wrapper(srun)
+        if program.kind != "python" and wrapper is None:
+            continue  # a program that is not Python (hostname, an MPI code): it does not read these
+        passes_all, listed = _passes_environment(ctx, srun)
+        clean = program.container is not None and any(flag in program.container for flag in _CLEAN_ENVIRONMENT)
+        step_text = " ".join(srun.words[len(srun.prefix) + 1:])  # srun's options and the program
+        tasks, nodes, total = step.tasks_per_node(), step.nodes, _step_tasks(step)
+        several = {"SLURM_NODEID": nodes is None or nodes > 1,
+                   "SLURM_LOCALID": tasks is None or tasks > 1,
+                   "SLURM_PROCID": total is None or total > 1}
+        names: list[str] = []
+        for name, (from_tasks, _line, _expression) in variables.items():
+            rank = _rank_name(name)
+            if rank is None or not any(several[source] for source in from_tasks):
+                continue
+            prefixed = name != rank
+            if prefixed and program.container is None:
+                continue  # APPTAINERENV_RANK is read by the container runtime only
+            if not prefixed and (clean or not (passes_all or name in listed)):
+                continue
+            if re.search(rf"\${{?{rank}\b", step_text) or re.search(rf"(?:^|[\s;&|(=,]){rank}=", step_text):
+                continue  # named on the srun line (the other rule's), or set in the step itself
+            names.append(name)
+        if not names:
+            continue
+        ranks = [_rank_name(name) or name for name in names]
+        listed_names = ", ".join(f"${name}" for name in names)
+        sources = list(dict.fromkeys(source for name in names for source in variables[name][0]))
+        lines = sorted({variables[name][1] for name in names})
+        where = f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
+        unless = f", unless {wrapper} sets {'it' if len(names) == 1 else 'them'} for each task itself" \
+            if wrapper is not None else ""
+        what = (f"every task of this step inherits {listed_names} from the batch shell, which set "
+                f"{'it' if len(names) == 1 else 'them'} from {', '.join('$' + s for s in sources)} once, at "
+                f"{where}: every task gets task 0's value{unless}")
+        readers = ", ".join(f"{rank} ({_RANK_VARIABLES[rank][0]})" for rank in dict.fromkeys(ranks))
+        why = (f"the batch script runs as task 0 on the first node, where {', '.join('$' + s for s in sources)} "
+               f"{'is' if len(sources) == 1 else 'are'} 0; srun passes its environment to every task (--export=ALL "
+               f"by default) and sets only the SLURM_* variables per task. Read from the environment, {readers} "
+               f"{'makes' if len(names) == 1 else 'make'} every process claim the same rank: the job hangs at init, "
+               "or trains copies of one rank")
+        docs = list(dict.fromkeys(doc for rank in ranks for doc in _RANK_VARIABLES[rank][1]))
+        settings = " ".join(f"{rank}={variables[name][2]}" for name, rank in zip(names, ranks, strict=True))
+        words = program.words
+        command = " ".join(words[:2]) + (" ..." if len(words) > 2 else "") if words else "the program"
+        fix = (f"set {'it' if len(names) == 1 else 'them'} in each task: srun ... bash -c '{settings} exec {command}' "
+               "(single quotes: each task expands them), or let torchrun or your framework take the rank from "
+               "$SLURM_PROCID (Lightning's SLURMEnvironment does)")
+        if wrapper is not None:
+            fix += f"; or export {'it' if len(names) == 1 else 'them'} in {wrapper}, which each task runs"
+        found.append(Finding(srun.line, what, why, f"{'; '.join(docs)}; {SRUN_DOC} (--export)", fix))
+    return found
