@@ -133,17 +133,23 @@ def test_the_file_is_parsed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 # --- bash from a small grammar: no traceback, bounded time ------------------------------------------------------
 
-NAMES = st.sampled_from(["X", "nodes", "SRUN_ARGS", "N", "head_node"])
+NAMES = st.sampled_from(["X", "nodes", "SRUN_ARGS", "N", "head_node", "RANK", "LOCAL_RANK", "NODE_RANK",
+                         "APPTAINERENV_RANK", "SLURM_EXPORT_ENV"])
+# with the words of the rank rules: task variables, what srun passes on, containers, wrappers
 BARE = st.sampled_from(["srun", "python", "train.py", "-n", "2", "--nodes=2", "torchrun", "echo", "a#b", "x=y", "-",
-                        "$X", "${nodes[0]}", "$@", "*", "{a,b}", "~/x", "module", "load", "cd", "/w", "if", "fi"])
+                        "$X", "${nodes[0]}", "$@", "*", "{a,b}", "~/x", "module", "load", "cd", "/w", "if", "fi",
+                        "$SLURM_PROCID", "${SLURM_LOCALID:-0}", "$((SLURM_NODEID * 4 + SLURM_LOCALID))", "$RANK",
+                        "RANK=$SLURM_PROCID", "--export=NONE", "--export=ALL,RANK", "--export=$LIST", "unset",
+                        "export", "-n", "bash", "-c", "./run.sh", "singularity", "exec", "--cleanenv", "img.sif"])
 QUOTED = st.one_of(BARE.map(lambda w: f'"{w} $N"'), BARE.map(lambda w: f"'{w} b'"), BARE.map(lambda w: f"$'{w}'"))
 SUBST = BARE.map(lambda w: f"$(srun {w})") | NAMES.map(lambda n: f"$(({n} - 1))") | BARE.map(lambda w: f"<(echo {w})")
 WORD = st.one_of(BARE, QUOTED, SUBST, st.tuples(BARE, QUOTED).map("".join))
 SIMPLE = st.lists(WORD, min_size=1, max_size=6).map(" ".join)
 ASSIGNMENT = st.one_of(st.tuples(NAMES, WORD).map("=".join),
                        st.tuples(NAMES, st.lists(WORD, max_size=4)).map(lambda p: f"{p[0]}=( {' '.join(p[1])} )"),
-                       st.tuples(st.sampled_from(["export", "declare -a", "local"]), NAMES, WORD)
-                       .map(lambda p: f"{p[0]} {p[1]}={p[2]}"))
+                       st.tuples(st.sampled_from(["export", "declare -a", "local", "declare -x", "export -n"]), NAMES,
+                                 WORD).map(lambda p: f"{p[0]} {p[1]}={p[2]}"),
+                       st.tuples(st.sampled_from(["export", "unset", "export -n"]), NAMES).map(" ".join))
 PIPELINE = st.lists(SIMPLE, min_size=1, max_size=3).map(" | ".join)
 
 
@@ -177,4 +183,21 @@ def test_generated_bash_never_raises_and_is_read_in_bounded_time(text: str) -> N
     for command in read_commands(text)[0]:
         assert command.texts  # a command has a word: parse.py may read texts[0]
     check_script(text, load_recipe("local"), {}, syntax_error=None)
+    assert time.process_time() - started < 1
+
+
+# a step after the ranks exported from the task variables, with generated bash between: the rank rules read it
+RANKS_THEN_STEP = st.tuples(st.sampled_from(["", "#SBATCH --export=NONE\n"]),
+                            st.lists(st.one_of(STATEMENT, FRAGMENT), max_size=4), SIMPLE).map(
+    lambda p: f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n{p[0]}"
+    "export RANK=$SLURM_PROCID LOCAL_RANK=${SLURM_LOCALID}\nNODE=$SLURM_NODEID\nexport NODE_RANK=$NODE\n"
+    + "\n".join(p[1]) + f"\nRANK=$SLURM_PROCID srun {p[2]}\n")
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(RANKS_THEN_STEP)
+def test_the_rank_rules_never_raise_on_generated_steps(text: str) -> None:
+    started = time.process_time()
+    report = check_script(text, None, {}, syntax_error=None)
+    assert all(finding.line >= 1 for finding in report.findings)
     assert time.process_time() - started < 1
