@@ -2,7 +2,8 @@
 options where srun does not override them): per-task GPU options a site forbids, a per-task launch whose tasks
 do not match the GPUs, torchrun started several times per node or on one node of many, srun options the site's
 srun does not inherit, fixed core masks on shared nodes, a task's own variables ($SLURM_NODEID) that the batch
-shell expands on an srun line. One function per rule, `(Context) -> list[Finding]`."""
+shell expands on an srun line or exports as RANK-like variables for every task to inherit. One function per rule,
+`(Context) -> list[Finding]`."""
 
 from __future__ import annotations
 
