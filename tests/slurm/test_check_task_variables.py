@@ -140,3 +140,15 @@ def test_an_exported_one_is_task_0s_value_in_single_quotes_too_and_chains_are_fo
 ])
 def test_what_is_not_task_0s_value_everywhere(body: str) -> None:
     assert found(HEAD + body) == []
+
+
+def test_every_assignment_of_an_export_line_is_read() -> None:
+    """`export WORLD_SIZE=$SLURM_NTASKS RANK=$SLURM_PROCID`: the second assignment is one of the batch shell's too."""
+    text = HEAD + "export WORLD_SIZE=$SLURM_NTASKS RANK=$SLURM_PROCID\nsrun python train.py --rank $RANK\n"
+    (finding,) = found(text)
+    assert finding.what.startswith("$RANK on the srun line holds $SLURM_PROCID as the batch shell read it at line 8")
+
+
+def test_a_wrapper_the_job_writes_in_a_quoted_here_document_is_no_assignment_of_the_batch_shell() -> None:
+    text = HEAD + "cat > run_node.sh <<'EOF'\nexport R=$SLURM_NODEID\nEOF\nsrun bash -c 'torchrun --node_rank=$R x.py'\n"
+    assert found(text) == []

@@ -521,39 +521,66 @@ _SRUN_COMMAND_WORD = re.compile(r"(?:[^\s;&|()'\"]*/)?srun(?=\s|$)")
 _SIMPLE_LINE = re.compile(r"[^'\"\\#;&|<>()`]*")
 
 
-# NAME=... / export NAME=... / declare [-flags] NAME=... at the start of a command: a variable of the batch shell
-_ASSIGNED = re.compile(r"(?:^|[;&|]\s*)(?:(export|declare|typeset|local|readonly)\s+(?:-\w+\s+)*)?([A-Za-z_]\w*)=(\S*)")
+# a variable of the batch shell that holds task 0's value: (the task variables it comes from, the line that set it,
+# its value as a task would compute it, exported)
+TaskValue = tuple[tuple[str, ...], int, str, bool]
+_TASK_VARIABLE_NAME = re.compile(r"\b(SLURM_(?:NODEID|PROCID|LOCALID))\b")
+_REFERENCES = re.compile(r"\$\{?([A-Za-z_]\w*)")
 
 
-def _fixed_task_variables(lines: list[str], sruns: set[int]) -> dict[int, dict[str, tuple[str, int, bool]]]:
+def _task_sources(value: str, fixed: dict[str, TaskValue]) -> tuple[tuple[str, ...], str] | None:
+    """The task variables a value the batch shell expands comes from ($SLURM_PROCID, ${SLURM_LOCALID:-0},
+    $((SLURM_NODEID * 4 + SLURM_LOCALID)), or a variable in `fixed`), and the value as each task would compute
+    it; None: none."""
+    if "$" not in value:
+        return None
+    direct = _TASK_VARIABLE_NAME.findall(value)
+    if direct:
+        return tuple(dict.fromkeys(direct)), value
+    for reference in _REFERENCES.findall(value):
+        if reference in fixed:
+            sources, _line, expression, _exported = fixed[reference]
+            whole = value in (f"${reference}", f"${{{reference}}}")
+            return sources, expression if whole else f"${sources[0]}"
+    return None
+
+
+def _fixed_task_variables(script: BatchScript) -> dict[int, dict[str, TaskValue]]:
     """For each srun line, the batch shell's own variables set from a task variable before it
-    (`NODE_RANK=$SLURM_NODEID`, `export RANK=${SLURM_PROCID}`, and variables set from those), outside srun lines:
-    NAME -> (the task variable, the line, exported). The batch shell gives each the value of task 0 once; every
-    task then sees that value. One pass over the script, whatever its number of srun lines."""
-    fixed: dict[str, tuple[str, int, bool]] = {}
-    at_srun: dict[int, dict[str, tuple[str, int, bool]]] = {}
-    for number, text in enumerate(lines, 1):
-        if number in sruns:
-            at_srun[number] = dict(fixed) if fixed else {}
+    (`NODE_RANK=$SLURM_NODEID`, `export RANK=${SLURM_PROCID} LOCAL_RANK=$SLURM_LOCALID`, and variables set from
+    those), and whether each is exported there (export, declare -x, or set after `export NAME`; not after
+    `export -n` or `unset`). The batch shell gives each the value of task 0 once; every task then sees that value.
+    Read from the parsed commands (a here-document's text is no command of the batch shell), in one pass over
+    them, whatever the number of srun lines."""
+    fixed: dict[str, TaskValue] = {}
+    exported: set[str] = set()
+    at_srun: dict[int, dict[str, TaskValue]] = {}
+    sruns = sorted(srun.line for srun in script.sruns)
+    next_srun = 0
+    for assignment in [*script.assignments, None]:
+        until = assignment.line if assignment is not None else None
+        while next_srun < len(sruns) and (until is None or sruns[next_srun] < until):
+            at_srun[sruns[next_srun]] = {name: (*value[:3], name in exported) for name, value in fixed.items()}
+            next_srun += 1
+        if assignment is None:
+            break
+        line, name, value, expands, how = assignment
+        if how == "unset":
+            fixed.pop(name, None)
+            exported.discard(name)
             continue
-        if ("=" not in text and "export" not in text) or text.lstrip().startswith("#"):
+        if how == "unexport":
+            exported.discard(name)
             continue
-        for match in _ASSIGNED.finditer(text):
-            declaration, name, value = match.groups()
-            if value.startswith("'"):
-                continue  # single quotes: the text $SLURM_..., never expanded here
-            source = _TASK_VARIABLE.search(value)
-            derived = next((fixed[ref] for ref in re.findall(r"\$\{?([A-Za-z_]\w*)", value) if ref in fixed), None)
-            if source is not None:
-                fixed[name] = (source.group(1), number, declaration == "export")
-            elif derived is not None:
-                fixed[name] = (derived[0], number, declaration == "export" or derived[2])
-            elif name in fixed:
-                del fixed[name]  # set again from something else
-        exported = re.match(r"\s*export\s+([A-Za-z_][\w\s]*)$", text)
-        for name in (exported.group(1).split() if exported else ()):
-            if name in fixed:
-                fixed[name] = (fixed[name][0], fixed[name][1], True)
+        if how == "export":
+            exported.add(name)
+        if value is None:
+            continue
+        found = _task_sources(value, fixed) if expands else None
+        if found is not None:
+            fixed[name] = (found[0], line, found[1], False)  # exported or not: read from `exported` at each srun
+        else:
+            fixed.pop(name, None)  # set again from something else, or single-quoted text
     return at_srun
 
 
@@ -620,15 +647,17 @@ def task_variables_in_batch_shell(ctx: Context) -> list[Finding]:
     node or task gets 0. Only where the step has more than one node (NODEID), task (PROCID) or task per node
     (LOCALID); a count that is not known counts as more. Reported once per srun line."""
     found: list[Finding] = []
-    fixed_at = _fixed_task_variables(ctx.script.lines, {srun.line for srun in ctx.script.sruns})
+    values_at = _fixed_task_variables(ctx.script)
     for srun, step in ctx.steps():
-        fixed = fixed_at.get(srun.line, {})
+        values = values_at.get(srun.line, {})
+        fixed = {name: (sources[0], line, exported) for name, (sources, line, _value, exported) in values.items()}
         places = _expanded_task_variables(ctx.script.lines, srun.line, fixed)
         tasks, nodes = step.tasks_per_node(), step.nodes
         several = {"SLURM_NODEID": nodes is None or nodes > 1,
                    "SLURM_LOCALID": tasks is None or tasks > 1,
                    "SLURM_PROCID": tasks is None or nodes is None or tasks * nodes > 1}
-        places = [place for place in places if several[fixed[place[2]][0] if place[2] in fixed else place[2]]]
+        places = [place for place in places if any(several[source] for source in
+                                                   (values[place[2]][0] if place[2] in values else (place[2],)))]
         if not places:
             continue
         direct = [place for place in places if place[2] not in fixed]
@@ -707,65 +736,7 @@ _RANK_VARIABLES = {
 # --cleanenv; --cleanenv (-e) and --containall (-C) keep the rest of the host's environment out
 _CONTAINER_ENV_PREFIXES = ("APPTAINERENV_", "SINGULARITYENV_")
 _CLEAN_ENVIRONMENT = ("-e", "--cleanenv", "-C", "--containall")
-_TASK_VARIABLE_NAME = re.compile(r"\b(SLURM_(?:NODEID|PROCID|LOCALID))\b")
-_REFERENCES = re.compile(r"\$\{?([A-Za-z_]\w*)")
 _PROGRAM_SCRIPT = re.compile(r"(?:^|/)[^/]*(?:\.(?:sh|bash)|/[^/]*)$")
-
-
-def _task_sources(value: str, fixed: dict[str, tuple[tuple[str, ...], int, str]]) \
-        -> tuple[tuple[str, ...], str] | None:
-    """The task variables a value the batch shell expands comes from ($SLURM_PROCID, ${SLURM_LOCALID:-0},
-    $((SLURM_NODEID * 4 + SLURM_LOCALID)), or a variable in `fixed`), and the value as each task would compute
-    it; None: none."""
-    if "$" not in value:
-        return None
-    direct = _TASK_VARIABLE_NAME.findall(value)
-    if direct:
-        return tuple(dict.fromkeys(direct)), value
-    for reference in _REFERENCES.findall(value):
-        if reference in fixed:
-            sources, _line, expression = fixed[reference]
-            whole = value in (f"${reference}", f"${{{reference}}}")
-            return sources, expression if whole else f"${sources[0]}"
-    return None
-
-
-def _inherited_from_batch_shell(script: BatchScript) -> dict[int, dict[str, tuple[tuple[str, ...], int, str]]]:
-    """For each srun line, the variables of _RANK_VARIABLES (also as APPTAINERENV_NAME) that the batch shell has
-    exported there with task 0's value: set from $SLURM_PROCID, $SLURM_LOCALID or $SLURM_NODEID, directly or
-    through its other variables. Read from the parsed commands (a here-document's text is no command of the
-    batch shell), in one pass."""
-    fixed: dict[str, tuple[tuple[str, ...], int, str]] = {}
-    exported: set[str] = set()
-    at_srun: dict[int, dict[str, tuple[tuple[str, ...], int, str]]] = {}
-    sruns = sorted(srun.line for srun in script.sruns)
-    next_srun = 0
-    for assignment in [*script.assignments, None]:
-        until = assignment.line if assignment is not None else None
-        while next_srun < len(sruns) and (until is None or sruns[next_srun] < until):
-            at_srun[sruns[next_srun]] = {name: value for name, value in fixed.items() if name in exported and
-                                         _rank_name(name) is not None}
-            next_srun += 1
-        if assignment is None:
-            break
-        line, name, value, expands, how = assignment
-        if how == "unset":
-            fixed.pop(name, None)
-            exported.discard(name)
-            continue
-        if how == "unexport":
-            exported.discard(name)
-            continue
-        if how == "export":
-            exported.add(name)
-        if value is None:
-            continue
-        found = _task_sources(value, fixed) if expands else None
-        if found is not None:
-            fixed[name] = (found[0], line, found[1])
-        else:
-            fixed.pop(name, None)  # set again from something else, or single-quoted text
-    return at_srun
 
 
 def _rank_name(name: str) -> str | None:
@@ -835,13 +806,15 @@ def task_variables_inherited(ctx: Context) -> list[Finding]:
     does not pass the variable (srun --export=NONE or a list without it, also from #SBATCH --export or
     SLURM_EXPORT_ENV; a container with --cleanenv or --containall, unless exported as APPTAINERENV_NAME), or
     names it on its own line (the task_variables_in_batch_shell rule's finding)."""
-    inherited_at = _inherited_from_batch_shell(ctx.script)
+    values_at = _fixed_task_variables(ctx.script)
     found: list[Finding] = []
     for srun, step in ctx.steps():
-        variables = dict(inherited_at.get(srun.line, {}))
+        values = values_at.get(srun.line, {})
+        variables = {name: (sources, line, value) for name, (sources, line, value, exported) in values.items()
+                     if exported and _rank_name(name) is not None}
         for word in srun.prefix:  # RANK=$SLURM_PROCID srun ...: the batch shell expands it for srun's environment
             name, eq, value = word.partition("=")
-            computed = _task_sources(value, variables) if eq and _rank_name(name) else None
+            computed = _task_sources(value, values) if eq and _rank_name(name) else None
             if computed is not None:
                 variables[name] = (computed[0], srun.line, computed[1])
         program = srun.program
