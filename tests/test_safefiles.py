@@ -196,3 +196,29 @@ def test_remove_file_of_a_name_whose_directory_is_not_there_yet(tmp_path: Path) 
     assert not (tmp_path / "logs").exists()
     with pytest.raises(FileNotFoundError):
         safefiles.remove_file(tmp_path / "logs/build/x.log", missing_ok=False)
+
+
+def test_make_dirs_at_makes_beneath_a_held_directory_never_through_a_link(tmp_path: Path) -> None:
+    """A build's directories below the store's own: each component made or opened by descriptor, a link at one of
+    them refused (here the user's own: below a held directory no link is followed), exact modes for what it
+    makes, `new` refusing a name already there, `trusted` judging the owner of what is there."""
+    victim = tmp_path / "data"
+    victim.mkdir()
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "work").symlink_to(victim)
+    fd = safefiles.open_dir(store)
+    try:
+        with pytest.raises(safefiles.UnsafePlaceError, match="work is a symbolic link") as caught:
+            safefiles.make_dirs_at(fd, "work/build-1/tmp", where=str(store))
+        assert "fix:" in caught.value.render()
+        os.close(safefiles.make_dirs_at(fd, "envs/entry/rootfs", mode=0o750, where=str(store)))
+        assert all((store / sub).stat().st_mode & 0o7777 == 0o750 for sub in ("envs", "envs/entry", "envs/entry/rootfs"))
+        os.close(safefiles.make_dirs_at(fd, "envs/entry/rootfs", where=str(store)))  # there already: opened
+        with pytest.raises(safefiles.UnsafePlaceError, match="already there"):
+            safefiles.make_dirs_at(fd, "envs/entry", where=str(store), new=True)
+        with pytest.raises(safefiles.UnsafePlaceError, match="belongs to another user"):
+            safefiles.make_dirs_at(fd, "envs/entry", where=str(store), trusted=lambda info: False)
+    finally:
+        os.close(fd)
+    assert list(victim.iterdir()) == []

@@ -131,18 +131,26 @@ def make_dir_at(parent_fd: int, name: str, mode: int = 0o777) -> bool:
 
 
 def make_dirs_at(dir_fd: int, relative: str, *, mode: int | None = None, where: str = "",
-                 trusted: Callable[[os.stat_result], bool] | None = None) -> int:
+                 trusted: Callable[[os.stat_result], bool] | None = None, new: bool = False) -> int:
     """`mkdir -p relative` beneath the held directory `dir_fd` (a store's own directory, an output's directory
     the user named): each component made, or opened when there, without following a link, so a link another
     member planted at one of them is refused (UnsafePlaceError), never made or written through. So is a
     directory there whose owner `trusted` does not accept (default: subdir's rule, a stranger's in a directory
     others may write). `mode`: the exact permission bits of each directory this makes (None: 0777 less the
-    umask); those already there keep theirs. `where`: the path of `dir_fd`, for the messages. Returns the
-    descriptor of the last directory (close it)."""
+    umask); those already there keep theirs. `new`: the last directory must be made here (its name is the
+    caller's own, a build's random one): one already there was made by someone else, and is refused. `where`:
+    the path of `dir_fd`, for the messages. Returns the descriptor of the last directory (close it)."""
+    last = os.path.join(where, *(part for part in relative.split("/") if part not in ("", ".")))
+
     def make_one(fd: int, part: str, where: str) -> int:
         made = make_dir_at(fd, part, 0o700 if mode is not None else 0o777)
         inner = _open_subdir_nofollow(fd, part, where=where)
         try:
+            if new and not made and where == last:
+                raise UnsafePlaceError(
+                    f"{where} is already there, though its name is this build's own: someone else made it, and "
+                    "could have put links in it where the build writes",
+                    f"check who made it (ls -ld {where}); remove it, and run again")
             info = os.fstat(inner)
             if not (trusted(info) if trusted is not None
                     else not (owned_by_stranger(info) and writable_by_others(os.fstat(fd)))):

@@ -140,14 +140,16 @@ def below_store(root: Path | str, path: str) -> str | None:
     return None if relative == "." or relative == ".." or relative.startswith("../") else relative
 
 
-def make_store_dirs(root: Path | str, path: str, *, mode: int | None = None) -> None:
+def make_store_dirs(root: Path | str, path: str, *, mode: int | None = None, new: bool = False) -> None:
     """`mkdir -p path` for a directory below the store root `root` (a build's work directory, an entry, an
     image tree's root): the root opened the store's way, the store's own directory (work, envs, ...) with
     OpenStore.dir's rules, and each component below it made or opened by descriptor, never through a link
     (safefiles.make_dirs_at). In a group store every member may create names in a build's directories: a
     link one of them planted where a directory goes is refused (UnsafePlaceError, with its fix), as is a
     directory of someone the store does not trust; the build would otherwise make and write its files in the
-    link's target. `mode`: the exact bits of each directory made below the store's own (None: the umask's)."""
+    link's target. `mode`: the exact bits of each directory made below the store's own (None: the umask's).
+    `new`: `path` must be made here (a build's own work directory, named at random): one already there was
+    made by someone else, and is refused."""
     relative = below_store(root, path)
     if relative is None:
         raise ValueError(f"{path} is not below the store {root}")
@@ -162,7 +164,8 @@ def make_store_dirs(root: Path | str, path: str, *, mode: int | None = None) -> 
             def trusted(found: os.stat_result) -> bool:
                 return not safefiles.writable_by_others(info) or _acceptable_owner(found, info)
 
-            os.close(safefiles.make_dirs_at(own_fd, rest, mode=mode, where=str(Path(root) / own), trusted=trusted))
+            os.close(safefiles.make_dirs_at(own_fd, rest, mode=mode, where=str(Path(root) / own), trusted=trusted,
+                                            new=new))
 
 
 def _acceptable_owner(info: os.stat_result, root_info: os.stat_result) -> bool:

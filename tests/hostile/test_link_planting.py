@@ -16,10 +16,12 @@ sbatch -o`, `envrun sbatch --submit` (its script in .envrun/jobs; sbatch is a st
 probe), `envbuild cache rm --all` and `envbuild lock --cache-dir` (its log in the store's logs/) on the group
 store, `envbuild lock` (the SPEC.lock beside the spec; the resolution, uv against PyPI, stands in), a build's
 outputs (the image copied from the store to -o, its .build.log, the run wrappers in bin/ and the project's
-envrun.yaml: the output steps through the build's executor, as the build session runs them), `envbuild build --log
-FILE`, `envbuild catalogue -o SITE` (a committed tiny SIF), `envrun recipe draft -o` (scontrol is a stand-in that
-answers the test cluster's recorded output) and `envrun sweep -o DIR` (sbatch and scontrol stand-ins: the job
-writes its output and completes at once). Each runs in well under a second or two.
+envrun.yaml: the output steps through the build's executor, as the build session runs them), the build's later
+steps in the store (a work directory's directories, an image tree's root, a parent prefetch: through the executor and
+ParentPrefetch, as tests/hostile/test_store_steps.py runs them), `envbuild build --log FILE`, `envbuild
+catalogue -o SITE` (a committed tiny SIF), `envrun recipe draft -o` (scontrol is a stand-in that answers the test
+cluster's recorded output) and `envrun sweep -o DIR` (sbatch and scontrol stand-ins: the job writes its output and
+completes at once). Each runs in well under a second or two.
 test_every_output_option_is_exercised keeps the list whole: each option of either tool that names where to write is
 one of the commands here or is excluded with its reason.
 """
@@ -37,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.hostile.test_store_steps import all_steps_args, group_store
 from tests.support.attacker import (
     ENVBUILD,
     ENVRUN,
@@ -298,6 +301,9 @@ COMMANDS = [
             lambda s: [PYTHON, "-I", "-c", BUILD_OUTPUT_SCRIPT, str(s.shared / "store"), "tiny.sif"]),
     Command("build-log", for_build_output,
             lambda s: [PYTHON, "-I", "-c", BUILD_OUTPUT_SCRIPT, str(s.shared / "store"), "tiny.sif", "logs/build/tiny.log"]),
+    # the build's later steps in the store (a whole build needs a base and the container runtime): the directories
+    # of a work directory and of an image tree's root, and a parent prefetch, through the build's own executor
+    Command("store-steps", group_store, all_steps_args),
     Command("catalogue-o", with_sif, lambda s: [ENVBUILD, "catalogue", "layout.sif", "-o", "site"]),
     Command("recipe-draft-o", for_recipe_draft,
             lambda s: [ENVRUN, "recipe", "draft", "-o", "mysite.yaml", "--force"]),

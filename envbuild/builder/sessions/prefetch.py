@@ -83,10 +83,11 @@ class ParentPrefetch:
                 self._failure.append(result.stderr.strip()[-300:] or f"cp exited with {result.returncode}")
 
         # The work directory lies in the store's work/, which every member of a group store may write: made by
-        # descriptor from there, so a link planted at its name is refused, never copied into.
+        # descriptor from there, so a link planted at its name is refused, never copied into; and made new (its
+        # name is this build's own), so none another member made ahead, with a link at rootfs, is copied into.
         from envbuild.store.places import make_store_dirs
 
-        make_store_dirs(self.store_root, self.work_dir)
+        make_store_dirs(self.store_root, self.work_dir, new=True)
         self._thread = threading.Thread(target=copy, name="envbuild-prefetch", daemon=True)
         self._thread.start()
         return self
