@@ -34,9 +34,14 @@
 # $ENVRUN_CHECKPOINT_FILE appears and each rank gets SIGUSR1. When the step has ended the job requeues
 # itself, at most 3 times ($SLURM_RESTART_COUNT); $ENVRUN_RESTART tells the run which one it is.
 export ENVRUN_RESTART="${SLURM_RESTART_COUNT:-0}"
-export ENVRUN_CHECKPOINT_FILE="$PWD/.envrun/job-$SLURM_JOB_ID/checkpoint-now"
-export ENVRUN_SIGNAL_DIR="$PWD/.envrun/job-$SLURM_JOB_ID/ranks"
-rm -rf "$ENVRUN_CHECKPOINT_FILE" "$ENVRUN_SIGNAL_DIR" && mkdir -p "$ENVRUN_SIGNAL_DIR"
+envrun_job_dir="$PWD/.envrun/job-$SLURM_JOB_ID"
+export ENVRUN_CHECKPOINT_FILE="$envrun_job_dir/checkpoint-now"
+export ENVRUN_SIGNAL_DIR="$envrun_job_dir/ranks"
+# The job's own directory, made afresh and private (0700): the submission directory may be a group's, and
+# what another member left at this name goes (rm removes a link, never its target) or stops the job here.
+mkdir -p -m 700 "$PWD/.envrun" && rm -rf "$envrun_job_dir" && mkdir -m 700 "$envrun_job_dir" "$ENVRUN_SIGNAL_DIR" || {
+    echo "envrun: cannot make the job's private directory $envrun_job_dir: fix: submit from a directory where" \
+         "no other user writes .envrun" >&2; exit 1; }
 [ "$ENVRUN_RESTART" = 0 ] || echo "envrun: job $SLURM_JOB_ID is back: restart $ENVRUN_RESTART" >&2
 checkpoint=0 interrupted=0 watchdog=
 requeue_job() {
@@ -51,8 +56,13 @@ checkpoint_now() {
     checkpoint=1 interrupted=1
     echo "envrun: $(date +%T) USR1: the time limit is 90 s away; asking the ranks to checkpoint" >&2
     srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 envrun signal-ranks USR1 "$ENVRUN_SIGNAL_DIR" >&2 || echo "envrun: could not signal the ranks; they still see $ENVRUN_CHECKPOINT_FILE" >&2
-    # the file after the signal: a rank that leaves on the file alone must not meet the signal as it exits
-    touch "$ENVRUN_CHECKPOINT_FILE"
+    # the file after the signal: a rank that leaves on the file alone must not meet the signal as it exits;
+    # made only in the job's own directory (another member may have swapped it since; never through a link)
+    if [ -O "$envrun_job_dir" ] && [ ! -L "$envrun_job_dir" ] && [ ! -L "$ENVRUN_CHECKPOINT_FILE" ]; then
+        : > "$ENVRUN_CHECKPOINT_FILE"
+    else
+        echo "envrun: $envrun_job_dir is no longer this job's own directory: no checkpoint file made" >&2
+    fi
     ( sleep 75; echo "envrun: the step did not end within 75 s of the signal" >&2; requeue_job ) &
     watchdog=$!
 }
