@@ -520,11 +520,11 @@ FILE_EFFECTS_ALLOWED = {
     "envbuild/sif/layeredwriter.py": "as envbuild/sif/writer.py: the staging tree is the build's own work directory",
 }
 # mkdir and makedirs too: a directory made by path follows a link another member planted on the way, and what the
-# build then writes in it lands in the link's target.
+# build then writes in it lands in the link's target; chmod and chown by path change what a link points at.
 _OS_EFFECTS = {"replace", "rename", "renames", "unlink", "remove", "rmdir", "removedirs", "symlink", "link", "truncate",
-               "mkdir", "makedirs"}
+               "mkdir", "makedirs", "chmod", "chown", "lchown", "mknod", "mkfifo"}
 _SHUTIL_EFFECTS = {"rmtree", "move", "copy", "copy2", "copyfile", "copytree"}
-_PATH_EFFECTS = {"write_text", "write_bytes", "unlink", "rmdir", "symlink_to", "hardlink_to", "touch", "mkdir"}
+_PATH_EFFECTS = {"write_text", "write_bytes", "unlink", "rmdir", "symlink_to", "hardlink_to", "touch", "mkdir", "chmod"}
 
 
 def raw_file_effects(tree: ast.AST) -> list[tuple[int, str]]:
@@ -592,9 +592,9 @@ def test_the_file_effect_detector_sees_each_raw_form() -> None:
         "os.replace(a, b)", "os.unlink(a)", "shutil.rmtree(a)", "Path(a).write_text(t)", "p.unlink()",
         "p.rename(q)", "open(a, 'w')", "open(a, mode='ab')", "p.open('w')", "rmtree(a)", "os.symlink(a, b)",
         "os.open(a, os.O_WRONLY | os.O_CREAT, 0o600)", "os.makedirs(a, exist_ok=True)", "os.mkdir(a, 0o700)",
-        "Path(a).mkdir(parents=True)",
+        "Path(a).mkdir(parents=True)", "os.chmod(a, 0o755)", "Path(a).chmod(0o600)",
     ])
-    assert len(raw_file_effects(ast.parse(source))) == 15
+    assert len(raw_file_effects(ast.parse(source))) == 17
     safe = "\n".join(["safefiles.write_file(a, t)", "s.replace('a', 'b')", "open(a)", "open(a, 'rb')", "p.read_text()",
                       "open(safefiles.open_append(a), 'a')", "os.open(a, os.O_RDONLY | os.O_NOFOLLOW)",
                       "safefiles.make_dirs(a)", "tempfile.mkdtemp()"])

@@ -222,3 +222,19 @@ def test_make_dirs_at_makes_beneath_a_held_directory_never_through_a_link(tmp_pa
     finally:
         os.close(fd)
     assert list(victim.iterdir()) == []
+
+
+def test_set_mode_changes_the_entry_itself_never_through_a_link(tmp_path: Path) -> None:
+    """A directory output's mode after its copy: a link planted at its name is refused, its target keeps its mode;
+    a directory the user may not read is still changed (through an O_PATH descriptor)."""
+    victim = tmp_path / "data"
+    victim.mkdir(mode=0o700)
+    (tmp_path / "out").symlink_to(victim)
+    with pytest.raises(safefiles.UnsafePlaceError, match="symbolic link") as caught:
+        safefiles.set_mode(tmp_path / "out", 0o777)
+    assert "fix:" in caught.value.render()
+    assert victim.stat().st_mode & 0o777 == 0o700
+    (tmp_path / "tree").mkdir(mode=0o311)
+    (tmp_path / "tree").chmod(0o311)
+    safefiles.set_mode(tmp_path / "tree", 0o755)
+    assert (tmp_path / "tree").stat().st_mode & 0o777 == 0o755

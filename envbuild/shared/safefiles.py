@@ -484,6 +484,40 @@ def open_lock_at(dir_fd: int, name: str, *, mode: int = 0o666, where: str = "") 
     return fd
 
 
+def set_mode(path: str | os.PathLike[str], mode: int) -> None:
+    """chmod `path` (a file or directory just made, such as a copied directory output) through a descriptor of
+    the very entry, never through a link planted at its name: that is refused (UnsafePlaceError), as chmod
+    would change the mode of whatever the link points at."""
+    where = os.fspath(path).rstrip("/") or "/"
+    directory, name = os.path.split(where)
+    dir_fd = open_dir(directory or ".")
+    try:
+        _check_name(name)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except PermissionError:  # not readable (a directory 0311): its descriptor only names it
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePlaceError(f"{where} is a symbolic link: envbuild never changes a mode through one",
+                                   f"check who made it (ls -l {where}) and remove it; run again") from None
+        raise
+    finally:
+        os.close(dir_fd)
+    try:
+        if stat.S_ISLNK(os.fstat(fd).st_mode):  # O_PATH | O_NOFOLLOW opens a link itself
+            raise UnsafePlaceError(f"{where} is a symbolic link: envbuild never changes a mode through one",
+                                   f"check who made it (ls -l {where}) and remove it; run again")
+        try:
+            os.fchmod(fd, mode)
+        except OSError as exc:
+            if exc.errno != errno.EBADF:
+                raise
+            os.chmod(f"/proc/self/fd/{fd}", mode)  # an O_PATH descriptor: the entry it names, not a link
+    finally:
+        os.close(fd)
+
+
 def touch(path: str | os.PathLike[str]) -> None:
     """Make the empty file `path` if it is not there (a marker); an existing name, in any form, is kept."""
     directory, name = os.path.split(os.fspath(path))

@@ -182,7 +182,7 @@ def _copy_file(executor: FileActionExecutor, step: Step, action: CopyFile) -> No
         safefiles.copy_file(action.src, action.dest, mode=_private_mode(executor, action))
         return
     if action.mode is not None:
-        os.chmod(action.dest, action.mode)
+        safefiles.set_mode(action.dest, action.mode)  # never the mode of what a link planted there points at
 
 
 def _private_mode(executor: FileActionExecutor, action: CopyFile) -> int | None:
