@@ -323,6 +323,71 @@ def installed_script_loads(tmp_path: Path, script: Path) -> list[str]:
     return heavy
 
 
+# A repeat launch execs the plan stored for its command line (envbuild.launch.plancache) after checking its facts:
+# these modules only, none of the planner's.
+CACHED_LAUNCH_MODULES = ("envbuild", "envbuild.cli", "envbuild.cli.envrun_main", "envbuild.commands",
+                         "envbuild.commands.launch", "envbuild.shared", "envbuild.shared.errors", "envbuild.launch",
+                         "envbuild.launch.plancache", "envbuild.host", "envbuild.host.usercache")
+LOADED_AT_EXEC = """
+import os, sys
+sys.path.insert(0, sys.argv.pop(1))
+HEAVY = sys.argv.pop(1).split(",")
+def stop_at_exec(program, argv, env):
+    print(repr(sorted(m for m in sys.modules if m == "envbuild" or m.startswith("envbuild."))), file=sys.stderr)
+    print(repr(sorted(m for m in HEAVY if m in sys.modules)), file=sys.stderr)
+    os._exit(0)
+os.execvpe = stop_at_exec
+from envbuild.cli.envrun_main import main
+main()
+"""
+
+
+def loaded_at_exec(tmp_path: Path, argv: list[str], runs: int) -> list[tuple[list[str], list[str]]]:
+    """(envbuild's modules, the heavy ones and `re`) loaded when envrun execs, in each of `runs` launches."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "ENVBUILD_CACHE_DIR": str(tmp_path / "cache" / "envbuild")}
+    loaded = []
+    for _ in range(runs):
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", LOADED_AT_EXEC, str(REPO), ",".join(("re", *HEAVY_MODULES)),
+                               *argv], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) >= 2, done.stderr
+        loaded.append((ast.literal_eval(lines[-2]), ast.literal_eval(lines[-1])))
+    return loaded
+
+
+def test_a_launch_from_its_stored_plan_loads_only_the_cached_path(tmp_path: Path) -> None:
+    """The first launch fills the caches (and asks the runtime its version: that plan is not stored), the second
+    records and stores its plan (nothing heavy, no `re`), the third execs it without planning."""
+    loaded = loaded_at_exec(tmp_path, ["--image", "/etc/hostname", "--system", "local", "python", "x.py"], runs=3)
+    assert loaded[1][1] == [], f"recording the plan loaded {loaded[1][1]}"
+    assert "envbuild.launch.planrecord" in loaded[1][0]
+    assert loaded[2] == (sorted(CACHED_LAUNCH_MODULES), []), loaded[2]
+
+
+def test_every_host_read_on_the_launch_path_is_recorded_for_the_stored_plan(tmp_path: Path) -> None:
+    """A stored plan is checked against what its making read (envbuild.launch.planrecord): each os call of each
+    module a plain launch loads must be one the recorder wraps or one it names as no fact; open() and
+    io.open are wrapped; a program started is seen by the recorder's audit hook."""
+    from envbuild.launch.planrecord import NO_FACT, RECORDED_OS_CALLS
+
+    modules = all_modules()
+    loaded = loaded_at_exec(tmp_path, ["--image", "/etc/hostname", "--system", "local", "python", "x.py"], runs=2)[1][0]
+    unknown = []
+    for name in loaded:
+        if name in ("envbuild.launch.planrecord", "envbuild.launch.plancache"):
+            continue  # the recorder and the checker themselves
+        if name in ("envbuild.shared.safefiles", "envbuild.shared.treecopy"):
+            continue  # loaded to write the user cache (usercache.write_cached): files that are no facts
+        for where in io_done_by(modules[name]):
+            line, what = where.split(": ", 1)
+            call = what.removeprefix("os.").removesuffix("()")
+            if what.startswith("os.") and what != "os.environ" and call not in RECORDED_OS_CALLS and call not in NO_FACT:
+                unknown.append(f"{name}:{line}: {what}")
+    assert unknown == [], ("os calls on the launch path that envbuild.launch.planrecord neither records nor names "
+                           "in NO_FACT (a stored plan would not notice what they read):\n" + "\n".join(unknown))
+
+
 def test_the_installed_envrun_is_the_script_not_an_entry_point() -> None:
     """pyproject.toml installs scripts/envrun as `envrun` with a Python shebang that hatchling rewrites (to
     `#!python`, then the installer to the environment's interpreter), and no entry point of that name."""

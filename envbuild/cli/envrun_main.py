@@ -13,7 +13,7 @@ import os
 import sys
 
 from envbuild import __version__
-from envbuild.commands.launch import RunRequest, launch
+from envbuild.commands.launch import RunRequest, launch, launch_cached
 from envbuild.shared.errors import EXIT_CLEAN, EXIT_USAGE, UsageError, reporting_errors
 
 TYPE_CHECKING = False
@@ -264,15 +264,18 @@ def main(argv: list[str] | None = None) -> None:
         imported(subcommand.run)(argv[1:])
         return
 
+    launch_cached(argv)  # execs the plan kept for this command line here, when all it was made from still holds
+
     def parse_and_launch() -> None:
         request = parse_options(argv) or _parsed_request(build_parser().parse_args(argv))
-        refuse_a_mistyped_subcommand(argv, request.command)
+        # a plan whose first word was looked up on PATH here is not kept: the lookup is no recorded fact
+        cache_as = None if refuse_a_mistyped_subcommand(argv, request.command) else argv
         try:
-            launch(request)
+            launch(request, cache_as)
         except ModuleNotFoundError:
             if not _full_site():  # started with -S (bin/envrun) and a cache was stale: again with site-packages
                 raise
-            launch(request)
+            launch(request, cache_as)
 
     # The launch execs the program, or stays srun's parent and forwards signals to it (envbuild.launch.supervise).
     reporting_errors(parse_and_launch, catch_signals=False)
@@ -283,25 +286,28 @@ def main(argv: list[str] | None = None) -> None:
 NEAR_SUBCOMMAND = 0.75
 
 
-def refuse_a_mistyped_subcommand(argv: list[str], command: list[str]) -> None:
+def refuse_a_mistyped_subcommand(argv: list[str], command: list[str]) -> bool:
     """`envrun kernal install` would run `kernal` in the container (`exec: kernal: not found`, 127): a first word
     near a subcommand (or one after envrun's options, where subcommands are not read) that is no program on
     this host's PATH is refused, naming the subcommand. The image may have a program the host does not, and only
     starting it could tell, which every launch would pay for: after `--` the command runs as given, unchecked.
-    A word near no subcommand is checked with string work only; PATH and difflib only for one that could be."""
+    A word near no subcommand is checked with string work only; PATH and difflib only for one that could be.
+    True when PATH was looked at (and the word let through)."""
     if not command or (len(argv) > len(command) and argv[-len(command) - 1] == "--"):
-        return
+        return False
     word = command[0]
     if "/" in word:
-        return
+        return False
     maybe = [name for name in SUBCOMMANDS if _shared_letters_ratio(word, name) >= NEAR_SUBCOMMAND]
-    if not maybe or _on_path(word):
-        return
+    if not maybe:
+        return False
+    if _on_path(word):
+        return True
     import difflib
 
     near = difflib.get_close_matches(word, maybe, n=1, cutoff=NEAR_SUBCOMMAND)
     if not near:
-        return
+        return True
     import shlex
 
     meant = shlex.join(["envrun", near[0], *command[1:]])

@@ -14,7 +14,7 @@ from envbuild.shared.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from envbuild.launch.launchplan import LaunchPlan
     from envbuild.recipes.protocols import SystemRecipe
@@ -54,20 +54,27 @@ REPORT_INTERVAL = "5s"
 REPORT_OFF = ("0", "off", "no", "none", "false")
 
 
-def launch(request: RunRequest) -> None:
+def launch(request: RunRequest, cache_as: Sequence[str] | None = None) -> None:
     """Plan the launch from this process's environment and directory, then exec it (or, under srun, run it
-    and exit with its status); with dry_run print it as a shell script."""
-    plan = plan_for(request, os.environ, os.getcwd())
+    and exit with its status); with dry_run print it as a shell script. With `cache_as` (envrun's command
+    line), a plan that envrun execs is kept for it with what it was made from (envbuild.launch.plancache),
+    for launch_cached; --dry-run and --explain always plan afresh."""
+    cwd = os.getcwd()
+    if cache_as is None or request.dry_run or request.explain:
+        plan = plan_for(request, os.environ, cwd)
+    else:
+        from envbuild.launch.planrecord import PlanRecorder
+
+        with PlanRecorder(os.environ) as recorder:
+            plan = plan_for(request, recorder.environ, cwd)
+        recorder.store(cache_as, cwd, plan)
     if request.dry_run:
         sys.stdout.write(plan.script())
         return
     sys.stderr.write("".join(f"envrun: warning: {warning}\n" for warning in plan.warnings))
     if request.explain:
         sys.stderr.write("".join(f"envrun: {reason}\n" for reason in plan.reasons))
-    env = dict(os.environ)
-    for name in plan.unset:
-        env.pop(name, None)
-    env.update(dict(plan.env))
+    env = environment_for(plan.unset, plan.env)
     sys.stdout.flush()
     sys.stderr.flush()
     if plan.step:  # under srun: envrun stays, to name the cause when the step fails (envbuild.launch.supervise)
@@ -91,6 +98,37 @@ def launch(request: RunRequest) -> None:
         os.execvpe(plan.argv[0], list(plan.argv), env)  # noqa: S606 - argv passed as words, deliberately no shell
     except FileNotFoundError:
         raise UsageError(f"{plan.argv[0]} is not on PATH", "load Slurm / apptainer or fix PATH") from None
+
+
+def launch_cached(argv: Sequence[str]) -> None:
+    """Exec the plan kept for this very command line in this directory (launch's `cache_as`) when every fact
+    it was made from still holds (envbuild.launch.plancache); return, having done nothing, otherwise."""
+    from envbuild.launch.plancache import cached_plan
+
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return
+    plan = cached_plan(argv, os.environ, cwd)
+    if plan is None:
+        return
+    sys.stderr.write("".join(f"envrun: warning: {warning}\n" for warning in plan.warnings))
+    env = environment_for(plan.unset, plan.env)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(plan.argv[0], plan.argv, env)  # noqa: S606 - argv passed as words, deliberately no shell
+    except OSError:
+        return  # planned afresh, which says what is wrong
+
+
+def environment_for(unset: Sequence[str], settings: Sequence[Sequence[str]]) -> dict[str, str]:
+    """This process's environment less `unset`, with `settings` ((name, value) pairs) set: the program's."""
+    env = dict(os.environ)
+    for name in unset:
+        env.pop(name, None)
+    env.update((name, value) for name, value in settings)
+    return env
 
 
 def plan_for(request: RunRequest, environ: Mapping[str, str], cwd: str) -> LaunchPlan:
@@ -139,8 +177,8 @@ def plan_for(request: RunRequest, environ: Mapping[str, str], cwd: str) -> Launc
     if not step_timeout and environ.get("ENVRUN_STEP_TIMEOUT"):
         step_timeout, step_timeout_from = environ["ENVRUN_STEP_TIMEOUT"], "$ENVRUN_STEP_TIMEOUT"
     return plan_launch(LaunchRequest(
-        command=tuple(request.command), image=image_path, recipe=recipe, runtime=require_runtime(probe=False),
-        cwd=cwd, binds=all_binds, env=tuple({**user_env, **project_env}.items()), environ=dict(environ),
+        command=tuple(request.command), image=image_path, recipe=recipe, runtime=require_runtime(probe=False, environ=environ),
+        cwd=cwd, binds=all_binds, env=tuple({**user_env, **project_env}.items()), environ=environ,
         missing_recipe_binds=missing, system_reason=why, allocation=allocation,
         host=read_host_node(environ), overlays=overlays, warnings=tuple(warnings), notes=tuple(notes),
         strict_net=request.strict_net, step_timeout=step_timeout or "", step_timeout_from=step_timeout_from,

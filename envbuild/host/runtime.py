@@ -12,6 +12,7 @@ from envbuild.shared.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
 
@@ -40,11 +41,11 @@ class Runtime:
         return "APPTAINERENV_" if self.name == "apptainer" else "SINGULARITYENV_"
 
 
-def find_runtime(environ: dict[str, str] | None = None, *, probe: bool = True) -> Runtime | None:
+def find_runtime(environ: Mapping[str, str] | None = None, *, probe: bool = True) -> Runtime | None:
     """apptainer, else singularity, on PATH ($ENVBUILD_RUNTIME overrides). `probe` asks the program
     which it is (`singularity` is often apptainer); without it the resolved file name decides, which
     costs no process start (envrun's launch path)."""
-    environ = dict(os.environ) if environ is None else environ
+    environ = os.environ if environ is None else environ  # read, not copied: envrun records what it reads
     override = environ.get("ENVBUILD_RUNTIME")
     candidates = [override] if override else ["apptainer", "singularity"]
     for candidate in candidates:
@@ -76,7 +77,7 @@ def _runtime_name(version_line: str) -> str:
     return "apptainer" if "apptainer" in version_line.lower() else "singularity"
 
 
-def require_runtime(*, probe: bool = True, environ: dict[str, str] | None = None) -> Runtime:
+def require_runtime(*, probe: bool = True, environ: Mapping[str, str] | None = None) -> Runtime:
     """The runtime, checked to be a version envbuild supports (envbuild.host.runtimeversion). Without `probe`
     (envrun), its version comes from the cache, so only a new runtime file costs a `--version` run."""
     runtime = find_runtime(environ, probe=probe)
