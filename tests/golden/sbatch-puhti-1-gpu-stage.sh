@@ -31,7 +31,14 @@ export ENVRUN_STAGED="$ENVRUN_STAGE_DIR"/imagenet-mini/imagenet-mini
 stage_script='set -e
 dir=$1; shift
 node=${SLURMD_NODENAME:-$(hostname)}
-mkdir -p "$dir"
+mkdir -p -m 700 "$dir"
+me=$(id -u)
+ours() { [ -n "$(find "$1" -maxdepth 0 \( -user "$me" -o -user 0 \) 2>/dev/null)" ]; }
+if ! ours "$dir" || ! ours "$dir/"; then
+  echo "envrun: stage: $dir on $node was made by another user (or is their link): nothing staged;" \
+       "fix: stage to the job'"'"'s own directory (\$LOCAL_SCRATCH, \$TMPDIR), or ask its owner to remove it" >&2
+  exit 1
+fi
 start=$(date +%s)
 while [ $# -gt 0 ]; do
   kind=$1 src=$2 name=$3; shift 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tarfile
 import zipfile
@@ -71,3 +72,34 @@ def test_a_failing_extraction_fails_the_step(tmp_path: Path) -> None:
     result = subprocess.run(["/bin/sh", "-c", STAGE_SCRIPT, "envrun-stage", str(tmp_path / "local"), "tar",
                              str(tmp_path / "bad.tar"), "bad"], capture_output=True, text=True)
     assert result.returncode != 0
+
+
+@pytest.mark.parametrize("planted", ["strangers-dir", "strangers-link", "none", "own-link"])
+def test_the_stage_directory_must_be_the_users_own_or_roots(tmp_path: Path, planted: str) -> None:
+    """/tmp/envrun-stage-<job id> on a node other jobs share: another user who made it first (or their link there)
+    would get the staged data; only the user's own directory or root's (a site's per-job one) is staged into."""
+    source = tmp_path / "data.txt"
+    source.write_text("dataset")
+    stage = tmp_path / "envrun-stage-77"
+    elsewhere = tmp_path / "attackers"
+    elsewhere.mkdir()
+    if planted.startswith("strangers") and os.geteuid() != 0:
+        pytest.skip("making another user's directory or link needs root (CI runs as root)")
+    if planted == "strangers-dir":
+        stage.mkdir()
+        os.chown(stage, 12345, 12345)
+    elif planted == "strangers-link":
+        stage.symlink_to(elsewhere)
+        os.lchown(stage, 12345, 12345)
+    elif planted == "own-link":
+        stage.symlink_to(elsewhere)
+    done = subprocess.run(["sh", "-c", STAGE_SCRIPT, "envrun-stage", str(stage), "file", str(source), "data.txt"],
+                          capture_output=True, text=True, timeout=30, env={**os.environ, "SLURMD_NODENAME": "n1"})
+    if planted.startswith("strangers"):
+        assert done.returncode == 1 and "nothing staged" in done.stderr and "fix:" in done.stderr, done.stderr
+        assert not list(elsewhere.iterdir()) and not (stage / "data.txt").exists()
+    else:
+        assert done.returncode == 0, done.stderr
+        assert (stage / "data.txt").read_text() == "dataset"
+        if planted == "none":
+            assert oct(stage.stat().st_mode & 0o777) == "0o700"

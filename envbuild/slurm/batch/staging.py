@@ -138,11 +138,22 @@ def stage_dir_value(directory: str, where: str) -> str:
     return f'"{directory}"'
 
 
-# One task per node runs this: $1 the staging directory, then (kind, source, name) triples.
+# One task per node runs this: $1 the staging directory, then (kind, source, name) triples. The directory may
+# lie in a place other users write (/tmp/envrun-stage-<job id> on a node others' jobs share, with a job id they
+# can guess): one another user made first, or their link there, would get the data (theirs to read or swap).
+# So the directory, and a link at its name, must be the user's own or root's (a site's per-job directory, or
+# its link to the node's disk); a new one is made 0700.
 STAGE_SCRIPT = r"""set -e
 dir=$1; shift
 node=${SLURMD_NODENAME:-$(hostname)}
-mkdir -p "$dir"
+mkdir -p -m 700 "$dir"
+me=$(id -u)
+ours() { [ -n "$(find "$1" -maxdepth 0 \( -user "$me" -o -user 0 \) 2>/dev/null)" ]; }
+if ! ours "$dir" || ! ours "$dir/"; then
+  echo "envrun: stage: $dir on $node was made by another user (or is their link): nothing staged;" \
+       "fix: stage to the job's own directory (\$LOCAL_SCRATCH, \$TMPDIR), or ask its owner to remove it" >&2
+  exit 1
+fi
 start=$(date +%s)
 while [ $# -gt 0 ]; do
   kind=$1 src=$2 name=$3; shift 3
