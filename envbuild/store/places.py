@@ -154,18 +154,44 @@ def make_store_dirs(root: Path | str, path: str, *, mode: int | None = None, new
     if relative is None:
         raise ValueError(f"{path} is not below the store {root}")
     own, _, rest = relative.partition("/")
+    where = str(Path(root) / own)
     with OpenStore(root, create=True) as store:
-        own_fd = store.dir(own, create=True)
-        if own_fd is None:
-            raise FileNotFoundError(errno.ENOENT, "removed while it was being made", str(Path(root) / own))
-        if rest:
-            info = store.info
+        linked_fd = _own_link_target(store.fd, own, where)
+        own_fd = linked_fd if linked_fd is not None else store.dir(own, create=True)
+        try:
+            if own_fd is None:
+                raise FileNotFoundError(errno.ENOENT, "removed while it was being made", where)
+            if rest:
+                info = store.info
 
-            def trusted(found: os.stat_result) -> bool:
-                return not safefiles.writable_by_others(info) or _acceptable_owner(found, info)
+                def trusted(found: os.stat_result) -> bool:
+                    return not safefiles.writable_by_others(info) or _acceptable_owner(found, info)
 
-            os.close(safefiles.make_dirs_at(own_fd, rest, mode=mode, where=str(Path(root) / own), trusted=trusted,
-                                            new=new))
+                os.close(safefiles.make_dirs_at(own_fd, rest, mode=mode, where=where, trusted=trusted, new=new))
+        finally:
+            if linked_fd is not None:
+                os.close(linked_fd)
+
+
+def _own_link_target(root_fd: int, name: str, where: str) -> int | None:
+    """The directory that the store's own directory `name`, when it is the user's own link (a download cache
+    kept elsewhere: `uv -> /scratch/me/uv`), leads to; None when `name` is anything else. Only something
+    made in it goes this way, also in a store others may write (listing and removal keep OpenStore.dir's
+    rule): the link is held by its own descriptor while it is judged and read, so one a member swapped in
+    meanwhile is never the one followed, and its target, the user's own path, is opened as the user's
+    paths are (safefiles.open_dir)."""
+    try:
+        link_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+    except FileNotFoundError:
+        return None
+    try:
+        info = os.fstat(link_fd)
+        if not stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
+            return None
+        target = os.readlink("", dir_fd=link_fd)  # the link held, not the name looked up again
+    finally:
+        os.close(link_fd)
+    return safefiles.open_dir(os.path.join(os.path.dirname(where), target))
 
 
 def _acceptable_owner(info: os.stat_result, root_info: os.stat_result) -> bool:
