@@ -26,9 +26,8 @@ from tests.support.attacker import (
     changes,
     give,
     give_tree,
-    make_scene,
     plant_link,
-    remove_scene,
+    scene_fixture,
     victim,
 )
 
@@ -96,11 +95,7 @@ CASES = [
 
 @pytest.fixture
 def scene() -> Iterator[Scene]:
-    made = make_scene()
-    try:
-        yield made
-    finally:
-        remove_scene(made)
+    yield from scene_fixture()
 
 
 # The three kinds of steps in one run, for the link-planting harness: a work directory's directories, an image tree's
