@@ -143,6 +143,8 @@ CLI_IMPORT_EXCEPTIONS = {
     ("envbuild.cli.sbatch_cmd", "envbuild.launch.args"): "--launcher: its choices (LAUNCHERS)",
     ("envbuild.cli.sweep_cmd", "envbuild.launch.args"): "--launcher: its choices (LAUNCHERS)",
     ("envbuild.cli.convert_cmds", "envbuild.convert.formats"): "--format: its choices and each one's help",
+    ("envbuild.cli.envrun_main", "envbuild.launch.plancache"):
+        "a repeat launch execs the plan kept for its command line before the commands and the errors load",
 }
 
 
@@ -325,8 +327,7 @@ def installed_script_loads(tmp_path: Path, script: Path) -> list[str]:
 
 # A repeat launch execs the plan stored for its command line (envbuild.launch.plancache) after checking its facts:
 # these modules only, none of the planner's.
-CACHED_LAUNCH_MODULES = ("envbuild", "envbuild.cli", "envbuild.cli.envrun_main", "envbuild.commands",
-                         "envbuild.commands.launch", "envbuild.shared", "envbuild.shared.errors", "envbuild.launch",
+CACHED_LAUNCH_MODULES = ("envbuild", "envbuild.cli", "envbuild.cli.envrun_main", "envbuild.launch",
                          "envbuild.launch.plancache", "envbuild.host", "envbuild.host.usercache")
 LOADED_AT_EXEC = """
 import os, sys

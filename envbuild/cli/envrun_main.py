@@ -13,14 +13,14 @@ import os
 import sys
 
 from envbuild import __version__
-from envbuild.commands.launch import RunRequest, launch, launch_cached
-from envbuild.shared.errors import EXIT_CLEAN, EXIT_USAGE, UsageError, reporting_errors
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
     from typing import Any
+
+    from envbuild.commands.launch import RunRequest
 
 
 class Subcommand:
@@ -197,6 +197,8 @@ def parse_options(argv: list[str]) -> RunRequest | None:
             index += 1
             continue
         if name == "--version" and not eq:
+            from envbuild.shared.errors import EXIT_CLEAN
+
             print(f"envrun, version {__version__}")
             sys.exit(EXIT_CLEAN)
         attribute = _WITH_VALUE.get(name)
@@ -219,6 +221,8 @@ def parse_options(argv: list[str]) -> RunRequest | None:
 
 def _request(command: list[str], values: dict[str, str], repeated: dict[str, list[str]], flags: set[str]) -> RunRequest:
     """The request from what the loop read: options with a value, repeated ones, and flags."""
+    from envbuild.commands.launch import RunRequest
+
     return RunRequest(
         command=command, image=values.get("image"), overlays=repeated["overlays"], binds=repeated["binds"],
         system=values.get("system"), step_timeout=values.get("step_timeout"), dry_run="dry_run" in flags,
@@ -231,6 +235,8 @@ def _request(command: list[str], values: dict[str, str], repeated: dict[str, lis
 def _parsed_request(args: argparse.Namespace) -> RunRequest:
     """The request from what argparse parsed (the loop could not decide); argparse keeps the "--" before
     the command, the loop does not."""
+    from envbuild.commands.launch import RunRequest
+
     return RunRequest(
         command=args.command[1:] if args.command[:1] == ["--"] else args.command, image=args.image,
         overlays=args.overlays, binds=args.binds, system=args.system, step_timeout=args.step_timeout,
@@ -264,7 +270,11 @@ def main(argv: list[str] | None = None) -> None:
         imported(subcommand.run)(argv[1:])
         return
 
-    launch_cached(argv)  # execs the plan kept for this command line here, when all it was made from still holds
+    from envbuild.launch.plancache import exec_cached
+
+    exec_cached(argv)  # the plan kept for this command line here, when all it was made from still holds
+    from envbuild.commands.launch import launch
+    from envbuild.shared.errors import reporting_errors
 
     def parse_and_launch() -> None:
         request = parse_options(argv) or _parsed_request(build_parser().parse_args(argv))
@@ -318,6 +328,8 @@ def refuse_a_mistyped_subcommand(argv: list[str], command: list[str]) -> bool:
     else:
         problem = f"{word!r} is neither an envrun subcommand nor a program on PATH here"
         meant = f"did you mean `{meant}`?"
+    from envbuild.shared.errors import UsageError
+
     raise UsageError(problem, f"{meant} To run a program {word!r} that only the image has, put it after --: {anyway}")
 
 
@@ -339,6 +351,8 @@ def _on_path(program: str) -> bool:
 
 def signal_ranks_main(argv: list[str]) -> None:
     """`envrun signal-ranks SIGNAL DIR`: what a --requeue batch script runs once per node (envbuild.commands.sbatch)."""
+    from envbuild.shared.errors import EXIT_USAGE, reporting_errors
+
     if len(argv) != 2:
         print("usage: envrun signal-ranks SIGNAL DIR  (run by envrun sbatch --requeue scripts)", file=sys.stderr)
         sys.exit(EXIT_USAGE)

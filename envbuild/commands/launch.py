@@ -57,8 +57,8 @@ REPORT_OFF = ("0", "off", "no", "none", "false")
 def launch(request: RunRequest, cache_as: Sequence[str] | None = None) -> None:
     """Plan the launch from this process's environment and directory, then exec it (or, under srun, run it
     and exit with its status); with dry_run print it as a shell script. With `cache_as` (envrun's command
-    line), a plan that envrun execs is kept for it with what it was made from (envbuild.launch.plancache),
-    for launch_cached; --dry-run and --explain always plan afresh."""
+    line), a plan that envrun execs is kept for it with what it was made from, for its next launch
+    (envbuild.launch.plancache.exec_cached); --dry-run and --explain always plan afresh."""
     cwd = os.getcwd()
     if cache_as is None or request.dry_run or request.explain:
         plan = plan_for(request, os.environ, cwd)
@@ -74,6 +74,8 @@ def launch(request: RunRequest, cache_as: Sequence[str] | None = None) -> None:
     sys.stderr.write("".join(f"envrun: warning: {warning}\n" for warning in plan.warnings))
     if request.explain:
         sys.stderr.write("".join(f"envrun: {reason}\n" for reason in plan.reasons))
+    from envbuild.launch.plancache import environment_for
+
     env = environment_for(plan.unset, plan.env)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -98,37 +100,6 @@ def launch(request: RunRequest, cache_as: Sequence[str] | None = None) -> None:
         os.execvpe(plan.argv[0], list(plan.argv), env)  # noqa: S606 - argv passed as words, deliberately no shell
     except FileNotFoundError:
         raise UsageError(f"{plan.argv[0]} is not on PATH", "load Slurm / apptainer or fix PATH") from None
-
-
-def launch_cached(argv: Sequence[str]) -> None:
-    """Exec the plan kept for this very command line in this directory (launch's `cache_as`) when every fact
-    it was made from still holds (envbuild.launch.plancache); return, having done nothing, otherwise."""
-    from envbuild.launch.plancache import cached_plan
-
-    try:
-        cwd = os.getcwd()
-    except OSError:
-        return
-    plan = cached_plan(argv, os.environ, cwd)
-    if plan is None:
-        return
-    sys.stderr.write("".join(f"envrun: warning: {warning}\n" for warning in plan.warnings))
-    env = environment_for(plan.unset, plan.env)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvpe(plan.argv[0], plan.argv, env)  # noqa: S606 - argv passed as words, deliberately no shell
-    except OSError:
-        return  # planned afresh, which says what is wrong
-
-
-def environment_for(unset: Sequence[str], settings: Sequence[Sequence[str]]) -> dict[str, str]:
-    """This process's environment less `unset`, with `settings` ((name, value) pairs) set: the program's."""
-    env = dict(os.environ)
-    for name in unset:
-        env.pop(name, None)
-    env.update((name, value) for name, value in settings)
-    return env
 
 
 def plan_for(request: RunRequest, environ: Mapping[str, str], cwd: str) -> LaunchPlan:

@@ -69,6 +69,35 @@ class CachedPlan:
         self.warnings = warnings
 
 
+def exec_cached(argv: Sequence[str]) -> None:
+    """Exec the plan kept for this very command line in this directory when every fact it was made from still
+    holds; return, having done nothing, otherwise (envrun then plans: envbuild.commands.launch)."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return
+    plan = cached_plan(argv, os.environ, cwd)
+    if plan is None:
+        return
+    sys.stderr.write("".join(f"envrun: warning: {warning}\n" for warning in plan.warnings))
+    env = environment_for(plan.unset, plan.env)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(plan.argv[0], plan.argv, env)  # noqa: S606 - argv passed as words, deliberately no shell
+    except OSError:
+        return  # planned afresh, which says what is wrong
+
+
+def environment_for(unset: Sequence[str], settings: Sequence[Sequence[str]]) -> dict[str, str]:
+    """This process's environment less `unset`, with `settings` ((name, value) pairs) set: the program's."""
+    env = dict(os.environ)
+    for name in unset:
+        env.pop(name, None)
+    env.update((name, value) for name, value in settings)
+    return env
+
+
 def cached_plan(argv: Sequence[str], environ: Mapping[str, str], cwd: str) -> CachedPlan | None:
     """The plan stored for `argv` in `cwd` when every fact it was made from still holds; None otherwise."""
     from envbuild.host.usercache import MISS, read_cached
@@ -99,7 +128,7 @@ def facts_hold(facts: Sequence[Any], environ: Mapping[str, str]) -> bool:
         for fact in facts:
             if type(fact) is not tuple or len(fact) < 2 or observe(fact[:-1], environ) != fact[-1]:
                 return False
-    except (TypeError, ValueError, KeyError, IndexError):
+    except (OSError, TypeError, ValueError, KeyError, IndexError):  # a question that cannot be asked here: a miss
         return False
     return True
 
