@@ -58,9 +58,12 @@ def launch(request: RunRequest, cache_as: Sequence[str] | None = None) -> None:
     """Plan the launch from this process's environment and directory, then exec it (or, under srun, run it
     and exit with its status); with dry_run print it as a shell script. With `cache_as` (envrun's command
     line), a plan that envrun execs is kept for it with what it was made from, for its next launch
-    (envbuild.launch.plancache.exec_cached); --dry-run and --explain always plan afresh."""
+    (envbuild.launch.plancache.exec_cached); --dry-run and --explain always plan afresh, and so does a launch
+    in a Slurm job."""
+    from envbuild.launch.plancache import plans_kept
+
     cwd = os.getcwd()
-    if cache_as is None or request.dry_run or request.explain:
+    if cache_as is None or request.dry_run or request.explain or not plans_kept(os.environ):
         plan = plan_for(request, os.environ, cwd)
     else:
         from envbuild.launch.planrecord import PlanRecorder

@@ -14,7 +14,8 @@ skipped: the owner, group and mode of every directory walked and every file judg
 made another's or writable by others misses and is judged again; a plan whose making printed a warning
 (a file ignored) or ran a program (scontrol, `--version`) is not stored at all.
 
-What is asked again per fact is cheap (a stat, an access check, a listing, one variable), so a hit costs
+Plans are kept outside Slurm jobs only (plans_kept): in a job every launch plans, as before. What is asked
+again per fact is cheap (a stat, an access check, a listing, one variable), so a hit costs
 Python's start, this module and usercache, and a few dozen system calls. The file lives in the user's own
 cache (envbuild.host.usercache: 0700 directory, 0600 files, owner and mode checked on every read, plain
 data only), in one of PLAN_SLOTS slots chosen by the key, so the cache holds at most that many plans.
@@ -69,9 +70,18 @@ class CachedPlan:
         self.warnings = warnings
 
 
+def plans_kept(environ: Mapping[str, str]) -> bool:
+    """Whether plans are kept and looked up here: outside a Slurm job only. A job's variables differ from job
+    to job and from task to task, so its plans would not be used again, and every task of `srun envrun ...`
+    would write one into a home directory that is often on the cluster's shared file system."""
+    return not (environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"))
+
+
 def exec_cached(argv: Sequence[str]) -> None:
     """Exec the plan kept for this very command line in this directory when every fact it was made from still
     holds; return, having done nothing, otherwise (envrun then plans: envbuild.commands.launch)."""
+    if not plans_kept(os.environ):
+        return
     try:
         cwd = os.getcwd()
     except OSError:

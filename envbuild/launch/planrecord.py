@@ -64,6 +64,7 @@ _UNREPEATABLE_EVENTS = frozenset({
     "ctypes.dlopen",
 })
 _OPEN = builtins.open  # io.open is the same function
+_ASKED_FIRST = {"env": 0, "names": 1, "affinity": 2, "cpu_count": 3, "uname": 4}
 _ACTIVE: list[PlanRecorder] = []
 _AUDITING: list[bool] = []
 
@@ -81,6 +82,7 @@ class PlanRecorder:
         self._descriptors: dict[int, str] = {}  # descriptors opened while recording -> their paths
         self._busy = False  # inside a wrapper: what it calls itself is not recorded
         self._restore: list[tuple[Any, str, Any]] = []
+        self._originals: dict[str, Callable[..., Any]] = {}  # os's wrapped functions, by name
 
     def saw(self, question: tuple[Any, ...], answer: Any) -> None:
         self.facts.setdefault(question, answer)
@@ -105,6 +107,8 @@ class PlanRecorder:
         for owner, name, wrapper in wrappers:
             if hasattr(owner, name):
                 self._restore.append((owner, name, getattr(owner, name)))
+                if owner is os:
+                    self._originals[name] = getattr(owner, name)
                 setattr(owner, name, wrapper)
         _ACTIVE.append(self)
         return self
@@ -114,12 +118,12 @@ class PlanRecorder:
         for owner, name, original in reversed(self._restore):
             setattr(owner, name, original)
         self._restore.clear()
+        self._originals.clear()
 
     def _real(self, name: str) -> Callable[..., Any]:
-        for owner, wrapped, original in self._restore:
-            if wrapped == name and owner is os:
-                return original  # type: ignore[no-any-return]
-        return getattr(os, name)  # type: ignore[no-any-return]
+        """os's function `name` as it was before this recorder wrapped it."""
+        original: Callable[..., Any] = self._originals.get(name) or getattr(os, name)
+        return original
 
     # --- what a path argument names -------------------------------------------------------------------------
     def _path(self, path: Any, dir_fd: int | None = None) -> str | None:
@@ -307,7 +311,9 @@ class PlanRecorder:
         unrepeatable (`spoiled`)."""
         if self.spoiled or plan.step:
             return
-        facts = [(*question, answer) for question, answer in self.facts.items()]
+        # the questions a changed environment fails soonest first: a miss then costs the least
+        facts = sorted(((*question, answer) for question, answer in self.facts.items()),
+                       key=lambda fact: _ASKED_FIRST.get(fact[0], len(_ASKED_FIRST)))
         for name, module in list(sys.modules.items()):
             source = getattr(module, "__file__", None) if name == "envbuild" or name.startswith("envbuild.") else None
             if source:

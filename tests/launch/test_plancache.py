@@ -130,6 +130,20 @@ def test_srun_launches_are_not_stored(launcher: Launcher) -> None:
     assert plan_files(launcher) == []
 
 
+def test_in_a_slurm_job_every_launch_plans_and_nothing_is_kept(launcher: Launcher) -> None:
+    """A job's variables differ per job and task: its plans would not be used again, and each task writing one
+    would load a shared home file system."""
+    argv = ["--image", str(launcher.image), "python", "x.py"]
+    launcher.settled(argv)  # kept outside the job
+    stored = plan_files(launcher)
+    job = {**launcher.env, "SLURM_JOB_ID": "12345", "SLURM_STEP_ID": "0", "SLURM_CPUS_ON_NODE": "2",
+           "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "1"}
+    for _ in range(3):
+        assert launcher.run(argv, job)["planned"]
+    assert plan_files(launcher) == stored
+    assert not launcher.run(argv)["planned"]
+
+
 def test_a_variable_the_plan_read_changes_it_one_it_did_not_read_does_not(launcher: Launcher) -> None:
     argv = ["--image", str(launcher.image), "python", "train.py"]
     before = launcher.settled(argv)
