@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -113,7 +114,7 @@ def test_a_0640_source_without_a_mode_stays_0640_and_validate_says_so(project: P
         else:
             from envbuild.builder.execute.fsactions import make_dirs
 
-            make_dirs(None, None, action)  # type: ignore[arg-type]
+            make_dirs(SimpleNamespace(store_root=None), None, action)  # type: ignore[arg-type]  # a sandbox outside any store
     assert stat.S_IMODE((sandbox / "opt" / "data" / "vocab.txt").stat().st_mode) == 0o640
     # a mode that lets others read it says they may: no warning; one that does not still hides it (issue 40: the
     # image file is written without their permissions, as the warning says)
