@@ -16,7 +16,7 @@ from envbuild.envspec.torchfamily import _release
 from envbuild.host.runtimeversion import parse_version_line
 from envbuild.launch.bindstyle import slurm_version_in
 from envbuild.shared.versionnumbers import at_least, release_in, release_numbers, version_word
-from envbuild.slurm.cluster import read_slurm_version, slurm_release
+from envbuild.slurm.cluster import Answer, slurm_release, version_from
 
 REPO = Path(__file__).resolve().parent.parent
 HOME = REPO / "envbuild/shared/versionnumbers.py"
@@ -46,12 +46,7 @@ def test_every_reader_of_a_slurm_version_agrees(line: str) -> None:
     assert slurm_release(line) == numbers[:2]
     assert release_numbers(slurm_version_in(line.strip())) == numbers
     assert release_numbers(version_word(line)) == numbers
-
-    class Done:
-        returncode = 0
-        stdout = line
-
-    assert read_slurm_version(lambda *args, **kwargs: Done()) == version_word(line)
+    assert version_from(Answer(0, line)) == version_word(line)
 
 
 def test_the_runtime_and_torch_readers_use_the_same_reading() -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from envbuild.launch.project import Environment
     from envbuild.recipes.protocols import SystemRecipe
     from envbuild.slurm.batch.jobplan import BatchJob
-    from envbuild.slurm.cluster import ClusterFacts
+    from envbuild.slurm.cluster import LiveCluster
 
 
 @dataclass(frozen=True)
@@ -56,60 +56,59 @@ def check_script(path: str, system: str | None, *, as_json: bool, test_only: boo
     check runs on the cluster the script is for, what that cluster says now (partitions, limits, nodes) is
     checked too, and with `test_only` what `sbatch --test-only` says."""
     from envbuild.recipes.detect import resolve_site_recipe
-    from envbuild.slurm.check.pitfalls import check_script_file
+    from envbuild.slurm.check.pitfalls import check_script_file, read_script
 
     # the check runs a site's rules only on that site's evidence: with no recipe for the site, none
     site_recipe, site = resolve_site_recipe(system, os.environ)
-    cluster, note = live_cluster(system, os.environ, site_recipe)
-    return check_script_file(path, site_recipe, sys.stdout, site=site, as_json=as_json, cluster=cluster,
-                             test_only=test_only and cluster is not None, notes=(note,) if note else ())
+    # sbatch --test-only is asked with the cluster's other queries, at once, so it needs the script's text now
+    text = read_script(path) if test_only else None
+    live, note = live_cluster(system, os.environ, site_recipe, script=text)
+    notes = (note,) if note else ()
+    if text is not None and live.facts is not None and live.test_only is None:
+        notes = (*notes, f"sbatch --test-only: {live.test_only_why or 'sbatch gave no answer'}: Slurm's own check "
+                 "did not run")
+    return check_script_file(path, site_recipe, sys.stdout, site=site, as_json=as_json, cluster=live.facts,
+                             test_only=live.test_only, notes=notes, text=text)
 
 
-def live_cluster(system: str | None, environ: Mapping[str, str],
-                 recipe: SystemRecipe | None = None) -> tuple[ClusterFacts | None, str]:
-    """The facts of the cluster this runs on, when the script is checked for it, and a note: (None, why not)
-    where Slurm does not answer, or the check is for another cluster (`--system` names another site, or the
-    environment's $SLURM_CLUSTER_NAME is not the ClusterName of the Slurm that answers). A recipe given by
-    `--system` (a name or a file, as `envrun recipe draft` writes) is this cluster's where its
-    detect.slurm_cluster_names holds this ClusterName."""
+def live_cluster(system: str | None, environ: Mapping[str, str], recipe: SystemRecipe | None = None,
+                 script: str | None = None) -> tuple[LiveCluster, str]:
+    """What the cluster this runs on says now, when the script is checked for it (with `script`, what
+    `sbatch --test-only` says of it too), and a note: no facts, and why not, where Slurm does not answer, or the
+    check is for another cluster (`--system` names another site, or the environment's $SLURM_CLUSTER_NAME is not
+    the ClusterName of the Slurm that answers). A recipe given by `--system` (a name or a file, as
+    `envrun recipe draft` writes) is this cluster's where its detect.slurm_cluster_names holds this ClusterName."""
     from envbuild.recipes.detect import cluster_name, detect_site
-    from envbuild.slurm.cluster import read_cluster
+    from envbuild.slurm.cluster import LiveCluster, read_live_cluster
 
     configured, _where = cluster_name({key: value for key, value in environ.items() if key != "SLURM_CLUSTER_NAME"})
     named = environ.get("SLURM_CLUSTER_NAME", "")
     if named and configured and named.lower() != configured:
-        return None, (f"this machine's Slurm is {configured}, the environment names {named}: the live cluster's "
-                      "partitions and limits were not checked")
+        return LiveCluster(None), (f"this machine's Slurm is {configured}, the environment names {named}: the live "
+                                   "cluster's partitions and limits were not checked")
     if system:
         detected, _why = detect_site(environ)
         names = recipe.detect.slurm_cluster_names if recipe is not None else ()
         if detected != system and not (configured and configured in names):
-            return None, (f"--system {system}: the Slurm here ({configured or 'none found'}) is not that site's: its "
-                          "partitions and limits were not checked")
-    facts = read_cluster(configured or named)
-    if facts is None:
-        return None, ("no Slurm answered here (scontrol): the cluster's own partitions and limits were not checked "
-                      "(run the check on the cluster's login node for them)")
+            return LiveCluster(None), (f"--system {system}: the Slurm here ({configured or 'none found'}) is not that "
+                                       "site's: its partitions and limits were not checked")
     import getpass
-    from dataclasses import replace
-
-    from envbuild.slurm.cluster import read_associations, read_enforcement
 
     # the accounts of the user who will submit: sacctmgr answers for the user named, whoever runs the check
     try:
         user = environ.get("USER") or environ.get("LOGNAME") or getpass.getuser()
     except (OSError, KeyError):  # no name for this uid: accounting cannot be asked about it
         user = ""
-    if user:
-        associations = read_associations(user, facts.name)
-        if associations.answered:  # whether sbatch refuses an account without an association
-            associations = replace(associations, enforce=read_enforcement())
-        facts = replace(facts, associations=associations)
+    live = read_live_cluster(configured or named, user, script, os.getcwd())
+    facts = live.facts
+    if facts is None:
+        return live, (f"{live.why}: the cluster's own partitions and limits were not checked (run the check on the "
+                      "cluster's login node for them)")
     accounting = (f"{user}'s accounts from sacctmgr" if facts.associations is not None and facts.associations.answered
                   else "accounting (sacctmgr) did not answer")
-    return facts, (f"checked against {facts.name or 'this cluster'} as scontrol describes it now: "
-                   f"{len(facts.partitions)} partition(s), {len(facts.nodes)} node(s), Slurm "
-                   f"{facts.slurm_version or 'of unknown version'}; {accounting}")
+    return live, (f"checked against {facts.name or 'this cluster'} as scontrol describes it now: "
+                  f"{len(facts.partitions)} partition(s), {len(facts.nodes)} node(s), Slurm "
+                  f"{facts.slurm_version or 'of unknown version'}; {accounting}")
 
 
 def sbatch(request: SbatchRequest, *, script: str | None, submit: bool, wait: bool) -> int:

@@ -11,16 +11,26 @@ when it does not answer within SCONTROL_TIMEOUT_S, there are no facts and the ca
 
 The Slurm release (`scontrol --version`) decides rules whose behaviour changed between releases (srun's
 --cpus-per-task, envbuild.slurm.check.steprules.srun_inherits). The user's accounts come from accounting
-(`sacctmgr show assoc`, read_associations), which a cluster may not run (no slurmdbd): then they are unknown,
+(`sacctmgr show assoc`, associations_from), which a cluster may not run (no slurmdbd): then they are unknown,
 and the check says so rather than calling an account valid.
+
+read_live_cluster asks all of these at once (ask_at_once), so a slow controller costs the slowest query rather
+than their sum, and a controller that cannot be reached (`scontrol ping` finds it DOWN at once, where the other
+commands retry for seconds first) costs one wait, after which the queries still running are stopped. What each
+command said is read by a function of its answer (version_from, associations_from, enforcement_from,
+test_only_from), which a test gives recorded answers.
 """
 
 from __future__ import annotations
 
+import queue
 import re
 import subprocess
+import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from envbuild.shared.durations import parse_slurm_time
 from envbuild.shared.errors import UsageError
@@ -31,6 +41,8 @@ TEST_ONLY_TIMEOUT_S = 30
 SACCTMGR_TIMEOUT_S = 15  # slurmdbd may be down or far away: sacctmgr then waits on its connection
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::([^:,(]+))?:(\d+)")
+# What starts a query's process: subprocess.Popen, or a test's stand-in with its communicate, kill and returncode
+Starter = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,7 @@ class ClusterFacts:
     partitions: dict[str, PartitionFacts] = field(default_factory=dict)
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
     slurm_version: str = ""  # as `scontrol --version` prints it (22.05.8); "" where it did not say
-    associations: Associations | None = None  # the user's accounts (read_associations); None: not asked
+    associations: Associations | None = None  # the user's accounts (associations_from); None: not asked
 
     @property
     def source(self) -> str:
@@ -102,7 +114,7 @@ class Associations:
     answered: bool
     pairs: tuple[tuple[str, str], ...] = ()  # (account, partition), lower case as slurmdbd stores them
     why: str = ""
-    enforce: str = ""  # AccountingStorageEnforce as `scontrol show config` prints it (read_enforcement); "": unknown
+    enforce: str = ""  # AccountingStorageEnforce as `scontrol show config` prints it (enforcement_from); "": unknown
 
     def enforced(self) -> bool | None:
         """Whether sbatch refuses a job charged to an account the user has no association with: slurm.conf(5)'s
@@ -212,67 +224,84 @@ def parse_nodes(text: str) -> dict[str, NodeFacts]:
     return found
 
 
-def read_cluster(name: str, run: object = subprocess.run) -> ClusterFacts | None:
-    """The facts of the cluster scontrol answers for (named `name` by the caller: its ClusterName); None where
-    scontrol is missing, fails or does not answer in time."""
-    outputs: list[str] = []
-    for what in ("partition", "node"):
-        try:
-            done = run(["scontrol", "show", what, "--oneliner"], capture_output=True, text=True,  # type: ignore[operator]
-                       timeout=SCONTROL_TIMEOUT_S, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if done.returncode != 0:
-            return None
-        outputs.append(done.stdout)
-    return ClusterFacts(name=name, read_at=time.strftime("%Y-%m-%dT%H:%M"), partitions=parse_partitions(outputs[0]),
-                        nodes=parse_nodes(outputs[1]), slurm_version=read_slurm_version(run))
+@dataclass(frozen=True)
+class LiveCluster:
+    """What the Slurm here said (read_live_cluster): the cluster's facts, or None and `why` there are none; and
+    where a script was given, what `sbatch --test-only` said of it (exit status, message), None where it gave no
+    answer (`test_only_why` says why)."""
+
+    facts: ClusterFacts | None
+    why: str = ""
+    test_only: tuple[int, str] | None = None
+    test_only_why: str = ""
 
 
-def read_slurm_version(run: object = subprocess.run) -> str:
-    """The version `scontrol --version` prints ("22.05.8"); "" where it does not answer."""
-    try:
-        done = run(["scontrol", "--version"], capture_output=True, text=True,  # type: ignore[operator]
-                   timeout=SCONTROL_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return version_word(done.stdout) if done.returncode == 0 else ""
-
-
-def read_associations(user: str, cluster: str, run: object = subprocess.run) -> Associations:
-    """The user's associations on `cluster` ("" for every cluster accounting knows), from
-    `sacctmgr -nP show assoc` (one `account|partition` line each); answered False, with what sacctmgr said, where
-    accounting does not answer within SACCTMGR_TIMEOUT_S."""
+def read_live_cluster(name: str, user: str = "", script: str | None = None, cwd: str | None = None,
+                      start: Starter = subprocess.Popen) -> LiveCluster:
+    """What the Slurm here says now: the facts of the cluster scontrol answers for (named `name` by the caller:
+    its ClusterName) and its release, `user`'s associations where accounting answers (with the
+    AccountingStorageEnforce that decides whether sbatch refuses an account without one), and given a `script`,
+    what `sbatch --test-only` says of it, run in `cwd` (where the job would start). The queries run at once
+    (ask_at_once): a slow controller costs the slowest of them, not their sum, and one that cannot be reached
+    costs one wait, which `why` states."""
+    queries = {
+        "ping": Query(("scontrol", "ping"), SCONTROL_TIMEOUT_S),
+        "partition": Query(("scontrol", "show", "partition", "--oneliner"), SCONTROL_TIMEOUT_S),
+        "node": Query(("scontrol", "show", "node", "--oneliner"), SCONTROL_TIMEOUT_S),
+        "version": Query(("scontrol", "--version"), SCONTROL_TIMEOUT_S, controller=False),
+    }
+    if user:
+        queries["config"] = Query(("scontrol", "show", "config"), SCONTROL_TIMEOUT_S)
+        queries["assoc"] = Query(("sacctmgr", "-nP", "show", "assoc", f"user={user}",
+                                  *([f"cluster={name}"] if name else []), "format=account,partition"),
+                                 SACCTMGR_TIMEOUT_S, controller=False)
+    if script is not None:
+        queries["test_only"] = Query(("sbatch", "--test-only"), TEST_ONLY_TIMEOUT_S, input=script, cwd=cwd)
     read_at = time.strftime("%Y-%m-%dT%H:%M")
-    command = ["sacctmgr", "-nP", "show", "assoc", f"user={user}", *([f"cluster={cluster}"] if cluster else []),
-               "format=account,partition"]
-    try:
-        done = run(command, capture_output=True, text=True, timeout=SACCTMGR_TIMEOUT_S, check=False)  # type: ignore[operator]
-    except FileNotFoundError:
-        return Associations(user, read_at, answered=False, why="sacctmgr is not on PATH")
-    except OSError as exc:
-        return Associations(user, read_at, answered=False, why=f"sacctmgr: {exc.strerror}")
-    except subprocess.TimeoutExpired:
-        return Associations(user, read_at, answered=False, why=f"sacctmgr gave no answer in {SACCTMGR_TIMEOUT_S} s")
-    if done.returncode != 0:
-        said = " ".join(line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip())
+    asked = ask_at_once(queries, start)
+    if asked.unreachable:
+        return LiveCluster(None, f"no Slurm answered in {asked.waited_s:.1f} s: {asked.unreachable}")
+    for what in ("partition", "node"):
+        answer = asked.answers[what]
+        if answer.returncode != 0:
+            return LiveCluster(None, f"no Slurm answered here: {queries[what].text()}: {answer.said()}")
+    facts = ClusterFacts(name=name, read_at=read_at, partitions=parse_partitions(asked.answers["partition"].stdout),
+                         nodes=parse_nodes(asked.answers["node"].stdout),
+                         slurm_version=version_from(asked.answers["version"]))
+    if user:
+        associations = associations_from(user, read_at, asked.answers["assoc"])
+        if associations.answered:  # whether sbatch refuses an account without an association
+            associations = replace(associations, enforce=enforcement_from(asked.answers["config"]))
+        facts = replace(facts, associations=associations)
+    test_only = asked.answers.get("test_only")
+    if test_only is None:
+        return LiveCluster(facts)
+    return LiveCluster(facts, test_only=test_only_from(test_only), test_only_why=test_only.why)
+
+
+def version_from(answer: Answer) -> str:
+    """The version `scontrol --version` printed ("22.05.8"); "" where it did not answer."""
+    return version_word(answer.stdout) if answer.returncode == 0 else ""
+
+
+def associations_from(user: str, read_at: str, answer: Answer) -> Associations:
+    """The user's associations from what `sacctmgr -nP show assoc ... format=account,partition` said (one
+    `account|partition` line each); answered False, with what sacctmgr said, where accounting did not answer."""
+    if answer.returncode is None:
+        return Associations(user, read_at, answered=False, why=answer.why)
+    if answer.returncode != 0:
+        said = answer.output()
         return Associations(user, read_at, answered=False,
-                            why=f"sacctmgr: {said}" if said else f"sacctmgr exit status {done.returncode}")
-    return Associations(user, read_at, answered=True, pairs=parse_associations(done.stdout))
+                            why=f"sacctmgr: {said}" if said else f"sacctmgr exit status {answer.returncode}")
+    return Associations(user, read_at, answered=True, pairs=parse_associations(answer.stdout))
 
 
-def read_enforcement(run: object = subprocess.run) -> str:
-    """AccountingStorageEnforce as `scontrol show config` prints it ("associations,limits,qos,safe", "none"); ""
-    where scontrol does not answer or does not say."""
-    try:
-        done = run(["scontrol", "show", "config"], capture_output=True, text=True,  # type: ignore[operator]
-                   timeout=SCONTROL_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+def enforcement_from(answer: Answer) -> str:
+    """AccountingStorageEnforce as `scontrol show config` printed it ("associations,limits,qos,safe", "none"); ""
+    where scontrol did not answer or did not say."""
+    if answer.returncode != 0:
         return ""
-    if done.returncode != 0:
-        return ""
-    output: str = done.stdout
-    for line in output.splitlines():
+    for line in answer.stdout.splitlines():
         key, equals, value = line.partition("=")
         if equals and key.strip() == "AccountingStorageEnforce":
             return value.strip()
@@ -289,14 +318,168 @@ def parse_associations(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(dict.fromkeys(pairs))
 
 
-def sbatch_test_only(script: str, cwd: str, run: object = subprocess.run) -> tuple[int, str] | None:
-    """What `sbatch --test-only` says of the script (its exit status and message: where and when the job would
-    start, or why Slurm refuses it); the script goes on sbatch's standard input, so nothing is written. None
-    where sbatch is missing or does not answer."""
+def test_only_from(answer: Answer) -> tuple[int, str] | None:
+    """What `sbatch --test-only` said of the script (its exit status and message: where and when the job would
+    start, or why Slurm refuses it); the script went on sbatch's standard input, so nothing was written. None
+    where sbatch is missing or did not answer."""
+    return None if answer.returncode is None else (answer.returncode, answer.output())
+
+
+# --- asking Slurm's commands at once ------------------------------------------------------------------------------
+
+# What scontrol and sbatch print where the controller cannot be reached: the connection failed (after their own
+# retries), or the controller took the request and never answered
+_UNREACHABLE = ("unable to contact slurm controller", "socket timed out on send/recv")
+# The collector waits this long past the longest query's own timeout: each query's thread ends its process at that
+# timeout, the margin only lets the thread report it
+_DEADLINE_MARGIN_S = 1.0
+# How long the threads of stopped queries get to report (a killed process's pipes close at once): they reap them
+_REAP_S = 1.0
+
+
+@dataclass(frozen=True)
+class Query:
+    """One Slurm command to ask, ended after `timeout_s`. `controller`: it asks slurmctld, so a controller that
+    cannot be reached shows in its answer (`scontrol --version` answers by itself; sacctmgr asks slurmdbd)."""
+
+    argv: tuple[str, ...]
+    timeout_s: float
+    controller: bool = True
+    input: str | None = None  # its standard input (sbatch --test-only reads the script there)
+    cwd: str | None = None
+
+    def text(self) -> str:
+        return " ".join(self.argv)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a query's command said: its exit status and output; returncode None where there is no answer (the
+    program is missing, it timed out or was stopped), and `why` says which."""
+
+    returncode: int | None
+    stdout: str = ""
+    stderr: str = ""
+    why: str = ""
+    timed_out: bool = False
+
+    def output(self) -> str:
+        """What it printed, on one line, its errors first; "" where it printed nothing."""
+        return " ".join(line.strip() for line in (self.stderr + self.stdout).splitlines() if line.strip())
+
+    def said(self) -> str:
+        """One line: why there is no answer, else what it printed, else its exit status."""
+        if self.returncode is None:
+            return self.why
+        return self.output() or f"exit status {self.returncode}"
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The answers of ask_at_once by the queries' names. `unreachable`: the first answer that showed the
+    controller cannot be reached ("scontrol ping: Slurmctld(primary) at ctl is DOWN"), "" where none did; the
+    queries still running then were stopped. `waited_s`: from their start to the last answer waited for."""
+
+    answers: dict[str, Answer]
+    unreachable: str
+    waited_s: float
+
+
+def ask_at_once(queries: Mapping[str, Query], start: Starter = subprocess.Popen,
+                clock: Callable[[], float] = time.monotonic) -> Asked:
+    """Start every query at once and collect their answers, each ended at its own timeout, all within one
+    deadline: the whole takes as long as the slowest, not their sum. As soon as an answer shows that the
+    controller cannot be reached (a query that asks it timed out, or says it could not connect, or `scontrol
+    ping` finds every controller DOWN), the queries still running are stopped: none of them can answer.
+    `start` is subprocess.Popen or a stand-in with its communicate, kill and returncode."""
+    began = clock()
+    reports: queue.SimpleQueue[tuple[str, Answer]] = queue.SimpleQueue()
+    answers: dict[str, Answer] = {}
+    running: dict[str, Any] = {}
+    for name, query in queries.items():
+        try:
+            process = start(list(query.argv), stdin=subprocess.PIPE if query.input is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                            cwd=query.cwd)
+        except FileNotFoundError:
+            answers[name] = Answer(None, why=f"{query.argv[0]} is not on PATH")
+            continue
+        except OSError as exc:
+            answers[name] = Answer(None, why=f"{query.argv[0]}: {exc.strerror or exc}")
+            continue
+        running[name] = process
+        threading.Thread(target=_collect, args=(name, query, process, reports), daemon=True).start()
+    deadline = began + max((query.timeout_s for query in queries.values()), default=0.0) + _DEADLINE_MARGIN_S
+    unreachable = ""
+    while running and not unreachable:
+        try:
+            name, answer = reports.get(timeout=max(deadline - clock(), 0.0))
+        except queue.Empty:  # past the deadline: a thread did not end its process in time
+            for name in running:
+                answers[name] = Answer(None, why=f"{queries[name].argv[0]} gave no answer in {deadline - began:.0f} s",
+                                       timed_out=True)
+                unreachable = unreachable or _unreachable(queries[name], answers[name])
+            break
+        del running[name]
+        answers[name] = answer
+        unreachable = _unreachable(queries[name], answer)
+    waited_s = clock() - began
+    if running:
+        _stop(running, reports, unreachable)
+        for name in running:
+            answers.setdefault(name, Answer(None, why=f"stopped: {unreachable}" if unreachable
+                                            else f"{queries[name].argv[0]} gave no answer in time"))
+    return Asked(answers, unreachable, waited_s)
+
+
+def _collect(name: str, query: Query, process: Any, reports: queue.SimpleQueue[tuple[str, Answer]]) -> None:
+    """A thread's whole work: wait for one query's process, end it at the query's timeout, and report its answer.
+    It reports whatever happens, so that the collector never waits out its deadline for a thread that failed."""
+    answer = Answer(None, why=f"{query.argv[0]} ended without an answer")
     try:
-        done = run(["sbatch", "--test-only"], input=script, capture_output=True, text=True, cwd=cwd,  # type: ignore[operator]
-                   timeout=TEST_ONLY_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    message = " ".join(line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip())
-    return done.returncode, message
+        stdout, stderr = process.communicate(query.input, timeout=query.timeout_s)
+        answer = Answer(process.returncode, stdout or "", stderr or "")
+    except subprocess.TimeoutExpired:
+        answer = Answer(None, why=f"{query.argv[0]} gave no answer in {query.timeout_s:g} s", timed_out=True)
+        process.kill()
+        process.communicate()
+    except (OSError, ValueError) as exc:  # its pipes failed: no answer to read
+        answer = Answer(None, why=f"{query.argv[0]}: {exc}")
+        process.kill()
+    finally:
+        reports.put((name, answer))
+
+
+def _stop(running: Mapping[str, Any], reports: queue.SimpleQueue[tuple[str, Answer]], unreachable: str) -> None:
+    """Kill the processes of the queries still running and give their threads a moment to reap them."""
+    for process in running.values():
+        try:
+            process.kill()
+        except OSError:  # it ended meanwhile
+            pass
+    until = time.monotonic() + _REAP_S
+    left = set(running)
+    while left and (remaining := until - time.monotonic()) > 0:
+        try:
+            name, _answer = reports.get(timeout=remaining)
+        except queue.Empty:
+            break
+        left.discard(name)
+
+
+def _unreachable(query: Query, answer: Answer) -> str:
+    """What in `answer` shows that the controller cannot be reached ("" where nothing does): a query that asks it
+    timed out, or failed with a message that it could not connect, or `scontrol ping` named every controller
+    DOWN (ping reports a refused connection at once, where the other commands first retry for seconds)."""
+    if not query.controller:
+        return ""
+    if answer.timed_out:
+        return f"{query.text()}: {answer.why}"
+    if query.argv[1:] == ("ping",):
+        states = [line.strip() for line in answer.stdout.splitlines() if " is " in line]
+        if states and all(line.endswith(" is DOWN") for line in states):
+            return f"{query.text()}: {'; '.join(states)}"
+    if answer.returncode in (None, 0):  # it answered, or it never started (not on PATH): the controller is not why
+        return ""
+    said = answer.said()
+    return f"{query.text()}: {said}" if any(sign in said.lower() for sign in _UNREACHABLE) else ""

@@ -6,25 +6,28 @@ that decides whether srun inherits the job's --cpus-per-task. Pure: recorded sco
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from envbuild.recipes.loadrecipe import load_recipe
+from envbuild.slurm import cluster
 from envbuild.slurm.check.pitfalls import check_script
 from envbuild.slurm.cluster import (
+    Answer,
     Associations,
     ClusterFacts,
+    associations_from,
+    enforcement_from,
     parse_associations,
     parse_nodes,
     parse_partitions,
-    read_associations,
-    read_enforcement,
-    read_slurm_version,
+    read_live_cluster,
     slurm_release,
+    version_from,
 )
+from tests.slurm.slurmfakes import HANG, FakeSlurm, Reply, live_replies
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SCONTROL, SACCTMGR = FIXTURES / "scontrol", FIXTURES / "sacctmgr"
@@ -42,13 +45,7 @@ def local_cluster() -> ClusterFacts:
     return ClusterFacts(name="envbuild-local", read_at="2026-11-28T20:30",
                         partitions=parse_partitions((SCONTROL / "local-two-partitions-partition.txt").read_text()),
                         nodes=parse_nodes((SCONTROL / "local-node.txt").read_text()),
-                        slurm_version=read_slurm_version(_answers((SCONTROL / "local-version.txt").read_text())))
-
-
-def _answers(stdout: str, status: int = 0, stderr: str = "") -> object:
-    def run(argv: list[str], **_kwargs: object) -> subprocess.CompletedProcess[str]:
-        return subprocess.CompletedProcess(argv, status, stdout, stderr)
-    return run
+                        slurm_version=version_from(Answer(0, (SCONTROL / "local-version.txt").read_text())))
 
 
 STALE_RECIPE = """\
@@ -163,24 +160,20 @@ def test_a_recipe_that_agrees_says_nothing(tmp_path: Path) -> None:
 def with_accounts(answered: bool = True) -> ClusterFacts:
     if not answered:
         said = (SACCTMGR / "local-no-slurmdbd.txt").read_text()
-        associations = read_associations("ci", "envbuild-local", run=_answers("", 1, said))
+        associations = associations_from("ci", "2026-11-28T12:00", Answer(1, "", said))
     else:
-        associations = read_associations("ci", "site", run=_answers((SACCTMGR / "site-assoc.txt").read_text()))
+        associations = associations_from("ci", "2026-11-28T12:00", Answer(0, (SACCTMGR / "site-assoc.txt").read_text()))
     return site(associations=associations)
 
 
 def test_the_recorded_associations() -> None:
     assert parse_associations((SACCTMGR / "site-assoc.txt").read_text()) == (
         ("project_2001234", ""), ("project_2005678", "gpu"), ("project_2005678", "gpu_dev"))
-    seen: list[list[str]] = []
-
-    def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        seen.append(argv)
-        assert kwargs["timeout"]
-        return subprocess.CompletedProcess(argv, 0, "", "")
-
-    assert read_associations("ci", "site", run=run).answered
-    assert seen == [["sacctmgr", "-nP", "show", "assoc", "user=ci", "cluster=site", "format=account,partition"]]
+    slurm = FakeSlurm(live_replies())
+    live = read_live_cluster("site", "ci", start=slurm)
+    assert live.facts is not None and live.facts.associations is not None and live.facts.associations.answered
+    assert slurm.started["sacctmgr"].argv == ["sacctmgr", "-nP", "show", "assoc", "user=ci", "cluster=site",
+                                              "format=account,partition"]
 
 
 def test_an_account_the_user_has_no_association_with() -> None:
@@ -220,16 +213,16 @@ def test_accounting_that_does_not_answer_is_said_never_clean() -> None:
     assert report.problems == 0 and "You are not running a supported accounting_storage plugin" in finding.why
 
 
-@pytest.mark.parametrize(("failure", "why"), [
-    (FileNotFoundError("sacctmgr"), "sacctmgr is not on PATH"),
-    (subprocess.TimeoutExpired("sacctmgr", 15), "sacctmgr gave no answer in 15 s"),
+@pytest.mark.parametrize(("reply", "why"), [
+    (Reply(missing=True), "sacctmgr is not on PATH"),
+    (Reply(delay_s=HANG), "sacctmgr gave no answer in 0.2 s"),
+    (Reply(returncode=1), "sacctmgr exit status 1"),
 ])
-def test_accounting_missing_or_hung(failure: Exception, why: str) -> None:
-    def run(*_args: object, **_kwargs: object) -> subprocess.CompletedProcess[str]:
-        raise failure
-
-    associations = read_associations("ci", "", run=run)
-    assert (associations.answered, associations.why) == (False, why)
+def test_accounting_missing_or_hung(reply: Reply, why: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster, "SACCTMGR_TIMEOUT_S", 0.2)
+    live = read_live_cluster("", "ci", start=FakeSlurm({**live_replies(), "sacctmgr": reply}))
+    assert live.facts is not None and live.facts.associations is not None
+    assert (live.facts.associations.answered, live.facts.associations.why) == (False, why)
 
 
 def test_no_account_named_or_accounting_not_asked() -> None:
@@ -247,7 +240,7 @@ JUWELS_LIKE = "#SBATCH --ntasks-per-node=4\n#SBATCH --cpus-per-task=24\nsrun pyt
 def test_the_release_as_the_tools_print_it() -> None:
     assert local_cluster().slurm_version == "22.05.8" and local_cluster().release() == (22, 5)
     assert slurm_release("slurm 23.11.4") == (23, 11) and slurm_release("") is None
-    assert read_slurm_version(_answers("", 1)) == ""
+    assert version_from(Answer(1)) == "" and version_from(Answer(None, why="scontrol is not on PATH")) == ""
 
 
 @pytest.mark.parametrize(("version", "said"), [
@@ -300,9 +293,9 @@ def test_which_enforcement_refuses_an_account_without_association(enforce: str, 
 def test_the_enforcement_scontrol_prints() -> None:
     config = "Configuration data as of 2026-11-28T10:00:00\nAccountingStorageBackupHost = (null)\n" \
              "AccountingStorageEnforce = associations,limits,qos\nAccountingStorageHost   = db1\n"
-    assert read_enforcement(run=_answers(config)) == "associations,limits,qos"
-    assert read_enforcement(run=_answers("AccountingStorageEnforce = none\n")) == "none"
-    assert read_enforcement(run=_answers("", 1, "slurm_load_ctl_conf error")) == ""
+    assert enforcement_from(Answer(0, config)) == "associations,limits,qos"
+    assert enforcement_from(Answer(0, "AccountingStorageEnforce = none\n")) == "none"
+    assert enforcement_from(Answer(1, "", "slurm_load_ctl_conf error")) == ""
 
 
 def test_an_account_without_association_where_associations_are_not_enforced() -> None:

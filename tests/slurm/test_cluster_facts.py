@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.slurm.check.pitfalls import check_script
-from envbuild.slurm.cluster import ClusterFacts, expand_hostlist, parse_nodes, parse_partitions, read_cluster
+from envbuild.slurm.cluster import ClusterFacts, expand_hostlist, parse_nodes, parse_partitions, read_live_cluster
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "scontrol"
 
@@ -85,7 +85,7 @@ def test_without_facts_nothing_is_said_of_the_cluster() -> None:
 
 
 def test_no_slurm_gives_no_facts() -> None:
-    def missing(*_args: object, **_kwargs: object) -> subprocess.CompletedProcess[str]:
+    def missing(*_args: object, **_kwargs: object) -> subprocess.Popen[str]:
         raise FileNotFoundError("scontrol")
 
-    assert read_cluster("x", run=missing) is None
+    assert read_live_cluster("x", start=missing).facts is None

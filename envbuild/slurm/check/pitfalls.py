@@ -342,23 +342,19 @@ def refuse_non_script(path: str, script: BatchScript, syntax_error: tuple[int, s
 
 def check_script_file(path: str, recipe: SystemRecipe | None, out: TextIO, environ: Mapping[str, str] | None = None,
                       site: str = "", as_json: bool = False, cluster: ClusterFacts | None = None,
-                      test_only: bool = False, notes: tuple[str, ...] = ()) -> int:
+                      test_only: tuple[int, str] | None = None, notes: tuple[str, ...] = (),
+                      text: str | None = None) -> int:
     """Check the file and write its report; 1 when it has errors or warnings. `site`: how the recipe was
-    chosen, or what detection saw where there is no recipe."""
-    text = read_script(path)
+    chosen, or what detection saw where there is no recipe. `test_only`: what `sbatch --test-only` said of the
+    script (its exit status and message), asked by the caller (envbuild.slurm.cluster.read_live_cluster) with
+    `text`, the script as read_script read it then, which is the text checked here too."""
+    text = read_script(path) if text is None else text
     environ = os.environ if environ is None else environ
     syntax_error = bash_syntax_error(text)
     script = parse_script(text)
     refuse_non_script(path, script, syntax_error)
-    answer = None
-    if test_only:
-        from envbuild.slurm.cluster import sbatch_test_only
-
-        answer = sbatch_test_only(text, os.getcwd())
-        if answer is None:
-            notes = (*notes, "sbatch --test-only: sbatch is not here or did not answer: Slurm's own check did not run")
     report = check_script(text, recipe, environ, site, syntax_error, FileProbe(os.getcwd(), os.path.exists), cluster,
-                          answer, parsed=script)
+                          test_only, parsed=script)
     if notes:
         report = replace(report, notes=(*report.notes, *notes))
     if as_json:
