@@ -144,8 +144,8 @@ class PlanRecorder:
         return os.path.join(base, named)
 
     def _ours(self, path: str) -> bool:
-        """In the user's own cache: its files are no facts (the module's docstring)."""
-        return path == self._cache_dir or path.startswith(self._cache_dir + "/")
+        """A file in the user's own cache: no fact (the module's docstring). The directory itself is one."""
+        return path.startswith(self._cache_dir + "/")
 
     def _saw_read(self, path: str, follow: bool) -> None:
         """A file opened for reading: its stat (its content for a kernel pseudo file) is the fact."""

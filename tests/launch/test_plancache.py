@@ -174,6 +174,21 @@ def test_an_edited_project_file_is_planned_again(launcher: Launcher) -> None:
     assert after["argv"] == launcher.dry_run_plan(["python", "x.py"])[0]
 
 
+def test_a_project_file_reached_through_a_link_is_planned_again_when_the_link_moves(launcher: Launcher) -> None:
+    """trust reads where the opened descriptor leads (/proc/self/fd/N): kept as the link's real path, asked again."""
+    other = launcher.image.parent / "b.sif"
+    other.write_bytes(launcher.image.read_bytes())
+    first, second = launcher.cwd / "a.yaml", launcher.cwd / "b.yaml"
+    first.write_text(f"image: {launcher.image}\n")
+    second.write_text(f"image: {other}\n")
+    (launcher.cwd / "envrun.yaml").symlink_to("a.yaml")
+    assert str(launcher.image) in launcher.settled(["python", "x.py"])["argv"]
+    (launcher.cwd / "envrun.yaml").unlink()
+    (launcher.cwd / "envrun.yaml").symlink_to("b.yaml")
+    moved = launcher.run(["python", "x.py"])
+    assert moved["planned"] and str(other) in moved["argv"]
+
+
 @pytest.mark.parametrize("change", ["file writable by others", "directory writable by others", "file a stranger's"])
 def test_a_cached_plan_never_skips_the_trust_checks(launcher: Launcher, change: str) -> None:
     """The walk's facts are the owner, group and mode of each directory and of the file: a project file made
