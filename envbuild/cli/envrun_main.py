@@ -98,6 +98,10 @@ bound read-only (--explain says so); other existing paths in the command outside
 A first word near a subcommand that is no program on PATH here (`envrun kernal install`) is refused with
 the subcommand it meant (exit 2); a program only the image has runs as given after --: envrun -- PROGRAM ...
 
+Outside a Slurm job, a launch envrun execs keeps its plan in ~/.cache/envrun with what it was made from;
+the same command line in the same directory then execs it while nothing that plan read has changed
+(--dry-run and --explain always plan; ENVRUN_PLAN_CACHE=off plans every launch).
+
 An envrun.yaml (or the one *.sif here) that another user owns or may write is ignored with a warning,
 and the search upwards stops at another file system and at a directory like /tmp that is not yours and
 others may write. A group project that shares one: add its directory to $ENVRUN_TRUST_DIR

@@ -14,7 +14,8 @@ skipped: the owner, group and mode of every directory walked and every file judg
 made another's or writable by others misses and is judged again; a plan whose making printed a warning
 (a file ignored) or ran a program (scontrol, `--version`) is not stored at all.
 
-Plans are kept outside Slurm jobs only (plans_kept): in a job every launch plans, as before. What is asked
+Plans are kept outside Slurm jobs only (plans_kept), and not where $ENVRUN_PLAN_CACHE is off: there every
+launch plans, as before. What is asked
 again per fact is cheap (a stat, an access check, a listing, one variable), so a hit costs
 Python's start, this module and usercache, and a few dozen system calls. The file lives in the user's own
 cache (envbuild.host.usercache: 0700 directory, 0600 files, owner and mode checked on every read, plain
@@ -70,11 +71,19 @@ class CachedPlan:
         self.warnings = warnings
 
 
+# ENVRUN_PLAN_CACHE=off (or 0, no, false): plan every launch, keep nothing.
+SWITCH = "ENVRUN_PLAN_CACHE"
+SWITCHED_OFF = ("0", "off", "no", "false")
+
+
 def plans_kept(environ: Mapping[str, str]) -> bool:
-    """Whether plans are kept and looked up here: outside a Slurm job only. A job's variables differ from job
-    to job and from task to task, so its plans would not be used again, and every task of `srun envrun ...`
-    would write one into a home directory that is often on the cluster's shared file system."""
-    return not (environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"))
+    """Whether plans are kept and looked up here: outside a Slurm job, unless $ENVRUN_PLAN_CACHE turns it off.
+    A job's variables differ from job to job and from task to task, so its plans would not be used again,
+    and every task of `srun envrun ...` would write one into a home directory that is often on the cluster's
+    shared file system."""
+    if environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):
+        return False
+    return environ.get(SWITCH, "").lower() not in SWITCHED_OFF
 
 
 def exec_cached(argv: Sequence[str]) -> None:

@@ -144,6 +144,13 @@ def test_in_a_slurm_job_every_launch_plans_and_nothing_is_kept(launcher: Launche
     assert not launcher.run(argv)["planned"]
 
 
+def test_envrun_plan_cache_off_plans_every_launch(launcher: Launcher) -> None:
+    argv = ["--image", str(launcher.image), "python", "x.py"]
+    launcher.settled(argv)
+    for _ in range(2):
+        assert launcher.run(argv, {**launcher.env, "ENVRUN_PLAN_CACHE": "off"})["planned"]
+
+
 def test_a_variable_the_plan_read_changes_it_one_it_did_not_read_does_not(launcher: Launcher) -> None:
     argv = ["--image", str(launcher.image), "python", "train.py"]
     before = launcher.settled(argv)
