@@ -87,7 +87,7 @@ def export_spec_file(spec: Path, fmt: str, output: Path | None, *, use_lock: boo
     torch_index = None
     pytorch = loaded.spec.python.pytorch
     if pytorch is not None:
-        torch_index = pytorch.index_url or load_recipe(loaded.spec.system).pytorch_index_for(pytorch.wheel_tag)
+        torch_index = pytorch.index_url or load_recipe(loaded.recipe_ref).pytorch_index_for(pytorch.wheel_tag)
     text = export_spec(ExportInput(loaded.spec, str(spec), torch_index, pins, lock_source), kind)
     if output is not None:
         from envbuild.shared.safefiles import write_file

@@ -16,13 +16,15 @@ from pydantic import BaseModel, ValidationError
 
 from envbuild.envspec.specmodel import CHECKED_TOGETHER, GROUP, OTHERS, FileCopy, Spec
 from envbuild.host.secrets import secret_reason
-from envbuild.recipes.loadrecipe import available_recipes, recipes_dir
+from envbuild.recipes.loadrecipe import available_recipes, is_recipe_path, load_recipe, recipe_reference, recipes_dir
 from envbuild.shared.envnames import ENV_NAME_FIX
-from envbuild.shared.errors import SpecError, SpecProblem
+from envbuild.shared.errors import SpecError, SpecProblem, UsageError
 from envbuild.shared.yamlsource import FieldPath, LocatedDocument, load_yaml_file, parse_yaml_text
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
+
+    from envbuild.recipes.protocols import SystemRecipe
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,12 @@ class LoadedSpec:
     @property
     def directory(self) -> Path:
         return self.path.parent
+
+    @property
+    def recipe_ref(self) -> str:
+        """The spec's `system:` as load_recipe takes it: a recipe's name, or a recipe file's path made absolute
+        against the spec file's directory (never the working directory)."""
+        return recipe_reference(self.spec.system, str(self.directory.absolute()))
 
     @property
     def sha256(self) -> str:
@@ -87,18 +95,20 @@ def _load_conda_env_file(path: Path, document: LocatedDocument, *, system: str |
     from envbuild.envspec.conda import spec_from_env_file
     from envbuild.envspec.specmodel import spec_name_for
     from envbuild.recipes.detect import detect_system
-    from envbuild.recipes.loadrecipe import load_recipe
 
     known = available_recipes()
     name, why = (system, "--system") if system else detect_system(os.environ)
-    if name not in known:
+    if not is_recipe_path(name) and name not in known:
         raise SpecError([SpecProblem(document.file, 1, 1, "", f"no system recipe named {name!r} ({why})",
-                                     f"known systems: {', '.join(known)}")])
-    base = load_recipe(name).cotainr.base_image
+                                     f"known systems: {', '.join(known)}, or a recipe file's path (./mysite.yaml)")])
+    recipe = load_recipe(name)
+    if is_recipe_path(name):  # a recipe file (--system ./mysite.yaml): the spec made of the env file names it absolute
+        name = os.path.abspath(name)
+    base = recipe.cotainr.base_image
     if not base:
         with_base = [n for n in known if load_recipe(n).cotainr.base_image]
         raise SpecError([SpecProblem(
-            document.file, 1, 1, "", f"the {name} recipe ({why}) names no base image for conda builds (cotainr)",
+            document.file, 1, 1, "", f"the {recipe.name} recipe ({why}) names no base image for conda builds (cotainr)",
             f"pass --system (or set ENVBUILD_SYSTEM) with one that does ({', '.join(with_base)}), or write a spec with base: and conda: "
             f"(envbuild build --help; the conda section takes this file's channels and dependencies as they are)")])
     try:
@@ -138,14 +148,17 @@ def _validate(document: LocatedDocument, text: str, path: Path, *, check_host: b
         spec = rest
     from envbuild.envspec.systemvariant import system_torch_variant
 
+    recipe, recipe_problem = _system_recipe(document, spec, path)
     try:
-        chosen = system_torch_variant(document, spec)
+        chosen = system_torch_variant(document, spec, recipe)
     except SpecError as exc:
         raise SpecError(_in_file_order(problems + exc.problems)) from None
     loaded = LoadedSpec(spec=chosen.spec, path=path, text=text, torch_variant_origin=chosen.origin,
                         warnings=(*secret_warnings(document), *chosen.warnings))
     problems += _family_problems(document)
     if check_host:
+        if recipe_problem is not None and "system" not in wrong:  # (the default stands in for a system written wrong)
+            problems.append(recipe_problem)
         problems += _host_problems(document, loaded, wrong)
     if problems:
         raise SpecError(_in_file_order(problems))
@@ -521,7 +534,7 @@ def _modes_of(source: str) -> str:
 
 
 def _host_problems(document: LocatedDocument, loaded: LoadedSpec, wrong: frozenset[str]) -> list[SpecProblem]:
-    """The system recipe, the files[] sources and a local base image, on this host. `wrong`: the top-level fields
+    """The files[] sources and a local base image, on this host (the system recipe: _system_recipe). `wrong`: the top-level fields
     with problems of their own, whose stand-ins in `loaded` are not looked for."""
     spec = loaded.spec
     problems: list[SpecProblem] = []
@@ -530,11 +543,6 @@ def _host_problems(document: LocatedDocument, loaded: LoadedSpec, wrong: frozens
         pos = document.position_of(loc)
         problems.append(SpecProblem(document.file, pos.line, pos.column, _dotted(loc), message, hint))
 
-    known = available_recipes()
-    if spec.system not in known and "system" not in wrong:  # (the default stands in for a system written wrong)
-        close = difflib.get_close_matches(spec.system, known, n=1)
-        add(("system",), f"no system recipe named {spec.system!r} (looked in {recipes_dir()})",
-            (f"did you mean {close[0]!r}? " if close else "") + f"known systems: {', '.join(known)}")
     for index, item in _files_to_look_for(document, spec, wrong):
         problem = file_source_problem(item, str(loaded.directory.absolute()))
         if problem:
@@ -547,6 +555,45 @@ def _host_problems(document: LocatedDocument, loaded: LoadedSpec, wrong: frozens
         elif image.is_file() and image.suffix not in (".sif", ".simg", ".img"):
             add(("base",), f"{image} is a file but not a .sif image", "use a .sif file or a sandbox directory")
     return problems
+
+
+def _system_recipe(document: LocatedDocument, spec: Spec, path: Path) -> tuple[SystemRecipe | None, SpecProblem | None]:
+    """The recipe `system:` names, loaded as --system loads it (a name from recipes/, or a recipe file's path, read
+    from the spec file's directory), else None and the problem to report where the host is checked."""
+    pos = document.position_of(("system",))
+
+    def problem(message: str, hint: str) -> tuple[None, SpecProblem]:
+        return None, SpecProblem(document.file, pos.line, pos.column, "system", message, hint)
+
+    known = available_recipes()
+    if not is_recipe_path(spec.system):
+        if spec.system in known:
+            return load_recipe(spec.system), None
+        close = difflib.get_close_matches(spec.system, known, n=1)
+        return problem(f"no system recipe named {spec.system!r} (looked in {recipes_dir()})",
+                       (f"did you mean {close[0]!r}? " if close else "") + f"known systems: {', '.join(known)}, or "
+                       "a recipe file's path (system: ./mysite.yaml, read from the spec file's directory; "
+                       "`envrun recipe draft -o mysite.yaml` writes one for this cluster)")
+    directory = str(path.parent.absolute())
+    file = recipe_reference(spec.system, directory)
+    where = f"{spec.system!r} (resolved to {file}, from the spec file's directory)"
+    fix = (f"correct the path (it is read from the spec file's directory {directory}), write the file there "
+           f"(`envrun recipe draft -o {file}` drafts one on the cluster), or name a recipe: {', '.join(known)}")
+    if not os.path.lexists(file):
+        return problem(f"the recipe file {where} does not exist", fix)
+    if os.path.isdir(file):
+        return problem(f"the recipe file {where} is a directory", fix)
+    if not os.path.isfile(file):  # a FIFO or a device would block or never end: not read
+        return problem(f"the recipe file {where} is not a regular file" if os.path.exists(file)
+                       else f"the recipe file {where} is a symbolic link to nothing", fix)
+    try:
+        return load_recipe(file), None
+    except SpecError as exc:  # the YAML itself: its own located problem, in the recipe file
+        first = exc.problems[0]
+        return problem(f"{spec.system!r} is not a valid system recipe: {first.file}:{first.line}:{first.column}: "
+                       f"{first.message}", first.hint or "fix the recipe file")
+    except UsageError as exc:  # the recipe's fields, its name, or a file that cannot be read
+        return problem(f"{spec.system!r} is not a valid system recipe: {exc.message}", exc.hint or "fix the recipe file")
 
 
 def _files_to_look_for(document: LocatedDocument, spec: Spec, wrong: frozenset[str]) -> list[tuple[int, FileCopy]]:

@@ -516,7 +516,9 @@ class Spec(StrictModel):
 
     version: Literal[1] = Field(default=1, description="spec format version")
     name: str = Field(pattern=NAME_PATTERN, description="image name; the default output is <name>.sif")
-    system: str = Field(default="local", description="a recipe name from recipes/ (e.g. lumi-g, puhti, local)")
+    system: str = Field(default="local", description="a recipe name from recipes/ (e.g. lumi-g, puhti, local), or a "
+                        "recipe file's path (with a '/' or ending in .yaml, e.g. ./mysite.yaml from `envrun recipe "
+                        "draft`), read from the spec file's directory")
     base: BaseImage
     python: PythonEnv = PythonEnv()
     env: dict[EnvName, EnvValue] = Field(

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from envbuild.envspec.specmodel import PyTorch, Spec
-from envbuild.recipes.loadrecipe import available_recipes, load_recipe
 from envbuild.shared.errors import SpecError, SpecProblem
 from envbuild.shared.yamlsource import LocatedDocument
 
@@ -26,11 +25,11 @@ class ChosenVariant:
     warnings: tuple[SpecProblem, ...] = ()
 
 
-def system_torch_variant(document: LocatedDocument, spec: Spec) -> ChosenVariant:
+def system_torch_variant(document: LocatedDocument, spec: Spec, recipe: SystemRecipe | None) -> ChosenVariant:
+    """`recipe`: the one `system:` names (envbuild.envspec.loadspec loads it), None where it cannot be loaded."""
     pytorch = spec.python.pytorch
     if pytorch is None:
         return ChosenVariant(spec, None)
-    recipe = load_recipe(spec.system) if spec.system in available_recipes() else None
     if "variant" in pytorch.model_fields_set:
         pos = document.position_of(VARIANT_FIELD)
         origin = f"the spec ({document.file}:{pos.line})"
@@ -53,7 +52,10 @@ def system_torch_variant(document: LocatedDocument, spec: Spec) -> ChosenVariant
 
 def _recipe_line(recipe: SystemRecipe) -> str:
     """'recipes/lumi-g.yaml:LINE' (the cite without the field name)."""
-    return recipe.cite("pytorch.default_variant").rsplit(" ", 1)[0]
+    cite = recipe.cite("pytorch.default_variant")
+    if cite.startswith("recipe "):  # no line: the recipe (a drafted one) leaves it to the schema's default
+        return "not written in the recipe: the schema's default"
+    return cite.rsplit(" ", 1)[0]
 
 
 def _cpu_on_gpus_warning(document: LocatedDocument, pytorch: PyTorch, recipe: SystemRecipe | None) -> list[SpecProblem]:

@@ -8,7 +8,8 @@ The cache is the user's own (envbuild.host.usercache: private, plain data checke
 in a shared store); the key includes the Python version, the only one whose marshal format it must read.
 
 A recipe is named (`lumi-g`: recipes/lumi-g.yaml) or given as a file (`--system ./mysite.yaml`, what
-`envrun recipe draft -o` writes): a value with a `/` or ending in .yaml/.yml is a path. Either way the file's
+`envrun recipe draft -o` writes; a spec's `system: ./mysite.yaml`, read from the spec file's directory): a value
+with a `/` or ending in .yaml/.yml is a path. Either way the file's
 `name:` must be its file name without .yaml, so that the same file can later move into recipes/ as it is.
 """
 
@@ -102,6 +103,15 @@ RECIPE_SUFFIXES = (".yaml", ".yml")
 def is_recipe_path(system: str) -> bool:
     """Whether a --system value names a recipe file (`./mysite.yaml`, `/proj/site.yaml`) rather than a recipe."""
     return "/" in system or system.endswith(RECIPE_SUFFIXES)
+
+
+def recipe_reference(system: str, base_directory: str) -> str:
+    """What load_recipe takes for a spec's `system:`: a recipe's name as it is, a recipe file's path (`~` expanded)
+    made absolute against `base_directory` (the spec file's), so that the spec names the same file from any
+    working directory."""
+    if not is_recipe_path(system):
+        return system
+    return os.path.normpath(os.path.join(base_directory, os.path.expanduser(system)))
 
 
 def load_recipe(name: str, directory: Path | str | None = None) -> SystemRecipe:

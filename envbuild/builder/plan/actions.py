@@ -207,7 +207,7 @@ class WriteRunWrappers:
     venv_bin: str | None
     dest: str
     image: str
-    system: str
+    system: str  # a recipe's name, or its file's absolute path (envbuild.recipes.ops.system_argument)
     runtime_name: str
     overlays: tuple[tuple[str, str], ...] = ()  # (NAME.sqsh, mount point), mounted over `image`
     extra_commands: tuple[str, ...] = ()  # wrapped too although not in venv_bin (an overlay's base's torchrun)

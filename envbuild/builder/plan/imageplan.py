@@ -47,6 +47,7 @@ from envbuild.builder.plan.record import (
 )
 from envbuild.builder.plan.sandbox import ENV_SCRIPT, HOST_MOUNT, LABELS_FILE, RECORD_DIR, RUNTIME_WRITES, sandbox_exec
 from envbuild.envspec.specmodel import VENV_PREFIX
+from envbuild.recipes.ops import system_argument
 from envbuild.store.layout import EntryPaths, StorePaths
 
 # Always in a debootstrap base: a Python that can make venvs, and CA certificates for HTTPS.
@@ -193,8 +194,9 @@ def wrappers_step(request: BuildRequest, venv_bin: str, *, root: str | None = No
     into_base = installs_into_base(request.spec.python)
     extra = BASE_TARGET_COMMANDS if into_base else ()
     return Step("wrappers", f"write run wrappers to {out_dir}/bin",
-                (WriteRunWrappers(None if into_base else venv_bin, f"{out_dir}/bin", request.options.output, request.spec.system,
-                                  request.facts.runtime.name, venv_root=root, extra_commands=extra),))
+                (WriteRunWrappers(None if into_base else venv_bin, f"{out_dir}/bin", request.options.output,
+                                  system_argument(request.recipe), request.facts.runtime.name, venv_root=root,
+                                  extra_commands=extra),))
 
 
 # --- base -----------------------------------------------------------------------------------------

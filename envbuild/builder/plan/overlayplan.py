@@ -42,6 +42,7 @@ from envbuild.builder.plan.overlayprobe import PROBE_PYTHON, PROBE_SHELL, BasePr
 from envbuild.builder.plan.plandata import BuildRequest
 from envbuild.builder.plan.sandbox import HOST_MOUNT, Bind, sandbox_exec
 from envbuild.envspec.torchfamily import TORCH_FAMILY
+from envbuild.recipes.ops import system_argument
 from envbuild.shared.errors import EnvbuildError
 from envbuild.shared.overlayformat import LOCK_FILE, OVERLAY_RECORD_FORMAT, RECORD_DIR, RECORD_FILE, SPEC_FILE
 from envbuild.store.layout import EntryPaths, StorePaths
@@ -333,7 +334,7 @@ def overlay_wrappers_step(request: BuildRequest, probe: BaseProbe, venv_bin: str
     # torchrun lives in the base; its wrapper runs it with the overlay's Python (see envbuild.launch.shims)
     extra = ("torchrun",) if "torch" in probe.installed() else ()
     return Step("wrappers", f"write run wrappers to {out_dir}/bin", (WriteRunWrappers(
-        venv_bin, f"{out_dir}/bin", request.base.path, request.spec.system, request.facts.runtime.name,
+        venv_bin, f"{out_dir}/bin", request.base.path, system_argument(request.recipe), request.facts.runtime.name,
         overlays=((output, request.spec.overlay.mount),), extra_commands=extra, venv_root=root),))
 
 

@@ -76,7 +76,7 @@ def build_record(request: BuildRequest, installer: str, layers: Layers) -> dict[
         "spec": {"name": spec.name, "sha256": request.source.sha256},
         "lock": {"sha256": request.lock.sha256, "python": request.lock.python} if request.lock.text else None,
         "system": spec.system,
-        "recipe": {"name": spec.system, "sha256": request.recipe_digest},
+        "recipe": {"name": request.recipe.name, "sha256": request.recipe_digest},  # `system:` may be the file's path
         "base": {"ref": spec.base.describe(), "digest": request.base.digest},
         "installer": installer_identity(request, installer),
         "runtime": {"name": facts.runtime.name, "version": facts.runtime_version},

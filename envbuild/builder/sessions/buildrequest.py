@@ -81,11 +81,13 @@ def _file_digests(loaded: LoadedSpec) -> tuple[tuple[str, str], ...]:
     return tuple(digests)
 
 
-def _recipe_digest(system: str) -> str:
-    from envbuild.recipes.loadrecipe import recipes_dir
+def _recipe_digest(recipe_ref: str) -> str:
+    """The content digest of the recipe file the build reads (recipes/<name>.yaml, or the spec's recipe file by its
+    path): it enters the image's key and record, so that editing the file builds anew."""
+    from envbuild.recipes.loadrecipe import is_recipe_path, recipes_dir
     from envbuild.shared.treedigest import file_digest
 
-    path = recipes_dir() / f"{system}.yaml"
+    path = Path(recipe_ref) if is_recipe_path(recipe_ref) else recipes_dir() / f"{recipe_ref}.yaml"
     return file_digest(str(path)) if path.is_file() else ""
 
 
@@ -111,7 +113,7 @@ def make_request(loaded: LoadedSpec, options: BuildOptions, facts: HostFacts, *,
     request = BuildRequest(
         source=SpecSource(spec=spec, text=loaded.text, sha256=loaded.sha256, directory=str(loaded.directory.absolute()),
                           file_digests=_file_digests(loaded)),
-        recipe=load_recipe(spec.system), facts=facts, recipe_digest=_recipe_digest(spec.system),
+        recipe=load_recipe(loaded.recipe_ref), facts=facts, recipe_digest=_recipe_digest(loaded.recipe_ref),
         options=ImageOptions(output=str(options.output), build_id=f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
                              as_root=facts.as_root, keep_work=options.keep_work, compression=options.compression,
                              source_date_epoch=epoch, layered=options.layered_form, built_at=built_at),

@@ -66,7 +66,7 @@ def conda_env_warnings(loaded: LoadedSpec) -> list[str]:
 
     if loaded.spec.conda is None:
         return []
-    return check_pip_part(loaded, load_recipe(loaded.spec.system), loaded.spec.base.ref)
+    return check_pip_part(loaded, load_recipe(loaded.recipe_ref), loaded.spec.base.ref)
 
 
 def base_digest(request: BuildRequest) -> str:

@@ -253,7 +253,7 @@ def _other_arch(loaded: LoadedSpec, host: str) -> str | None:
     from envbuild.host.arch import system_arch
     from envbuild.recipes.loadrecipe import load_recipe
 
-    target = system_arch(load_recipe(loaded.spec.system), host)
+    target = system_arch(load_recipe(loaded.recipe_ref), host)
     return target if host and target != host else None
 
 

@@ -20,7 +20,7 @@ def check_lock_arch(loaded: LoadedSpec, lock: Lock, path: Path) -> None:
     from envbuild.host.arch import host_arch, system_arch
     from envbuild.recipes.loadrecipe import load_recipe
 
-    recipe = load_recipe(loaded.spec.system)
+    recipe = load_recipe(loaded.recipe_ref)
     wanted = system_arch(recipe, host_arch())
     if lock.target.arch != wanted:
         raise EnvbuildError(
@@ -37,7 +37,7 @@ def check_spec_architecture(loaded: LoadedSpec) -> None:
 
     spec = loaded.spec
     base = str(loaded.resolve_host_path(spec.base.ref)) if spec.base.kind == "localimage" else None
-    problem = spec_architecture_problem(spec, load_recipe(spec.system), host=host_arch(), base_arch=base_arch(base))
+    problem = spec_architecture_problem(spec, load_recipe(loaded.recipe_ref), host=host_arch(), base_arch=base_arch(base))
     if problem is not None:
         raise EnvbuildError(f"{loaded.path}: {problem[0]}", problem[1])
 

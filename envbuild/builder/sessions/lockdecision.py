@@ -99,7 +99,7 @@ def torch_index_for(loaded: LoadedSpec) -> str | None:
 
     if loaded.spec.python.pytorch is None or loaded.spec.overlay is not None:
         return None  # without PyTorch the recipe has nothing to say; an overlay keeps the base's torch
-    return loaded.spec.python.pytorch_index_url(load_recipe(loaded.spec.system))
+    return loaded.spec.python.pytorch_index_url(load_recipe(loaded.recipe_ref))
 
 
 def settle_lock(loaded: LoadedSpec, flags: LockFlags, *, overlay: bool) -> SettledLock:

@@ -54,18 +54,16 @@ def _lock_inputs(loaded: LoadedSpec) -> Iterator[tuple[str, str]]:
 
 
 def _recipe_inputs(loaded: LoadedSpec) -> Iterator[tuple[str, str]]:
-    """Every recipe (one may name another) and the directory's names; a recipe file by path, both ways it may
-    be read (beside the spec, or from the working directory)."""
+    """Every recipe (one may name another) and the directory's names; a recipe file by path as the build reads
+    it, from the spec file's directory (LoadedSpec.recipe_ref)."""
     from envbuild.recipes.loadrecipe import is_recipe_path, recipes_dir
 
     directory = recipes_dir()
     yield "listing", str(directory)
     for name in sorted(os.listdir(directory)) if directory.is_dir() else ():
         yield "content", str(directory / name)
-    system = loaded.spec.system
-    if is_recipe_path(system):
-        yield "content", _as_written(loaded, system)
-        yield "content", os.path.abspath(os.path.expanduser(system))
+    if is_recipe_path(loaded.spec.system):
+        yield "content", loaded.recipe_ref
 
 
 def _base_inputs(loaded: LoadedSpec) -> Iterator[tuple[str, str]]:
