@@ -6,6 +6,10 @@ Beside the wall time, each variant's CPU time (user + system of the process and 
 shared machine whose load comes and goes it moves far less than the wall time, so it tells two
 versions apart where the wall time cannot.
 
+After the warm-up run envrun execs the plan it kept for the command line (envbuild.launch.plancache), as a
+repeat launch outside a Slurm job does; the variant with ENVRUN_PLAN_CACHE=off plans every launch, as a
+launch in a job does (and a first launch, less the recording of its plan).
+
     .venv/bin/python bench/envrun_latency.py [IMAGE] [--runs 21]
 """
 
@@ -22,13 +26,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def timed(argv: list[str]) -> tuple[float, float]:
+# Variables a variant runs with, on top of this process's.
+PLANNING = {"ENVRUN_PLAN_CACHE": "off"}
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     # From / : `python -c`/`-m` put the working directory first on sys.path (a checkout's directory would
     # import its own envbuild instead of the one the compared script runs).
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+                   env={**os.environ, **env} if env else None)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -46,7 +55,9 @@ def main() -> None:
         "apptainer exec IMG true": ["apptainer", "exec", image, "true"],
         "envrun --image IMG true": [str(REPO / "bin/envrun"), "--image", image, "true"],
         "installed envrun (.venv/bin/envrun)": [str(REPO / ".venv/bin/envrun"), "--image", image, "true"],
+        "envrun, planning every launch": [str(REPO / "bin/envrun"), "--image", image, "true"],
     }
+    variant_env = {"envrun, planning every launch": PLANNING}
     if args.compare:
         variants["other checkout's bin/envrun"] = [str(Path(args.compare) / "bin/envrun"), "--image", image, "true"]
     wrapper = Path(image).parent / "bin" / "python"
@@ -55,11 +66,11 @@ def main() -> None:
         variants["apptainer exec IMG python -c pass"] = ["apptainer", "exec", image, "python", "-c", "pass"]
     times: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
-    for argv in variants.values():  # warm the page cache once
-        timed(argv)
+    for name, argv in variants.items():  # warm the page cache once (and keep envrun's plan)
+        timed(argv, variant_env.get(name))
     for _ in range(args.runs):
         for name, argv in variants.items():
-            wall, used = timed(argv)
+            wall, used = timed(argv, variant_env.get(name))
             times[name].append(wall)
             cpu[name].append(used)
     medians = {name: statistics.median(values) for name, values in times.items()}
@@ -70,7 +81,8 @@ def main() -> None:
         print(f"{name:<40}{medians[name] * 1000:>12.1f}{p90 * 1000:>10.1f}{cpu_medians[name] * 1000:>17.1f}")
     base = medians["apptainer exec IMG true"]
     cpu_base = cpu_medians["apptainer exec IMG true"]
-    for name in ("envrun --image IMG true", "installed envrun (.venv/bin/envrun)", "other checkout's bin/envrun"):
+    for name in ("envrun --image IMG true", "installed envrun (.venv/bin/envrun)", "envrun, planning every launch",
+                 "other checkout's bin/envrun"):
         if name not in medians:
             continue
         added = (medians[name] - base) * 1000
