@@ -259,12 +259,13 @@ def read_live_cluster(name: str, user: str = "", script: str | None = None, cwd:
         queries["test_only"] = Query(("sbatch", "--test-only"), TEST_ONLY_TIMEOUT_S, input=script, cwd=cwd)
     read_at = time.strftime("%Y-%m-%dT%H:%M")
     asked = ask_at_once(queries, start)
-    if asked.unreachable:
-        return LiveCluster(None, f"no Slurm answered in {asked.waited_s:.1f} s: {asked.unreachable}")
     for what in ("partition", "node"):
         answer = asked.answers[what]
-        if answer.returncode != 0:
-            return LiveCluster(None, f"no Slurm answered here: {queries[what].text()}: {answer.said()}")
+        if answer.returncode == 0:
+            continue
+        if asked.unreachable:
+            return LiveCluster(None, f"no Slurm answered in {asked.waited_s:.1f} s: {asked.unreachable}")
+        return LiveCluster(None, f"no Slurm answered here: {queries[what].text()}: {answer.said()}")
     facts = ClusterFacts(name=name, read_at=read_at, partitions=parse_partitions(asked.answers["partition"].stdout),
                          nodes=parse_nodes(asked.answers["node"].stdout),
                          slurm_version=version_from(asked.answers["version"]))

@@ -110,6 +110,20 @@ def test_a_backup_controller_that_answers() -> None:
     assert live.facts is not None and live.test_only is not None
 
 
+def test_a_controller_that_stops_answering_after_its_facts() -> None:
+    """The partitions and nodes came, then scontrol show config timed out: the facts are kept; sbatch --test-only
+    and sacctmgr, still running, are stopped, and say why."""
+    replies = live_replies()
+    for words in ("scontrol show config", "sbatch", "sacctmgr"):
+        replies[words] = Reply(delay_s=HANG)
+    live, took = timed(FakeSlurm(replies))
+    assert 0.6 <= took < 1.2
+    assert live.facts is not None and live.facts.associations is not None
+    assert live.test_only is None
+    stopped = "stopped: scontrol show config: scontrol gave no answer in 0.6 s"
+    assert live.test_only_why == stopped and live.facts.associations.why == stopped
+
+
 def test_accounting_that_hangs_costs_its_own_timeout_only() -> None:
     """slurmdbd far away: the controller's facts come at once, sacctmgr is waited for up to its own timeout, in the
     same wait as the others, and the account is then not checked (the finding says why)."""
