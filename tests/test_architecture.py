@@ -479,8 +479,8 @@ MIXED_MODULES = {
                                 "read_image_facts that fills it",
     "envbuild.store.entries": "catalogue.page: human_size; the store listing beside it reads the disk",
     "envbuild.slurm.cluster": "slurm.recipedraft: the parsers of scontrol's --oneliner text (parse_oneliners, "
-                              "parse_nodes, parse_partitions, expand_hostlist); read_cluster and sbatch_test_only "
-                              "beside them run scontrol and sbatch",
+                              "parse_nodes, parse_partitions, expand_hostlist); read_live_cluster and ask_at_once "
+                              "beside them run scontrol, sacctmgr and sbatch",
 }
 # What counts as I/O in the source: these standard modules, open(), os's calls on files, processes and the
 # environment, and the pathlib methods that touch the file system.
