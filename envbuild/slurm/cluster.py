@@ -264,7 +264,8 @@ def read_live_cluster(name: str, user: str = "", script: str | None = None, cwd:
         if answer.returncode == 0:
             continue
         if asked.unreachable:
-            return LiveCluster(None, f"no Slurm answered in {asked.waited_s:.1f} s: {asked.unreachable}")
+            waited = "under 0.1 s" if asked.waited_s < 0.05 else f"{asked.waited_s:.1f} s"
+            return LiveCluster(None, f"no Slurm answered in {waited}: {asked.unreachable}")
         return LiveCluster(None, f"no Slurm answered here: {queries[what].text()}: {answer.said()}")
     facts = ClusterFacts(name=name, read_at=read_at, partitions=parse_partitions(asked.answers["partition"].stdout),
                          nodes=parse_nodes(asked.answers["node"].stdout),
