@@ -104,8 +104,8 @@ def summary(values: list[float]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--old", type=Path, required=True, help="the tree before the change (with its .venv)")
-    parser.add_argument("--new", type=Path, default=REPO)
+    parser.add_argument("--old", type=lambda p: Path(p).resolve(), required=True, help="the tree before the change (with its .venv)")
+    parser.add_argument("--new", type=lambda p: Path(p).resolve(), default=REPO)
     parser.add_argument("--runs", type=int, default=10, help="runs of each tree per controller (alternating)")
     parser.add_argument("--delay", type=float, default=1.0, help="seconds the slow controller holds each reply")
     parser.add_argument("--test-only", action="store_true", help="check with --test-only (sbatch asked too)")

@@ -37,7 +37,8 @@ def assert_line(output: str, pattern: str) -> None:
 
 COVERED = {"envrun_overlay_dryrun.py", "catalogue_50_images.py", "envrun_latency.py", "packages_vs_loop.py",
            "noop_rebuild.py", "compression.py", "build_cache.py", "build_vs_manual.py", "plus_one.py",
-           "overlay_vs_image.py", "store_verify.py", "report_overhead.py", "check_parser.py"}
+           "overlay_vs_image.py", "store_verify.py", "report_overhead.py", "check_parser.py",
+           "check_live_wait.py"}
 
 
 def test_every_bench_script_has_a_test_here() -> None:
@@ -52,6 +53,16 @@ def test_check_parser() -> None:
     output = run_bench("check_parser.py", "--quick")
     assert_line(output, r"^right +10 of 10 ")  # tree-sitter-bash reads every construct of issue 38
     assert_line(output, r"^`envrun sbatch --check` of it, end to end")
+
+
+@pytest.mark.slurm
+def test_check_live_wait() -> None:
+    """The live controller of the test cluster and a down one (a copy of its slurm.conf, another port); this tree
+    on both sides."""
+    output = run_bench("check_live_wait.py", "--old", ".", "--runs", "1", "--only", "live", "down")
+    assert_line(output, r"^ +live new: wall \d+\.\d{3} s .*, CPU \d+\.\d{3} s")
+    assert_line(output, r"^ +down new: wall \d+\.\d{3} s .*, CPU \d+\.\d{3} s")
+    assert_line(output, r"new note: no Slurm answered in .*DOWN")
 
 
 def test_envrun_overlay_dryrun() -> None:

@@ -27,7 +27,7 @@ from envbuild.slurm.cluster import (
     slurm_release,
     version_from,
 )
-from tests.slurm.slurmfakes import HANG, FakeSlurm, Reply, live_replies
+from tests.support.slurmfakes import HANG, FakeSlurm, Reply, live_replies
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SCONTROL, SACCTMGR = FIXTURES / "scontrol", FIXTURES / "sacctmgr"

@@ -1,6 +1,6 @@
 """`envrun sbatch --check` asks Slurm's commands at once (envbuild.slurm.cluster.read_live_cluster): a slow
 controller costs the slowest query, not their sum, and one that cannot be reached costs one bounded wait that the
-note states, after which the queries still running are stopped. Stand-in processes (tests/slurm/slurmfakes.py)
+note states, after which the queries still running are stopped. Stand-in processes (tests/support/slurmfakes.py)
 answer after a delay, fail at once or hang, so the waits are timed without a controller."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from envbuild.slurm import cluster
 from envbuild.slurm.cluster import Answer, Query, ask_at_once, read_live_cluster
-from tests.slurm.slurmfakes import HANG, FakeSlurm, Reply, all_missing, live_replies
+from tests.support.slurmfakes import HANG, FakeSlurm, Reply, all_missing, live_replies
 
 SCRIPT = "#!/bin/bash\n#SBATCH --partition=debug\nsrun hostname\n"
 CONTROLLER_QUERIES = ("scontrol ping", "scontrol show partition", "scontrol show node", "scontrol show config",
