@@ -100,7 +100,10 @@ def _job_setup(tmp_path: Path) -> str:
     from envbuild.slurm.batch.requeue import requeue_setup
 
     lines = requeue_setup(SimpleNamespace(signal="USR1", grace_s=90, max_restarts=3), "true")  # type: ignore[arg-type]
-    return "\n".join([*lines, "trap - USR1", "srun() { :; }", "checkpoint_now", 'kill "$watchdog"', "echo done"])
+    # srun, scontrol and the watchdog's sleep are stand-ins that return at once: a real `sleep 75` left behind by
+    # killing its subshell would hold the output pipe open past the test's timeout
+    stand_ins = ["trap - USR1", "srun() { :; }", "scontrol() { :; }", "sleep() { :; }"]
+    return "\n".join([*lines, *stand_ins, "checkpoint_now", "wait", "echo done"])
 
 
 @pytest.mark.parametrize("planted", ["link-to-victims-dir", "strangers-file", "none"])
