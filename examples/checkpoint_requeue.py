@@ -15,6 +15,7 @@ A tiny model, no data download: the point is the control flow.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import time
@@ -83,6 +84,13 @@ def main() -> None:
         if rank == 0:
             print(f"DONE after {step} steps", flush=True)
     if distributed:
+        # Every collective's tensors released, and a last barrier, before the group goes: a gloo worker that
+        # releases a finished collective while the interpreter shuts down needs the GIL and aborts the rank
+        # ("terminate called without an active exception", SIGABRT after a clean checkpoint; see ddp_minimal.py).
+        # A run that checkpoints right after it resumed has just done its first all_reduce when it leaves.
+        stop = loss = None
+        gc.collect()
+        dist.barrier()
         dist.destroy_process_group()
 
 
