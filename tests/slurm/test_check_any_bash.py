@@ -110,7 +110,10 @@ def test_a_1_mib_script_is_checked_within_budget(tmp_path: Path) -> None:
     path.write_text(ISSUE_SCRIPT.split(body)[0] + body * (1024 * 1024 // len(body)))
     started = time.process_time()  # CPU time of this process: a loaded CI machine must not fail it
     check_script_file(str(path), load_recipe("local"), io.StringIO(), {})
-    assert time.process_time() - started < 1
+    # Linear: 0.5-0.7 s of CPU here, quiet or at load 4.7 (b94600f and now alike); CI's lanes side by side read
+    # 1.02 s once (a VM's CPU time stretches when the other vCPU is busy). A quadratic reading, the class this
+    # guards, took 16 s for 640 KB.
+    assert time.process_time() - started < 2
 
 
 def test_the_file_is_parsed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
