@@ -62,9 +62,9 @@ def test_a_controller_that_refuses_costs_no_wait() -> None:
                                delay_s=HANG)
     slurm = FakeSlurm(replies)
     live, took = timed(slurm)
-    assert took < 0.4
+    assert took < 1.5  # the others hang for ever: any finite wait shows they were stopped (slack for CI's load)
     assert live.facts is None and live.test_only is None
-    assert re.fullmatch(r"no Slurm answered in (under 0\.1|0\.\d) s: scontrol ping: Slurmctld\(primary\) at vm is DOWN", live.why)
+    assert re.fullmatch(r"no Slurm answered in (under 0\.1|\d\.\d) s: scontrol ping: Slurmctld\(primary\) at vm is DOWN", live.why)
     assert all(slurm.started[words].killed.is_set() for words in CONTROLLER_QUERIES[1:])
 
 
@@ -77,9 +77,9 @@ def test_a_hung_controller_costs_one_timeout() -> None:
     replies["sacctmgr"] = Reply(delay_s=HANG)
     slurm = FakeSlurm(replies)
     live, took = timed(slurm)
-    assert 0.6 <= took < 1.2  # one after another: 0.6 s for each of 4 scontrol queries, 1.5 s for sbatch
+    assert 0.6 <= took < 2.0  # one after another: 0.6 s for each of 4 scontrol queries, 1.5 s for sbatch (3.9 s)
     assert live.facts is None
-    assert re.fullmatch(r"no Slurm answered in (under 0\.1|0\.\d) s: scontrol (ping|show (partition|node) --oneliner|show config): "
+    assert re.fullmatch(r"no Slurm answered in (under 0\.1|\d\.\d) s: scontrol (ping|show (partition|node) --oneliner|show config): "
                         r"scontrol gave no answer in 0\.6 s", live.why), live.why
     assert slurm.started["sbatch"].killed.is_set() and slurm.started["sacctmgr"].killed.is_set()
 
@@ -95,9 +95,9 @@ def test_a_connection_failure_stops_the_others() -> None:
         replies[words] = Reply(delay_s=HANG)
     slurm = FakeSlurm(replies)
     live, took = timed(slurm)
-    assert 0.2 <= took < 0.5
-    assert live.why.startswith("no Slurm answered in 0.2 s: scontrol show partition --oneliner: slurm_load_partitions "
-                               "error: Unable to contact slurm controller (connect failure)"), live.why
+    assert 0.2 <= took < 1.5  # the others hang for ever (slack for CI's load)
+    assert re.match(r"no Slurm answered in \d\.\d s: scontrol show partition --oneliner: slurm_load_partitions "
+                    r"error: Unable to contact slurm controller \(connect failure\)", live.why), live.why
     assert slurm.started["scontrol ping"].killed.is_set() and slurm.started["sbatch"].killed.is_set()
 
 
@@ -155,6 +155,6 @@ def test_a_query_that_does_not_ask_the_controller_never_stops_the_others() -> No
         "partition": Query(("scontrol", "show", "partition"), 1.0),
     }, start=FakeSlurm({"scontrol --version": Reply(delay_s=HANG),
                         "scontrol show partition": Reply("PartitionName=debug\n", delay_s=0.4)}))
-    assert asked.unreachable == "" and 0.4 <= asked.waited_s < 0.8
+    assert asked.unreachable == "" and 0.4 <= asked.waited_s < 1.5  # not stopped at the version's 0.2 s
     assert asked.answers["partition"] == Answer(0, "PartitionName=debug\n")
     assert asked.answers["version"].timed_out and asked.answers["version"].returncode is None
