@@ -112,6 +112,7 @@ def plan_for(request: RunRequest, environ: Mapping[str, str], cwd: str) -> Launc
     from envbuild.host.runtime import require_runtime
     from envbuild.launch.allocation import gpus_from_scontrol, read_allocation
     from envbuild.launch.config import config_path, read_user_settings, settings_for
+    from envbuild.launch.imageenv import image_with_conda
     from envbuild.launch.launchplan import LaunchRequest, plan_launch
     from envbuild.launch.project import find_environment, image_and_overlays, project_settings
     from envbuild.launch.runscript import image_runscript
@@ -158,6 +159,7 @@ def plan_for(request: RunRequest, environ: Mapping[str, str], cwd: str) -> Launc
         strict_net=request.strict_net, step_timeout=step_timeout or "", step_timeout_from=step_timeout_from,
         runscript=runscript[1] if runscript and runscript[0] == "run" else "", host_paths=HostPaths(),
         report_sampler=sampler, runtime_info=request.explain or request.verbose, slurm=slurm, torch=torch,
+        image_with_conda=image_with_conda(image_path),
     ))
 
 

@@ -62,6 +62,11 @@ if TYPE_CHECKING:
 # LaunchPlan live in envbuild.launch.launchrequest and are imported from here by the callers.
 __all__ = ["TASK_SHIM_NAME", "LaunchPlan", "LaunchRequest", "plan_launch"]
 
+# Host variables through which $WITH_CONDA reaches the container: itself (apptainer and singularity pass the host's
+# environment on), the runtimes' prefixed forms, and the variables of their --env and --env-file options.
+WITH_CONDA_SOURCES = ("WITH_CONDA", "APPTAINERENV_WITH_CONDA", "SINGULARITYENV_WITH_CONDA", "APPTAINER_ENV",
+                      "SINGULARITY_ENV", "APPTAINER_ENV_FILE", "SINGULARITY_ENV_FILE", "SINGULARITY_ENVFILE")
+
 
 def plan_launch(request: LaunchRequest) -> LaunchPlan:
     if not request.command:
@@ -282,10 +287,10 @@ class _Planner:
     def container_shim(self) -> list[str]:
         """Inside the container: activate the image's conda when it says how ($WITH_CONDA, LUMI images), put
         the venv overlays on PATH, and set the recipe's variables whose values refer to others (${USER},
-        ${SLURM_NODEID}): they can only be expanded in the task itself."""
-        lines = activation_lines(self.request.runtime.env_prefix)
-        self.note("$WITH_CONDA is evaluated inside the container when the image sets it (LUMI PyTorch images), by bash "
-                  "when the image has it; envrun stops if the activation fails")
+        ${SLURM_NODEID}): they can only be expanded in the task itself. Where none of it applies, no shim: the
+        container starts the program itself."""
+        activation_note = len(self.reasons)
+        lines: list[str] = []
         mounts = tuple(mount for _, mount in self.request.overlays)
         lines += overlay_lines(mounts)
         if mounts:
@@ -301,8 +306,33 @@ class _Planner:
             self.note(f"$ENVRUN_SIGNAL_DIR: the {'program' if kind == 'rank' else 'launcher'} records its process "
                       f"so that `envrun signal-ranks` can pass the checkpoint signal to the "
                       f"{'program' if kind == 'rank' else 'training processes it starts'}")
-        lines.append('exec "$@"')
+        activation = self.with_conda_from()
+        if activation is None and not lines:
+            self.reasons.insert(activation_note, "no shell in the container before the program: nothing can set "
+                                "$WITH_CONDA (not the image's environment scripts, not this host's variables, not "
+                                "the envrun config), and there are no overlays or per-task variables")
+            return []
+        self.reasons.insert(activation_note, "$WITH_CONDA is evaluated inside the container when the image sets it "
+                            "(LUMI PyTorch images), by bash when the image has it; envrun stops if the activation "
+                            "fails" + (f" (it may be set: {activation})" if activation else ""))
+        lines = [*activation_lines(self.request.runtime.env_prefix), *lines, 'exec "$@"']
         return ["/bin/sh", "-c", BOOT, TASK_SHIM_NAME, "\n".join(lines)]
+
+    def with_conda_from(self) -> str | None:
+        """What may set $WITH_CONDA in the container ("" where envrun did not read the image), None where nothing
+        can: the image's environment scripts (envbuild.launch.imageenv), this host's variables (apptainer passes
+        them on, with APPTAINERENV_/SINGULARITYENV_ and --env/--env-file through their variables), the envrun
+        config's and the recipe's env:, the image's runscript where envrun starts it."""
+        if self.request.image_with_conda is None:
+            return ""
+        for name in WITH_CONDA_SOURCES:
+            if name in self.environ:
+                return f"${name} is set on this host"
+        if any(key == "WITH_CONDA" for key, _ in self.request.env) or "WITH_CONDA" in self.recipe.env:
+            return "the envrun config or the system recipe sets it"
+        if self.request.runscript:
+            return "the image's runscript runs before the program"
+        return self.request.image_with_conda or None
 
     # -- torchrun ------------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ class LaunchRequest:
     """What to launch and everything the planner needs to know, as plain data."""
 
     __slots__ = ("allocation", "binds", "command", "cwd", "env", "environ", "host", "host_paths", "image",
-                 "missing_recipe_binds", "notes", "overlays", "recipe", "report_sampler", "runscript", "runtime",
+                 "image_with_conda", "missing_recipe_binds", "notes", "overlays", "recipe", "report_sampler", "runscript", "runtime",
                  "runtime_info", "slurm", "step_timeout", "step_timeout_from", "strict_net", "system_reason", "torch",
                  "warnings")
 
@@ -35,6 +35,7 @@ class LaunchRequest:
         step_timeout: str = "", step_timeout_from: str = "--step-timeout", runscript: str = "",
         host_paths: HostPaths | None = None, report_sampler: tuple[str, ...] = (), runtime_info: bool = False,
         slurm: tuple[str, str] = SLURM_NOT_READ, torch: tuple[str, str, bool] = TORCH_NOT_READ,
+        image_with_conda: str | None = None,
     ) -> None:
         self.command = command  # everything after envrun's own options, e.g. ("srun", "torchrun", "train.py")
         self.image = image
@@ -74,6 +75,10 @@ class LaunchRequest:
         # The image's torch version, where it was read, and whether the image has numactl: whether torchrun's own
         # NUMA binding may replace envrun's per-rank affinity (envbuild.launch.bindstyle)
         self.torch = torch
+        # Whether the image's environment scripts may set $WITH_CONDA (envbuild.launch.imageenv): "" where none can,
+        # else why they may; None: not read (a plan for golden tests, a wrapper planned for later), so the
+        # container shim activates it whenever it is set, as it does where it may be
+        self.image_with_conda = image_with_conda
 
 
 class LaunchPlan:
