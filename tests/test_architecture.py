@@ -327,8 +327,8 @@ def installed_script_loads(tmp_path: Path, script: Path) -> list[str]:
 
 # A repeat launch execs the plan stored for its command line (envbuild.launch.plancache) after checking its facts:
 # these modules only, none of the planner's.
-CACHED_LAUNCH_MODULES = ("envbuild", "envbuild.cli", "envbuild.cli.envrun_main", "envbuild.launch",
-                         "envbuild.launch.plancache", "envbuild.host", "envbuild.host.usercache")
+CACHED_LAUNCH_MODULES = ("envbuild", "envbuild.launch", "envbuild.launch.plancache", "envbuild.host",
+                         "envbuild.host.usercache")
 LOADED_AT_EXEC = """
 import os, sys
 sys.path.insert(0, sys.argv.pop(1))
@@ -338,6 +338,8 @@ def stop_at_exec(program, argv, env):
     print(repr(sorted(m for m in HEAVY if m in sys.modules)), file=sys.stderr)
     os._exit(0)
 os.execvpe = stop_at_exec
+from envbuild.launch.plancache import exec_cached  # as bin/envrun and scripts/envrun start
+exec_cached(sys.argv[1:])
 from envbuild.cli.envrun_main import main
 main()
 """

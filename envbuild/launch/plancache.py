@@ -88,9 +88,12 @@ def plans_kept(environ: Mapping[str, str]) -> bool:
 
 def exec_cached(argv: Sequence[str]) -> None:
     """Exec the plan kept for this very command line in this directory when every fact it was made from still
-    holds; return, having done nothing, otherwise (envrun then plans: envbuild.commands.launch)."""
-    if not plans_kept(os.environ):
+    holds; return, having done nothing, otherwise (envrun then plans: envbuild.commands.launch). Asked once per
+    process: envrun's entry scripts ask before envbuild.cli.envrun_main loads, and its main() asks again only
+    where it was started otherwise (`python -m envbuild.cli.envrun_main`, tests)."""
+    if _ASKED or not plans_kept(os.environ):
         return
+    _ASKED.append(True)
     try:
         cwd = os.getcwd()
     except OSError:
@@ -106,6 +109,9 @@ def exec_cached(argv: Sequence[str]) -> None:
         os.execvpe(plan.argv[0], plan.argv, env)  # noqa: S606 - argv passed as words, deliberately no shell
     except OSError:
         return  # planned afresh, which says what is wrong
+
+
+_ASKED: list[bool] = []
 
 
 def environment_for(unset: Sequence[str], settings: Sequence[Sequence[str]]) -> dict[str, str]:
