@@ -1,7 +1,9 @@
 """envrun's added start-up latency over a bare `apptainer exec IMG true`, side by side in one run.
 
 Alternates the variants run by run (so drifting machine load hits both alike) and prints medians,
-the added latency and the ratio. Goal (issue 3): envrun adds under 50 ms median; issue 39: 20 ms.
+the added latency and the ratio; beside the difference of the medians, the median of each round's difference
+with the bare run of the same round (pairs taken a fraction of a second apart: a load that comes and goes over
+seconds moves both alike). Goal (issue 3): envrun adds under 50 ms median; issue 39: 20 ms.
 Beside the wall time, each variant's CPU time (user + system of the process and all it waited for): on a
 shared machine whose load comes and goes it moves far less than the wall time, so it tells two
 versions apart where the wall time cannot.
@@ -10,7 +12,7 @@ After the warm-up run envrun execs the plan it kept for the command line (envbui
 repeat launch outside a Slurm job does; the variant with ENVRUN_PLAN_CACHE=off plans every launch, as a
 launch in a job does (and a first launch, less the recording of its plan).
 
-    .venv/bin/python bench/envrun_latency.py [IMAGE] [--runs 21]
+    .venv/bin/python bench/envrun_latency.py [IMAGE] [--runs 31]
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("image", nargs="?", default=str(REPO / "build/local-cpu-pytorch.sif"))
-    parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--runs", type=int, default=31)
     parser.add_argument("--compare", metavar="CHECKOUT", help="another checkout (e.g. `git worktree` of an older commit): "
                                                              "its bin/envrun runs side by side as a further variant")
     args = parser.parse_args()
@@ -86,7 +88,9 @@ def main() -> None:
         if name not in medians:
             continue
         added = (medians[name] - base) * 1000
-        print(f"{name}: +{added:.1f} ms over bare apptainer exec ({medians[name] / base:.2f}x)")
+        paired = statistics.median(a - b for a, b in zip(times[name], times["apptainer exec IMG true"], strict=True))
+        print(f"{name}: +{added:.1f} ms over bare apptainer exec ({medians[name] / base:.2f}x); "
+              f"median of the {len(times[name])} runs' differences with the bare run beside them: +{paired * 1000:.1f} ms")
         print(f"{name}: CPU +{(cpu_medians[name] - cpu_base) * 1000:.1f} ms over bare apptainer exec")
     if "run wrapper bin/python -c pass" in medians:
         added = (medians["run wrapper bin/python -c pass"] - medians["apptainer exec IMG python -c pass"]) * 1000
