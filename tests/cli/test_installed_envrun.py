@@ -25,7 +25,9 @@ def test_pip_installs_the_envrun_script(tmp_path: Path, editable: bool) -> None:
     script = venv / "bin" / "envrun"
     lines = script.read_text(encoding="utf-8").splitlines()
     assert lines[0].startswith(f"#!{venv / 'bin' / 'python'}"), lines[0]  # the installer's interpreter
-    assert "from envbuild.cli.envrun_main import main" in lines
+    # ours: the kept plan first, then the CLI (scripts/envrun)
+    assert "from envbuild.launch.plancache import exec_cached" in lines
+    assert "from envbuild.cli.envrun_main import main" in [line.strip() for line in lines]
     assert not any(line.startswith("import re") for line in lines)  # not pip's entry-point launcher
     usage = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert usage.returncode == 0, usage.stderr
