@@ -137,7 +137,7 @@ def script_may_set(text: str, *, has_scif: bool) -> str:
             words = [child for child in (name.children if name is not None else []) if child.is_named]
             if name is None or len(words) != 1 or words[0].type != "word":
                 return f"runs a command whose name is computed (line {line})"
-            command = _text(words[0])
+            command = _text(words[0]).replace("\\", "")  # bash removes the quoting: `\eval` and `e\val` run eval
             if command not in INDIRECT_COMMANDS:
                 continue
             arguments = node.children_by_field_name("argument")

@@ -90,6 +90,8 @@ def test_lumis_environment_keeps_the_activation() -> None:
     ("setup() { eval \"$1\"; }\n", "runs `eval` (line 1)"),
     ('$SETUP_COMMAND --quiet\n', "runs a command whose name is computed (line 1)"),
     ("builtin source /etc/env\n", "runs `builtin` (line 1)"),
+    ("\\export $(cat /etc/env)\n", "runs `export` (line 1)"),
+    ("e\\val \"$SETUP\"\n", "runs `eval` (line 1)"),
     ("x#y; eval foo\n", "is not bash that envrun can read"),
     ('x="unclosed\n', "is not bash that envrun can read"),
 ])
@@ -191,6 +193,8 @@ STATEMENTS = st.one_of(
     st.just("read -r WITH\\_CONDA <<'EOF'\nx\nEOF"),
     st.just('set -- W I T H; declare "$1$2$3$4"_CONDA=1'),
     st.just(". ./sets-it.sh"),
+    st.just("\\. ./sets-it.sh"),
+    st.just("n=WITH_; \\export \"${n}CONDA=1\""),
     st.just("f() { eval \"W\"\"ITH_CONDA=1\"; }; f"),
     st.just('if [ -n "${A:-}" ]; then PATH="/a:$PATH"; fi'),
     st.just('case ":$PATH:" in *":/opt/bin:"*) ;; *) PATH="/opt/bin:$PATH" ;; esac'),
