@@ -47,7 +47,7 @@ APPTAINER_CONF=/etc/apptainer/apptainer.conf
 # package's control file.
 BASE_PKGS=(
     squashfs-tools debootstrap patchelf uidmap slurm-wlm munge python3-venv squashfuse fuse3 fuse2fs
-    ca-certificates iproute2 util-linux libcap2-bin procps chromium strace
+    ca-certificates iproute2 util-linux libcap2-bin procps chromium strace gcc libc6-dev
 )
 
 FORCE=0

@@ -113,6 +113,16 @@ def write_cached_many(entries: Sequence[tuple[str, str, Any]]) -> None:
             payloads.append((name, marshal.dumps((key, value))))
         except ValueError:
             continue
+    _write_files(payloads)
+
+
+def write_cached_bytes(name: str, data: bytes) -> None:
+    """Store `data` as `name` as it is, for a reader other than read_cached (envbuild/launch/repeatlaunch.c,
+    which checks the file as _read_private does): same place, modes and care as write_cached."""
+    _write_files([(name, data)])
+
+
+def _write_files(payloads: Sequence[tuple[str, bytes]]) -> None:
     if not payloads:
         return
     from envbuild.shared import safefiles  # a cache miss only: not on every launch

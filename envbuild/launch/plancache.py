@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 # Bump when what a plan entry holds or what a fact means changes.
-PLAN_FORMAT = 1
+PLAN_FORMAT = 2
 PLAN_SLOTS = 256  # at most this many plan files per user: a key's slot is its crc32 modulo this
 _DIRECTORY = 0o040000
 _FILE_TYPE = 0o170000

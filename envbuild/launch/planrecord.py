@@ -323,12 +323,15 @@ class PlanRecorder:
                 except OSError:
                     return
         from envbuild.host.usercache import write_cached
+        from envbuild.launch.repeatplan import launcher_facts, write_repeat_plan
 
+        facts.extend(launcher_facts())  # an edited bin/envrun or a replaced Python: both plans miss alike
         key = plan_key(argv, cwd)
         write_cached(slot_name(key), key, {
             "facts": facts, "argv": list(plan.argv), "env": [list(pair) for pair in plan.env],
             "unset": list(plan.unset), "warnings": list(plan.warnings),
         })
+        write_repeat_plan(argv, cwd, facts, plan.argv, plan.env, plan.unset, plan.warnings)
 
 
 class RecordingEnviron(Mapping[str, str]):
