@@ -100,7 +100,9 @@ the subcommand it meant (exit 2); a program only the image has runs as given aft
 
 Outside a Slurm job, a launch envrun execs keeps its plan in ~/.cache/envrun with what it was made from;
 the same command line in the same directory then execs it while nothing that plan read has changed
-(--dry-run and --explain always plan; ENVRUN_PLAN_CACHE=off plans every launch).
+(--dry-run and --explain always plan; ENVRUN_PLAN_CACHE=off plans every launch). A checkout's bin/envrun
+does that without starting Python where provision/python-env.sh built .venv/libexec/envrun-repeat
+(ENVRUN_REPEAT_TRACE=1 says why a launch still starts Python).
 
 An envrun.yaml (or the one *.sif here) that another user owns or may write is ignored with a warning,
 and the search upwards stops at another file system and at a directory like /tmp that is not yours and

@@ -481,3 +481,42 @@ def test_a_changed_fact_through_bin_envrun_plans_again_and_keeps_the_new_plan(ch
     assert checkout.launch("true")[0], "an edited bin/envrun (its Python program) is a miss"
     checkout.env["ENVRUN_PLAN_CACHE"] = "off"
     assert checkout.launch("true")[0]
+
+
+def test_an_unprivileged_user_s_repeat_launch_through_this_checkout_starts_no_python() -> None:
+    """As the unprivileged test user, with this checkout's own bin/envrun and the envrun-repeat that
+    provision/python-env.sh built: the user's plan is kept in its own cache and its repeat launch execs
+    no Python (strace: every program started)."""
+    from tests.support.trust_accounts import ENVRUN, as_user, unprivileged
+
+    account = unprivileged()
+    if os.geteuid() != 0:
+        pytest.fail("running as the unprivileged user needs root (CI runs the tests as root)", pytrace=False)
+    assert os.access(REPO / ".venv/libexec/envrun-repeat", os.X_OK), "provision/python-env.sh builds it"
+    work = Path(tempfile.mkdtemp(prefix="envbuild-repeat-", dir="/var/tmp"))
+    try:
+        work.chmod(0o755)
+        tools = work / "tools"
+        tools.mkdir()
+        runtime = tools / "apptainer"
+        runtime.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'apptainer version 1.4.5'\nexit 0\n")
+        runtime.chmod(0o755)
+        image = work / "a.sif"
+        image.write_bytes(b"no SIF header\n")
+        image.chmod(0o644)
+        project = work / "project"
+        project.mkdir()
+        os.chown(project, account.pw_uid, account.pw_gid)
+        started: list[list[str]] = []
+        for attempt in range(4):
+            trace = project / f"trace-{attempt}"
+            done = as_user(account, ["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(trace), ENVRUN,
+                                     "--image", str(image), "true"], cwd=project,
+                           env_extra={"PATH": f"{tools}:/usr/bin:/bin", "LANG": "C.UTF-8"})
+            assert done.returncode == 0, done.stderr
+            started.append([line.split('"')[1] for line in trace.read_text().splitlines() if "execve(" in line])
+        assert any(program.endswith("/python") for program in started[0]), started[0]
+        assert not any(program.endswith(("/python", "/python3")) for program in started[-1]), started[-1]
+        assert started[-1][-1] == str(runtime), started[-1]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
