@@ -58,6 +58,11 @@ def _is_verdict(value: object) -> bool:
 
 
 def _directory_verdict(root: str) -> str:
+    # A link in the sandbox leads, inside the container, to the container's own path, and here to the host's:
+    # what it names here says nothing of what the runtime sources.
+    for part in (".singularity.d", ENV_DIRECTORY.lstrip("/")):
+        if os.path.islink(os.path.join(root, part)):
+            return f"/{part} is a link in the sandbox, which envrun does not follow on the host"
     directory = os.path.join(root, ENV_DIRECTORY.lstrip("/"))
     try:
         names = sorted(os.listdir(directory))
@@ -67,6 +72,8 @@ def _directory_verdict(root: str) -> str:
         return f"{ENV_DIRECTORY} could not be listed ({exc.strerror or exc})"
 
     def read(name: str) -> str | None:
+        if os.path.islink(os.path.join(directory, name)):
+            return None  # leads elsewhere inside the container than here: unknown, as an unreadable script
         try:
             with open(os.path.join(directory, name), "rb") as handle:
                 data = handle.read(LIMIT + 1)

@@ -56,6 +56,7 @@ NO_FACT = {
     "path.isdir": "stat, which is recorded",
     "path.isfile": "stat, which is recorded",
     "path.lexists": "lstat, which is recorded",
+    "path.islink": "lstat, which is recorded",
 }
 _WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 # Audit events of what a plan cannot be checked against again: a program's output, the network, a library.

@@ -2,7 +2,7 @@
 provision/python-env.sh as .venv/libexec/envrun-repeat, which a checkout's bin/envrun runs first) execs it
 on a repeat launch without Python's ~11 ms start.
 
-Written beside the marshal plan (envbuild.launch.planrecord.store), from the same facts and the same plan,
+Written beside the marshal plan (PlanRecorder.store in envbuild.launch.planrecord), from the same facts and the same plan,
 in the user's own cache (envbuild.host.usercache's rules: 0600, renamed into place) as `repeat-XX.plan`,
 XX the key's crc32 modulo PLAN_SLOTS. The file is netstrings (`LEN:BYTES,`), one after another:
 

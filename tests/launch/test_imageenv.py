@@ -133,6 +133,28 @@ def test_a_sandbox_directory_is_read_directly(tmp_path: Path) -> None:
     assert image_with_conda(str(tmp_path / "nothing")) == ""  # no env scripts: nothing sets it
 
 
+@pytest.mark.parametrize("where", ["script", "env directory", ".singularity.d"])
+def test_a_link_in_a_sandbox_is_not_followed_on_the_host(tmp_path: Path, where: str) -> None:
+    """Inside the container a link leads to the container's path; here, to the host's (a harmless file that
+    mentions nothing): the verdict must not be "" from what the host holds."""
+    host_file = tmp_path / "host-profile.sh"
+    host_file.write_text("export PATH=/usr/bin\n")
+    root = tmp_path / "sandbox"
+    if where == "script":
+        env = sandbox(root, {}) / ".singularity.d" / "env"
+        (env / "90-environment.sh").symlink_to(host_file)
+    else:
+        elsewhere = sandbox(tmp_path / "elsewhere", {"90-environment.sh": "export PATH=/usr/bin\n"})
+        if where == "env directory":
+            (root / ".singularity.d").mkdir(parents=True)
+            (root / ".singularity.d" / "env").symlink_to(elsewhere / ".singularity.d" / "env")
+        else:
+            root.mkdir()
+            (root / ".singularity.d").symlink_to(elsewhere / ".singularity.d")
+    verdict_here = image_with_conda(str(root))
+    assert verdict_here != "" and ("link" in verdict_here or "could not be read" in verdict_here), verdict_here
+
+
 def test_a_file_that_is_no_image_keeps_the_activation(tmp_path: Path) -> None:
     bogus = tmp_path / "bogus.sif"
     bogus.write_bytes(b"not a SIF at all")
