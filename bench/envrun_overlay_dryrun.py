@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,39 +40,42 @@ def main() -> None:
     parser.add_argument("--baseline", help="another checkout whose bin/envrun runs every variant too")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="envrun-overlay-bench-"))
-    base = work / "base.sif"
-    base.write_bytes(FIXTURE_SIF.read_bytes())
-    make_overlay(work, "env", base_record(base))
-    make_overlay(work, "noid", {**base_record(base), "sif_id": ""})
-    project = work / "project"
-    project.mkdir()
-    (project / "envrun.yaml").write_text(f"image: {base}\n")
-    env = {**os.environ, "HOME": str(work), "ENVBUILD_CACHE_DIR": str(work / "cache"), "ENVBUILD_SYSTEM": "local",
-           "ENVRUN_CONFIG": "", "ENVRUN_IMAGE": "", "ENVRUN_OVERLAYS": ""}
-    envrun = str(REPO / "bin/envrun")
-    tail = ["--dry-run", "python", "x.py"]
-    variants = {
-        "--image IMG": ([envrun, "--image", str(base), *tail], work),
-        "image from envrun.yaml": ([envrun, *tail], project),
-        "--overlay (same SIF id)": ([envrun, "--image", str(base), "--overlay", str(work / "env.sqsh"), *tail], work),
-        "--overlay (sha256, cached)": ([envrun, "--image", str(base), "--overlay", str(work / "noid.sqsh"), *tail], work),
-    }
-    if args.baseline:  # the same variants, side by side, run by the other checkout's envrun
-        other = str(Path(args.baseline) / "bin/envrun")
-        variants.update({f"baseline {name}": ([other, *argv[1:]], cwd) for name, (argv, cwd) in list(variants.items())})
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for argv, cwd in variants.values():  # fill the recipe, config and digest caches
-        timed(argv, env, cwd)
-    for _ in range(args.runs):
-        for name, (argv, cwd) in variants.items():
-            times[name].append(timed(argv, env, cwd))
-    medians = {name: statistics.median(values) * 1000 for name, values in times.items()}
-    reference = medians["--image IMG"]
-    print(f"{'variant':<30}{'median (ms)':>12}{'vs --image':>12}")
-    for name, median in medians.items():
-        print(f"{name:<30}{median:>12.1f}{median - reference:>+12.1f}")
-    print(json.dumps({name: round(m, 1) for name, m in medians.items()}))
+    try:
+        base = work / "base.sif"
+        base.write_bytes(FIXTURE_SIF.read_bytes())
+        make_overlay(work, "env", base_record(base))
+        make_overlay(work, "noid", {**base_record(base), "sif_id": ""})
+        project = work / "project"
+        project.mkdir()
+        (project / "envrun.yaml").write_text(f"image: {base}\n")
+        env = {**os.environ, "HOME": str(work), "ENVBUILD_CACHE_DIR": str(work / "cache"), "ENVBUILD_SYSTEM": "local",
+               "ENVRUN_CONFIG": "", "ENVRUN_IMAGE": "", "ENVRUN_OVERLAYS": ""}
+        envrun = str(REPO / "bin/envrun")
+        tail = ["--dry-run", "python", "x.py"]
+        variants = {
+            "--image IMG": ([envrun, "--image", str(base), *tail], work),
+            "image from envrun.yaml": ([envrun, *tail], project),
+            "--overlay (same SIF id)": ([envrun, "--image", str(base), "--overlay", str(work / "env.sqsh"), *tail], work),
+            "--overlay (sha256, cached)": ([envrun, "--image", str(base), "--overlay", str(work / "noid.sqsh"), *tail], work),
+        }
+        if args.baseline:  # the same variants, side by side, run by the other checkout's envrun
+            other = str(Path(args.baseline) / "bin/envrun")
+            variants.update({f"baseline {name}": ([other, *argv[1:]], cwd) for name, (argv, cwd) in list(variants.items())})
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        for argv, cwd in variants.values():  # fill the recipe, config and digest caches
+            timed(argv, env, cwd)
+        for _ in range(args.runs):
+            for name, (argv, cwd) in variants.items():
+                times[name].append(timed(argv, env, cwd))
+        medians = {name: statistics.median(values) * 1000 for name, values in times.items()}
+        reference = medians["--image IMG"]
+        print(f"{'variant':<30}{'median (ms)':>12}{'vs --image':>12}")
+        for name, median in medians.items():
+            print(f"{name:<30}{median:>12.1f}{median - reference:>+12.1f}")
+        print(json.dumps({name: round(m, 1) for name, m in medians.items()}))
 
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # its images and caches: nothing is left behind
 
 if __name__ == "__main__":
     main()
