@@ -91,9 +91,12 @@ def exec_cached(argv: Sequence[str]) -> None:
     holds; return, having done nothing, otherwise (envrun then plans: envbuild.commands.launch). Asked once per
     process: envrun's entry scripts ask before envbuild.cli.envrun_main loads, and its main() asks again only
     where it was started otherwise (`python -m envbuild.cli.envrun_main`, tests)."""
-    if _ASKED or not plans_kept(os.environ):
+    if _ASKED:
         return
     _ASKED.append(True)
+    restore_coerced_locale()
+    if not plans_kept(os.environ):
+        return
     try:
         cwd = os.getcwd()
     except OSError:
@@ -112,6 +115,31 @@ def exec_cached(argv: Sequence[str]) -> None:
 
 
 _ASKED: list[bool] = []
+
+
+# What CPython's locale coercion (PEP 538) sets LC_CTYPE to: Python/pylifecycle.c, _TARGET_LOCALES.
+COERCED_LOCALES = ("C.UTF-8", "C.utf8", "UTF-8")
+
+
+def restore_coerced_locale(started_with: str = "/proc/self/environ") -> None:
+    """Put LC_CTYPE back to the value this process was started with where Python changed it. Where the locale
+    is C or POSIX, Python sets LC_CTYPE in its own environment before any code runs, so every program envrun
+    starts (apptainer, the program in the container, srun's tasks) would get an LC_CTYPE the user never set,
+    and a first launch would differ from a repeat launch that a checkout's C program (repeatlaunch.c) execs
+    without Python. The kernel keeps the environment a process was started with in /proc/self/environ; it is
+    read only where LC_CTYPE holds a value coercion sets."""
+    if os.environ.get("LC_CTYPE") not in COERCED_LOCALES:
+        return
+    try:
+        with open(started_with, "rb") as handle:
+            entries = handle.read().split(b"\0")
+    except OSError:
+        return  # nothing to go by: nothing is changed
+    for entry in entries:
+        if entry.startswith(b"LC_CTYPE="):
+            os.environ["LC_CTYPE"] = os.fsdecode(entry[len(b"LC_CTYPE="):])
+            return
+    del os.environ["LC_CTYPE"]
 
 
 def environment_for(unset: Sequence[str], settings: Sequence[Sequence[str]]) -> dict[str, str]:

@@ -431,7 +431,10 @@ class Checkout:
         runtime = tools / "apptainer"
         runtime.write_text(f"#!{sys.executable} -I\nimport json, os, sys\n"
                            "if sys.argv[1:] == ['--version']:\n    print('apptainer version 1.4.5')\n    sys.exit()\n"
-                           f"json.dump({{'argv': sys.argv[1:], 'env': dict(os.environ)}}, open({str(self.record)!r}, 'w'))\n")
+                           # as started (/proc): not os.environ, which this Python changes under a C locale
+                           "given = open('/proc/self/environ', 'rb').read().decode('utf-8', 'surrogateescape')\n"
+                           "env = dict(entry.split('=', 1) for entry in given.split('\\0') if '=' in entry)\n"
+                           f"json.dump({{'argv': sys.argv[1:], 'env': env}}, open({str(self.record)!r}, 'w'))\n")
         runtime.chmod(0o755)
         self.image = tmp / "images" / "a.sif"
         self.image.parent.mkdir()
@@ -457,10 +460,18 @@ def checkout(tmp_path: Path, repeat_program: Path) -> Checkout:
     return Checkout(tmp_path, repeat_program)
 
 
-def test_a_repeat_launch_through_bin_envrun_starts_no_python_and_execs_what_python_would(checkout: Checkout) -> None:
+@pytest.mark.parametrize("locale", [{"LANG": "C.UTF-8"}, {}, {"LC_CTYPE": "C"}, {"LC_ALL": "C"}],
+                         ids=["utf8", "no locale", "LC_CTYPE=C", "LC_ALL=C"])
+def test_a_repeat_launch_through_bin_envrun_starts_no_python_and_execs_what_python_would(
+        checkout: Checkout, locale: dict[str, str]) -> None:
+    """Under a C locale too, where Python sets LC_CTYPE for itself (PEP 538): no launch passes that on."""
+    checkout.env.pop("LANG")
+    checkout.env.update(locale)
     started = [checkout.launch("python", "train.py")[0] for _ in range(2)]  # caches filled, the plan kept
     assert started == [True, True]
-    python_started, by_c = checkout.launch("python", "train.py")
+    first = checkout.launch("python", "train.py")
+    assert {name: value for name, value in first[1]["env"].items() if name.startswith(("LC_", "LANG"))} == locale
+    python_started, by_c = first
     assert not python_started, "the kept plan was not exec'd by envrun-repeat"
     checkout.repeat.chmod(0o644)  # bin/envrun now starts Python, which execs the same kept plan
     python_started, by_python = checkout.launch("python", "train.py")
@@ -520,3 +531,21 @@ def test_an_unprivileged_user_s_repeat_launch_through_this_checkout_starts_no_py
         assert started[-1][-1] == str(runtime), started[-1]
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.parametrize(("started", "coerced", "after"), [
+    (b"PATH=/bin\0HOME=/h\0", "C.UTF-8", None),
+    (b"PATH=/bin\0LC_CTYPE=C\0", "C.UTF-8", "C"),
+    (b"LC_CTYPE=C.UTF-8\0", "C.UTF-8", "C.UTF-8"),
+    (b"PATH=/bin\0", "en_US.UTF-8", "en_US.UTF-8"),  # not a value coercion sets: the user's, left alone
+])
+def test_python_s_own_lc_ctype_is_put_back_to_what_the_process_was_started_with(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, started: bytes, coerced: str, after: str | None) -> None:
+    environ_file = tmp_path / "environ"
+    environ_file.write_bytes(started)
+    monkeypatch.setenv("LC_CTYPE", coerced)
+    plancache.restore_coerced_locale(str(environ_file))
+    assert os.environ.get("LC_CTYPE") == after
+    monkeypatch.setenv("LC_CTYPE", "C.UTF-8")
+    plancache.restore_coerced_locale(str(tmp_path / "no-proc"))
+    assert os.environ["LC_CTYPE"] == "C.UTF-8", "without /proc nothing is changed"
