@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.report.stepfindings import RANK_IDLE_SHARE
 from tests.conftest import REPO, run_cli
 from tests.support.fakegpu import FAKEGPU, TRACES
 
@@ -110,7 +111,11 @@ def test_two_tasks_rank_one_sleeps_is_named_idle_and_the_files_are_written(refer
     assert report["job"]["nodes"] == [node] and report["nodes"][0]["samples"] >= 3
     assert all(r["node"] == node for r in report["ranks"])
     busy, idle = sorted(report["ranks"], key=lambda r: r["rank"])
-    assert idle["idle_fraction"] >= 0.9 and busy["cpu_cores"] > idle["cpu_cores"]
+    # Idle but for the sample interval(s) its start falls in (Python's start runs above RANK_IDLE_CORES for a
+    # part of a second, and where the sample grid cuts it is chance: 0.888 of a 6 s life in one CI run under
+    # load); the finding's own share is the bound, the CPU seconds beside it the independent check.
+    assert idle["idle_fraction"] >= RANK_IDLE_SHARE and busy["cpu_cores"] > idle["cpu_cores"]
+    assert idle["cpu_s"] < 0.2 * busy["cpu_s"], (idle, busy)
     assert [f["rule"] for f in report["findings"]] == ["idle-rank"]
     assert report["gpus"] == [] and any("GPUs on" in line for line in report["not_measured"])
 
