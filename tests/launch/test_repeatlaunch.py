@@ -233,6 +233,25 @@ def test_the_kinds_the_c_program_asks_are_the_writer_s_and_plancache_s() -> None
     assert repeatplan.MAGIC.decode() in SOURCE.read_text()
 
 
+def test_the_c_program_s_constants_are_python_s() -> None:
+    """The facts the C program restates (it cannot import them): each must equal its Python home, or the two
+    launches would look in different slots, read files of different sizes or keep plans in different places."""
+    import re
+
+    from envbuild.host import usercache
+
+    text = SOURCE.read_text()
+    assert int(re.search(r"SLOTS = (\d+);", text)[1]) == plancache.PLAN_SLOTS
+    limit = re.search(r"LIMIT = (\d+) << (\d+);", text)
+    assert int(limit[1]) << int(limit[2]) == usercache._LIMIT
+    off = re.search(r"const char \*off\[\] = \{([^}]*)\};", text)[1]
+    assert tuple(re.findall(r'"([^"]*)"', off)) == plancache.SWITCHED_OFF
+    assert f'getenv("{plancache.SWITCH}")' in text
+    assert 'getenv("SLURM_JOB_ID")' in text and 'getenv("SLURM_JOBID")' in text
+    assert '"/envrun"' in text and '"/.cache"' in text and usercache.user_cache_dir({"HOME": "/h"}) == "/h/.cache/envrun"
+    assert "repeat-%02x.plan" in text and repeatplan.repeat_slot_name(b"") == "repeat-00.plan"
+
+
 def test_a_fact_of_a_kind_the_c_program_does_not_ask_means_no_repeat_plan() -> None:
     with pytest.raises(ValueError):
         repeatplan.repeat_plan_bytes(b"k", [("getpwuid", 0, ("root",))], ["true"], [], [], [])
